@@ -1,0 +1,59 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "purchase-ledger",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "PurchaseLedger", targets: ["PurchaseLedger"]),
+        .executable(name: "purchase-ledger", targets: ["purchase-ledger"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+    ],
+    targets: [
+        // liblz4 through the system library; only Sources/PurchaseLedger/Compression imports it.
+        .systemLibrary(
+            name: "CLZ4",
+            pkgConfig: "liblz4",
+            providers: [.apt(["liblz4-dev"]), .brew(["lz4"])]
+        ),
+        .target(
+            name: "PurchaseLedger",
+            dependencies: [
+                "CLZ4",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            plugins: ["EmbedMigrations"]
+        ),
+        // Migrations/NNNN_name.sql are compiled into the library as string constants.
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
+        .executableTarget(name: "embed-migrations", path: "Plugins/EmbedMigrationsTool"),
+        .target(
+            name: "PurchaseLedgerCLI",
+            dependencies: [
+                "PurchaseLedger",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"]),
+        .executableTarget(
+            name: "ledger-bench",
+            dependencies: ["PurchaseLedger", .product(name: "GRDB", package: "GRDB.swift")],
+            path: "Tools/ledger-bench"
+        ),
+        .testTarget(
+            name: "PurchaseLedgerTests",
+            dependencies: [
+                "PurchaseLedger",
+                "PurchaseLedgerCLI",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

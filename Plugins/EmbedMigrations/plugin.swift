@@ -1,0 +1,25 @@
+import Foundation
+import PackagePlugin
+
+/// Compiles every `Migrations/NNNN_name.sql` file into the target as a Swift constant, so the
+/// library never looks a migration up in a bundle at run time.
+@main
+struct EmbedMigrations: BuildToolPlugin {
+    func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
+        let directory = context.package.directoryURL.appending(path: "Migrations")
+        let files = try FileManager.default
+            .contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
+            .filter { $0.pathExtension == "sql" }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+        let output = context.pluginWorkDirectoryURL.appending(path: "EmbeddedMigrations.swift")
+        return [
+            .buildCommand(
+                displayName: "Embedding \(files.count) SQL migrations",
+                executable: try context.tool(named: "embed-migrations").url,
+                arguments: [output.path] + files.map(\.path),
+                inputFiles: files,
+                outputFiles: [output]
+            )
+        ]
+    }
+}

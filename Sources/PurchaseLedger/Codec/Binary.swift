@@ -1,0 +1,160 @@
+/// Appends the primitives of the on-disk format (docs/format.md): LEB128 varints, zigzag varints,
+/// little-endian doubles, length-prefixed bytes, and tagged fields.
+struct BinaryWriter {
+    var bytes: [UInt8] = []
+
+    init(capacity: Int = 128) { bytes.reserveCapacity(capacity) }
+
+    enum Wire: UInt64 {
+        case varint = 0, fixed64 = 1, bytes = 2
+    }
+
+    @inline(__always) mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
+    }
+
+    @inline(__always) mutating func zigzag(_ value: Int64) {
+        varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
+
+    mutating func double(_ value: Double) {
+        var bits = value.bitPattern.littleEndian
+        withUnsafeBytes(of: &bits) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func lengthPrefixed(_ s: String) {
+        var s = s
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func lengthPrefixed(_ raw: [UInt8]) {
+        varint(UInt64(raw.count))
+        bytes.append(contentsOf: raw)
+    }
+
+    @inline(__always) mutating func key(_ field: UInt64, _ wire: Wire) { varint(field << 3 | wire.rawValue) }
+
+    mutating func field(_ f: UInt64, _ s: String) { key(f, .bytes); lengthPrefixed(s) }
+    mutating func field(_ f: UInt64, _ s: String?) { if let s { field(f, s) } }
+    mutating func field(_ f: UInt64, unsigned v: UInt64) { key(f, .varint); varint(v) }
+    mutating func field(_ f: UInt64, signed v: Int64) { key(f, .varint); zigzag(v) }
+    mutating func field(_ f: UInt64, signed v: Int64?) { if let v { field(f, signed: v) } }
+    mutating func field(_ f: UInt64, double v: Double) { key(f, .fixed64); double(v) }
+
+    /// A nested message, length-prefixed.
+    mutating func message(_ f: UInt64, _ body: (inout BinaryWriter) -> Void) {
+        var inner = BinaryWriter(capacity: 64)
+        body(&inner)
+        key(f, .bytes)
+        lengthPrefixed(inner.bytes)
+    }
+}
+
+/// Reads what ``BinaryWriter`` wrote, with every length checked against the buffer: truncated or
+/// corrupt input throws ``BinaryReader/Failure`` and never reads out of bounds.
+struct BinaryReader {
+    struct Failure: Error {
+        var message: String
+    }
+
+    let base: UnsafeRawBufferPointer
+    var offset: Int
+    let end: Int
+
+    init(_ buffer: UnsafeRawBufferPointer, offset: Int = 0, end: Int? = nil) {
+        base = buffer
+        self.offset = offset
+        self.end = end ?? buffer.count
+    }
+
+    var isAtEnd: Bool { offset >= end }
+
+    @inline(__always) mutating func byte() throws(Failure) -> UInt8 {
+        guard offset < end else { throw Failure(message: "truncated") }
+        let b = base[offset]
+        offset += 1
+        return b
+    }
+
+    @inline(__always) mutating func varint() throws(Failure) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            if shift == 63 && b > 1 { throw Failure(message: "varint overflows 64 bits") }
+            result |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return result }
+            shift += 7
+            if shift > 63 { throw Failure(message: "varint too long") }
+        }
+    }
+
+    @inline(__always) mutating func zigzag() throws(Failure) -> Int64 {
+        let v = try varint()
+        return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
+    }
+
+    mutating func int(max: Int) throws(Failure) -> Int {
+        let v = try varint()
+        guard v <= UInt64(max) else { throw Failure(message: "length \(v) out of range") }
+        return Int(v)
+    }
+
+    mutating func double() throws(Failure) -> Double {
+        guard end - offset >= 8 else { throw Failure(message: "truncated double") }
+        var bits: UInt64 = 0
+        for k in 0..<8 { bits |= UInt64(base[offset + k]) << (8 * UInt64(k)) }
+        offset += 8
+        return Double(bitPattern: UInt64(littleEndian: bits))
+    }
+
+    /// The range of a length-prefixed value, after checking it fits.
+    mutating func span() throws(Failure) -> Range<Int> {
+        let length = try int(max: end - offset)
+        let start = offset
+        offset += length
+        return start..<offset
+    }
+
+    mutating func string() throws(Failure) -> String {
+        let r = try span()
+        return String(decoding: UnsafeRawBufferPointer(rebasing: base[r]), as: UTF8.self)
+    }
+
+    mutating func bytes() throws(Failure) -> [UInt8] {
+        let r = try span()
+        return Array(base[r])
+    }
+
+    /// Reads a field key: (field number, wire type).
+    @inline(__always) mutating func key() throws(Failure) -> (UInt64, UInt64) {
+        let k = try varint()
+        return (k >> 3, k & 7)
+    }
+
+    /// Skips a field of an unknown number, so newer writers' fields never break older readers.
+    mutating func skip(wire: UInt64) throws(Failure) {
+        switch wire {
+        case 0: _ = try varint()
+        case 1:
+            guard end - offset >= 8 else { throw Failure(message: "truncated") }
+            offset += 8
+        case 2: _ = try span()
+        default: throw Failure(message: "unknown wire type \(wire)")
+        }
+    }
+
+    /// A nested reader over a length-prefixed message.
+    mutating func message() throws(Failure) -> BinaryReader {
+        let r = try span()
+        return BinaryReader(base, offset: r.lowerBound, end: r.upperBound)
+    }
+}

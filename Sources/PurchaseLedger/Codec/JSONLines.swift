@@ -1,0 +1,362 @@
+/// The JSON Lines interchange format of the contract: one event per line.
+///
+/// Decoding is strict about what the contract fixes (types, ranges, dotted versions, UTC times)
+/// and lenient where it says so (unknown keys ignored, `null` means absent, blank lines skipped).
+///
+/// ```swift
+/// let event = try JSONLines.decode(#"{"type":"restoreStarted","at":"2024-03-01T09:15:02Z","user":"u1"}"#)
+/// ```
+public enum JSONLines {
+    /// Decodes one line. Throws ``LedgerError/Code/malformedInput`` naming the field at fault.
+    public static func decode(_ line: String) throws(LedgerError) -> Event {
+        try decode(bytes: Array(line.utf8))
+    }
+
+    /// A decoded line: the event, and whether the line says the ledger appended it itself (an
+    /// export's automatic cancellation, which an import leaves to the ledger to append again).
+    struct Line {
+        var event: Event
+        var appendedByLedger: Bool
+    }
+
+    static func decode(bytes: [UInt8]) throws(LedgerError) -> Event {
+        try decodeLine(bytes).event
+    }
+
+    static func decodeLine(_ bytes: [UInt8]) throws(LedgerError) -> Line {
+        let json: JSON
+        do {
+            json = try JSONParser.parse(bytes)
+        } catch {
+            throw .malformed("invalid JSON: \(error.message) at byte \(error.offset + 1)")
+        }
+        guard case .object = json else { throw .malformed("a line must be a JSON object") }
+        let f = Fields(json: json)
+        let typeName = try f.string("type")
+        guard let type = EventType(name: typeName) else {
+            throw .malformed("unknown event type \"\(typeName)\"")
+        }
+        let atText = try f.string("at")
+        guard let at = RFC3339.parse(Array(atText.utf8)) else {
+            throw .malformed("field `at` must be an RFC 3339 UTC time such as 2024-03-01T09:15:02.137Z")
+        }
+        let body = try decodeBody(type, f)
+        return Line(event: Event(at: at, body), appendedByLedger: (try? f.optionalBool("appendedByLedger")) == true)
+    }
+
+    private static func decodeBody(_ type: EventType, _ f: Fields) throws(LedgerError) -> EventBody {
+        switch type {
+        case .productRegistered:
+            let kindName = try f.string("kind")
+            guard let kind = ProductKind(rawValue: kindName) else {
+                throw .malformed("field `kind` must be consumable, nonConsumable, autoRenewable or nonRenewing")
+            }
+            let price = try f.string("price")
+            guard isDecimal(price) else { throw .malformed("field `price` must be a decimal string such as \"4.99\"") }
+            let currency = try f.string("currency")
+            guard currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= 65 && $0 <= 90 }) else {
+                throw .malformed("field `currency` must be an ISO 4217 code such as USD")
+            }
+            var contents: [ContentSpec] = []
+            for (k, item) in try f.optionalArray("contents").enumerated() {
+                let g = try f.object(item, "contents[\(k)]")
+                contents.append(ContentSpec(content: try g.string("content"), contentVersion: try g.version("contentVersion"),
+                                            contentLength: try g.length("contentLength")))
+            }
+            var related: [String] = []
+            for (k, item) in try f.optionalArray("relatedProducts").enumerated() {
+                guard case .string(let s) = item else { throw .malformed("field `relatedProducts[\(k)]` must be a string") }
+                related.append(s)
+            }
+            return .productRegistered(ProductRegistration(
+                product: try f.string("product"), kind: kind, price: price, currency: currency,
+                downloadable: try f.bool("downloadable"), contents: contents, relatedProducts: related,
+                title: try f.optionalString("title")))
+        case .contentVersionPublished:
+            return .contentVersionPublished(product: try f.string("product"), content: try f.string("content"),
+                                            contentVersion: try f.version("contentVersion"))
+        case .paymentQueued:
+            let quantity = try f.optionalInt("quantity") ?? 1
+            guard (1...10).contains(quantity) else { throw .malformed("field `quantity` must be an integer in 1...10") }
+            return .paymentQueued(transaction: try f.string("transaction"), product: try f.string("product"),
+                                  quantity: Int(quantity), user: try f.optionalString("user"))
+        case .transactionDeferred:
+            return .transactionDeferred(transaction: try f.string("transaction"))
+        case .transactionPurchased:
+            return .transactionPurchased(transaction: try f.string("transaction"), product: try f.optionalString("product"),
+                                         user: try f.optionalString("user"), storeTransactionId: try f.optionalString("storeTransactionId"),
+                                         downloads: try downloads(f))
+        case .transactionFailed:
+            return .transactionFailed(transaction: try f.string("transaction"), error: try f.storeError("error"))
+        case .transactionRestored:
+            return .transactionRestored(transaction: try f.string("transaction"), originalTransaction: try f.string("originalTransaction"),
+                                        product: try f.string("product"), user: try f.optionalString("user"),
+                                        storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f))
+        case .transactionRevoked:
+            return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"))
+        case .transactionFinished:
+            return .transactionFinished(transaction: try f.string("transaction"), discardContent: try f.optionalBool("discardContent") ?? false)
+        case .downloadStarted:
+            return .downloadStarted(download: try f.string("download"))
+        case .downloadProgressed:
+            let progress = try f.double("progress")
+            guard progress >= 0 && progress <= 1 else { throw .malformed("field `progress` must be a number in 0...1") }
+            let remaining = try f.optionalDouble("timeRemaining")
+            if let remaining, remaining < 0 && remaining != -1 {
+                throw .malformed("field `timeRemaining` must be seconds >= 0, or -1 for unknown")
+            }
+            let bytes = try f.optionalInt("bytesWritten")
+            if let bytes, bytes < 0 { throw .malformed("field `bytesWritten` must not be negative") }
+            return .downloadProgressed(download: try f.string("download"), progress: progress, bytesWritten: bytes, timeRemaining: remaining)
+        case .downloadPaused:
+            return .downloadPaused(download: try f.string("download"))
+        case .downloadResumed:
+            return .downloadResumed(download: try f.string("download"))
+        case .downloadCancelled:
+            let reason: CancelReason
+            if let name = try f.optionalString("reason") {
+                guard let r = CancelReason(rawValue: name) else { throw .malformed("field `reason` must be user or transactionFinished") }
+                reason = r
+            } else {
+                reason = .user
+            }
+            return .downloadCancelled(download: try f.string("download"), reason: reason)
+        case .downloadFinished:
+            return .downloadFinished(download: try f.string("download"), contentURL: try f.string("contentURL"))
+        case .downloadFailed:
+            return .downloadFailed(download: try f.string("download"), error: try f.storeError("error"))
+        case .contentCopiedOut:
+            let bytes = try f.optionalInt("bytesCopied")
+            if let bytes, bytes < 0 { throw .malformed("field `bytesCopied` must not be negative") }
+            return .contentCopiedOut(download: try f.string("download"), destination: try f.string("destination"),
+                                     checksum: try f.optionalString("checksum"), bytesCopied: bytes)
+        case .contentDeleted:
+            return .contentDeleted(product: try f.string("product"))
+        case .restoreStarted:
+            return .restoreStarted(user: try f.optionalString("user"))
+        case .restoreCompleted:
+            return .restoreCompleted
+        case .restoreFailed:
+            return .restoreFailed(error: try f.storeError("error"))
+        case .contentRegistered:
+            let length = try f.optionalInt("contentLength")
+            if let length, length < 0 { throw .malformed("field `contentLength` must not be negative") }
+            return .contentRegistered(url: try f.string("url"), download: try f.string("download"), contentLength: length)
+        }
+    }
+
+    private static func downloads(_ f: Fields) throws(LedgerError) -> [DownloadSpec]? {
+        guard let items = try f.optionalArrayOrNil("downloads") else { return nil }
+        var specs: [DownloadSpec] = []
+        for (k, item) in items.enumerated() {
+            let g = try f.object(item, "downloads[\(k)]")
+            specs.append(DownloadSpec(download: try g.string("download"), content: try g.string("content"),
+                                      contentVersion: try g.version("contentVersion"), contentLength: try g.length("contentLength")))
+        }
+        return specs
+    }
+
+    private static func isDecimal(_ s: String) -> Bool {
+        var sawDigit = false, sawDot = false, digitsAfterDot = 0
+        for b in s.utf8 {
+            if b >= 48 && b <= 57 {
+                sawDigit = true
+                if sawDot { digitsAfterDot += 1 }
+            } else if b == 46 && !sawDot && sawDigit {
+                sawDot = true
+            } else {
+                return false
+            }
+        }
+        return sawDigit && (!sawDot || digitsAfterDot > 0)
+    }
+
+    // MARK: - Encoding
+
+    /// One event as a JSON line (no newline). `seq`, `anomaly` and `appendedByLedger` are added
+    /// when given, as `export` does.
+    public static func encode(_ event: Event, seq: Int64? = nil, anomaly: Rule? = nil, appendedByLedger: Bool = false) -> String {
+        var w = JSONWriter()
+        write(event, seq: seq, anomaly: anomaly, appendedByLedger: appendedByLedger, to: &w)
+        return w.string
+    }
+
+    static func write(_ event: Event, seq: Int64?, anomaly: Rule?, appendedByLedger: Bool, to w: inout JSONWriter) {
+        w.beginObject()
+        if let seq { w.field("seq", seq) }
+        w.field("type", event.type.name)
+        w.field("at", event.at.description)
+        writeFields(event.body, to: &w)
+        if let anomaly { w.field("anomaly", anomaly.name) }
+        if appendedByLedger { w.field("appendedByLedger", true) }
+        w.endObject()
+    }
+
+    static func writeFields(_ body: EventBody, to w: inout JSONWriter) {
+        func opt(_ k: String, _ v: String?) { if let v { w.field(k, v) } }
+        func opt(_ k: String, _ v: Int64?) { if let v { w.field(k, v) } }
+        func error(_ e: StoreError) {
+            w.key("error"); w.beginObject(); w.field("domain", e.domain); w.field("code", e.code); w.field("message", e.message); w.endObject()
+        }
+        func downloads(_ specs: [DownloadSpec]?) {
+            guard let specs else { return }
+            w.key("downloads"); w.beginArray()
+            for s in specs {
+                w.beginObject(); w.field("download", s.download); w.field("content", s.content)
+                w.field("contentVersion", s.contentVersion.text); w.field("contentLength", s.contentLength); w.endObject()
+            }
+            w.endArray()
+        }
+        switch body {
+        case .productRegistered(let p):
+            w.field("product", p.product); w.field("kind", p.kind.rawValue); w.field("price", p.price)
+            w.field("currency", p.currency); w.field("downloadable", p.downloadable)
+            if !p.contents.isEmpty {
+                w.key("contents"); w.beginArray()
+                for c in p.contents {
+                    w.beginObject(); w.field("content", c.content); w.field("contentVersion", c.contentVersion.text)
+                    w.field("contentLength", c.contentLength); w.endObject()
+                }
+                w.endArray()
+            }
+            if !p.relatedProducts.isEmpty {
+                w.key("relatedProducts"); w.beginArray()
+                for r in p.relatedProducts { w.value(r) }
+                w.endArray()
+            }
+            opt("title", p.title)
+        case .contentVersionPublished(let product, let content, let version):
+            w.field("product", product); w.field("content", content); w.field("contentVersion", version.text)
+        case .paymentQueued(let t, let product, let quantity, let user):
+            w.field("transaction", t); w.field("product", product); w.field("quantity", quantity); opt("user", user)
+        case .transactionDeferred(let t):
+            w.field("transaction", t)
+        case .transactionPurchased(let t, let product, let user, let store, let specs):
+            w.field("transaction", t); opt("product", product); opt("user", user); opt("storeTransactionId", store); downloads(specs)
+        case .transactionFailed(let t, let e):
+            w.field("transaction", t); error(e)
+        case .transactionRestored(let t, let original, let product, let user, let store, let specs):
+            w.field("transaction", t); w.field("originalTransaction", original); w.field("product", product)
+            opt("user", user); opt("storeTransactionId", store); downloads(specs)
+        case .transactionRevoked(let t, let reason):
+            w.field("transaction", t); w.field("reason", reason)
+        case .transactionFinished(let t, let discard):
+            w.field("transaction", t); if discard { w.field("discardContent", true) }
+        case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d):
+            w.field("download", d)
+        case .downloadProgressed(let d, let progress, let bytes, let remaining):
+            w.field("download", d); w.field("progress", progress); opt("bytesWritten", bytes)
+            if let remaining { w.field("timeRemaining", remaining) }
+        case .downloadCancelled(let d, let reason):
+            w.field("download", d); w.field("reason", reason.rawValue)
+        case .downloadFinished(let d, let url):
+            w.field("download", d); w.field("contentURL", url)
+        case .downloadFailed(let d, let e):
+            w.field("download", d); error(e)
+        case .contentCopiedOut(let d, let destination, let checksum, let bytes):
+            w.field("download", d); w.field("destination", destination); opt("checksum", checksum); opt("bytesCopied", bytes)
+        case .contentDeleted(let product):
+            w.field("product", product)
+        case .restoreStarted(let user):
+            opt("user", user)
+        case .restoreCompleted:
+            break
+        case .restoreFailed(let e):
+            error(e)
+        case .contentRegistered(let url, let d, let length):
+            w.field("url", url); w.field("download", d); opt("contentLength", length)
+        }
+    }
+}
+
+/// Typed access to a JSON object's fields, with errors that name the field.
+private struct Fields {
+    let json: JSON
+    var prefix = ""
+
+    private func get(_ key: String) -> JSON? {
+        guard let v = json[key], v != .null else { return nil }
+        return v
+    }
+
+    private func name(_ key: String) -> String { "`\(prefix)\(key)`" }
+
+    func string(_ key: String) throws(LedgerError) -> String {
+        guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
+        guard case .string(let s) = v else { throw .malformed("field \(name(key)) must be a string") }
+        return s
+    }
+
+    func optionalString(_ key: String) throws(LedgerError) -> String? {
+        guard let v = get(key) else { return nil }
+        guard case .string(let s) = v else { throw .malformed("field \(name(key)) must be a string") }
+        return s
+    }
+
+    func bool(_ key: String) throws(LedgerError) -> Bool {
+        guard let v = try optionalBool(key) else { throw .malformed("missing field \(name(key))") }
+        return v
+    }
+
+    func optionalBool(_ key: String) throws(LedgerError) -> Bool? {
+        guard let v = get(key) else { return nil }
+        guard case .bool(let b) = v else { throw .malformed("field \(name(key)) must be true or false") }
+        return b
+    }
+
+    func optionalInt(_ key: String) throws(LedgerError) -> Int64? {
+        guard let v = get(key) else { return nil }
+        guard case .number(let d, let i) = v else { throw .malformed("field \(name(key)) must be an integer") }
+        if let i { return i }
+        // 1.0 and 1e3 are integers written another way; 1.5 and 1e30 are not.
+        guard d == d.rounded(), abs(d) < 9.0e18 else { throw .malformed("field \(name(key)) must be an integer") }
+        return Int64(d)
+    }
+
+    func length(_ key: String) throws(LedgerError) -> Int64 {
+        guard let v = try optionalInt(key) else { throw .malformed("missing field \(name(key))") }
+        guard v >= 0 else { throw .malformed("field \(name(key)) must not be negative") }
+        return v
+    }
+
+    func double(_ key: String) throws(LedgerError) -> Double {
+        guard let v = try optionalDouble(key) else { throw .malformed("missing field \(name(key))") }
+        return v
+    }
+
+    func optionalDouble(_ key: String) throws(LedgerError) -> Double? {
+        guard let v = get(key) else { return nil }
+        guard case .number(let d, _) = v else { throw .malformed("field \(name(key)) must be a number") }
+        return d
+    }
+
+    func version(_ key: String) throws(LedgerError) -> ContentVersion {
+        let text = try string(key)
+        guard let version = ContentVersion(text) else {
+            throw .malformed("field \(name(key)) must be dotted integers such as 1, 1.2 or 2.0.13")
+        }
+        return version
+    }
+
+    func storeError(_ key: String) throws(LedgerError) -> StoreError {
+        guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
+        let g = try object(v, key)
+        guard let code = try g.optionalInt("code") else { throw .malformed("missing field \(g.name("code"))") }
+        return StoreError(domain: try g.string("domain"), code: code, message: try g.string("message"))
+    }
+
+    func optionalArray(_ key: String) throws(LedgerError) -> [JSON] {
+        try optionalArrayOrNil(key) ?? []
+    }
+
+    func optionalArrayOrNil(_ key: String) throws(LedgerError) -> [JSON]? {
+        guard let v = get(key) else { return nil }
+        guard case .array(let items) = v else { throw .malformed("field \(name(key)) must be an array") }
+        return items
+    }
+
+    func object(_ v: JSON, _ path: String) throws(LedgerError) -> Fields {
+        guard case .object = v else { throw .malformed("field `\(prefix)\(path)` must be an object") }
+        return Fields(json: v, prefix: prefix + path + ".")
+    }
+}

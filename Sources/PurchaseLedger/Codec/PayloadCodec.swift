@@ -1,0 +1,263 @@
+/// The binary payload of each event type (format version 1, docs/format.md).
+///
+/// Tagged fields: a reader skips field numbers it does not know, and optional fields may be
+/// absent, so an event can gain fields without breaking old ledgers or old readers.
+enum PayloadCodec {
+    static let formatVersion = 1
+
+    static func encode(_ body: EventBody, into w: inout BinaryWriter) {
+        switch body {
+        case .productRegistered(let p):
+            w.field(1, p.product)
+            w.field(2, unsigned: UInt64(ProductKind.allCases.firstIndex(of: p.kind)!))
+            w.field(3, p.price)
+            w.field(4, p.currency)
+            w.field(5, unsigned: p.downloadable ? 1 : 0)
+            for c in p.contents {
+                w.message(6) { m in
+                    m.field(1, c.content); m.field(2, c.contentVersion.text); m.field(3, signed: c.contentLength)
+                }
+            }
+            for r in p.relatedProducts { w.field(7, r) }
+            w.field(8, p.title)
+        case .contentVersionPublished(let product, let content, let version):
+            w.field(1, product); w.field(2, content); w.field(3, version.text)
+        case .paymentQueued(let t, let product, let quantity, let user):
+            w.field(1, t); w.field(2, product)
+            if quantity != 1 { w.field(3, unsigned: UInt64(quantity)) }
+            w.field(4, user)
+        case .transactionDeferred(let t):
+            w.field(1, t)
+        case .transactionPurchased(let t, let product, let user, let store, let specs):
+            w.field(1, t); w.field(2, product); w.field(4, user); w.field(5, store)
+            downloads(specs, &w)
+        case .transactionFailed(let t, let e):
+            w.field(1, t); error(e, &w)
+        case .transactionRestored(let t, let original, let product, let user, let store, let specs):
+            w.field(1, t); w.field(2, product); w.field(3, original); w.field(4, user); w.field(5, store)
+            downloads(specs, &w)
+        case .transactionRevoked(let t, let reason):
+            w.field(1, t); w.field(2, reason)
+        case .transactionFinished(let t, let discard):
+            w.field(1, t)
+            if discard { w.field(2, unsigned: 1) }
+        case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d):
+            w.field(1, d)
+        case .downloadProgressed(let d, let progress, let bytes, let remaining):
+            w.field(1, d)
+            if let micros = exactScaled(progress, 1_000_000) { w.field(3, signed: micros) } else { w.field(2, double: progress) }
+            w.field(4, signed: bytes)
+            if let remaining {
+                if let millis = exactScaled(remaining, 1000) { w.field(6, signed: millis) } else { w.field(5, double: remaining) }
+            }
+        case .downloadCancelled(let d, let reason):
+            w.field(1, d)
+            if reason != .user { w.field(2, unsigned: 1) }
+        case .downloadFinished(let d, let url):
+            w.field(1, d); w.field(2, url)
+        case .downloadFailed(let d, let e):
+            w.field(1, d); error(e, &w)
+        case .contentCopiedOut(let d, let destination, let checksum, let bytes):
+            w.field(1, d); w.field(2, destination); w.field(3, checksum); w.field(4, signed: bytes)
+        case .contentDeleted(let product):
+            w.field(1, product)
+        case .restoreStarted(let user):
+            w.field(1, user)
+        case .restoreCompleted:
+            break
+        case .restoreFailed(let e):
+            error(e, &w)
+        case .contentRegistered(let url, let d, let length):
+            w.field(1, url); w.field(2, d); w.field(3, signed: length)
+        }
+    }
+
+    /// `value * scale` as an integer, when dividing it back gives exactly `value`.
+    private static func exactScaled(_ value: Double, _ scale: Double) -> Int64? {
+        let scaled = (value * scale).rounded()
+        guard abs(scaled) < 9e15, Double(Int64(scaled)) / scale == value else { return nil }
+        return Int64(scaled)
+    }
+
+    private static func error(_ e: StoreError, _ w: inout BinaryWriter) {
+        w.message(2) { m in m.field(1, e.domain); m.field(2, signed: e.code); m.field(3, e.message) }
+    }
+
+    private static func downloads(_ specs: [DownloadSpec]?, _ w: inout BinaryWriter) {
+        guard let specs else { return }
+        for s in specs {
+            w.message(6) { m in
+                m.field(1, s.download); m.field(2, s.content); m.field(3, s.contentVersion.text); m.field(4, signed: s.contentLength)
+            }
+        }
+        // Distinguishes an empty list from no list (some wrappers treat them differently).
+        if specs.isEmpty { w.field(7, unsigned: 1) }
+    }
+
+    // MARK: - Decoding
+
+    typealias Failure = BinaryReader.Failure
+
+    /// Collected fields of one payload, by number. Repeated fields keep their order.
+    private struct Fields {
+        var strings: [UInt64: String] = [:]
+        var ints: [UInt64: UInt64] = [:]
+        var doubles: [UInt64: Double] = [:]
+        var messages: [(UInt64, BinaryReader)] = []
+        var repeatedStrings: [String] = []
+
+        func string(_ f: UInt64, _ name: String) throws(Failure) -> String {
+            guard let s = strings[f] else { throw Failure(message: "missing \(name)") }
+            return s
+        }
+
+        func version(_ f: UInt64) throws(Failure) -> ContentVersion {
+            guard let text = strings[f], let v = ContentVersion(text) else { throw Failure(message: "bad content version") }
+            return v
+        }
+
+        func signed(_ f: UInt64) -> Int64? {
+            ints[f].map { Int64(bitPattern: ($0 >> 1) ^ (0 &- ($0 & 1))) }
+        }
+    }
+
+    /// Reads every field. `nested` are the numbers of fields holding messages; `repeatedString`
+    /// names the one string field that may repeat.
+    private static func read(_ r: inout BinaryReader, nested: UInt64? = nil, repeatedString: UInt64? = nil) throws(Failure) -> Fields {
+        var f = Fields()
+        while !r.isAtEnd {
+            let (number, wire) = try r.key()
+            switch wire {
+            case 0: f.ints[number] = try r.varint()
+            case 1: f.doubles[number] = try r.double()
+            case 2:
+                if number == nested {
+                    f.messages.append((number, try r.message()))
+                } else if number == repeatedString {
+                    f.repeatedStrings.append(try r.string())
+                } else {
+                    f.strings[number] = try r.string()
+                }
+            default: try r.skip(wire: wire)
+            }
+        }
+        return f
+    }
+
+    private static func storeError(_ f: Fields) throws(Failure) -> StoreError {
+        guard var m = f.messages.last(where: { $0.0 == 2 })?.1 else { throw Failure(message: "missing error") }
+        let g = try read(&m)
+        guard let code = g.signed(2) else { throw Failure(message: "missing error code") }
+        return StoreError(domain: try g.string(1, "error domain"), code: code, message: try g.string(3, "error message"))
+    }
+
+    private static func downloads(_ f: Fields) throws(Failure) -> [DownloadSpec]? {
+        var specs: [DownloadSpec] = []
+        for (number, reader) in f.messages where number == 6 {
+            var m = reader
+            let g = try read(&m)
+            guard let length = g.signed(4) else { throw Failure(message: "missing contentLength") }
+            specs.append(DownloadSpec(download: try g.string(1, "download"), content: try g.string(2, "content"),
+                                      contentVersion: try g.version(3), contentLength: length))
+        }
+        if specs.isEmpty && f.ints[7] != 1 { return nil }
+        return specs
+    }
+
+    static func decode(_ type: EventType, _ r: inout BinaryReader) throws(Failure) -> EventBody {
+        switch type {
+        case .downloadProgressed:
+            // The most frequent event: read without the general field table.
+            var download: String?
+            var progress: Double?
+            var bytes: Int64?
+            var remaining: Double?
+            while !r.isAtEnd {
+                let (number, wire) = try r.key()
+                switch (number, wire) {
+                case (1, 2): download = try r.string()
+                case (2, 1): progress = try r.double()
+                case (3, 0): progress = Double(try r.zigzag()) / 1_000_000
+                case (4, 0): bytes = try r.zigzag()
+                case (5, 1): remaining = try r.double()
+                case (6, 0): remaining = Double(try r.zigzag()) / 1000
+                default: try r.skip(wire: wire)
+                }
+            }
+            guard let download, let progress else { throw Failure(message: "missing download or progress") }
+            return .downloadProgressed(download: download, progress: progress, bytesWritten: bytes, timeRemaining: remaining)
+        default:
+            break
+        }
+        let nested: UInt64? = switch type {
+        case .productRegistered, .transactionPurchased, .transactionRestored: 6
+        case .transactionFailed, .downloadFailed, .restoreFailed: 2
+        default: nil
+        }
+        let f = try read(&r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil)
+        switch type {
+        case .downloadProgressed:
+            throw Failure(message: "unreachable")
+        case .productRegistered:
+            guard let kindIndex = f.ints[2], kindIndex < ProductKind.allCases.count else { throw Failure(message: "bad kind") }
+            var contents: [ContentSpec] = []
+            for (_, reader) in f.messages {
+                var m = reader
+                let g = try read(&m)
+                guard let length = g.signed(3) else { throw Failure(message: "missing contentLength") }
+                contents.append(ContentSpec(content: try g.string(1, "content"), contentVersion: try g.version(2), contentLength: length))
+            }
+            return .productRegistered(ProductRegistration(
+                product: try f.string(1, "product"), kind: ProductKind.allCases[Int(kindIndex)], price: try f.string(3, "price"),
+                currency: try f.string(4, "currency"), downloadable: f.ints[5] == 1, contents: contents,
+                relatedProducts: f.repeatedStrings, title: f.strings[8]))
+        case .transactionPurchased:
+            return .transactionPurchased(transaction: try f.string(1, "transaction"), product: f.strings[2], user: f.strings[4],
+                                         storeTransactionId: f.strings[5], downloads: try downloads(f))
+        case .transactionRestored:
+            return .transactionRestored(transaction: try f.string(1, "transaction"), originalTransaction: try f.string(3, "originalTransaction"),
+                                        product: try f.string(2, "product"), user: f.strings[4], storeTransactionId: f.strings[5],
+                                        downloads: try downloads(f))
+        case .transactionFailed:
+            return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f))
+        case .downloadFailed:
+            return .downloadFailed(download: try f.string(1, "download"), error: try storeError(f))
+        case .restoreFailed:
+            return .restoreFailed(error: try storeError(f))
+        case .contentVersionPublished:
+            return .contentVersionPublished(product: try f.string(1, "product"), content: try f.string(2, "content"), contentVersion: try f.version(3))
+        case .paymentQueued:
+            let quantity = f.ints[3] ?? 1
+            guard (1...10).contains(quantity) else { throw Failure(message: "bad quantity") }
+            return .paymentQueued(transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
+                                  quantity: Int(quantity), user: f.strings[4])
+        case .transactionDeferred:
+            return .transactionDeferred(transaction: try f.string(1, "transaction"))
+        case .transactionRevoked:
+            return .transactionRevoked(transaction: try f.string(1, "transaction"), reason: try f.string(2, "reason"))
+        case .transactionFinished:
+            return .transactionFinished(transaction: try f.string(1, "transaction"), discardContent: f.ints[2] == 1)
+        case .downloadStarted:
+            return .downloadStarted(download: try f.string(1, "download"))
+        case .downloadPaused:
+            return .downloadPaused(download: try f.string(1, "download"))
+        case .downloadResumed:
+            return .downloadResumed(download: try f.string(1, "download"))
+        case .downloadCancelled:
+            return .downloadCancelled(download: try f.string(1, "download"), reason: f.ints[2] == 1 ? .transactionFinished : .user)
+        case .downloadFinished:
+            return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.string(2, "contentURL"))
+        case .contentCopiedOut:
+            return .contentCopiedOut(download: try f.string(1, "download"), destination: try f.string(2, "destination"),
+                                     checksum: f.strings[3], bytesCopied: f.signed(4))
+        case .contentDeleted:
+            return .contentDeleted(product: try f.string(1, "product"))
+        case .restoreStarted:
+            return .restoreStarted(user: f.strings[1])
+        case .restoreCompleted:
+            return .restoreCompleted
+        case .contentRegistered:
+            return .contentRegistered(url: try f.string(1, "url"), download: try f.string(2, "download"), contentLength: f.signed(3))
+        }
+    }
+}

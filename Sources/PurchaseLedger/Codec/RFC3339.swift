@@ -1,0 +1,143 @@
+/// RFC 3339 times in UTC (`2024-03-01T09:15:02.137Z`), parsed and printed without Foundation.
+enum RFC3339 {
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00|-00:00)`; nil for anything else, including
+    /// other offsets (times must be UTC) and impossible dates.
+    static func parse<C: Collection<UInt8>>(_ text: C) -> Timestamp? where C.Index == Int {
+        let s = text
+        var i = s.startIndex
+        func digits(_ n: Int) -> Int? {
+            guard s.endIndex - i >= n else { return nil }
+            var value = 0
+            for _ in 0..<n {
+                let b = s[i]
+                guard b >= 48 && b <= 57 else { return nil }
+                value = value * 10 + Int(b - 48)
+                i += 1
+            }
+            return value
+        }
+        func expect(_ c: UInt8...) -> Bool {
+            guard i < s.endIndex, c.contains(s[i]) else { return false }
+            i += 1
+            return true
+        }
+        guard let year = digits(4), expect(45), let month = digits(2), expect(45), let day = digits(2),
+              expect(84, 116, 32), let hour = digits(2), expect(58), let minute = digits(2), expect(58),
+              let second = digits(2)
+        else { return nil }
+        guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
+              hour < 24, minute < 60, second < 60
+        else { return nil }
+        var nanos: Int64 = 0
+        if i < s.endIndex && s[i] == 46 {
+            i += 1
+            var count = 0
+            while i < s.endIndex, s[i] >= 48 && s[i] <= 57 {
+                if count < 9 { nanos = nanos * 10 + Int64(s[i] - 48) }
+                count += 1
+                i += 1
+            }
+            guard count > 0 else { return nil }
+            for _ in min(count, 9)..<9 { nanos *= 10 }
+        }
+        guard i < s.endIndex else { return nil }
+        if s[i] == 90 || s[i] == 122 {
+            i += 1
+        } else if s[i] == 43 || s[i] == 45 {
+            i += 1
+            guard let h = digits(2), expect(58), let m = digits(2), h == 0, m == 0 else { return nil }
+        } else {
+            return nil
+        }
+        guard i == s.endIndex else { return nil }
+        let days = Int64(daysFromCivil(year: year, month: month, day: day))
+        let seconds = days * 86_400 + Int64(hour * 3600 + minute * 60 + second)
+        return Timestamp(nanosecondsSinceEpoch: seconds * 1_000_000_000 + nanos)
+    }
+
+    static func parse(_ text: String) -> Timestamp? {
+        parse(Array(text.utf8))
+    }
+
+    static func format(_ t: Timestamp) -> String {
+        let ns = t.nanosecondsSinceEpoch
+        var seconds = ns / 1_000_000_000
+        var fraction = ns % 1_000_000_000
+        if fraction < 0 {
+            fraction += 1_000_000_000
+            seconds -= 1
+        }
+        var days = seconds / 86_400
+        var rest = seconds % 86_400
+        if rest < 0 {
+            rest += 86_400
+            days -= 1
+        }
+        let (y, m, d) = civilFromDays(Int(days))
+        var out = [UInt8]()
+        out.reserveCapacity(30)
+        func put(_ v: Int, _ width: Int) {
+            var digits = [UInt8](repeating: 48, count: width)
+            var x = v
+            for k in stride(from: width - 1, through: 0, by: -1) {
+                digits[k] = UInt8(48 + x % 10)
+                x /= 10
+            }
+            out.append(contentsOf: digits)
+        }
+        put(y, 4); out.append(45); put(m, 2); out.append(45); put(d, 2); out.append(84)
+        put(Int(rest / 3600), 2); out.append(58); put(Int(rest % 3600 / 60), 2); out.append(58); put(Int(rest % 60), 2)
+        out.append(46)
+        if fraction % 1_000_000 == 0 {
+            put(Int(fraction / 1_000_000), 3)
+        } else if fraction % 1000 == 0 {
+            put(Int(fraction / 1000), 6)
+        } else {
+            put(Int(fraction), 9)
+        }
+        out.append(90)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func isLeap(_ y: Int) -> Bool { (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 }
+
+    private static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: isLeap(year) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    /// Howard Hinnant's days_from_civil.
+    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    private static func civilFromDays(_ z0: Int) -> (Int, Int, Int) {
+        let z = z0 + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (yoe + era * 400 + (m <= 2 ? 1 : 0), m, d)
+    }
+}
+
+extension Timestamp {
+    /// Parses an RFC 3339 UTC time such as `2024-03-01T09:15:02.137Z`.
+    public static func parse(_ text: String) throws(LedgerError) -> Timestamp {
+        guard let value = RFC3339.parse(text) else {
+            throw .malformed("\"\(text)\" is not an RFC 3339 UTC time such as 2024-03-01T09:15:02.137Z")
+        }
+        return value
+    }
+}

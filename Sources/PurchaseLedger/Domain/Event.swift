@@ -1,0 +1,177 @@
+/// One thing that happened: what the app decided (a command) or what the store reported (an
+/// observation), and when.
+///
+/// ```swift
+/// let event = Event(at: try Timestamp.parse("2024-03-01T09:15:02.137Z"),
+///                   .paymentQueued(transaction: "t1", product: "com.example.book1", quantity: 1, user: "u1"))
+/// ```
+public struct Event: Sendable, Hashable {
+    public var at: Timestamp
+    public var body: EventBody
+
+    public init(at: Timestamp, _ body: EventBody) {
+        self.at = at
+        self.body = body
+    }
+
+    public var type: EventType { body.type }
+}
+
+/// The events of the ledger contract. Each case's fields are the contract's fields.
+public enum EventBody: Sendable, Hashable {
+    case productRegistered(ProductRegistration)
+    case contentVersionPublished(product: String, content: String, contentVersion: ContentVersion)
+    case paymentQueued(transaction: String, product: String, quantity: Int, user: String?)
+    case transactionDeferred(transaction: String)
+    case transactionPurchased(transaction: String, product: String?, user: String?, storeTransactionId: String?, downloads: [DownloadSpec]?)
+    case transactionFailed(transaction: String, error: StoreError)
+    case transactionRestored(transaction: String, originalTransaction: String, product: String, user: String?, storeTransactionId: String?, downloads: [DownloadSpec]?)
+    case transactionRevoked(transaction: String, reason: String)
+    case transactionFinished(transaction: String, discardContent: Bool)
+    case downloadStarted(download: String)
+    case downloadProgressed(download: String, progress: Double, bytesWritten: Int64?, timeRemaining: Double?)
+    case downloadPaused(download: String)
+    case downloadResumed(download: String)
+    case downloadCancelled(download: String, reason: CancelReason)
+    case downloadFinished(download: String, contentURL: String)
+    case downloadFailed(download: String, error: StoreError)
+    case contentCopiedOut(download: String, destination: String, checksum: String?, bytesCopied: Int64?)
+    case contentDeleted(product: String)
+    case restoreStarted(user: String?)
+    case restoreCompleted
+    case restoreFailed(error: StoreError)
+    case contentRegistered(url: String, download: String, contentLength: Int64?)
+
+    public var type: EventType {
+        switch self {
+        case .productRegistered: .productRegistered
+        case .contentVersionPublished: .contentVersionPublished
+        case .paymentQueued: .paymentQueued
+        case .transactionDeferred: .transactionDeferred
+        case .transactionPurchased: .transactionPurchased
+        case .transactionFailed: .transactionFailed
+        case .transactionRestored: .transactionRestored
+        case .transactionRevoked: .transactionRevoked
+        case .transactionFinished: .transactionFinished
+        case .downloadStarted: .downloadStarted
+        case .downloadProgressed: .downloadProgressed
+        case .downloadPaused: .downloadPaused
+        case .downloadResumed: .downloadResumed
+        case .downloadCancelled: .downloadCancelled
+        case .downloadFinished: .downloadFinished
+        case .downloadFailed: .downloadFailed
+        case .contentCopiedOut: .contentCopiedOut
+        case .contentDeleted: .contentDeleted
+        case .restoreStarted: .restoreStarted
+        case .restoreCompleted: .restoreCompleted
+        case .restoreFailed: .restoreFailed
+        case .contentRegistered: .contentRegistered
+        }
+    }
+
+    /// The transaction this event is about, if it names one.
+    public var transactionID: String? {
+        switch self {
+        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
+             .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+             .transactionFinished(let t, _):
+            t
+        default: nil
+        }
+    }
+
+    /// The download this event is about, if it names one.
+    public var downloadID: String? {
+        switch self {
+        case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
+             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            d
+        default: nil
+        }
+    }
+
+    /// The stream the event belongs to: `transaction:<id>`, `download:<id>`, `catalog` or `restore`.
+    public var stream: String {
+        if let t = transactionID { return "transaction:" + t }
+        if let d = downloadID { return "download:" + d }
+        switch self {
+        case .restoreStarted, .restoreCompleted, .restoreFailed: return "restore"
+        default: return "catalog"
+        }
+    }
+}
+
+/// The event types, with their stable on-disk codes (never renumber one).
+public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomStringConvertible {
+    case productRegistered = 1
+    case contentVersionPublished = 2
+    case paymentQueued = 3
+    case transactionDeferred = 4
+    case transactionPurchased = 5
+    case transactionFailed = 6
+    case transactionRestored = 7
+    case transactionRevoked = 8
+    case transactionFinished = 9
+    case downloadStarted = 10
+    case downloadProgressed = 11
+    case downloadPaused = 12
+    case downloadResumed = 13
+    case downloadCancelled = 14
+    case downloadFinished = 15
+    case downloadFailed = 16
+    case contentCopiedOut = 17
+    case contentDeleted = 18
+    case restoreStarted = 19
+    case restoreCompleted = 20
+    case restoreFailed = 21
+    case contentRegistered = 22
+
+    /// The contract's name, as in the JSON `type` field.
+    public var name: String {
+        switch self {
+        case .productRegistered: "productRegistered"
+        case .contentVersionPublished: "contentVersionPublished"
+        case .paymentQueued: "paymentQueued"
+        case .transactionDeferred: "transactionDeferred"
+        case .transactionPurchased: "transactionPurchased"
+        case .transactionFailed: "transactionFailed"
+        case .transactionRestored: "transactionRestored"
+        case .transactionRevoked: "transactionRevoked"
+        case .transactionFinished: "transactionFinished"
+        case .downloadStarted: "downloadStarted"
+        case .downloadProgressed: "downloadProgressed"
+        case .downloadPaused: "downloadPaused"
+        case .downloadResumed: "downloadResumed"
+        case .downloadCancelled: "downloadCancelled"
+        case .downloadFinished: "downloadFinished"
+        case .downloadFailed: "downloadFailed"
+        case .contentCopiedOut: "contentCopiedOut"
+        case .contentDeleted: "contentDeleted"
+        case .restoreStarted: "restoreStarted"
+        case .restoreCompleted: "restoreCompleted"
+        case .restoreFailed: "restoreFailed"
+        case .contentRegistered: "contentRegistered"
+        }
+    }
+
+    public var description: String { name }
+
+    public init?(name: String) {
+        guard let match = EventType.byName[name] else { return nil }
+        self = match
+    }
+
+    private static let byName: [String: EventType] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.name, $0) })
+
+    /// Commands record the app's decisions and may be rejected; observations record what the store
+    /// said and are never lost.
+    public var isCommand: Bool {
+        switch self {
+        case .paymentQueued, .transactionFinished, .downloadStarted, .downloadPaused, .downloadResumed,
+             .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
+            true
+        default: false
+        }
+    }
+}

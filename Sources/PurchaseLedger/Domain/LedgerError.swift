@@ -1,0 +1,106 @@
+/// The one error type of purchase-ledger.
+///
+/// Switch on ``code`` (stable, may grow) and, for rule violations, on ``rule``. Messages never
+/// contain user ids, destinations or other payload values beyond the ids of transactions and
+/// downloads, so they are safe to log.
+///
+/// ```swift
+/// do {
+///     try ledger.append(finish)
+/// } catch let error as LedgerError where error.rule == .finishBeforeCopyOut {
+///     print("copy these out first:", error.downloads)
+/// }
+/// ```
+public struct LedgerError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is. New codes may be added; existing ones never change meaning.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        enum Kind: String, Sendable {
+            case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
+            case keyRequired, keyMismatch, unregisteredURL, storage, io
+        }
+
+        let kind: Kind
+
+        /// A command broke a rule; nothing was written. ``LedgerError/rule`` names it.
+        public static let ruleViolation = Code(kind: .ruleViolation)
+        /// The input is not a valid event (bad JSON, unknown type, missing field, unknown id...).
+        public static let malformedInput = Code(kind: .malformedInput)
+        /// Stored bytes do not decode (a flipped or truncated byte); ``LedgerError/seq`` says where.
+        public static let corruptData = Code(kind: .corruptData)
+        /// The hash chain does not match the stored events: an event was edited, removed or moved.
+        public static let chainMismatch = Code(kind: .chainMismatch)
+        /// The file was written by a newer purchase-ledger.
+        public static let schemaTooNew = Code(kind: .schemaTooNew)
+        /// The file is not a purchase-ledger ledger.
+        public static let notALedger = Code(kind: .notALedger)
+        /// The ledger's chain is keyed and no key was given.
+        public static let keyRequired = Code(kind: .keyRequired)
+        /// The key given is not the ledger's key.
+        public static let keyMismatch = Code(kind: .keyMismatch)
+        /// No download is registered for the content URL asked about.
+        public static let unregisteredURL = Code(kind: .unregisteredURL)
+        /// SQLite failed (disk full, I/O error, lock timeout...).
+        public static let storage = Code(kind: .storage)
+        /// Reading or writing a file outside the ledger failed.
+        public static let io = Code(kind: .io)
+
+        public var description: String { kind.rawValue }
+    }
+
+    public let code: Code
+    /// The broken rule, for rule violations and anomalies.
+    public let rule: Rule?
+    /// A sentence a person understands.
+    public let message: String
+    /// The event that was refused, when there is one.
+    public var event: Event?
+    /// The downloads concerned (for `finishBeforeCopyOut`: the ones never copied out).
+    public var downloads: [String]
+    /// The position in the stored log this error is about, for stored data.
+    public var seq: Int64?
+    /// The 1-based input line, for JSON Lines input.
+    public var line: Int?
+
+    init(_ code: Code, rule: Rule? = nil, _ message: String, event: Event? = nil, downloads: [String] = [], seq: Int64? = nil, line: Int? = nil) {
+        self.code = code
+        self.rule = rule
+        self.message = message
+        self.event = event
+        self.downloads = downloads
+        self.seq = seq
+        self.line = line
+    }
+
+    static func violation(_ rule: Rule, _ message: String, _ event: Event, downloads: [String] = []) -> LedgerError {
+        LedgerError(.ruleViolation, rule: rule, message, event: event, downloads: downloads)
+    }
+
+    static func malformed(_ message: String, event: Event? = nil, line: Int? = nil) -> LedgerError {
+        LedgerError(.malformedInput, message, event: event, line: line)
+    }
+
+    static func corrupt(_ message: String, seq: Int64?) -> LedgerError {
+        LedgerError(.corruptData, message, seq: seq)
+    }
+
+    static func storage(_ message: String) -> LedgerError {
+        LedgerError(.storage, message)
+    }
+
+    /// The same error, placed at an input line.
+    func at(line: Int) -> LedgerError {
+        var copy = self
+        copy.line = line
+        return copy
+    }
+
+    /// `line 7: finishBeforeCopyOut: download t1-d1 finished but ...`
+    public var description: String {
+        var parts: [String] = []
+        if let line { parts.append("line \(line)") }
+        if let seq, line == nil { parts.append("seq \(seq)") }
+        if let rule { parts.append(rule.name) } else if code != .ruleViolation { parts.append(code.description) }
+        parts.append(message)
+        return parts.joined(separator: ": ")
+    }
+}

@@ -1,0 +1,477 @@
+/// What the reducer made of one event.
+public enum Outcome: Sendable, Hashable {
+    /// The event changed the state; it is stored.
+    case applied
+    /// A redelivered observation, equal to what is recorded: stored, changes nothing.
+    case unchanged
+    /// An observation that makes no sense in the current state: stored, flagged with the rule,
+    /// changes nothing but the anomaly count.
+    case anomaly(Rule)
+    /// An identical repeat of a command: accepted, and nothing is stored.
+    case ignored
+
+    var isStored: Bool { self != .ignored }
+    var anomaly: Rule? { if case .anomaly(let rule) = self { rule } else { nil } }
+}
+
+/// The rules of the ledger, as one pure function over the state.
+///
+/// No I/O, no clock, no randomness: live appends, replays, `verify` and rebuilds all call
+/// ``reduce(_:_:)``, so a replay reproduces exactly what the app saw.
+///
+/// ```swift
+/// var state = LedgerState()
+/// for event in events {
+///     for expanded in Reducer.plan(state, event) {   // adds the early-finish cancellations
+///         _ = try Reducer.reduce(&state, expanded)
+///     }
+/// }
+/// ```
+public enum Reducer {
+    /// Bumped whenever a rule or the state's shape changes: snapshots and projections written by
+    /// another version are rebuilt from the log instead of trusted.
+    public static let version: Int = 1
+
+    /// The events to store for `event`: the event itself, preceded, for a finish that is accepted
+    /// while some of its downloads are started, active or paused, by one `downloadCancelled`
+    /// (reason `transactionFinished`) per such download, at the finish's time.
+    public static func plan(_ state: LedgerState, _ event: Event) -> [Event] {
+        guard case .transactionFinished(let t, let discard) = event.body,
+              let transaction = state.transactions[t],
+              (try? checkFinish(state, transaction, discard: discard, event)) != nil
+        else { return [event] }
+        var events = transaction.downloads.compactMap { id -> Event? in
+            guard state.downloads[id]?.inFlight == true else { return nil }
+            return Event(at: event.at, .downloadCancelled(download: id, reason: .transactionFinished))
+        }
+        events.append(event)
+        return events
+    }
+
+    /// Applies one event. Throws, leaving `state` untouched, when a command breaks a rule or the
+    /// event is malformed (it names an unknown transaction or download).
+    public static func reduce(_ state: inout LedgerState, _ event: Event) throws(LedgerError) -> Outcome {
+        let outcome = try decide(&state, event)
+        if case .anomaly = outcome { state.anomalies += 1 }
+        return outcome
+    }
+
+    /// Applies a stored event during a replay. A stored command that the rules now reject (a ledger
+    /// written by an older, laxer app) leaves the state unchanged and comes back as an anomaly.
+    static func replay(_ state: inout LedgerState, _ event: Event, seq: Int64) throws(LedgerError) -> Outcome {
+        let outcome: Outcome
+        do {
+            outcome = try reduce(&state, event)
+        } catch where error.code == .ruleViolation {
+            state.anomalies += 1
+            outcome = .anomaly(error.rule!)
+        }
+        state.seq = seq
+        state.streamVersions[event.body.stream, default: 0] += 1
+        return outcome
+    }
+
+    // MARK: - The rules
+
+    private static func decide(_ s: inout LedgerState, _ e: Event) throws(LedgerError) -> Outcome {
+        switch e.body {
+        case .productRegistered(let registration):
+            let previous = s.products[registration.product]
+            publish(&s, registration.product, registration.contents.map { ($0.content, $0.contentVersion) })
+            if previous?.registration == registration { return .unchanged }
+            s.products[registration.product] = ProductRecord(registration: registration, registeredAt: e.at)
+            return .applied
+
+        case .contentVersionPublished(let product, let content, let version):
+            guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
+            let key = ContentKey(product: product, content: content)
+            if let latest = s.publishedVersions[key], !version.isNewer(than: latest) { return .unchanged }
+            s.publishedVersions[key] = version
+            return .applied
+
+        case .paymentQueued(let t, let product, let quantity, let user):
+            if let existing = s.transactions[t] {
+                if existing.queuedAt != nil, existing.product == product, existing.quantity == quantity, existing.user == user {
+                    return .ignored
+                }
+                throw .violation(.duplicateTransaction, "transaction \(t) already exists; a new payment needs a new transaction id", e)
+            }
+            guard s.products[product] != nil else {
+                throw .violation(.unknownProduct, "product \(product) was never registered", e)
+            }
+            var record = TransactionRecord(transaction: t, product: product, user: user, quantity: quantity, state: .purchasing)
+            record.queuedAt = e.at
+            s.transactions[t] = record
+            return .applied
+
+        case .transactionDeferred(let t):
+            let record = try transaction(s, t, e)
+            switch record.state {
+            case .purchasing:
+                s.transactions[t]!.state = .deferred
+                s.transactions[t]!.wasDeferred = true
+                return .applied
+            case .deferred: return .unchanged
+            default: return .anomaly(.illegalTransactionTransition)
+            }
+
+        case .transactionPurchased(let t, let product, let user, let storeID, let specs):
+            guard let record = s.transactions[t] else {
+                guard let product else {
+                    throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
+                }
+                guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
+                if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+                var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .purchased)
+                created.storeTransactionId = storeID
+                created.purchasedAt = e.at
+                s.transactions[t] = created
+                deliver(&s, t, specs ?? [])
+                s.owners[product, default: 0] += 1
+                return .applied
+            }
+            if let product, product != record.product { return .anomaly(.duplicateTransaction) }
+            if let user, let recorded = record.user, user != recorded { return .anomaly(.duplicateTransaction) }
+            switch record.state {
+            case .purchasing, .deferred:
+                if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+                s.transactions[t]!.state = .purchased
+                s.transactions[t]!.storeTransactionId = storeID
+                s.transactions[t]!.purchasedAt = e.at
+                if record.user == nil { s.transactions[t]!.user = user }
+                deliver(&s, t, specs ?? [])
+                if !record.revoked { s.owners[record.product, default: 0] += 1 }
+                return .applied
+            case .purchased:
+                guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []) else {
+                    return .anomaly(.duplicateTransaction)
+                }
+                return .unchanged
+            case .failed, .restored:
+                return .anomaly(.illegalTransactionTransition)
+            }
+
+        case .transactionFailed(let t, let error):
+            let record = try transaction(s, t, e)
+            switch record.state {
+            case .purchasing, .deferred:
+                s.transactions[t]!.state = .failed
+                s.transactions[t]!.error = error
+                s.transactions[t]!.failedAt = e.at
+                return .applied
+            case .failed where record.error == error: return .unchanged
+            default: return .anomaly(.illegalTransactionTransition)
+            }
+
+        case .transactionRestored(let t, let original, let product, let user, let storeID, let specs):
+            if let record = s.transactions[t] {
+                let same = record.state == .restored && record.originalTransaction == original && record.product == product
+                    && (user == nil || user == record.user) && storeID == record.storeTransactionId
+                    && delivered(s, record) == (specs ?? [])
+                return same ? .unchanged : .anomaly(.duplicateTransaction)
+            }
+            guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
+            if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+            var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .restored)
+            created.originalTransaction = original
+            created.storeTransactionId = storeID
+            created.purchasedAt = e.at
+            s.transactions[t] = created
+            deliver(&s, t, specs ?? [])
+            s.owners[product, default: 0] += 1
+            return .applied
+
+        case .transactionRevoked(let t, let reason):
+            let record = try transaction(s, t, e)
+            guard record.state == .purchased || record.state == .restored else { return .anomaly(.illegalTransactionTransition) }
+            if record.revoked {
+                return record.revocationReason == reason ? .unchanged : .anomaly(.illegalTransactionTransition)
+            }
+            s.transactions[t]!.revoked = true
+            s.transactions[t]!.revocationReason = reason
+            s.transactions[t]!.revokedAt = e.at
+            s.owners[record.product, default: 0] -= 1
+            return .applied
+
+        case .transactionFinished(let t, let discard):
+            let record = try transaction(s, t, e)
+            try checkFinish(s, record, discard: discard, e)
+            for id in record.downloads {
+                guard var download = s.downloads[id] else { continue }
+                if download.inFlight {
+                    // Normally already cancelled by the events `plan` stored before this finish.
+                    download.state = .cancelled
+                    download.cancelReason = .transactionFinished
+                    download.lastActivityAt = e.at
+                } else if download.state == .finished && !download.copiedOut && discard {
+                    download.discarded = true
+                }
+                download.contentURL = nil
+                s.downloads[id] = download
+            }
+            s.transactions[t]!.finished = true
+            s.transactions[t]!.finishedAt = e.at
+            if discard && record.downloads.contains(where: { s.downloads[$0]?.discarded == true }) {
+                s.transactions[t]!.discardedContent = true
+            }
+            return .applied
+
+        case .downloadStarted(let d):
+            let (download, owner) = try downloadForCommand(s, d, e)
+            if let owner, !owner.grantsOwnership {
+                throw .violation(.illegalDownloadTransition, "download \(d) belongs to transaction \(owner.transaction), which is \(owner.revoked ? "revoked" : owner.state.rawValue), not purchased or restored", e)
+            }
+            let startable = !download.started || download.state == .failed || download.state == .cancelled
+            guard startable else {
+                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a download never started, failed or cancelled can start", e)
+            }
+            var next = download
+            next.started = true
+            next.state = .waiting
+            next.progress = 0
+            next.bytesWritten = nil
+            next.timeRemaining = nil
+            next.contentURL = nil
+            next.error = nil
+            next.cancelReason = nil
+            next.attempts += 1
+            next.startedAt = e.at
+            next.lastActivityAt = e.at
+            s.downloads[d] = next
+            return .applied
+
+        case .downloadPaused(let d):
+            let (download, _) = try downloadForCommand(s, d, e)
+            guard download.started, download.state == .waiting || download.state == .active else {
+                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a waiting (started) or active download can pause", e)
+            }
+            s.downloads[d]!.state = .paused
+            s.downloads[d]!.lastActivityAt = e.at
+            return .applied
+
+        case .downloadResumed(let d):
+            let (download, _) = try downloadForCommand(s, d, e)
+            guard download.state == .paused else {
+                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a paused download can resume", e)
+            }
+            s.downloads[d]!.state = .waiting
+            s.downloads[d]!.lastActivityAt = e.at
+            return .applied
+
+        case .downloadCancelled(let d, let reason):
+            let (download, _) = try downloadForCommand(s, d, e)
+            guard download.inFlight else {
+                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a started, active or paused download can be cancelled", e)
+            }
+            s.downloads[d]!.state = .cancelled
+            s.downloads[d]!.cancelReason = reason
+            s.downloads[d]!.lastActivityAt = e.at
+            return .applied
+
+        case .downloadProgressed(let d, let progress, let bytes, let remaining):
+            let download = try downloadRecord(s, d, e)
+            if finishedOwner(s, download) { return .anomaly(.downloadAfterFinish) }
+            guard download.started, download.state == .waiting || download.state == .active else {
+                return .anomaly(.illegalDownloadTransition)
+            }
+            if download.state == .active, download.progress == progress, download.bytesWritten == bytes,
+               download.timeRemaining == remaining {
+                return .unchanged
+            }
+            var next = download
+            next.state = .active
+            next.progress = progress
+            next.bytesWritten = bytes
+            next.timeRemaining = remaining
+            next.lastActivityAt = e.at
+            s.downloads[d] = next
+            return .applied
+
+        case .downloadFinished(let d, let url):
+            let download = try downloadRecord(s, d, e)
+            if finishedOwner(s, download) { return .anomaly(.contentURLAfterFinish) }
+            guard download.started, download.state == .waiting || download.state == .active else {
+                return .anomaly(.illegalDownloadTransition)
+            }
+            var next = download
+            next.state = .finished
+            next.progress = 1
+            next.timeRemaining = nil
+            next.contentURL = url
+            next.finishedAt = e.at
+            next.lastActivityAt = e.at
+            s.downloads[d] = next
+            return .applied
+
+        case .downloadFailed(let d, let error):
+            let download = try downloadRecord(s, d, e)
+            if finishedOwner(s, download) { return .anomaly(.downloadAfterFinish) }
+            guard download.started, download.state == .waiting || download.state == .active else {
+                return .anomaly(.illegalDownloadTransition)
+            }
+            s.downloads[d]!.state = .failed
+            s.downloads[d]!.error = error
+            s.downloads[d]!.timeRemaining = nil
+            s.downloads[d]!.lastActivityAt = e.at
+            return .applied
+
+        case .contentCopiedOut(let d, let destination, let checksum, let bytes):
+            let download = try downloadRecord(s, d, e)
+            if finishedOwner(s, download) {
+                throw .violation(.contentURLAfterFinish, "transaction \(download.transaction!) is finished, so the content URL of download \(d) is gone; content must be copied out before the finish", e)
+            }
+            guard download.state == .finished else {
+                throw .violation(.copyOutBeforeFinished, "download \(d) is \(describe(download)); content can be copied out only once the download has finished", e)
+            }
+            var next = download
+            next.copiedOut = true
+            next.destination = destination
+            next.checksum = checksum
+            next.bytesCopied = bytes
+            next.copiedOutAt = e.at
+            s.downloads[d] = next
+            if let t = download.transaction, let product = s.transactions[t]?.product,
+               let content = download.content, let version = download.contentVersion {
+                s.copiedContent[ContentKey(product: product, content: content)] = OwnedContent(
+                    product: product, content: content, contentVersion: version, destination: destination,
+                    transaction: t, download: d, copiedAt: e.at)
+            }
+            return .applied
+
+        case .contentDeleted(let product):
+            guard s.products[product] != nil else {
+                throw .violation(.unknownProduct, "product \(product) was never registered", e)
+            }
+            for key in s.copiedContent.keys where key.product == product {
+                s.copiedContent[key] = nil
+            }
+            return .applied
+
+        case .restoreStarted:
+            if s.restoreInProgress {
+                throw .violation(.restoreInProgress, "a restore is already running; wait for restoreCompleted or restoreFailed", e)
+            }
+            s.restoreInProgress = true
+            return .applied
+
+        case .restoreCompleted, .restoreFailed:
+            guard s.restoreInProgress else { return .anomaly(.noRestoreInProgress) }
+            s.restoreInProgress = false
+            return .applied
+
+        case .contentRegistered(let url, let d, let length):
+            if let existing = s.registeredURLs[url] {
+                if existing == d { return .ignored }
+                throw .violation(.contentKeyMismatch, "this URL is already registered as download \(existing), not \(d)", e)
+            }
+            if s.downloads[d] != nil {
+                throw .violation(.duplicateDownload, "download id \(d) is already in the ledger", e)
+            }
+            s.registeredURLs[url] = d
+            s.downloads[d] = DownloadRecord(download: d, transaction: nil, url: url, contentLength: length)
+            return .applied
+        }
+    }
+
+    // MARK: - Helpers
+
+    /// The finish rules, in precedence order: alreadyFinished > finishWhilePurchasing /
+    /// finishWhileDeferred > finishBeforeCopyOut.
+    static func checkFinish(_ s: LedgerState, _ record: TransactionRecord, discard: Bool, _ e: Event) throws(LedgerError) {
+        let t = record.transaction
+        if record.finished {
+            throw .violation(.alreadyFinished, "transaction \(t) was already finished", e)
+        }
+        switch record.state {
+        case .purchasing:
+            throw .violation(.finishWhilePurchasing, "transaction \(t) is still purchasing; the store throws when a purchasing transaction is finished", e)
+        case .deferred:
+            throw .violation(.finishWhileDeferred, "transaction \(t) is deferred (waiting for Ask to Buy); wait for it to be purchased or failed", e)
+        default: break
+        }
+        if !discard {
+            let uncopied = record.downloads.filter { id in
+                guard let d = s.downloads[id] else { return false }
+                return d.state == .finished && !d.copiedOut
+            }
+            if !uncopied.isEmpty {
+                let list = uncopied.joined(separator: ", ")
+                let noun = uncopied.count == 1 ? "download \(list) finished but its content was" : "downloads \(list) finished but their content was"
+                throw .violation(.finishBeforeCopyOut, "\(noun) never copied out; finishing now would delete it (copy it out first, or finish with discardContent)", e, downloads: uncopied)
+            }
+        }
+    }
+
+    private static func transaction(_ s: LedgerState, _ t: String, _ e: Event) throws(LedgerError) -> TransactionRecord {
+        guard let record = s.transactions[t] else {
+            throw .malformed("transaction \(t) is unknown to this ledger", event: e)
+        }
+        return record
+    }
+
+    private static func downloadRecord(_ s: LedgerState, _ d: String, _ e: Event) throws(LedgerError) -> DownloadRecord {
+        guard let record = s.downloads[d] else {
+            throw .malformed("download \(d) is unknown to this ledger", event: e)
+        }
+        return record
+    }
+
+    /// A download for a start / pause / resume / cancel: it must exist and its transaction must
+    /// not be finished (`downloadAfterFinish` comes before the state rules).
+    private static func downloadForCommand(_ s: LedgerState, _ d: String, _ e: Event) throws(LedgerError) -> (DownloadRecord, TransactionRecord?) {
+        let download = try downloadRecord(s, d, e)
+        guard let t = download.transaction else { return (download, nil) }
+        let owner = s.transactions[t]
+        if owner?.finished == true {
+            throw .violation(.downloadAfterFinish, "transaction \(t) of download \(d) is finished; its downloads can no longer be started, paused, resumed or cancelled", e)
+        }
+        return (download, owner)
+    }
+
+    private static func finishedOwner(_ s: LedgerState, _ download: DownloadRecord) -> Bool {
+        guard let t = download.transaction else { return false }
+        return s.transactions[t]?.finished == true
+    }
+
+    /// A purchase or restore whose downloads reuse an id already in the ledger, or repeat one.
+    private static func downloadConflict(_ s: LedgerState, _ specs: [DownloadSpec]) -> Rule? {
+        var seen = Set<String>()
+        for spec in specs where s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
+            return .duplicateDownload
+        }
+        return nil
+    }
+
+    private static func deliver(_ s: inout LedgerState, _ t: String, _ specs: [DownloadSpec]) {
+        for spec in specs {
+            s.downloads[spec.download] = DownloadRecord(
+                download: spec.download, transaction: t, content: spec.content,
+                contentVersion: spec.contentVersion, contentLength: spec.contentLength)
+        }
+        s.transactions[t]!.downloads = specs.map(\.download)
+        if let product = s.transactions[t]?.product {
+            publish(&s, product, specs.map { ($0.content, $0.contentVersion) })
+        }
+    }
+
+    /// The downloads a transaction was delivered with, as the store described them.
+    private static func delivered(_ s: LedgerState, _ record: TransactionRecord) -> [DownloadSpec] {
+        record.downloads.compactMap { id in
+            guard let d = s.downloads[id], let content = d.content, let version = d.contentVersion else { return nil }
+            return DownloadSpec(download: id, content: content, contentVersion: version, contentLength: d.contentLength ?? 0)
+        }
+    }
+
+    private static func publish(_ s: inout LedgerState, _ product: String, _ versions: [(String, ContentVersion)]) {
+        for (content, version) in versions {
+            let key = ContentKey(product: product, content: content)
+            if let latest = s.publishedVersions[key], !version.isNewer(than: latest) { continue }
+            s.publishedVersions[key] = version
+        }
+    }
+
+    private static func describe(_ d: DownloadRecord) -> String {
+        if !d.started { return "not started" }
+        return d.state.rawValue
+    }
+}

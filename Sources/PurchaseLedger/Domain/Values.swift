@@ -1,0 +1,177 @@
+/// A point in time, as the event's `at` gave it: nanoseconds since 1970-01-01T00:00:00Z.
+///
+/// Times are kept exactly as recorded; device clocks jump, so nothing assumes they are ordered.
+public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    public var nanosecondsSinceEpoch: Int64
+
+    public init(nanosecondsSinceEpoch: Int64) {
+        self.nanosecondsSinceEpoch = nanosecondsSinceEpoch
+    }
+
+    public init(millisecondsSinceEpoch: Int64) {
+        self.nanosecondsSinceEpoch = millisecondsSinceEpoch &* 1_000_000
+    }
+
+    public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool {
+        lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch
+    }
+
+    /// RFC 3339 in UTC: at least millisecond precision, more digits only when the value has them.
+    public var description: String { RFC3339.format(self) }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let value = RFC3339.parse(Array(text.utf8)) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an RFC 3339 UTC time: \(text)"))
+        }
+        self = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}
+
+/// A content version: dotted non-negative integers such as `1`, `1.2` or `2.0.13`.
+///
+/// Two versions compare part by part as numbers, missing parts counting as zero, so `1.10` is newer
+/// than `1.9` and `1` equals `1.0` when compared. The text is kept as written.
+public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertible {
+    public let text: String
+
+    /// Fails unless `text` is dotted integers.
+    public init?(_ text: String) {
+        guard ContentVersion.isValid(text) else { return nil }
+        self.text = text
+    }
+
+    public var description: String { text }
+
+    static func isValid(_ text: String) -> Bool {
+        var sawDigit = false
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): sawDigit = true
+            case UInt8(ascii: "."):
+                guard sawDigit else { return false }
+                sawDigit = false
+            default: return false
+            }
+        }
+        return sawDigit
+    }
+
+    /// Numeric comparison, part by part: negative when `self` is older than `other`.
+    public func compare(_ other: ContentVersion) -> Int {
+        var a = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).makeIterator()
+        var b = other.text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).makeIterator()
+        while true {
+            let x = a.next()
+            let y = b.next()
+            if x == nil && y == nil { return 0 }
+            let c = ContentVersion.compareDigits(x.map(Array.init) ?? [], y.map(Array.init) ?? [])
+            if c != 0 { return c }
+        }
+    }
+
+    public func isNewer(than other: ContentVersion) -> Bool { compare(other) > 0 }
+
+    /// Compares two runs of ASCII digits as numbers of any size.
+    private static func compareDigits(_ x: [UInt8], _ y: [UInt8]) -> Int {
+        let a = x.drop { $0 == UInt8(ascii: "0") }
+        let b = y.drop { $0 == UInt8(ascii: "0") }
+        if a.count != b.count { return a.count < b.count ? -1 : 1 }
+        for (p, q) in zip(a, b) where p != q { return p < q ? -1 : 1 }
+        return 0
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let value = ContentVersion(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a dotted version: \(text)"))
+        }
+        self = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(text)
+    }
+}
+
+/// An error the store reported (`SKErrorDomain` 2, "The payment was cancelled.").
+public struct StoreError: Sendable, Hashable, Codable {
+    public var domain: String
+    public var code: Int64
+    public var message: String
+
+    public init(domain: String, code: Int64, message: String) {
+        self.domain = domain
+        self.code = code
+        self.message = message
+    }
+}
+
+/// The four kinds of in-app product.
+public enum ProductKind: String, Sendable, Hashable, Codable, CaseIterable {
+    case consumable, nonConsumable, autoRenewable, nonRenewing
+}
+
+/// One file of hosted content a product delivers.
+public struct ContentSpec: Sendable, Hashable, Codable {
+    public var content: String
+    public var contentVersion: ContentVersion
+    public var contentLength: Int64
+
+    public init(content: String, contentVersion: ContentVersion, contentLength: Int64) {
+        self.content = content
+        self.contentVersion = contentVersion
+        self.contentLength = contentLength
+    }
+}
+
+/// One download the store attached to a purchased or restored transaction.
+public struct DownloadSpec: Sendable, Hashable, Codable {
+    public var download: String
+    public var content: String
+    public var contentVersion: ContentVersion
+    public var contentLength: Int64
+
+    public init(download: String, content: String, contentVersion: ContentVersion, contentLength: Int64) {
+        self.download = download
+        self.content = content
+        self.contentVersion = contentVersion
+        self.contentLength = contentLength
+    }
+}
+
+/// Why a download was cancelled: by the user, or by the ledger when its transaction finished early.
+public enum CancelReason: String, Sendable, Hashable, Codable, CaseIterable {
+    case user, transactionFinished
+}
+
+/// A product as the store registered it.
+public struct ProductRegistration: Sendable, Hashable, Codable {
+    public var product: String
+    public var kind: ProductKind
+    /// The price as the store gave it, a decimal string in `currency` units ("4.99"), never a float.
+    public var price: String
+    public var currency: String
+    public var downloadable: Bool
+    public var contents: [ContentSpec]
+    public var relatedProducts: [String]
+    public var title: String?
+
+    public init(product: String, kind: ProductKind, price: String, currency: String, downloadable: Bool,
+                contents: [ContentSpec] = [], relatedProducts: [String] = [], title: String? = nil) {
+        self.product = product
+        self.kind = kind
+        self.price = price
+        self.currency = currency
+        self.downloadable = downloadable
+        self.contents = contents
+        self.relatedProducts = relatedProducts
+        self.title = title
+    }
+}

@@ -1,0 +1,471 @@
+import Foundation
+import GRDB
+import Synchronization
+
+/// How a ledger is opened. The defaults suit an app's audit store: every append durable
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 256 events, a snapshot every 20,000.
+public struct LedgerConfiguration: Sendable {
+    /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
+    public enum Durability: String, Sendable {
+        /// Each commit is on disk before `append` returns, even across power loss.
+        case full = "FULL"
+        /// In WAL mode, survives an app crash; the last commits may be lost on power loss.
+        case normal = "NORMAL"
+    }
+
+    public var durability: Durability = .full
+    /// How long an append waits for another process's write before failing with `storage`.
+    public var busyTimeout: Duration = .seconds(10)
+    /// A secret that turns the hash chain into an HMAC chain. Fixed when the ledger is created.
+    public var chainKey: [UInt8]?
+    /// Events per sealed, compressed block.
+    public var blockSize: Int = 256
+    public var blockCodec: BlockCodec = .lz4Dictionary
+    /// A snapshot of the reducer state is stored every this many events (0: never).
+    public var snapshotInterval: Int = 20_000
+    /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
+    public var clock: @Sendable () -> Timestamp = { Timestamp.now }
+    /// Open without writing anything (no migration, no catch-up).
+    public var readOnly: Bool = false
+
+    public init() {}
+}
+
+extension Timestamp {
+    /// The current time.
+    public static var now: Timestamp {
+        let t = Date().timeIntervalSince1970
+        return Timestamp(nanosecondsSinceEpoch: Int64((t * 1_000_000).rounded()) * 1000)
+    }
+}
+
+/// What an append stored.
+public struct AppendResult: Sendable {
+    /// The stored events, in order, with their seq (including automatic cancellations).
+    public var events: [RecordedEvent]
+    /// Input events accepted without storing anything (identical repeats of a command).
+    public var ignored: Int
+    /// The last seq of the ledger after the append.
+    public var lastSeq: Int64
+}
+
+/// An event-sourced ledger of in-app purchases and their downloads, in one SQLite file.
+///
+/// Open (or create) it, append what the app decides and what the store reports, and read back
+/// the current state or the state at any past point:
+///
+/// ```swift
+/// let ledger = try Ledger(path: "purchases.ledger")
+/// try ledger.append(Event(at: .now, .paymentQueued(transaction: "t1", product: "com.example.book1", quantity: 1, user: "u1")))
+/// let owned = try ledger.owns(product: "com.example.book1")
+/// let before = try ledger.state(atSeq: 10)
+/// ```
+///
+/// `Ledger` is `Sendable`: share one instance. Appends are serialized; reads go through their own
+/// SQLite connections and never wait for a writer. Another process may append to the same file
+/// at the same time: it waits for the lock (``LedgerConfiguration/busyTimeout``) and nothing is lost.
+///
+/// ## Topics
+/// - ``append(_:)``, ``append(contentsOf:)``
+/// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
+/// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
+/// - ``state(atSeq:)``, ``state(at:)``, ``events(from:pollInterval:)``
+public final class Ledger: Sendable {
+    /// The ledger file's path.
+    public let path: String
+    public let configuration: LedgerConfiguration
+    let pool: DatabasePool
+    let chain: HashChain
+
+    struct Writer {
+        var state: LedgerState
+        var lastLink: [UInt8]
+        /// Set when an append failed after changing `state`: reload before the next one.
+        var stale = false
+    }
+
+    private let writer: Mutex<Writer>
+    /// The state after the last commit, published for cheap reads.
+    private let published: Mutex<LedgerState>
+    /// Bumped after every commit, so live observers wake up.
+    private let commits = Atomic<Int>(0)
+
+    /// SQLite's `application_id` for ledger files ("PLdg").
+    static let applicationID: Int32 = 0x504C_6467
+
+    /// Opens the ledger at `path`, creating it (mode 0600) if it does not exist.
+    ///
+    /// Throws ``LedgerError`` with code `notALedger` for any other file, `schemaTooNew` for a
+    /// ledger written by a newer version, `keyRequired` / `keyMismatch` for a keyed chain.
+    public init(path: String, configuration: LedgerConfiguration = LedgerConfiguration()) throws {
+        self.path = path
+        self.configuration = configuration
+        chain = HashChain(key: configuration.chainKey)
+        if !configuration.readOnly && !FileManager.default.fileExists(atPath: path) {
+            // Created by us first, so SQLite and its -wal/-shm files get the owner-only mode.
+            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
+                throw LedgerError(.io, "cannot create \(path)")
+            }
+        } else if !FileManager.default.fileExists(atPath: path) {
+            throw LedgerError(.io, "no ledger at \(path)")
+        }
+        var config = Configuration()
+        config.readonly = configuration.readOnly
+        config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
+                                   + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
+        let synchronous = configuration.durability.rawValue
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+        }
+        do {
+            pool = try DatabasePool(path: path, configuration: config)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
+        } catch {
+            throw Ledger.wrap(error, "opening \(path)")
+        }
+        let initial: (LedgerState, [UInt8])
+        let chain = self.chain
+        let pool = self.pool
+        do {
+            try Ledger.prepare(pool, configuration: configuration, path: path)
+            initial = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+        } catch {
+            throw Ledger.wrap(error, "opening \(path)")
+        }
+        writer = Mutex(Writer(state: initial.0, lastLink: initial.1))
+        published = Mutex(initial.0)
+        if !configuration.readOnly {
+            try catchUpProjections()
+        }
+    }
+
+    /// Wraps any error as a ``LedgerError``.
+    static func wrap(_ error: any Error, _ doing: String) -> LedgerError {
+        if let error = error as? LedgerError { return error }
+        if let error = error as? DatabaseError {
+            if error.resultCode == .SQLITE_NOTADB { return LedgerError(.notALedger, "not a ledger (not an SQLite database)") }
+            if error.resultCode == .SQLITE_CORRUPT { return LedgerError(.corruptData, "the SQLite file is damaged: \(error.message ?? "corrupt")") }
+            return LedgerError(.storage, "\(doing): SQLite error \(error.resultCode.rawValue): \(error.message ?? "")")
+        }
+        return LedgerError(.storage, "\(doing): \(error)")
+    }
+
+    /// Checks the file is a ledger this version can read, runs pending migrations, and fixes the
+    /// chain mode on creation.
+    private static func prepare(_ pool: DatabasePool, configuration: LedgerConfiguration, path: String) throws {
+        let migrator = Migrations.migrator
+        let key = configuration.chainKey
+        try pool.read { db in
+            let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+            let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
+            if applicationID != Ledger.applicationID && tables > 0 {
+                throw LedgerError(.notALedger, "\(path) is an SQLite database but not a ledger")
+            }
+            if try migrator.hasBeenSuperseded(db) {
+                throw LedgerError(.schemaTooNew, "\(path) was written by a newer purchase-ledger (schema \(try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0), this version knows \(embeddedMigrations.count)); upgrade to read it")
+            }
+            if configuration.readOnly, try !migrator.hasCompletedMigrations(db) {
+                throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
+            }
+        }
+        if !configuration.readOnly {
+            try migrator.migrate(pool)
+            try pool.write { db in
+                try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)")
+                try db.execute(sql: "PRAGMA user_version = \(embeddedMigrations.count)")
+                if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil {
+                    try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?)",
+                                   arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
+                }
+            }
+        }
+        try pool.read { db in
+            let mode = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'")
+            if mode == "hmac-sha256" {
+                guard let key else { throw LedgerError(.keyRequired, "this ledger's hash chain is keyed; open it with its chain key") }
+                let check = try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'key_check'")
+                guard check == Data(HashChain.keyCheck(key)) else { throw LedgerError(.keyMismatch, "the chain key given is not this ledger's key") }
+            } else if key != nil {
+                throw LedgerError(.keyMismatch, "this ledger's chain has no key; it cannot be given one after creation")
+            }
+        }
+    }
+
+    /// Rebuilds the projections when they lag the log or were written by another version.
+    private func catchUpProjections() throws {
+        let (status, last) = try pool.read { db in (try Projector.status(db), try EventStore.lastSeq(db)) }
+        if status.seq != last || !status.current {
+            try rebuildProjections()
+        }
+    }
+
+    // MARK: - State loading
+
+    /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
+    /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
+    static func loadState(_ db: Database, upTo target: Int64, chain: HashChain) throws -> (LedgerState, [UInt8]) {
+        var state = try Snapshots.latest(db, atOrBefore: target) ?? LedgerState()
+        try EventStore.scan(db, from: state.seq + 1, through: target) { entry in
+            _ = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
+            return true
+        }
+        return (state, target == .max ? try EventStore.lastLink(db) : [])
+    }
+
+    // MARK: - Appending
+
+    /// Appends one event. See ``append(contentsOf:)``.
+    @discardableResult
+    public func append(_ event: Event) throws -> AppendResult {
+        try append(contentsOf: [event])
+    }
+
+    /// Appends events in one SQLite transaction: all of them, or, when one is malformed or a
+    /// command breaks a rule, none (the error's ``LedgerError/batchIndex`` says which).
+    ///
+    /// Observations that make no sense are stored as anomalies; an early finish also stores one
+    /// `downloadCancelled` (reason `transactionFinished`) per started download, just before it.
+    @discardableResult
+    public func append(contentsOf events: [Event]) throws -> AppendResult {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
+        let result = try writer.withLock { w throws -> AppendResult in
+            if w.stale {
+                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+                w.stale = false
+            }
+            var mutated = false
+            do {
+                return try pool.writeWithoutTransaction { db in
+                    var result = AppendResult(events: [], ignored: 0, lastSeq: 0)
+                    try db.inTransaction(.immediate) {
+                        mutated = try catchUp(&w, db)
+                        result = try store(events, into: &w, db, mutated: &mutated)
+                        return .commit
+                    }
+                    return result
+                }
+            } catch {
+                // The transaction rolled back: the in-memory state may be ahead of the file.
+                if mutated { w.stale = true }
+                throw Ledger.wrap(error, "appending")
+            }
+        }
+        if !result.events.isEmpty {
+            let state = writer.withLock { $0.state }
+            published.withLock { $0 = state }
+            commits.add(1, ordering: .releasing)
+        }
+        return result
+    }
+
+    /// Applies events another process appended since this one last wrote.
+    private func catchUp(_ w: inout Writer, _ db: Database) throws -> Bool {
+        let last = try EventStore.lastSeq(db)
+        guard last != w.state.seq else { return false }
+        if last < w.state.seq {
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, chain: chain)
+            return true
+        }
+        try EventStore.scan(db, from: w.state.seq + 1) { entry in
+            _ = try Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
+            return true
+        }
+        w.lastLink = try EventStore.lastLink(db)
+        return true
+    }
+
+    private func store(_ events: [Event], into w: inout Writer, _ db: Database, mutated: inout Bool) throws -> AppendResult {
+        var dirty = Projector.Dirty()
+        var stored: [RecordedEvent] = []
+        var ignored = 0
+        let startSeq = w.state.seq
+        for (index, input) in events.enumerated() {
+            for event in Reducer.plan(w.state, input) {
+                let outcome: Outcome
+                do {
+                    outcome = try Reducer.reduce(&w.state, event)
+                } catch {
+                    var located = error
+                    located.batchIndex = index
+                    throw located
+                }
+                mutated = true
+                guard outcome.isStored else {
+                    ignored += 1
+                    continue
+                }
+                let seq = w.state.seq + 1
+                let stream = event.body.stream
+                let version = w.state.streamVersions[stream, default: 0] + 1
+                w.state.streamVersions[stream] = version
+                w.state.seq = seq
+                let recorded = RecordedEvent(seq: seq, version: version, event: event, recordedAt: configuration.clock(),
+                                             anomaly: outcome.anomaly, appendedByLedger: event != input)
+                let payload = FrameCodec.payload(event.body)
+                let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
+                try EventStore.insert(db, recorded, payload: payload, link: link)
+                w.lastLink = link
+                if let change = Projector.ownedChange(recorded, outcome: outcome, state: w.state) {
+                    try Projector.apply(change, db)
+                }
+                dirty.touch(event, state: w.state)
+                stored.append(recorded)
+                if seq % Int64(configuration.blockSize) == 0 {
+                    // Seal as we go, so a large batch never piles up in the tail table.
+                    try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
+                }
+            }
+        }
+        if !stored.isEmpty {
+            try Projector.flush(dirty, state: w.state, db)
+            try Projector.markUpToDate(seq: w.state.seq, db)
+            try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
+            if configuration.snapshotInterval > 0,
+               w.state.seq / Int64(configuration.snapshotInterval) > startSeq / Int64(configuration.snapshotInterval) {
+                try Snapshots.write(w.state, db)
+            }
+        }
+        return AppendResult(events: stored, ignored: ignored, lastSeq: w.state.seq)
+    }
+
+    // MARK: - Reading the log
+
+    /// The seq of the last stored event (0 when empty).
+    public func lastSeq() throws -> Int64 {
+        try read { db in try EventStore.lastSeq(db) }
+    }
+
+    /// Calls `body` with every stored event from `seq` through `last`, in order, streaming:
+    /// memory stays flat whatever the ledger's size. Return false to stop early.
+    public func forEachEvent(from seq: Int64 = 1, through last: Int64 = .max, _ body: (RecordedEvent) throws -> Bool) throws {
+        try read { db in
+            try EventStore.scan(db, from: seq, through: last) { try body($0.event) }
+        }
+    }
+
+    /// Up to `limit` stored events from `seq` on.
+    public func events(from seq: Int64 = 1, limit: Int = 1000) throws -> [RecordedEvent] {
+        var page: [RecordedEvent] = []
+        try forEachEvent(from: seq) { event in
+            page.append(event)
+            return page.count < limit
+        }
+        return page
+    }
+
+    /// The events of one stream (`transaction:<id>`, `download:<id>`, `catalog`, `restore`), in order.
+    public func events(inStream stream: String) throws -> [RecordedEvent] {
+        var found: [RecordedEvent] = []
+        try forEachEvent { event in
+            if event.stream == stream { found.append(event) }
+            return true
+        }
+        return found
+    }
+
+    /// The stored events from `seq` on, then each new one as it is appended (by this process or
+    /// another), for UI observers. Other processes' appends are noticed within `pollInterval`.
+    public func events(from seq: Int64 = 1, pollInterval: Duration = .milliseconds(250)) -> AsyncThrowingStream<RecordedEvent, any Error> {
+        AsyncThrowingStream { continuation in
+            let task = Task {
+                var next = seq
+                do {
+                    while !Task.isCancelled {
+                        let seen = commits.load(ordering: .acquiring)
+                        let page = try events(from: next, limit: 1024)
+                        for event in page { continuation.yield(event) }
+                        if let last = page.last { next = last.seq + 1 }
+                        if page.count == 1024 { continue }
+                        // Wake early when this process appends; poll for other processes.
+                        let step = Duration.milliseconds(10)
+                        var waited = Duration.zero
+                        while waited < pollInterval, commits.load(ordering: .acquiring) == seen, !Task.isCancelled {
+                            try await Task.sleep(for: step)
+                            waited += step
+                        }
+                    }
+                    continuation.finish()
+                } catch is CancellationError {
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    // MARK: - Time travel
+
+    /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
+    /// projection tables are not read.
+    public func state(atSeq seq: Int64) throws -> LedgerState {
+        try read { db in try Ledger.loadState(db, upTo: max(0, seq), chain: chain).0 }
+    }
+
+    /// The state after the last event, in log order, whose `at` is at or before `time`.
+    public func state(at time: Timestamp) throws -> LedgerState {
+        var target: Int64 = 0
+        try forEachEvent { event in
+            if event.event.at <= time { target = event.seq }
+            return true
+        }
+        return try state(atSeq: target)
+    }
+
+    /// The state after the last commit seen by this instance.
+    public var currentState: LedgerState {
+        published.withLock { $0 }
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try pool.read(body)
+        } catch {
+            throw Ledger.wrap(error, "reading")
+        }
+    }
+
+    // MARK: - Maintenance
+
+    /// Drops and rebuilds every projection table from the log, in one transaction: the log is
+    /// replayed in memory, then all rows are written in bulk.
+    public func rebuildProjections(progress: ((Int64, Int64) -> Void)? = nil) throws {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
+        do {
+            try pool.writeWithoutTransaction { db in
+                try db.inTransaction(.immediate) {
+                    let (state, history) = try Ledger.replayForProjections(db, progress: progress)
+                    try Projector.rebuild(state: state, history: history, db)
+                    return .commit
+                }
+            }
+        } catch {
+            throw Ledger.wrap(error, "rebuilding projections")
+        }
+    }
+
+    static func replayForProjections(_ db: Database, progress: ((Int64, Int64) -> Void)? = nil) throws -> (LedgerState, Projector.HistoryCollector) {
+        var state = LedgerState()
+        var history = Projector.HistoryCollector()
+        let total = try EventStore.lastSeq(db)
+        try EventStore.scan(db) { entry in
+            let outcome = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
+            if let change = Projector.ownedChange(entry.event, outcome: outcome, state: state) {
+                history.apply(change)
+            }
+            if let progress, entry.event.seq % 50_000 == 0 { progress(entry.event.seq, total) }
+            return true
+        }
+        return (state, history)
+    }
+}
+
+extension LedgerError {
+    /// For a batch append, the 0-based index of the input event that was refused.
+    public var batchIndex: Int? {
+        get { line.map { $0 - 1 } }
+        set { line = newValue.map { $0 + 1 } }
+    }
+}

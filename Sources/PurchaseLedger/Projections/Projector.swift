@@ -1,0 +1,237 @@
+import GRDB
+
+/// One row of `owned_content_history`: a version copied out, and what became of it.
+public struct OwnedContentHistoryEntry: Sendable, Hashable {
+    /// The seq of the `contentCopiedOut` event.
+    public var seq: Int64
+    public var owned: OwnedContent
+    public var supersededAt: Timestamp?
+    public var deletedAt: Timestamp?
+}
+
+/// Keeps the projection tables equal to the reducer's state.
+///
+/// Live appends mark what each event touched and write those rows once per append; `rebuild`
+/// writes every row from a state replayed in memory. Both use the same row writers, so the two
+/// can never disagree.
+enum Projector {
+    /// Bumped when the projection tables' meaning changes; with ``Reducer/version`` it forms the
+    /// stamp a ledger's projections carry. A mismatch rebuilds them on open.
+    static let version = 1
+    static var stamp: String { "reducer \(Reducer.version), projections \(version)" }
+
+    static let tables = ["products", "product_contents", "related_products", "transactions", "downloads",
+                         "owned_content", "owned_content_history"]
+
+    /// What an append touched.
+    struct Dirty {
+        var products: Set<String> = []
+        var transactions: Set<String> = []
+        var downloads: Set<String> = []
+
+        var isEmpty: Bool { products.isEmpty && transactions.isEmpty && downloads.isEmpty }
+
+        mutating func touch(_ event: Event, state: LedgerState) {
+            switch event.body {
+            case .productRegistered(let p):
+                products.insert(p.product)
+            case .contentVersionPublished(let product, _, _), .contentDeleted(let product):
+                products.insert(product)
+            case .transactionPurchased(let t, _, _, _, _), .transactionRestored(let t, _, _, _, _, _), .transactionFinished(let t, _):
+                transactions.insert(t)
+                if let record = state.transactions[t] {
+                    downloads.formUnion(record.downloads)
+                    products.insert(record.product)
+                }
+            default:
+                if let t = event.body.transactionID { transactions.insert(t) }
+                if let d = event.body.downloadID { downloads.insert(d) }
+            }
+        }
+    }
+
+    /// The change an accepted event makes to owned content and its history.
+    enum OwnedChange {
+        case copied(OwnedContentHistoryEntry)
+        case deleted(product: String, at: Timestamp)
+    }
+
+    static func ownedChange(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> OwnedChange? {
+        guard outcome == .applied else { return nil }
+        switch e.event.body {
+        case .contentCopiedOut(let d, _, _, _):
+            guard let download = state.downloads[d], let t = download.transaction, let content = download.content,
+                  let product = state.transactions[t]?.product,
+                  let owned = state.copiedContent[ContentKey(product: product, content: content)]
+            else { return nil }
+            return .copied(OwnedContentHistoryEntry(seq: e.seq, owned: owned))
+        case .contentDeleted(let product):
+            return .deleted(product: product, at: e.event.at)
+        default:
+            return nil
+        }
+    }
+
+    // MARK: - Live
+
+    /// Applies an owned-content change directly to the tables.
+    static func apply(_ change: OwnedChange, _ db: Database) throws {
+        switch change {
+        case .copied(let entry):
+            let o = entry.owned
+            try db.cachedStatement(sql: """
+                UPDATE owned_content_history SET superseded_at_ms = ?
+                WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
+                """).execute(arguments: [ms(o.copiedAt), o.product, o.content])
+            try insertHistory(entry, db)
+            try writeOwned(o, historySeq: entry.seq, db)
+        case .deleted(let product, let at):
+            try db.cachedStatement(sql: """
+                UPDATE owned_content_history SET deleted_at_ms = ?
+                WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
+                """).execute(arguments: [ms(at), product])
+            try db.cachedStatement(sql: "DELETE FROM owned_content WHERE product = ?").execute(arguments: [product])
+        }
+    }
+
+    /// Writes the rows an append touched, from the state after it.
+    static func flush(_ dirty: Dirty, state: LedgerState, _ db: Database) throws {
+        for product in dirty.products {
+            try writeProduct(product, state: state, db)
+        }
+        for t in dirty.transactions {
+            if let record = state.transactions[t] { try writeTransaction(record, db) }
+        }
+        for d in dirty.downloads {
+            if let record = state.downloads[d] { try writeDownload(record, state: state, db) }
+        }
+    }
+
+    static func markUpToDate(seq: Int64, _ db: Database) throws {
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO ledger_info (key, value) VALUES ('projection_seq', ?), ('projection_stamp', ?)")
+            .execute(arguments: [seq, stamp])
+    }
+
+    /// The seq the projections reflect, and whether they were written by this version.
+    static func status(_ db: Database) throws -> (seq: Int64, current: Bool) {
+        let seq = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_seq'") ?? 0
+        let stamp = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_stamp'")
+        return (seq, stamp == Projector.stamp)
+    }
+
+    // MARK: - Rebuild
+
+    /// Collects owned-content history in memory during a replay, as the live path writes it.
+    struct HistoryCollector {
+        var entries: [OwnedContentHistoryEntry] = []
+        private var current: [ContentKey: Int] = [:]
+        private(set) var currentSeq: [ContentKey: Int64] = [:]
+
+        mutating func apply(_ change: OwnedChange) {
+            switch change {
+            case .copied(let entry):
+                let key = ContentKey(product: entry.owned.product, content: entry.owned.content)
+                if let index = current[key] { entries[index].supersededAt = entry.owned.copiedAt }
+                current[key] = entries.count
+                currentSeq[key] = entry.seq
+                entries.append(entry)
+            case .deleted(let product, let at):
+                for (key, index) in current where key.product == product {
+                    entries[index].deletedAt = at
+                    current[key] = nil
+                    currentSeq[key] = nil
+                }
+            }
+        }
+    }
+
+    /// Replaces every projection row with rows written from `state` and `history`.
+    static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
+        for table in tables { try db.execute(sql: "DELETE FROM \(table)") }
+        for product in state.products.keys.sorted() { try writeProduct(product, state: state, db) }
+        for record in state.transactions.values { try writeTransaction(record, db) }
+        for record in state.downloads.values { try writeDownload(record, state: state, db) }
+        for entry in history.entries { try insertHistory(entry, db) }
+        for (key, seq) in history.currentSeq {
+            if let owned = state.copiedContent[key] { try writeOwned(owned, historySeq: seq, db) }
+        }
+        try markUpToDate(seq: state.seq, db)
+    }
+
+    // MARK: - Rows
+
+    static func ms(_ t: Timestamp) -> Int64 {
+        // Floor division, so times before 1970 round down like those after.
+        let ns = t.nanosecondsSinceEpoch
+        return ns >= 0 ? ns / 1_000_000 : -((-ns + 999_999) / 1_000_000)
+    }
+
+    private static func ms(_ t: Timestamp?) -> Int64? { t.map(ms) }
+
+    private static func writeProduct(_ product: String, state: LedgerState, _ db: Database) throws {
+        guard let record = state.products[product] else { return }
+        let r = record.registration
+        try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [r.product, r.kind.rawValue, r.price, r.currency, r.downloadable, r.title, ms(record.registeredAt)])
+        try db.cachedStatement(sql: "DELETE FROM related_products WHERE product = ?").execute(arguments: [product])
+        for related in Set(r.relatedProducts).sorted() {
+            try db.cachedStatement(sql: "INSERT INTO related_products (product, related_product) VALUES (?, ?)")
+                .execute(arguments: [product, related])
+        }
+        for (key, version) in state.publishedVersions where key.product == product {
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO product_contents (product, content, latest_version) VALUES (?, ?, ?)")
+                .execute(arguments: [key.product, key.content, version.text])
+        }
+    }
+
+    private static func writeTransaction(_ t: TransactionRecord, _ db: Database) throws {
+        try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO transactions (transaction_id, product, user_id, quantity, state, finished, revoked,
+                revocation_reason, original_transaction, store_transaction_id, error_domain, error_code, error_message,
+                was_deferred, discarded_content, queued_at_ms, purchased_at_ms, failed_at_ms, finished_at_ms, revoked_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [
+                t.transaction, t.product, t.user, t.quantity, t.state.rawValue, t.finished, t.revoked,
+                t.revocationReason, t.originalTransaction, t.storeTransactionId, t.error?.domain, t.error?.code, t.error?.message,
+                t.wasDeferred, t.discardedContent, ms(t.queuedAt), ms(t.purchasedAt), ms(t.failedAt), ms(t.finishedAt), ms(t.revokedAt),
+            ])
+    }
+
+    private static func writeDownload(_ d: DownloadRecord, state: LedgerState, _ db: Database) throws {
+        let position = d.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: d.download) } ?? 0
+        let values: [(any DatabaseValueConvertible)?] = [
+            d.download, d.transaction, position, d.url, d.content, d.contentVersion?.text, d.contentLength,
+            d.state.rawValue, d.started, d.progress, d.bytesWritten, state.contentURL(for: d.download), d.copiedOut,
+            d.destination, d.discarded, d.lost, d.cancelReason?.rawValue, d.error?.domain, d.error?.code, d.error?.message,
+            d.attempts, ms(d.startedAt), ms(d.lastActivityAt), ms(d.finishedAt), ms(d.copiedOutAt),
+        ]
+        try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO downloads (download_id, transaction_id, position, url, content, content_version,
+                content_length, state, started, progress, bytes_written, content_url, copied_out, destination, discarded,
+                lost, cancel_reason, error_domain, error_code, error_message, attempts, started_at_ms, last_activity_at_ms,
+                finished_at_ms, copied_out_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: StatementArguments(values))
+    }
+
+    private static func insertHistory(_ entry: OwnedContentHistoryEntry, _ db: Database) throws {
+        let o = entry.owned
+        try db.cachedStatement(sql: """
+            INSERT INTO owned_content_history (seq, product, content, content_version, destination, transaction_id,
+                download_id, copied_at_ms, superseded_at_ms, deleted_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [entry.seq, o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
+                                     o.download, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)])
+    }
+
+    private static func writeOwned(_ o: OwnedContent, historySeq: Int64, _ db: Database) throws {
+        try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO owned_content (product, content, content_version, destination, transaction_id,
+                download_id, copied_at_ms, history_seq)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
+                                     ms(o.copiedAt), historySeq])
+    }
+}

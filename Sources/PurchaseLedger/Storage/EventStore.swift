@@ -1,0 +1,291 @@
+import Foundation
+import GRDB
+
+/// How sealed blocks of events are compressed. Every block records its codec, so a ledger can mix
+/// them and a change never rewrites history.
+public enum BlockCodec: Int, Sendable, CaseIterable, CustomStringConvertible {
+    /// Frames stored as they are.
+    case raw = 0
+    /// LZ4 over the whole block.
+    case lz4 = 1
+    /// LZ4 over the whole block, with a dictionary stored in the ledger.
+    case lz4Dictionary = 2
+
+    public var description: String {
+        switch self {
+        case .raw: "raw"
+        case .lz4: "lz4"
+        case .lz4Dictionary: "lz4+dictionary"
+        }
+    }
+}
+
+/// The log's rows, read and written inside a GRDB transaction. Not thread-safe on its own: a
+/// `Database` is confined to the pool's connection that passes it in.
+enum EventStore {
+    /// Largest dictionary kept (LZ4 looks back 64 KiB at most).
+    static let maxDictionarySize = 64 * 1024
+
+    // MARK: - Position
+
+    static func lastSeq(_ db: Database) throws -> Int64 {
+        if let tail = try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(seq) FROM events")) { return tail }
+        return try lastSealedSeq(db)
+    }
+
+    static func lastSealedSeq(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(last_seq) FROM event_blocks")) ?? 0
+    }
+
+    /// The chain link after the last stored event (the genesis link for an empty log).
+    static func lastLink(_ db: Database) throws -> [UInt8] {
+        if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT link FROM events ORDER BY seq DESC LIMIT 1")) {
+            return [UInt8](row[0] as Data)
+        }
+        if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT last_link FROM event_blocks ORDER BY first_seq DESC LIMIT 1")) {
+            return [UInt8](row[0] as Data)
+        }
+        return HashChain.genesis
+    }
+
+    // MARK: - Writing
+
+    /// Inserts one event into the open tail.
+    static func insert(_ db: Database, _ e: RecordedEvent, payload: [UInt8], link: [UInt8]) throws {
+        let statement = try db.cachedStatement(sql: """
+            INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
+            VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+            """)
+        try statement.execute(arguments: [
+            e.seq, e.stream, e.version, Int64(e.event.type.rawValue), e.event.at.nanosecondsSinceEpoch,
+            e.recordedAt.nanosecondsSinceEpoch, Int64(e.flags), Data(payload), Data(link),
+        ])
+    }
+
+    /// Seals the oldest tail events into compressed blocks of `blockSize` while the tail holds
+    /// at least that many.
+    static func sealFullBlocks(_ db: Database, blockSize: Int, codec: BlockCodec) throws {
+        while try lastSeq(db) - lastSealedSeq(db) >= Int64(blockSize) {
+            try sealBlock(db, count: blockSize, codec: codec)
+        }
+    }
+
+    /// Seals the oldest `count` tail events (or all of them, if fewer) into one block.
+    static func sealBlock(_ db: Database, count: Int, codec: BlockCodec) throws {
+        let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq LIMIT ?
+            """), arguments: [count])
+        guard let first = rows.first, let last = rows.last else { return }
+        var w = BinaryWriter(capacity: rows.count * 80)
+        var previous: (at: Int64, recorded: Int64) = (0, 0)
+        for row in rows {
+            // Bytes are copied as stored, never re-encoded: sealing cannot hide or repair damage,
+            // which the chain still catches.
+            FrameCodec.appendBlockFrame(
+                type: UInt64(bitPattern: row[3]), flags: UInt64(bitPattern: row[6]), at: row[4], recorded: row[5],
+                version: UInt64(bitPattern: row[2]), payload: [UInt8](row[7] as Data), link: [UInt8](row[8] as Data),
+                previous: &previous, to: &w)
+        }
+        let raw = w.bytes
+        var dictionaryID: Int64?
+        let data: [UInt8]
+        do {
+            switch codec {
+            case .raw:
+                data = raw
+            case .lz4:
+                data = try LZ4.compress(raw)
+            case .lz4Dictionary:
+                let (id, dictionary) = try currentDictionary(db, seeding: raw, at: first[0])
+                dictionaryID = id
+                data = try LZ4.compress(raw, dictionary: dictionary)
+            }
+        } catch {
+            throw LedgerError.storage("compressing events \(first[0] as Int64)...\(last[0] as Int64) failed: \(error)")
+        }
+        try db.execute(sql: """
+            INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [first[0], last[0], codec.rawValue, dictionaryID, raw.count, Data(data), last[8]])
+        try db.execute(sql: "DELETE FROM events WHERE seq <= ?", arguments: [last[0]])
+    }
+
+    /// The newest dictionary; the first block sealed seeds one from its own frames.
+    private static func currentDictionary(_ db: Database, seeding raw: [UInt8], at seq: Int64) throws -> (Int64, [UInt8]) {
+        if let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
+            return (row[0], [UInt8](row[1] as Data))
+        }
+        let dictionary = Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count))
+        try db.execute(sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (1, ?, ?)", arguments: [seq, Data(dictionary)])
+        return (1, dictionary)
+    }
+
+    // MARK: - Reading
+
+    /// How a stored event is protected by the chain.
+    enum StoredLink {
+        /// A tail row's full link.
+        case full([UInt8])
+        /// A sealed event's link prefix; `blockLast` is the block's full last link, given with the
+        /// block's last event.
+        case prefix([UInt8], blockLast: [UInt8]?)
+    }
+
+    /// What `scan` hands over for each event.
+    struct Entry {
+        var event: RecordedEvent
+        /// The binary payload and stored link; only when integrity data was asked for.
+        var payload: [UInt8]
+        var link: StoredLink?
+    }
+
+    /// Calls `body` with every event from `seq` on, in order, one block at a time: memory stays
+    /// flat whatever the log's size. Return false from `body` to stop. A block or row that does
+    /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
+    /// given, which is then called and the scan goes on with the next block or row.
+    static func scan(_ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
+                     onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool) throws {
+        var dictionaries: [Int64: [UInt8]] = [:]
+        let blocks = try Row.fetchCursor(db, sql: """
+            SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
+            WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
+            """, arguments: [seq, last])
+        while let block = try blocks.next() {
+            let first: Int64 = block[0]
+            let blockLast: Int64 = block[1]
+            let raw: [UInt8]
+            do {
+                raw = try decodeBlock(db, block, dictionaries: &dictionaries)
+            } catch let error as LedgerError {
+                guard let onCorrupt else { throw error }
+                try onCorrupt(error)
+                continue
+            }
+            let lastLink = integrity ? [UInt8](block[6] as Data) : []
+            let keepGoing = try raw.withUnsafeBytes { buffer throws -> Bool in
+                var r = BinaryReader(buffer)
+                var previous: (at: Int64, recorded: Int64) = (0, 0)
+                var s = first
+                do {
+                    while !r.isAtEnd {
+                        let entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
+                        if s >= seq && s <= last {
+                            var out = Entry(event: entry.event, payload: [])
+                            if integrity {
+                                out.payload = Array(buffer[entry.payload])
+                                out.link = .prefix(Array(buffer[entry.linkPrefix]), blockLast: s == blockLast ? lastLink : nil)
+                            }
+                            if try !body(out) { return false }
+                        }
+                        s += 1
+                    }
+                } catch let failure as BinaryReader.Failure {
+                    let error = LedgerError.corrupt("event \(s) in the block of events \(first)...\(blockLast) does not decode (\(failure.message))", seq: s)
+                    guard let onCorrupt else { throw error }
+                    try onCorrupt(error)
+                    return true
+                }
+                if s != blockLast + 1 {
+                    let error = LedgerError.corrupt("the block of events \(first)...\(blockLast) holds \(s - first) events", seq: first)
+                    guard let onCorrupt else { throw error }
+                    try onCorrupt(error)
+                }
+                return true
+            }
+            if !keepGoing { return }
+        }
+        let rows = try Row.fetchCursor(db, sql: """
+            SELECT seq, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events
+            WHERE seq >= ? AND seq <= ? ORDER BY seq
+            """, arguments: [seq, last])
+        while let row = try rows.next() {
+            let s: Int64 = row[0]
+            let entry: Entry
+            do {
+                guard (row[6] as Int64) == 0 else { throw LedgerError.corrupt("event \(s) has unknown payload codec \(row[6] as Int64)", seq: s) }
+                let payload = try row.withUnsafeData(atIndex: 7) { $0.map { [UInt8]($0) } ?? [] }
+                let (appended, anomaly) = try decodeFlags(row[5], seq: s)
+                let type = try decodeType(row[2], seq: s)
+                let body = try decodePayload(type, payload, seq: s)
+                let event = RecordedEvent(seq: s, version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
+                                          recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
+                entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil)
+            } catch let error as LedgerError {
+                guard let onCorrupt else { throw error }
+                try onCorrupt(error)
+                continue
+            }
+            if try !body(entry) { return }
+        }
+    }
+
+    private static func decodeBlock(_ db: Database, _ block: Row, dictionaries: inout [Int64: [UInt8]]) throws -> [UInt8] {
+        let first: Int64 = block[0]
+        let last: Int64 = block[1]
+        let codecValue: Int64 = block[2]
+        guard let codec = BlockCodec(rawValue: Int(codecValue)) else {
+            throw LedgerError.corrupt("the block of events \(first)...\(last) has unknown codec \(codecValue)", seq: first)
+        }
+        guard let data = block[5] as Data? else {
+            throw LedgerError.corrupt("the block of events \(first)...\(last) has no data", seq: first)
+        }
+        let rawSize: Int64 = block[4]
+        do {
+            switch codec {
+            case .raw:
+                return [UInt8](data)
+            case .lz4:
+                return try data.withUnsafeBytes { try LZ4.decompress($0, originalSize: Int(clamping: rawSize)) }
+            case .lz4Dictionary:
+                guard let id: Int64 = block[3] else { throw LZ4.Failure(description: "no dictionary id") }
+                if dictionaries[id] == nil {
+                    guard let bytes = try Data.fetchOne(db, sql: "SELECT bytes FROM dictionaries WHERE id = ?", arguments: [id]) else {
+                        throw LZ4.Failure(description: "dictionary \(id) is missing")
+                    }
+                    dictionaries[id] = [UInt8](bytes)
+                }
+                let dictionary = dictionaries[id]
+                return try data.withUnsafeBytes { try LZ4.decompress($0, originalSize: Int(clamping: rawSize), dictionary: dictionary) }
+            }
+        } catch let failure as LZ4.Failure {
+            throw LedgerError.corrupt("the block of events \(first)...\(last) does not decompress (\(failure.description))", seq: first)
+        }
+    }
+
+    private static func decodeFlags(_ raw: Int64, seq: Int64) throws -> (Bool, Rule?) {
+        do {
+            return try FrameCodec.flags(UInt64(bitPattern: raw))
+        } catch {
+            throw LedgerError.corrupt("event \(seq) has invalid flags (\(error.message))", seq: seq)
+        }
+    }
+
+    private static func decodeType(_ raw: Int64, seq: Int64) throws -> EventType {
+        do {
+            return try FrameCodec.eventType(UInt64(bitPattern: raw))
+        } catch {
+            throw LedgerError.corrupt("event \(seq) has an invalid type (\(error.message))", seq: seq)
+        }
+    }
+
+    private static func decodePayload(_ type: EventType, _ payload: [UInt8], seq: Int64) throws -> EventBody {
+        do {
+            return try payload.withUnsafeBytes { buffer throws(BinaryReader.Failure) -> EventBody in
+                var r = BinaryReader(buffer)
+                return try PayloadCodec.decode(type, &r)
+            }
+        } catch let failure as BinaryReader.Failure {
+            throw LedgerError.corrupt("the payload of event \(seq) does not decode (\(failure.message))", seq: seq)
+        }
+    }
+}
+
+/// Byte strings common in any purchase ledger, placed at the start of every dictionary.
+enum DictionarySeed {
+    static let common: [UInt8] = Array((
+        "file:///var/mobile/Containers/Data/Application//Library/Caches/StoreKit//Contents/"
+            + "Library/Application Support/Documents/SKErrorDomainNSURLErrorDomainNSCocoaErrorDomain"
+            + "The payment was cancelled.An unknown error occurredThe request timed out."
+            + "The network connection was lost.The Internet connection appears to be offline.sha256:"
+    ).utf8)
+}

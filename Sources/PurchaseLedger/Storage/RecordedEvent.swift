@@ -1,0 +1,145 @@
+/// An event as stored in the log: its place, its stream, and what the ledger made of it.
+public struct RecordedEvent: Sendable, Hashable {
+    /// Global position, gap-free from 1.
+    public var seq: Int64
+    /// Position within its stream, from 1.
+    public var version: Int64
+    public var event: Event
+    /// When the ledger stored it (from the ledger's clock).
+    public var recordedAt: Timestamp
+    /// The rule this observation broke, when it was stored as an anomaly.
+    public var anomaly: Rule?
+    /// True for the cancellations the ledger appended itself before an early finish.
+    public var appendedByLedger: Bool
+
+    public init(seq: Int64, version: Int64, event: Event, recordedAt: Timestamp, anomaly: Rule? = nil, appendedByLedger: Bool = false) {
+        self.seq = seq
+        self.version = version
+        self.event = event
+        self.recordedAt = recordedAt
+        self.anomaly = anomaly
+        self.appendedByLedger = appendedByLedger
+    }
+
+    /// `transaction:<id>`, `download:<id>`, `catalog` or `restore`.
+    public var stream: String { event.body.stream }
+
+    var flags: UInt64 {
+        (appendedByLedger ? 1 : 0) | UInt64(anomaly?.code ?? 0) << 1
+    }
+
+    /// The event as a JSON line, with `seq` and, when set, `anomaly` and `appendedByLedger`.
+    public var jsonLine: String {
+        JSONLines.encode(event, seq: seq, anomaly: anomaly, appendedByLedger: appendedByLedger)
+    }
+}
+
+/// Encodes and decodes stored events (docs/format.md).
+///
+/// - The canonical frame, hashed into the chain: `seq, type, flags, at, recorded, version,
+///   payload length, payload`, with absolute values.
+/// - The block frame, inside sealed blocks: the same fields with `seq` implicit and times as
+///   deltas from the previous event, then the first 4 bytes of the event's chain link.
+enum FrameCodec {
+    static func payload(_ body: EventBody) -> [UInt8] {
+        var w = BinaryWriter()
+        PayloadCodec.encode(body, into: &w)
+        return w.bytes
+    }
+
+    static func canonical(_ e: RecordedEvent, payload: [UInt8]) -> [UInt8] {
+        var w = BinaryWriter(capacity: payload.count + 32)
+        w.varint(UInt64(e.seq))
+        w.varint(UInt64(e.event.type.rawValue))
+        w.varint(e.flags)
+        w.zigzag(e.event.at.nanosecondsSinceEpoch)
+        w.zigzag(e.recordedAt.nanosecondsSinceEpoch)
+        w.varint(UInt64(e.version))
+        w.lengthPrefixed(payload)
+        return w.bytes
+    }
+
+    static let linkPrefixSize = 4
+
+    /// Appends one block frame to `w`.
+    static func appendBlockFrame(type: UInt64, flags: UInt64, at: Int64, recorded: Int64, version: UInt64, payload: [UInt8],
+                                 link: [UInt8], previous: inout (at: Int64, recorded: Int64), to w: inout BinaryWriter) {
+        w.varint(type)
+        w.varint(flags)
+        timeDelta(at &- previous.at, &w)
+        timeDelta(recorded &- previous.recorded, &w)
+        w.varint(version)
+        w.lengthPrefixed(payload)
+        w.bytes.append(contentsOf: link.prefix(linkPrefixSize))
+        previous = (at, recorded)
+    }
+
+    /// A time delta, tagged in its 2 low bits: `zigzag(ms) << 2 | 1` when it is whole
+    /// milliseconds (the usual case, 1-3 bytes), `zigzag(ns) << 2` otherwise, and `3` followed by
+    /// a zigzag varint for deltas too large to shift (only hostile times make those).
+    private static func timeDelta(_ ns: Int64, _ w: inout BinaryWriter) {
+        let zig = { (v: Int64) in UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
+        let limit = Int64.max >> 3
+        if ns % 1_000_000 == 0, abs(ns / 1_000_000) < limit {
+            w.varint(zig(ns / 1_000_000) << 2 | 1)
+        } else if ns > -limit && ns < limit {
+            w.varint(zig(ns) << 2)
+        } else {
+            w.varint(3)
+            w.zigzag(ns)
+        }
+    }
+
+    private static func readTimeDelta(_ r: inout BinaryReader) throws(Failure) -> Int64 {
+        let raw = try r.varint()
+        switch raw & 3 {
+        case 3: return try r.zigzag()
+        case 2: throw Failure(message: "bad time delta tag")
+        default:
+            let zig = raw >> 2
+            let value = Int64(bitPattern: (zig >> 1) ^ (0 &- (zig & 1)))
+            return raw & 3 == 1 ? value &* 1_000_000 : value
+        }
+    }
+
+    /// One decoded block frame, with what verification needs.
+    struct BlockEntry {
+        var event: RecordedEvent
+        var payload: Range<Int>
+        var linkPrefix: Range<Int>
+    }
+
+    typealias Failure = BinaryReader.Failure
+
+    static func flags(_ raw: UInt64) throws(Failure) -> (Bool, Rule?) {
+        let code = raw >> 1
+        guard raw < 256 else { throw Failure(message: "bad flags") }
+        if code == 0 { return (raw & 1 == 1, nil) }
+        guard let rule = Rule(code: UInt8(code)) else { throw Failure(message: "unknown anomaly rule \(code)") }
+        return (raw & 1 == 1, rule)
+    }
+
+    static func eventType(_ raw: UInt64) throws(Failure) -> EventType {
+        guard raw < 256, let type = EventType(rawValue: UInt8(raw)) else { throw Failure(message: "unknown event type \(raw)") }
+        return type
+    }
+
+    /// Decodes the next block frame. `seq` is the frame's position, known from the block.
+    static func readBlockFrame(_ r: inout BinaryReader, seq: Int64, previous: inout (at: Int64, recorded: Int64)) throws(Failure) -> BlockEntry {
+        let type = try eventType(try r.varint())
+        let (appended, anomaly) = try flags(try r.varint())
+        let at = previous.at &+ (try readTimeDelta(&r))
+        let recorded = previous.recorded &+ (try readTimeDelta(&r))
+        let version = Int64(try r.int(max: Int(Int64.max)))
+        let span = try r.span()
+        var payloadReader = BinaryReader(r.base, offset: span.lowerBound, end: span.upperBound)
+        let body = try PayloadCodec.decode(type, &payloadReader)
+        guard r.end - r.offset >= linkPrefixSize else { throw Failure(message: "truncated link") }
+        let prefix = r.offset..<(r.offset + linkPrefixSize)
+        r.offset += linkPrefixSize
+        previous = (at, recorded)
+        let event = RecordedEvent(seq: seq, version: version, event: Event(at: Timestamp(nanosecondsSinceEpoch: at), body),
+                                  recordedAt: Timestamp(nanosecondsSinceEpoch: recorded), anomaly: anomaly, appendedByLedger: appended)
+        return BlockEntry(event: event, payload: span, linkPrefix: prefix)
+    }
+}

@@ -414,6 +414,23 @@ public final class Ledger: Sendable {
         return try state(atSeq: target)
     }
 
+    /// The first seq after which `predicate` holds for the state and the event just applied.
+    public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
+        var state = LedgerState()
+        var found: Int64?
+        try read { db in
+            try EventStore.scan(db) { entry in
+                _ = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
+                if try predicate(state, entry.event) {
+                    found = entry.event.seq
+                    return false
+                }
+                return true
+            }
+        }
+        return found
+    }
+
     /// The state after the last commit seen by this instance.
     public var currentState: LedgerState {
         published.withLock { $0 }

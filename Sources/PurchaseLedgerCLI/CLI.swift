@@ -1,1 +1,182 @@
+import ArgumentParser
+import Foundation
 import PurchaseLedger
+import Synchronization
+
+/// The `purchase-ledger` command line, as a library: `main` parses, runs and maps every failure
+/// to the contract's exit status (0 success; 1 a rule rejected the input or verify found a
+/// problem; 2 malformed input or bad usage; 3 storage or I/O failure).
+public enum PurchaseLedgerCLI {
+    public static func main(_ arguments: [String]) -> Int32 {
+        let console = Console.current
+        defer { console.flush() }
+        do {
+            var command = try Root.parseAsRoot(arguments)
+            try command.run()
+            return 0
+        } catch let exit as CommandExit {
+            return exit.status
+        } catch let error as LedgerError {
+            console.error(error.description)
+            return status(for: error)
+        } catch {
+            let code = Root.exitCode(for: error)
+            let message = Root.fullMessage(for: error)
+            if code == .success {
+                console.print(message)
+                return 0
+            }
+            console.error(message)
+            return 2
+        }
+    }
+
+    static func status(for error: LedgerError) -> Int32 {
+        switch error.code {
+        case .ruleViolation: 1
+        case .malformedInput, .unregisteredURL: 2
+        default: 3
+        }
+    }
+}
+
+/// Ends a command with a status, its message already printed.
+struct CommandExit: Error {
+    var status: Int32
+}
+
+/// Where commands write. Buffered stdout, unbuffered stderr; in tests a capturing console is set
+/// with `Console.$current.withValue`.
+public final class Console: Sendable {
+    @TaskLocal public static var current = Console()
+
+    private let sink: (@Sendable (_ text: String, _ toError: Bool) -> Void)?
+    private let buffer = Mutex<[UInt8]>([])
+    public let stdoutIsTerminal: Bool
+    public let stderrIsTerminal: Bool
+    /// Colours only on a terminal, and never with NO_COLOR set.
+    public let colours: Bool
+
+    /// The process's stdout and stderr.
+    public init() {
+        sink = nil
+        stdoutIsTerminal = isatty(1) == 1
+        stderrIsTerminal = isatty(2) == 1
+        colours = stdoutIsTerminal && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
+    }
+
+    /// A console that hands everything to `sink` (no terminal, no colours).
+    public init(sink: @escaping @Sendable (_ text: String, _ toError: Bool) -> Void) {
+        self.sink = sink
+        stdoutIsTerminal = false
+        stderrIsTerminal = false
+        colours = false
+    }
+
+    public func print(_ text: String) {
+        write(text + "\n")
+    }
+
+    public func write(_ text: String) {
+        if let sink { return sink(text, false) }
+        let full = buffer.withLock { bytes -> Bool in
+            bytes.append(contentsOf: text.utf8)
+            return bytes.count >= 1 << 16
+        }
+        if full { flush() }
+    }
+
+    public func error(_ text: String) {
+        if let sink { return sink(text + "\n", true) }
+        flush()
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+
+    public func flush() {
+        let bytes = buffer.withLock { bytes -> [UInt8] in
+            defer { bytes.removeAll(keepingCapacity: true) }
+            return bytes
+        }
+        if !bytes.isEmpty { FileHandle.standardOutput.write(Data(bytes)) }
+    }
+
+    /// A progress line on stderr, only when stderr is a terminal.
+    func progress(_ text: String) {
+        guard stderrIsTerminal, sink == nil else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
+    }
+
+    func endProgress() {
+        guard stderrIsTerminal, sink == nil else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
+
+    func style(_ text: String, _ code: String) -> String {
+        colours ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
+    }
+
+    func bold(_ text: String) -> String { style(text, "1") }
+    func dim(_ text: String) -> String { style(text, "2") }
+    func red(_ text: String) -> String { style(text, "31") }
+    func green(_ text: String) -> String { style(text, "32") }
+    func yellow(_ text: String) -> String { style(text, "33") }
+}
+
+struct Root: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "purchase-ledger",
+        abstract: "Replay, inspect and verify a purchase ledger: in-app purchases and their hosted-content downloads.",
+        discussion: """
+            A ledger is one SQLite file holding every payment, download-state change and finish call as an
+            event. Start with `purchase-ledger demo` to see what the tool shows.
+
+            Exit status: 0 success; 1 a rule rejected the input, or verify found a problem; 2 malformed
+            input or bad usage; 3 storage or I/O failure.
+            """,
+        subcommands: [
+            AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
+            TimelineCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self, StatsCommand.self,
+            DemoCommand.self,
+        ]
+    )
+}
+
+/// Options every command that opens a ledger takes.
+struct LedgerOptions: ParsableArguments {
+    @Argument(help: "The ledger file.", completion: .file(extensions: ["ledger"]))
+    var ledger: String
+
+    @Option(name: .customLong("key-file"), help: "A file holding the secret key of a keyed (HMAC) hash chain.", completion: .file())
+    var keyFile: String?
+
+    func configuration(readOnly: Bool) throws -> LedgerConfiguration {
+        var configuration = LedgerConfiguration()
+        configuration.readOnly = readOnly
+        if let keyFile {
+            guard let key = FileManager.default.contents(atPath: keyFile), !key.isEmpty else {
+                throw LedgerError.io("cannot read the key file \(keyFile)")
+            }
+            configuration.chainKey = [UInt8](key)
+        }
+        return configuration
+    }
+
+    /// Opens an existing ledger; `readOnly` ones are never changed, not even caught up.
+    func open(readOnly: Bool = true) throws -> Ledger {
+        guard FileManager.default.fileExists(atPath: ledger) else {
+            throw LedgerError.io("no ledger at \(ledger)")
+        }
+        return try Ledger(path: ledger, configuration: configuration(readOnly: readOnly))
+    }
+
+    /// Opens the ledger, creating it when missing.
+    func openOrCreate() throws -> Ledger {
+        try Ledger(path: ledger, configuration: configuration(readOnly: false))
+    }
+}
+
+extension LedgerError {
+    static func io(_ message: String) -> LedgerError {
+        LedgerError.make(.io, message)
+    }
+}

@@ -1,1 +1,4 @@
-print("purchase-ledger")
+import Foundation
+import PurchaseLedgerCLI
+
+exit(PurchaseLedgerCLI.main(Array(CommandLine.arguments.dropFirst())))

@@ -4,6 +4,12 @@ import PurchaseLedger
 let args = CommandLine.arguments
 let input = args[1]
 let path = args[2]
+if args.count > 4 {
+    var c = LedgerConfiguration(); c.readOnly = true
+    let l = try Ledger(path: path, configuration: c)
+    print("readonly ok", try l.lastSeq())
+    exit(0)
+}
 if args.count > 3 {
     let ledger = try Ledger(path: path)
     let t0 = Date()

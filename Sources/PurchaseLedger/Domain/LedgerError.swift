@@ -71,6 +71,11 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         self.line = line
     }
 
+    /// An error with a code and a message, for tools built on the library.
+    public static func make(_ code: Code, _ message: String, seq: Int64? = nil, line: Int? = nil) -> LedgerError {
+        LedgerError(code, message, seq: seq, line: line)
+    }
+
     static func violation(_ rule: Rule, _ message: String, _ event: Event, downloads: [String] = []) -> LedgerError {
         LedgerError(.ruleViolation, rule: rule, message, event: event, downloads: downloads)
     }
@@ -99,7 +104,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         var parts: [String] = []
         if let line { parts.append("line \(line)") }
         if let seq, line == nil { parts.append("seq \(seq)") }
-        if let rule { parts.append(rule.name) } else if code != .ruleViolation { parts.append(code.description) }
+        if let rule { parts.append(rule.name) } else if code == .malformedInput { parts.append("malformed") } else if code != .ruleViolation { parts.append(code.description) }
         parts.append(message)
         return parts.joined(separator: ": ")
     }

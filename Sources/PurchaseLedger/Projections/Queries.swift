@@ -1,0 +1,189 @@
+import GRDB
+
+/// Reads of the current state, from the projection tables: they never wait for a writer and
+/// always see the last commit of any process.
+extension Ledger {
+    /// Current transactions, sorted by id; only `user`'s when given.
+    public func transactions(user: String? = nil) throws -> [TransactionRecord] {
+        try read { db in
+            let rows = try Row.fetchAll(db, sql: user == nil
+                ? "SELECT * FROM transactions ORDER BY transaction_id"
+                : "SELECT * FROM transactions WHERE user_id = ? ORDER BY transaction_id", arguments: user.map { [$0] } ?? [])
+            var records = rows.map(TransactionRecord.init(row:))
+            for i in records.indices {
+                records[i].downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
+                                                           arguments: [records[i].transaction])
+            }
+            return records
+        }
+    }
+
+    /// One transaction, or nil.
+    public func transaction(_ id: String) throws -> TransactionRecord? {
+        try read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE transaction_id = ?", arguments: [id]) else { return nil }
+            var record = TransactionRecord(row: row)
+            record.downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: [id])
+            return record
+        }
+    }
+
+    /// Current downloads, sorted by id; only `transaction`'s (in delivery order) when given.
+    public func downloads(transaction: String? = nil) throws -> [DownloadRecord] {
+        try read { db in
+            let rows = try Row.fetchAll(db, sql: transaction == nil
+                ? "SELECT * FROM downloads ORDER BY download_id"
+                : "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: transaction.map { [$0] } ?? [])
+            return rows.map(DownloadRecord.init(row:))
+        }
+    }
+
+    /// Whether a purchased or restored, not revoked transaction grants `product`, itself or
+    /// through a related product (declared on either side).
+    public func owns(product: String) throws -> Bool {
+        try read { db in try Ledger.owns(product, db) }
+    }
+
+    static func owns(_ product: String, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(db, sql: """
+            SELECT EXISTS (SELECT 1 FROM transactions
+                WHERE state IN ('purchased', 'restored') AND revoked = 0
+                  AND (product = :p
+                       OR product IN (SELECT related_product FROM related_products WHERE product = :p)
+                       OR product IN (SELECT product FROM related_products WHERE related_product = :p)))
+            """, arguments: ["p": product]) ?? false
+    }
+
+    /// The owned content versions: the latest copy-out of each product the user owns, sorted by
+    /// product and content.
+    public func ownedContent() throws -> [OwnedContent] {
+        try read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM owned_content ORDER BY product, content")
+            var owned: [OwnedContent] = []
+            var owns: [String: Bool] = [:]
+            for row in rows {
+                let product: String = row["product"]
+                if owns[product] == nil { owns[product] = try Ledger.owns(product, db) }
+                guard owns[product] == true, let version = ContentVersion(row["content_version"]) else { continue }
+                owned.append(OwnedContent(product: product, content: row["content"], contentVersion: version,
+                                          destination: row["destination"], transaction: row["transaction_id"],
+                                          download: row["download_id"], copiedAt: Timestamp(millisecondsSinceEpoch: row["copied_at_ms"])))
+            }
+            return owned
+        }
+    }
+
+    /// The content URL of a finished download whose transaction is not finished; nil otherwise,
+    /// and always nil after the finish.
+    public func contentURL(for download: String) throws -> String? {
+        try read { db in
+            try String.fetchOne(db, sql: "SELECT content_url FROM downloads WHERE download_id = ? AND state = 'finished'", arguments: [download])
+        }
+    }
+
+    /// Whether a version newer than the owned one was published for that product and content.
+    public func updateAvailable(product: String, content: String) throws -> Bool {
+        try read { db in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT o.content_version, c.latest_version FROM owned_content o
+                JOIN product_contents c ON c.product = o.product AND c.content = o.content
+                WHERE o.product = ? AND o.content = ?
+                """, arguments: [product, content]),
+                let owned = ContentVersion(row[0]), let latest = ContentVersion(row[1])
+            else { return false }
+            return latest.isNewer(than: owned)
+        }
+    }
+
+    /// The download registered for a content URL (`contentRegistered`); throws
+    /// ``LedgerError/Code/unregisteredURL`` when there is none.
+    public func download(forURL url: String) throws -> String {
+        guard let id = try read({ db in try String.fetchOne(db, sql: "SELECT download_id FROM downloads WHERE url = ?", arguments: [url]) }) else {
+            throw LedgerError(.unregisteredURL, "no download is registered for this URL")
+        }
+        return id
+    }
+
+    /// One step of a transaction's life: the event and the state right after it.
+    public struct TimelineEntry: Sendable {
+        public var event: RecordedEvent
+        public var transaction: TransactionRecord?
+        /// The transaction's downloads after the event, in delivery order.
+        public var downloads: [DownloadRecord]
+    }
+
+    /// Every event of a transaction and its downloads, each with the state after it.
+    public func timeline(transaction id: String) throws -> [TimelineEntry] {
+        var state = LedgerState()
+        var entries: [TimelineEntry] = []
+        try read { db in
+            try EventStore.scan(db) { entry in
+                let e = entry.event
+                _ = try Reducer.replay(&state, e.event, seq: e.seq)
+                let concerns = e.event.body.transactionID == id
+                    || e.event.body.downloadID.map { state.downloads[$0]?.transaction == id } == true
+                if concerns {
+                    let t = state.transactions[id]
+                    entries.append(TimelineEntry(event: e, transaction: t, downloads: (t?.downloads ?? []).compactMap { state.downloads[$0] }))
+                }
+                return true
+            }
+        }
+        guard !entries.isEmpty else { throw LedgerError.malformed("transaction \(id) is not in this ledger") }
+        return entries
+    }
+}
+
+extension TransactionRecord {
+    init(row: Row) {
+        self.init(transaction: row["transaction_id"], product: row["product"], user: row["user_id"], quantity: row["quantity"],
+                  state: TransactionStatus(rawValue: row["state"]) ?? .purchasing)
+        finished = row["finished"]
+        revoked = row["revoked"]
+        revocationReason = row["revocation_reason"]
+        originalTransaction = row["original_transaction"]
+        storeTransactionId = row["store_transaction_id"]
+        if let domain: String = row["error_domain"] {
+            error = StoreError(domain: domain, code: row["error_code"] ?? 0, message: row["error_message"] ?? "")
+        }
+        wasDeferred = row["was_deferred"]
+        discardedContent = row["discarded_content"]
+        queuedAt = Timestamp(ms: row["queued_at_ms"])
+        purchasedAt = Timestamp(ms: row["purchased_at_ms"])
+        failedAt = Timestamp(ms: row["failed_at_ms"])
+        finishedAt = Timestamp(ms: row["finished_at_ms"])
+        revokedAt = Timestamp(ms: row["revoked_at_ms"])
+    }
+}
+
+extension DownloadRecord {
+    init(row: Row) {
+        self.init(download: row["download_id"], transaction: row["transaction_id"], url: row["url"], content: row["content"])
+        contentVersion = (row["content_version"] as String?).flatMap(ContentVersion.init)
+        contentLength = row["content_length"]
+        state = DownloadStatus(rawValue: row["state"]) ?? .waiting
+        started = row["started"]
+        progress = row["progress"]
+        bytesWritten = row["bytes_written"]
+        contentURL = row["content_url"]
+        copiedOut = row["copied_out"]
+        destination = row["destination"]
+        discarded = row["discarded"]
+        cancelReason = (row["cancel_reason"] as String?).flatMap(CancelReason.init(rawValue:))
+        if let domain: String = row["error_domain"] {
+            error = StoreError(domain: domain, code: row["error_code"] ?? 0, message: row["error_message"] ?? "")
+        }
+        attempts = row["attempts"]
+        startedAt = Timestamp(ms: row["started_at_ms"])
+        lastActivityAt = Timestamp(ms: row["last_activity_at_ms"])
+        finishedAt = Timestamp(ms: row["finished_at_ms"])
+        copiedOutAt = Timestamp(ms: row["copied_out_at_ms"])
+    }
+}
+
+extension Timestamp {
+    init?(ms: Int64?) {
+        guard let ms else { return nil }
+        self.init(millisecondsSinceEpoch: ms)
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+import GRDB
+
+/// Counts and sizes of a ledger, as `stats` shows them.
+public struct LedgerStatistics: Sendable {
+    public var events: Int64 = 0
+    public var countsByType: [EventType: Int64] = [:]
+    public var anomaliesByRule: [Rule: Int64] = [:]
+    public var appendedByLedger: Int64 = 0
+    /// The whole SQLite file (plus its WAL, if any), in bytes.
+    public var fileBytes: Int64 = 0
+    /// Uncompressed binary payloads of all events.
+    public var payloadBytes: Int64 = 0
+    /// Bytes the log takes as stored: sealed blocks and tail rows.
+    public var logBytes: Int64 = 0
+    /// Uncompressed size of what the sealed blocks hold.
+    public var sealedRawBytes: Int64 = 0
+    public var sealedStoredBytes: Int64 = 0
+    public var blocks: Int64 = 0
+    public var tailEvents: Int64 = 0
+    public var snapshots: Int64 = 0
+    public var snapshotBytes: Int64 = 0
+    public var dictionaries: Int64 = 0
+
+    public var anomalies: Int64 { anomaliesByRule.values.reduce(0, +) }
+    public var fileBytesPerEvent: Double { events == 0 ? 0 : Double(fileBytes) / Double(events) }
+    public var logBytesPerEvent: Double { events == 0 ? 0 : Double(logBytes) / Double(events) }
+    public var payloadBytesPerEvent: Double { events == 0 ? 0 : Double(payloadBytes) / Double(events) }
+    /// Uncompressed over stored size of the sealed blocks.
+    public var compressionRatio: Double { sealedStoredBytes == 0 ? 1 : Double(sealedRawBytes) / Double(sealedStoredBytes) }
+}
+
+extension Ledger {
+    /// Counts by type and rule, and the sizes of the file and the log.
+    public func statistics() throws -> LedgerStatistics {
+        var s = LedgerStatistics()
+        try read { db in
+            try EventStore.scan(db, integrity: true) { entry in
+                let e = entry.event
+                s.events += 1
+                s.countsByType[e.event.type, default: 0] += 1
+                if let rule = e.anomaly { s.anomaliesByRule[rule, default: 0] += 1 }
+                if e.appendedByLedger { s.appendedByLedger += 1 }
+                s.payloadBytes += Int64(entry.payload.count)
+                return true
+            }
+            if let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(length(data)), 0) FROM event_blocks") {
+                s.blocks = row[0]; s.sealedRawBytes = row[1]; s.sealedStoredBytes = row[2]
+            }
+            let tailBytes = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(payload) + length(link) + length(stream) + 24), 0) FROM events") ?? 0
+            s.tailEvents = try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0
+            s.logBytes = s.sealedStoredBytes + tailBytes
+            if let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(length(data)), 0) FROM snapshots") {
+                s.snapshots = row[0]; s.snapshotBytes = row[1]
+            }
+            s.dictionaries = try Int64.fetchOne(db, sql: "SELECT count(*) FROM dictionaries") ?? 0
+        }
+        for file in [path, path + "-wal"] {
+            if let size = try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber {
+                s.fileBytes += size.int64Value
+            }
+        }
+        return s
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import GRDB
+
+/// One problem `verify` found.
+public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Hashable {
+        /// SQLite's own `integrity_check` failed.
+        case sqliteIntegrity
+        /// Stored bytes do not decode.
+        case corruptData
+        /// A seq is missing, repeated or out of order.
+        case sequence
+        /// The hash chain does not match: an event was edited, removed, inserted or moved.
+        case chain
+        /// The event does not pass the rules the way it was recorded.
+        case rules
+        /// The projection tables differ from a fresh rebuild.
+        case projections
+    }
+
+    public var kind: Kind
+    /// The first seq concerned, when the problem has one.
+    public var seq: Int64?
+    public var rule: Rule?
+    public var message: String
+
+    public var description: String {
+        (seq.map { "seq \($0): " } ?? "") + "\(kind.rawValue): " + (rule.map { "\($0.name): " } ?? "") + message
+    }
+}
+
+/// What `verify` found: problems (a ledger with any is broken) and anomalies (observations the
+/// app recorded in a state where they made no sense: normal, but worth a look).
+public struct VerificationReport: Sendable {
+    public var problems: [VerificationProblem] = []
+    /// The stored anomalies, in order.
+    public var anomalies: [(seq: Int64, rule: Rule)] = []
+    public var eventsChecked: Int64 = 0
+    public var isValid: Bool { problems.isEmpty }
+}
+
+extension Ledger {
+    /// Checks everything: SQLite's integrity, that every stored byte decodes, the hash chain, that
+    /// every event passes the rules as recorded (re-running the same reducer), and that the
+    /// projection tables equal a fresh rebuild. Stops at the first problem unless `all`.
+    public func verify(all: Bool = false, progress: ((Int64, Int64) -> Void)? = nil) throws -> VerificationReport {
+        try read { db in
+            var verifier = Verifier(chain: chain, all: all, progress: progress)
+            return try verifier.run(db)
+        }
+    }
+}
+
+private struct StopVerification: Error {}
+
+private struct Verifier {
+    let chain: HashChain
+    let all: Bool
+    let progress: ((Int64, Int64) -> Void)?
+    var report = VerificationReport()
+
+    init(chain: HashChain, all: Bool, progress: ((Int64, Int64) -> Void)?) {
+        self.chain = chain
+        self.all = all
+        self.progress = progress
+    }
+
+    mutating func problem(_ kind: VerificationProblem.Kind, _ seq: Int64?, _ message: String, rule: Rule? = nil) throws {
+        report.problems.append(VerificationProblem(kind: kind, seq: seq, rule: rule, message: message))
+        if !all { throw StopVerification() }
+    }
+
+    mutating func run(_ db: Database) throws -> VerificationReport {
+        do {
+            try checkIntegrity(db)
+            let (state, history, trusted) = try checkLog(db)
+            if trusted { try checkProjections(db, state: state, history: history) }
+        } catch is StopVerification {}
+        return report
+    }
+
+    private mutating func checkIntegrity(_ db: Database) throws {
+        let lines = try String.fetchAll(db, sql: "PRAGMA integrity_check")
+        if lines != ["ok"] {
+            try problem(.sqliteIntegrity, nil, lines.prefix(5).joined(separator: "; "))
+        }
+    }
+
+    /// Walks the log once: decoding, sequence, chain and rules. Returns the replayed state and
+    /// whether it can be trusted for the projection check (no event was lost on the way).
+    private mutating func checkLog(_ db: Database) throws -> (LedgerState, Projector.HistoryCollector, Bool) {
+        var state = LedgerState()
+        var history = Projector.HistoryCollector()
+        var expected: Int64 = 1
+        var previous: [UInt8]? = HashChain.genesis
+        var chainReported = false
+        var lost = false
+        let total = try EventStore.lastSeq(db)
+        var me = self
+        defer { self = me }
+        try EventStore.scan(db, integrity: true, onCorrupt: { error in
+            lost = true
+            previous = nil
+            try me.problem(.corruptData, error.seq, error.message)
+        }) { entry in
+            let e = entry.event
+            if e.seq != expected {
+                lost = true
+                let message = e.seq > expected
+                    ? (e.seq - 1 == expected ? "event \(expected) is missing" : "events \(expected)...\(e.seq - 1) are missing")
+                    : "event \(e.seq) appears again or out of order after \(expected - 1)"
+                try me.problem(.sequence, min(e.seq, expected), message)
+                if e.seq < expected { return true }
+            }
+            expected = e.seq + 1
+            me.report.eventsChecked += 1
+
+            // The chain: recompute from the canonical frame, compare with what is stored.
+            let frame = FrameCodec.canonical(e, payload: entry.payload)
+            let stored: [UInt8]?
+            let storedPrefix: [UInt8]
+            switch entry.link {
+            case .full(let link): stored = link; storedPrefix = link
+            case .prefix(let prefix, let blockLast): stored = blockLast; storedPrefix = prefix
+            case nil: stored = nil; storedPrefix = []
+            }
+            if let prev = previous {
+                let link = chain.link(after: prev, frame: frame)
+                let matches = link.prefix(storedPrefix.count).elementsEqual(storedPrefix) && (stored == nil || stored! == link)
+                if !matches && !chainReported {
+                    chainReported = true
+                    try me.problem(.chain, e.seq, "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved")
+                }
+                previous = matches ? link : stored
+            } else {
+                previous = stored
+            }
+            if stored != nil { chainReported = false }
+
+            // The rules: the same reducer, and the outcome must be what was recorded.
+            if !lost {
+                try me.checkRules(e, state: &state, history: &history)
+            }
+            if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
+            return true
+        }
+        return (state, history, !lost)
+    }
+
+    private mutating func checkRules(_ e: RecordedEvent, state: inout LedgerState, history: inout Projector.HistoryCollector) throws {
+        if e.appendedByLedger, case .downloadCancelled(_, .transactionFinished) = e.event.body {} else if e.appendedByLedger {
+            try problem(.rules, e.seq, "marked as appended by the ledger, but is not an automatic cancellation")
+        }
+        if case .transactionFinished = e.event.body, Reducer.plan(state, e.event).count > 1 {
+            try problem(.rules, e.seq, "this finish left downloads running without the cancellations the ledger appends", rule: nil)
+        }
+        let version = state.streamVersions[e.stream, default: 0] + 1
+        let outcome = try Reducer.replay(&state, e.event, seq: e.seq)
+        if version != e.version {
+            try problem(.rules, e.seq, "stored as version \(e.version) of stream \(e.stream), but it is version \(version)")
+        }
+        if let change = Projector.ownedChange(e, outcome: outcome, state: state) { history.apply(change) }
+        switch outcome {
+        case .ignored:
+            try problem(.rules, e.seq, "an identical repeat of a command was stored; repeats store nothing")
+        case .anomaly(let rule) where e.event.type.isCommand:
+            try problem(.rules, e.seq, "this \(e.event.type.name) breaks \(rule.name) and would be rejected today (written by an older app?)", rule: rule)
+        case .anomaly(let rule):
+            report.anomalies.append((e.seq, rule))
+            if e.anomaly != rule {
+                try problem(.rules, e.seq, "recorded \(e.anomaly.map { "as anomaly \($0.name)" } ?? "as valid"), but the rules flag it \(rule.name)", rule: rule)
+            }
+        case .applied, .unchanged:
+            if let recorded = e.anomaly {
+                try problem(.rules, e.seq, "recorded as anomaly \(recorded.name), but the rules accept it", rule: recorded)
+            }
+        }
+    }
+
+    /// Builds the projections afresh in memory and compares them, table by table.
+    private mutating func checkProjections(_ db: Database, state: LedgerState, history: Projector.HistoryCollector) throws {
+        let (projectedSeq, current) = try Projector.status(db)
+        if !current {
+            try problem(.projections, nil, "the projections were written by another version (\(try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_stamp'") ?? "none")); run rebuild")
+        }
+        if projectedSeq != state.seq {
+            try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
+        }
+        let fresh = try DatabaseQueue()
+        try Migrations.migrator.migrate(fresh)
+        try fresh.write { try Projector.rebuild(state: state, history: history, $0) }
+        for table in Projector.tables {
+            let sql = "SELECT * FROM \(table) ORDER BY 1, 2"
+            let expected = try fresh.read { try Row.fetchAll($0, sql: sql) }
+            let actual = try Row.fetchAll(db, sql: sql)
+            if expected != actual {
+                let index = zip(expected, actual).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(expected.count, actual.count)
+                let key = (index < actual.count ? actual[index] : expected[index])[0] as DatabaseValue
+                try problem(.projections, nil, "table \(table) differs from a fresh rebuild (\(actual.count) rows, \(expected.count) expected; first difference at \(key.description)); run rebuild")
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import GRDB
+
+/// Which transactions a purchase-history report covers. Every filter reaches SQL as a bound
+/// parameter, never as spliced text.
+public struct PurchaseHistoryQuery: Sendable, Hashable {
+    public var user: String?
+    public var product: String?
+    /// Purchased (or queued, if never purchased) at or after this time.
+    public var from: Timestamp?
+    /// ... and before this time.
+    public var to: Timestamp?
+    public var kinds: [ProductKind] = []
+    /// Page size and offset, for large ledgers.
+    public var limit: Int = 1000
+    public var offset: Int = 0
+
+    public init(user: String? = nil, product: String? = nil, from: Timestamp? = nil, to: Timestamp? = nil,
+                kinds: [ProductKind] = [], limit: Int = 1000, offset: Int = 0) {
+        self.user = user
+        self.product = product
+        self.from = from
+        self.to = to
+        self.kinds = kinds
+        self.limit = limit
+        self.offset = offset
+    }
+}
+
+/// One transaction of a purchase history, with what the user paid and what they received.
+public struct PurchaseHistoryEntry: Sendable, Hashable {
+    public var transaction: TransactionRecord
+    public var kind: ProductKind?
+    /// The registered price, a decimal string in `currency` units (per unit; see `quantity`).
+    public var price: String?
+    public var currency: String?
+    public var downloads: [DownloadRecord]
+
+    /// How it ended: purchased, restored, failed, deferred (still waiting) or purchasing; revoked
+    /// transactions say so.
+    public var outcome: String {
+        transaction.revoked ? "revoked" : transaction.state.rawValue
+    }
+
+    public var isRestore: Bool { transaction.state == .restored }
+    /// Some of its hosted content will never arrive: a download was cancelled by an early finish.
+    public var contentLost: Bool { downloads.contains { $0.lost } }
+}
+
+extension Ledger {
+    /// Transactions matching `query`, sorted by purchase date (queue date when never purchased),
+    /// with their downloads.
+    public func purchaseHistory(_ query: PurchaseHistoryQuery = PurchaseHistoryQuery()) throws -> [PurchaseHistoryEntry] {
+        try read { db in
+            var conditions: [String] = []
+            var arguments = StatementArguments()
+            if let user = query.user { conditions.append("t.user_id = ?"); _ = arguments.append(contentsOf: [user]) }
+            if let product = query.product { conditions.append("t.product = ?"); _ = arguments.append(contentsOf: [product]) }
+            if let from = query.from {
+                conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= ?")
+                _ = arguments.append(contentsOf: [Projector.ms(from)])
+            }
+            if let to = query.to {
+                conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) < ?")
+                _ = arguments.append(contentsOf: [Projector.ms(to)])
+            }
+            if !query.kinds.isEmpty {
+                conditions.append("p.kind IN (\(Array(repeating: "?", count: query.kinds.count).joined(separator: ", ")))")
+                _ = arguments.append(contentsOf: StatementArguments(query.kinds.map(\.rawValue)))
+            }
+            _ = arguments.append(contentsOf: [query.limit, query.offset])
+            let sql = """
+                SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
+                FROM transactions t LEFT JOIN products p ON p.product = t.product
+                \(conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND "))
+                ORDER BY coalesce(t.purchased_at_ms, t.queued_at_ms), t.transaction_id
+                LIMIT ? OFFSET ?
+                """
+            return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                var record = TransactionRecord(row: row)
+                let downloads = try Row.fetchAll(db, sql: "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position",
+                                                 arguments: [record.transaction]).map(DownloadRecord.init(row:))
+                record.downloads = downloads.map(\.download)
+                return PurchaseHistoryEntry(transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
+                                            price: row["product_price"], currency: row["product_currency"], downloads: downloads)
+            }
+        }
+    }
+}

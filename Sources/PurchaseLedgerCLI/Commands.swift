@@ -1,0 +1,513 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+
+/// Reads a whole file, or stdin for nil / "-".
+func readInput(_ file: String?) throws -> [UInt8] {
+    if let file, file != "-" {
+        guard let data = FileManager.default.contents(atPath: file) else { throw LedgerError.io("cannot read \(file)") }
+        return [UInt8](data)
+    }
+    return [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+}
+
+func appendSummary(_ result: AppendResult, input: JSONLinesInput, json: Bool, console: Console) {
+    let anomalies = result.events.filter { $0.anomaly != nil }.count
+    let automatic = result.events.filter(\.appendedByLedger).count
+    if json {
+        console.print(#"{"stored":\#(result.events.count),"ignored":\#(result.ignored),"anomalies":\#(anomalies),"appendedByLedger":\#(automatic),"firstSeq":\#(result.events.first.map { String($0.seq) } ?? "null"),"lastSeq":\#(result.lastSeq)}"#)
+        return
+    }
+    var line = "stored \(result.events.count) event\(result.events.count == 1 ? "" : "s")"
+    if let first = result.events.first { line += " (seq \(first.seq)...\(result.lastSeq))" }
+    if automatic > 0 { line += ", \(automatic) automatic cancellation\(automatic == 1 ? "" : "s")" }
+    if anomalies > 0 { line += ", \(console.yellow("\(anomalies) anomal\(anomalies == 1 ? "y" : "ies")"))" }
+    if result.ignored > 0 { line += ", \(result.ignored) identical repeat\(result.ignored == 1 ? "" : "s") ignored" }
+    if input.skippedLedgerAppended > 0 { line += ", \(input.skippedLedgerAppended) exported automatic cancellation\(input.skippedLedgerAppended == 1 ? "" : "s") left to the ledger" }
+    console.print(line)
+}
+
+struct AppendCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "append",
+        abstract: "Append JSON Lines events in one atomic write: all or nothing.",
+        discussion: """
+            Creates the ledger when missing. A rejected command or a malformed line stops the whole
+            append and leaves the ledger exactly as it was; the error names the line and the rule.
+
+            Example:
+              echo '{"type":"restoreStarted","at":"2024-03-01T09:15:02Z","user":"u1"}' | purchase-ledger append my.ledger
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Argument(help: "A JSON Lines file (default: stdin).", completion: .file(extensions: ["jsonl"]))
+    var file: String?
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func run() throws {
+        let input = try JSONLinesInput(bytes: try readInput(file))
+        let ledger = try options.openOrCreate()
+        let result = try ledger.appendJSONLines(input)
+        appendSummary(result, input: input, json: json, console: .current)
+    }
+}
+
+struct ImportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Import a whole exported log (JSONL) in one atomic write, with progress.",
+        discussion: """
+            Like append, for large files. `seq` keys are ignored; cancellations marked
+            "appendedByLedger" are appended again by the ledger itself, at the same place.
+
+            Example:
+              purchase-ledger export user.ledger > user.jsonl && purchase-ledger import copy.ledger user.jsonl
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Argument(help: "The JSON Lines file to import.", completion: .file(extensions: ["jsonl"]))
+    var file: String
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        console.progress("reading \(file)...")
+        let input = try JSONLinesInput(bytes: try readInput(file))
+        console.progress("importing \(input.events.count) events...")
+        let ledger = try options.openOrCreate()
+        let result = try ledger.appendJSONLines(input)
+        console.endProgress()
+        appendSummary(result, input: input, json: json, console: console)
+    }
+}
+
+struct ExportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "export",
+        abstract: "Write the log as JSON Lines on stdout.",
+        discussion: """
+            Each line carries `seq`, and `anomaly` / `appendedByLedger` where they apply. With --redact, user
+            ids and destinations become stable pseudonyms, so the file can be attached to a bug report.
+
+            Example:
+              purchase-ledger export --redact user.ledger > bug-1234.jsonl
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Flag(help: "Replace user ids and destinations with stable pseudonyms.") var redact = false
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let total = try ledger.lastSeq()
+        try ledger.forEachEvent { e in
+            let event = redact ? Redaction.redact(e.event) : e.event
+            console.print(JSONLines.encode(event, seq: e.seq, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger))
+            if e.seq % 50_000 == 0 { console.progress("exported \(e.seq)/\(total)") }
+            return true
+        }
+        console.endProgress()
+    }
+}
+
+struct ReplayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Show the state at any point: after a seq, at a time, at the first anomaly, or when a condition first holds.",
+        discussion: """
+            The state is rebuilt from the log (and snapshots) in memory; the projection tables are not read.
+
+            Examples:
+              purchase-ledger replay user.ledger --at 120
+              purchase-ledger replay user.ledger --until 2024-03-02T10:00:00Z --json | jq '.downloads[] | select(.state=="failed")'
+              purchase-ledger replay user.ledger --first-anomaly
+              purchase-ledger replay user.ledger --when download:t1-d1:failed
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Option(help: "Replay through this seq.") var at: Int64?
+    @Option(help: "Replay through the last event whose time is at or before this RFC 3339 time.") var until: String?
+    @Flag(help: "Stop at the first anomaly.") var firstAnomaly = false
+    @Option(help: ArgumentHelp("Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.", valueName: "condition"))
+    var when: String?
+    @Flag(help: "Print the state as JSON (docs/json.md).") var json = false
+
+    func validate() throws {
+        if [at != nil, until != nil, firstAnomaly, when != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("give at most one of --at, --until, --first-anomaly and --when")
+        }
+    }
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let state: LedgerState
+        if let at {
+            state = try ledger.state(atSeq: at)
+        } else if let until {
+            state = try ledger.state(at: try Timestamp.parse(until))
+        } else if firstAnomaly {
+            guard let seq = try ledger.firstSeq(where: { _, e in e.anomaly != nil }) else {
+                console.print("no anomaly in this ledger")
+                return
+            }
+            state = try ledger.state(atSeq: seq)
+        } else if let when {
+            let condition = try Condition(when)
+            guard let seq = try ledger.firstSeq(where: { s, _ in condition.holds(s) }) else {
+                console.print("the condition never holds")
+                return
+            }
+            state = try ledger.state(atSeq: seq)
+        } else {
+            state = try ledger.state(atSeq: .max)
+        }
+        if json {
+            console.print(StateJSON.encode(state))
+        } else {
+            printState(state, ledger: ledger, console: console)
+        }
+    }
+}
+
+/// `transaction:ID:STATE` or `download:ID:STATE`.
+struct Condition {
+    var isTransaction: Bool
+    var id: String
+    var state: String
+
+    init(_ text: String) throws {
+        let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let colon = parts[1].lastIndex(of: ":"), parts[0] == "transaction" || parts[0] == "download" else {
+            throw ValidationError("a condition reads transaction:ID:STATE or download:ID:STATE, not \(text)")
+        }
+        isTransaction = parts[0] == "transaction"
+        id = String(parts[1][..<colon])
+        state = String(parts[1][parts[1].index(after: colon)...])
+        let valid = isTransaction
+            ? TransactionStatus.allCases.map(\.rawValue) + ["finished", "revoked"]
+            : DownloadStatus.allCases.map(\.rawValue)
+        guard valid.contains(state) else {
+            throw ValidationError("state must be one of \(valid.joined(separator: ", "))")
+        }
+    }
+
+    func holds(_ s: LedgerState) -> Bool {
+        if isTransaction {
+            guard let t = s.transactions[id] else { return false }
+            switch state {
+            case "finished": return t.finished
+            case "revoked": return t.revoked
+            default: return t.state.rawValue == state
+            }
+        }
+        guard let d = s.downloads[id] else { return false }
+        return d.started && d.state.rawValue == state
+    }
+}
+
+func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
+    console.print(console.bold("state after seq \(s.seq)") + "  \(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content, \(s.anomalies) anomalies\(s.restoreInProgress ? ", restore in progress" : "")")
+    if !s.transactions.isEmpty {
+        console.print("")
+        var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]
+        for id in s.transactions.keys.sorted() {
+            let t = s.transactions[id]!
+            rows.append([t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
+                         t.revoked ? "yes" : "no", t.downloads.joined(separator: " ")])
+        }
+        console.print(table(rows, console: console))
+    }
+    if !s.downloads.isEmpty {
+        console.print("")
+        var rows = [["download", "transaction", "content", "version", "state", "progress", "copied out", "content URL"]]
+        for id in s.downloads.keys.sorted() {
+            let d = s.downloads[id]!
+            let state = d.started ? d.state.rawValue : "waiting (not started)"
+            rows.append([d.download, d.transaction ?? "(standalone)", d.content ?? d.url ?? "-", d.contentVersion?.text ?? "-",
+                         state + (d.lost ? ", content lost" : "") + (d.discarded ? ", discarded" : ""),
+                         String(format: "%.0f%%", d.progress * 100), d.copiedOut ? (d.destination ?? "yes") : "no",
+                         s.contentURL(for: d.download) ?? "-"])
+        }
+        console.print(table(rows, console: console))
+    }
+    let owned = s.ownedContent
+    if !owned.isEmpty {
+        console.print("")
+        var rows = [["product", "content", "version", "destination", "transaction", "update"]]
+        for o in owned {
+            rows.append([o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
+                         s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-"])
+        }
+        console.print(table(rows, console: console))
+    }
+}
+
+/// A plain text table: the first row is the header.
+func table(_ rows: [[String]], console: Console) -> String {
+    guard let header = rows.first else { return "" }
+    var widths = header.map(\.count)
+    for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
+    return rows.enumerated().map { index, row in
+        let line = row.enumerated().map { i, cell in
+            i == row.count - 1 ? cell : cell.rightPad(widths[i])
+        }.joined(separator: "  ")
+        return index == 0 ? console.bold(line) : line
+    }.joined(separator: "\n")
+}
+
+struct EventsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "events",
+        abstract: "List stored events with their seq, anomaly flags and the cancellations the ledger appended.",
+        discussion: """
+            --transaction also lists the events of the transaction's downloads.
+
+            Examples:
+              purchase-ledger events user.ledger --transaction t1
+              purchase-ledger events user.ledger --type downloadFailed --json | jq -r .download
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Option(help: "Only events of this transaction and its downloads.") var transaction: String?
+    @Option(help: "Only events of this download.") var download: String?
+    @Option(help: "Only events of this type (e.g. downloadFinished).") var type: String?
+    @Option(help: "Start at this seq.") var from: Int64 = 1
+    @Option(help: "Stop after this many events.") var limit: Int?
+    @Flag(help: "One JSON object per line, as export writes them.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        var wantedType: EventType?
+        if let type {
+            guard let t = EventType(name: type) else {
+                throw ValidationError("unknown event type \(type); one of \(EventType.allCases.map(\.name).joined(separator: ", "))")
+            }
+            wantedType = t
+        }
+        let ledger = try options.open()
+        var downloadsOfTransaction = Set<String>()
+        var shown = 0
+        try ledger.forEachEvent { e in
+            let body = e.event.body
+            if let transaction, body.transactionID == transaction {
+                switch body {
+                case .transactionPurchased(_, _, _, _, let specs?), .transactionRestored(_, _, _, _, _, let specs?):
+                    downloadsOfTransaction.formUnion(specs.map(\.download))
+                default: break
+                }
+            }
+            guard e.seq >= from else { return true }
+            if let transaction, body.transactionID != transaction, !(body.downloadID.map(downloadsOfTransaction.contains) ?? false) { return true }
+            if let download, body.downloadID != download { return true }
+            if let wantedType, e.event.type != wantedType { return true }
+            console.print(json ? e.jsonLine : describe(e, console: console))
+            shown += 1
+            return limit.map { shown < $0 } ?? true
+        }
+    }
+}
+
+/// `   42  2024-03-01T00:07:13.091Z  downloadProgressed  download:t1-d1  progress=0.74 ...`
+func describe(_ e: RecordedEvent, console: Console) -> String {
+    var w = JSONLines.encode(e.event)
+    // The fields after type and at, as key=value, for reading at a glance.
+    if let json = try? JSONSerialization.jsonObject(with: Data(w.utf8)) as? [String: Any] {
+        w = json.filter { $0.key != "type" && $0.key != "at" }.sorted { $0.key < $1.key }.map { key, value in
+            if let d = value as? [String: Any] { return "\(key)=\(d["domain"] ?? "")/\(d["code"] ?? "")" }
+            if let list = value as? [[String: Any]] { return "\(key)=[\(list.compactMap { $0["download"] as? String }.joined(separator: ","))]" }
+            return "\(key)=\(value)"
+        }.joined(separator: " ")
+    }
+    var line = String(e.seq).leftPad(7) + "  " + console.dim(e.event.at.description) + "  " + e.event.type.name.rightPad(24) + "  " + w
+    if let rule = e.anomaly { line += "  " + console.yellow("[anomaly: \(rule.name)]") }
+    if e.appendedByLedger { line += "  " + console.dim("[appended by the ledger]") }
+    return line
+}
+
+extension String {
+    func leftPad(_ width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+
+    /// Pads to `width`, never cutting.
+    func rightPad(_ width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+}
+
+struct TimelineCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "timeline",
+        abstract: "One transaction's life: time, event, state after it, its downloads beside it.",
+        discussion: """
+            Anomalies and the cancellations the ledger appended are marked. This is the view that shows
+            a bug at a glance.
+
+            Example:
+              purchase-ledger timeline user.ledger --transaction t1
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Option(help: "The transaction id.") var transaction: String
+    @Flag(help: "One JSON object per step.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let entries = try ledger.timeline(transaction: transaction)
+        if json {
+            for entry in entries {
+                var w = "{\"event\":" + entry.event.jsonLine + ",\"transaction\":"
+                if let t = entry.transaction { w += StateJSON.encode(t) } else { w += "null" }
+                w += ",\"downloads\":[" + entry.downloads.map { StateJSON.encode($0) }.joined(separator: ",") + "]}"
+                console.print(w)
+            }
+            return
+        }
+        if let t = entries.last?.transaction {
+            console.print(console.bold("transaction \(t.transaction)") + "  \(t.product)  user \(t.user ?? "-")  quantity \(t.quantity)")
+        }
+        for entry in entries {
+            let e = entry.event
+            var what = e.event.type.name
+            switch e.event.body {
+            case .downloadProgressed(let d, let p, _, _): what += " \(d) \(Int(p * 100))%"
+            case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d), .downloadFinished(let d, _): what += " \(d)"
+            case .downloadCancelled(let d, let reason): what += " \(d) (\(reason.rawValue))"
+            case .downloadFailed(let d, let error): what += " \(d) \(error.domain) \(error.code)"
+            case .contentCopiedOut(let d, let destination, _, _): what += " \(d) -> \(destination)"
+            case .transactionFailed(_, let error): what += " \(error.domain) \(error.code)"
+            case .transactionFinished(_, true): what += " (discardContent)"
+            case .transactionRevoked(_, let reason): what += " (\(reason))"
+            default: break
+            }
+            var after = "-"
+            if let t = entry.transaction {
+                after = t.state.rawValue + (t.finished ? ", finished" : "") + (t.revoked ? ", revoked" : "")
+            }
+            let downloads = entry.downloads.map { d in
+                "\(d.download): \(d.started ? d.state.rawValue : "not started")\(d.state == .active || d.state == .paused ? " \(Int(d.progress * 100))%" : "")\(d.copiedOut ? " copied" : "")\(d.lost ? " LOST" : "")\(d.discarded ? " discarded" : "")"
+            }.joined(separator: "; ")
+            var marks = ""
+            if let rule = e.anomaly { marks += "  " + console.yellow("! anomaly: \(rule.name)") }
+            if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
+            console.print("\(String(e.seq).leftPad(6))  \(console.dim(e.event.at.description))  \(what.rightPad(44))  \(after.rightPad(20))  \(downloads)\(marks)")
+        }
+    }
+}
+
+struct VerifyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Check the hash chain, every payload, every event against the rules, the projections and SQLite's integrity.",
+        discussion: """
+            Exits 1 with the first problem and its seq; --all lists every problem. Anomalies (observations
+            recorded in a state where they made no sense) are listed but are not problems.
+
+            Example:
+              purchase-ledger verify user.ledger --all
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Flag(help: "List every problem and every anomaly, not just the first problem.") var all = false
+    @Flag(help: "Print the report as JSON.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let report = try ledger.verify(all: all) { done, total in console.progress("verified \(done)/\(total)") }
+        console.endProgress()
+        if json {
+            var w = "{\"valid\":\(report.isValid),\"eventsChecked\":\(report.eventsChecked),\"problems\":["
+            w += report.problems.map { p in
+                "{\"kind\":\"\(p.kind.rawValue)\",\"seq\":\(p.seq.map(String.init) ?? "null"),\"rule\":\(p.rule.map { "\"\($0.name)\"" } ?? "null"),\"message\":\(jsonString(p.message))}"
+            }.joined(separator: ",")
+            w += "],\"anomalies\":[" + report.anomalies.map { "{\"seq\":\($0.seq),\"rule\":\"\($0.rule.name)\"}" }.joined(separator: ",") + "]}"
+            console.print(w)
+        } else {
+            for p in report.problems { console.print(console.red("problem: ") + p.description) }
+            if report.isValid {
+                console.print(console.green("ok") + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, projections equal a fresh rebuild, SQLite integrity ok")
+            }
+            if !report.anomalies.isEmpty {
+                var byRule: [String: Int] = [:]
+                for a in report.anomalies { byRule[a.rule.name, default: 0] += 1 }
+                console.print("\(report.anomalies.count) anomal\(report.anomalies.count == 1 ? "y" : "ies") recorded: " + byRule.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+                let shown = all ? report.anomalies : Array(report.anomalies.prefix(5))
+                for a in shown { console.print("  seq \(a.seq): \(a.rule.name)") }
+                if !all && report.anomalies.count > 5 { console.print("  ... (--all lists them all)") }
+            }
+        }
+        if !report.isValid { throw CommandExit(status: 1) }
+    }
+}
+
+func jsonString(_ s: String) -> String {
+    let data = (try? JSONSerialization.data(withJSONObject: [s], options: [.fragmentsAllowed])) ?? Data("[\"\"]".utf8)
+    return String(String(decoding: data, as: UTF8.self).dropFirst().dropLast())
+}
+
+struct RebuildCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebuild",
+        abstract: "Rebuild every projection table from the log.",
+        discussion: """
+            Replays the log in memory and writes all rows in one transaction.
+
+            Example:
+              purchase-ledger rebuild user.ledger
+            """)
+
+    @OptionGroup var options: LedgerOptions
+
+    func run() throws {
+        let console = Console.current
+        let start = Date()
+        let ledger = try options.open(readOnly: false)
+        try ledger.rebuildProjections { done, total in console.progress("replayed \(done)/\(total)") }
+        console.endProgress()
+        console.print("rebuilt the projections from \(try ledger.lastSeq()) events in \(String(format: "%.2f", Date().timeIntervalSince(start))) s")
+    }
+}
+
+struct StatsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats",
+        abstract: "Counts by type, anomalies, bytes per event, compression ratio.",
+        discussion: """
+            Example:
+              purchase-ledger stats user.ledger --json | jq .fileBytesPerEvent
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Flag(help: "Print as JSON.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let s = try options.open().statistics()
+        if json {
+            let counts = EventType.allCases.compactMap { t in s.countsByType[t].map { "\"\(t.name)\":\($0)" } }.joined(separator: ",")
+            let anomalies = Rule.all.compactMap { r in s.anomaliesByRule[r].map { "\"\(r.name)\":\($0)" } }.joined(separator: ",")
+            console.print("""
+                {"events":\(s.events),"countsByType":{\(counts)},"anomalies":\(s.anomalies),"anomaliesByRule":{\(anomalies)},"appendedByLedger":\(s.appendedByLedger),"fileBytes":\(s.fileBytes),"fileBytesPerEvent":\(String(format: "%.1f", s.fileBytesPerEvent)),"logBytesPerEvent":\(String(format: "%.1f", s.logBytesPerEvent)),"payloadBytesPerEvent":\(String(format: "%.1f", s.payloadBytesPerEvent)),"compressionRatio":\(String(format: "%.2f", s.compressionRatio)),"blocks":\(s.blocks),"tailEvents":\(s.tailEvents),"snapshots":\(s.snapshots),"snapshotBytes":\(s.snapshotBytes),"dictionaries":\(s.dictionaries)}
+                """)
+            return
+        }
+        console.print(console.bold("\(s.events) events") + ", \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies"), \(s.appendedByLedger) cancellations appended by the ledger")
+        var rows = [["type", "count"]]
+        for t in EventType.allCases { if let n = s.countsByType[t] { rows.append([t.name, String(n)]) } }
+        console.print(table(rows, console: console))
+        if !s.anomaliesByRule.isEmpty {
+            console.print("")
+            var rows = [["anomaly", "count"]]
+            for r in Rule.all { if let n = s.anomaliesByRule[r] { rows.append([r.name, String(n)]) } }
+            console.print(table(rows, console: console))
+        }
+        console.print("")
+        console.print("file: \(s.fileBytes) bytes, \(String(format: "%.1f", s.fileBytesPerEvent)) bytes/event (log, projections, snapshots, indexes)")
+        console.print("log: \(String(format: "%.1f", s.logBytesPerEvent)) bytes/event stored, \(String(format: "%.1f", s.payloadBytesPerEvent)) bytes/event of binary payload; \(s.blocks) sealed blocks compressed \(String(format: "%.2f", s.compressionRatio))x, \(s.tailEvents) events in the open tail")
+        console.print("snapshots: \(s.snapshots) (\(s.snapshotBytes) bytes); dictionaries: \(s.dictionaries)")
+    }
+}
+

@@ -80,6 +80,9 @@ public final class Ledger: Sendable {
     struct Writer {
         var state: LedgerState
         var lastLink: [UInt8]
+        /// Stored data that did not decode when the ledger was opened: appends are refused, since
+        /// the state they would build on is incomplete. Reads and `verify` still work.
+        var damage: LedgerError?
         /// Set when an append failed after changing `state`: reload before the next one.
         var stale = false
     }
@@ -113,29 +116,35 @@ public final class Ledger: Sendable {
         config.readonly = configuration.readOnly
         config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
                                    + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
-        let synchronous = configuration.durability.rawValue
-        config.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
-        }
         do {
             pool = try DatabasePool(path: path, configuration: config)
+            if !configuration.readOnly {
+                // After the pool's own WAL set-up, which sets NORMAL: appends go through this one
+                // writer connection.
+                try pool.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA synchronous = \(configuration.durability.rawValue)")
+                }
+            }
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
         let initial: (LedgerState, [UInt8])
+        var damage: LedgerError?
         let chain = self.chain
         let pool = self.pool
         do {
             try Ledger.prepare(pool, configuration: configuration, path: path)
-            initial = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+            initial = try pool.read { db in
+                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, chain: chain, damage: $0) }
+            }
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        writer = Mutex(Writer(state: initial.0, lastLink: initial.1))
+        writer = Mutex(Writer(state: initial.0, lastLink: initial.1, damage: damage))
         published = Mutex(initial.0)
-        if !configuration.readOnly {
+        if !configuration.readOnly && damage == nil {
             try catchUpProjections()
         }
     }
@@ -169,7 +178,13 @@ public final class Ledger: Sendable {
                 throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
             }
         }
-        if !configuration.readOnly {
+        let upToDate = try pool.read { db in
+            try migrator.hasCompletedMigrations(db)
+                && Int32.fetchOne(db, sql: "PRAGMA application_id") == Ledger.applicationID
+                && String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") != nil
+        }
+        // An up-to-date ledger is opened without writing a byte.
+        if !configuration.readOnly && !upToDate {
             try migrator.migrate(pool)
             try pool.write { db in
                 try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)")
@@ -204,10 +219,11 @@ public final class Ledger: Sendable {
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
-    static func loadState(_ db: Database, upTo target: Int64, chain: HashChain) throws -> (LedgerState, [UInt8]) {
+    static func loadState(_ db: Database, upTo target: Int64, chain: HashChain, damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
         var state = try Snapshots.latest(db, atOrBefore: target) ?? LedgerState()
-        try EventStore.scan(db, from: state.seq + 1, through: target) { entry in
-            _ = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
+        let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
+        try EventStore.scan(db, from: state.seq + 1, through: target, onCorrupt: onCorrupt) { entry in
+            Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
             return true
         }
         return (state, target == .max ? try EventStore.lastLink(db) : [])
@@ -230,6 +246,9 @@ public final class Ledger: Sendable {
     public func append(contentsOf events: [Event]) throws -> AppendResult {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         let result = try writer.withLock { w throws -> AppendResult in
+            if let damage = w.damage {
+                throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
+            }
             if w.stale {
                 (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
                 w.stale = false
@@ -268,7 +287,7 @@ public final class Ledger: Sendable {
             return true
         }
         try EventStore.scan(db, from: w.state.seq + 1) { entry in
-            _ = try Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
+            Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
             return true
         }
         w.lastLink = try EventStore.lastLink(db)
@@ -414,13 +433,32 @@ public final class Ledger: Sendable {
         return try state(atSeq: target)
     }
 
+    /// Checks events against the rules without writing anything: throws the error `append` would
+    /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
+    public func check(_ events: [Event]) throws -> [Outcome] {
+        var state = currentState
+        var outcomes: [Outcome] = []
+        for (index, input) in events.enumerated() {
+            for event in Reducer.plan(state, input) {
+                do {
+                    outcomes.append(try Reducer.reduce(&state, event))
+                } catch {
+                    var located = error
+                    located.batchIndex = index
+                    throw located
+                }
+            }
+        }
+        return outcomes
+    }
+
     /// The first seq after which `predicate` holds for the state and the event just applied.
     public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
         var state = LedgerState()
         var found: Int64?
         try read { db in
             try EventStore.scan(db) { entry in
-                _ = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
+                Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
                 if try predicate(state, entry.event) {
                     found = entry.event.seq
                     return false
@@ -468,8 +506,8 @@ public final class Ledger: Sendable {
         var history = Projector.HistoryCollector()
         let total = try EventStore.lastSeq(db)
         try EventStore.scan(db) { entry in
-            let outcome = try Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
-            if let change = Projector.ownedChange(entry.event, outcome: outcome, state: state) {
+            let outcome = Reducer.replay(&state, entry.event.event, seq: entry.event.seq).outcome
+            if let outcome, let change = Projector.ownedChange(entry.event, outcome: outcome, state: state) {
                 history.apply(change)
             }
             if let progress, entry.event.seq % 50_000 == 0 { progress(entry.event.seq, total) }

@@ -169,9 +169,13 @@ struct LedgerOptions: ParsableArguments {
         return try Ledger(path: ledger, configuration: configuration(readOnly: readOnly))
     }
 
-    /// Opens the ledger, creating it when missing.
-    func openOrCreate() throws -> Ledger {
-        try Ledger(path: ledger, configuration: configuration(readOnly: false))
+    /// Opens the ledger for `input`, creating it when missing. An input the rules refuse is
+    /// refused from a read-only open, so the file is not touched at all.
+    func openForAppending(_ input: JSONLinesInput) throws -> Ledger {
+        if FileManager.default.fileExists(atPath: ledger) {
+            try Ledger(path: ledger, configuration: configuration(readOnly: true)).checkJSONLines(input)
+        }
+        return try Ledger(path: ledger, configuration: configuration(readOnly: false))
     }
 }
 

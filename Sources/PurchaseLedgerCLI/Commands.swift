@@ -46,7 +46,7 @@ struct AppendCommand: ParsableCommand {
 
     func run() throws {
         let input = try JSONLinesInput(bytes: try readInput(file))
-        let ledger = try options.openOrCreate()
+        let ledger = try options.openForAppending(input)
         let result = try ledger.appendJSONLines(input)
         appendSummary(result, input: input, json: json, console: .current)
     }
@@ -74,7 +74,7 @@ struct ImportCommand: ParsableCommand {
         console.progress("reading \(file)...")
         let input = try JSONLinesInput(bytes: try readInput(file))
         console.progress("importing \(input.events.count) events...")
-        let ledger = try options.openOrCreate()
+        let ledger = try options.openForAppending(input)
         let result = try ledger.appendJSONLines(input)
         console.endProgress()
         appendSummary(result, input: input, json: json, console: console)

@@ -4,6 +4,11 @@ import PurchaseLedger
 let args = CommandLine.arguments
 let input = args[1]
 let path = args[2]
+if args.count > 5 {
+    _ = try Ledger(path: path)
+    print("opened")
+    exit(0)
+}
 if args.count > 4 {
     var c = LedgerConfiguration(); c.readOnly = true
     let l = try Ledger(path: path, configuration: c)

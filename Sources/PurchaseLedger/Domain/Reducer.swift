@@ -56,19 +56,31 @@ public enum Reducer {
         return outcome
     }
 
-    /// Applies a stored event during a replay. A stored command that the rules now reject (a ledger
-    /// written by an older, laxer app) leaves the state unchanged and comes back as an anomaly.
-    static func replay(_ state: inout LedgerState, _ event: Event, seq: Int64) throws(LedgerError) -> Outcome {
-        let outcome: Outcome
+    /// Applies a stored event during a replay; never fails, whatever the log holds. A stored
+    /// command that the rules now reject (a ledger written by an older, laxer app) comes back as an
+    /// anomaly, and a stored event that does not even fit the state (a damaged or edited log) as
+    /// `refused`; both leave the state unchanged. `verify` reports them.
+    @discardableResult
+    static func replay(_ state: inout LedgerState, _ event: Event, seq: Int64) -> Replayed {
+        let result: Replayed
         do {
-            outcome = try reduce(&state, event)
+            result = .outcome(try reduce(&state, event))
         } catch where error.code == .ruleViolation {
             state.anomalies += 1
-            outcome = .anomaly(error.rule!)
+            result = .outcome(.anomaly(error.rule!))
+        } catch {
+            result = .refused(error)
         }
         state.seq = seq
         state.streamVersions[event.body.stream, default: 0] += 1
-        return outcome
+        return result
+    }
+
+    enum Replayed {
+        case outcome(Outcome)
+        case refused(LedgerError)
+
+        var outcome: Outcome? { if case .outcome(let o) = self { o } else { nil } }
     }
 
     // MARK: - The rules

@@ -119,7 +119,7 @@ extension Ledger {
         try read { db in
             try EventStore.scan(db) { entry in
                 let e = entry.event
-                _ = try Reducer.replay(&state, e.event, seq: e.seq)
+                Reducer.replay(&state, e.event, seq: e.seq)
                 let concerns = e.event.body.transactionID == id
                     || e.event.body.downloadID.map { state.downloads[$0]?.transaction == id } == true
                 if concerns {

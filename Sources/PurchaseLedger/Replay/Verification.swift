@@ -155,9 +155,13 @@ private struct Verifier {
             try problem(.rules, e.seq, "this finish left downloads running without the cancellations the ledger appends", rule: nil)
         }
         let version = state.streamVersions[e.stream, default: 0] + 1
-        let outcome = try Reducer.replay(&state, e.event, seq: e.seq)
+        let replayed = Reducer.replay(&state, e.event, seq: e.seq)
         if version != e.version {
             try problem(.rules, e.seq, "stored as version \(e.version) of stream \(e.stream), but it is version \(version)")
+        }
+        guard case .outcome(let outcome) = replayed else {
+            if case .refused(let error) = replayed { try problem(.rules, e.seq, "this event does not fit the ledger: \(error.message)") }
+            return
         }
         if let change = Projector.ownedChange(e, outcome: outcome, state: state) { history.apply(change) }
         switch outcome {

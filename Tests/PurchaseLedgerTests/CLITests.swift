@@ -1,0 +1,301 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+@testable import PurchaseLedgerCLI
+
+/// The `purchase-ledger` binary, run as a user would, against real ledger files.
+struct CLIResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// The built binary: `Tools/test.sh` builds it before the tests; PURCHASE_LEDGER_BIN overrides.
+let binary: String = {
+    if let path = ProcessInfo.processInfo.environment["PURCHASE_LEDGER_BIN"] { return path }
+    return packageRoot.appending(path: ".build/debug/purchase-ledger").path
+}()
+
+@discardableResult
+func cli(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> CLIResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: binary)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env.merge(environment) { $1 }
+    process.environment = env
+    let out = Pipe(), err = Pipe(), input = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = input
+    try process.run()
+    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try input.fileHandleForWriting.close()
+    // Read both pipes while the process runs, so a large output never blocks it.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var outData = Data(), errData = Data()
+    DispatchQueue.global().async(group: group) { outData = out.fileHandleForReading.readDataToEndOfFile() }
+    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
+    process.waitUntilExit()
+    group.wait()
+    return CLIResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+}
+
+func fileBytes(_ path: String) throws -> Data {
+    var all = try Data(contentsOf: URL(fileURLWithPath: path))
+    if let wal = try? Data(contentsOf: URL(fileURLWithPath: path + "-wal")) { all += wal }
+    return all
+}
+
+let sampleLog = """
+    {"type":"productRegistered","at":"2024-03-01T08:00:00Z","product":"book","kind":"nonConsumable","price":"4.99","currency":"USD","downloadable":true,"contents":[{"content":"ch1","contentVersion":"1.0","contentLength":100}]}
+    {"type":"paymentQueued","at":"2024-03-01T09:00:00Z","transaction":"t1","product":"book","user":"alice"}
+
+    {"type":"transactionPurchased","at":"2024-03-01T09:00:05Z","transaction":"t1","storeTransactionId":"100","downloads":[{"download":"t1-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+    {"type":"downloadStarted","at":"2024-03-01T09:00:06Z","download":"t1-d1"}
+    {"type":"downloadFailed","at":"2024-03-01T09:00:07Z","download":"t1-d1","error":{"domain":"NSURLErrorDomain","code":-1005,"message":"lost"}}
+    {"type":"downloadStarted","at":"2024-03-01T09:00:08Z","download":"t1-d1"}
+    {"type":"downloadFinished","at":"2024-03-01T09:00:09Z","download":"t1-d1","contentURL":"file:///cache/t1-d1/"}
+    {"type":"transactionDeferred","at":"2024-03-01T09:00:09.500Z","transaction":"t1"}
+    {"type":"contentCopiedOut","at":"2024-03-01T09:00:10Z","download":"t1-d1","destination":"Documents/book, \\"final\\""}
+    {"type":"transactionFinished","at":"2024-03-01T09:00:11Z","transaction":"t1"}
+    """
+
+@Suite(.serialized) struct CLITests {
+    let dir: TemporaryDirectory
+    let ledger: String
+
+    init() throws {
+        dir = try TemporaryDirectory()
+        ledger = dir.path("user.ledger")
+    }
+
+    func populated() throws -> String {
+        let r = try cli(["append", ledger], stdin: sampleLog)
+        #expect(r.status == 0, "\(r.stderr)")
+        return ledger
+    }
+
+    @Test func helpAndUsage() throws {
+        let help = try cli(["--help"])
+        #expect(help.status == 0)
+        for command in ["append", "import", "export", "replay", "events", "timeline", "verify", "rebuild", "report", "stats", "demo"] {
+            #expect(help.stdout.contains(command))
+            let sub = try cli([command, "--help"])
+            #expect(sub.status == 0)
+            #expect(sub.stdout.contains("Example"), "\(command) help has an example")
+        }
+        #expect(try cli(["frobnicate"]).status == 2, "bad usage exits 2")
+        #expect(try cli(["replay"]).status == 2)
+        #expect(try cli(["replay", ledger, "--at", "1", "--first-anomaly"]).status == 2)
+        let completion = try cli(["--generate-completion-script", "bash"])
+        #expect(completion.status == 0 && completion.stdout.contains("purchase-ledger"))
+    }
+
+    @Test func appendSucceedsAndCountsAnomalies() throws {
+        let r = try cli(["append", ledger], stdin: sampleLog)
+        #expect(r.status == 0)
+        #expect(r.stdout.contains("stored 10 events (seq 1...10)"))
+        #expect(r.stdout.contains("1 anomaly"))
+        let json = try cli(["append", ledger, "--json"], stdin: #"{"type":"restoreStarted","at":"2024-03-02T00:00:00Z"}"#)
+        #expect(json.stdout.contains(#""stored":1"#))
+    }
+
+    @Test func aMalformedLineExits2AndChangesNothing() throws {
+        _ = try populated()
+        let before = try fileBytes(ledger)
+        let r = try cli(["append", ledger], stdin: """
+            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+            {"type":"downloadProgressed","at":"2024-03-02T00:00:01Z","download":"t1-d1","progress":1.5}
+            """)
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("line 2: malformed: field `progress` must be a number in 0...1"), "\(r.stderr)")
+        #expect(try fileBytes(ledger) == before)
+    }
+
+    @Test func aBrokenRuleExits1NamingTheLineAndChangesNothing() throws {
+        _ = try populated()
+        let before = try fileBytes(ledger)
+        let r = try cli(["append", ledger], stdin: """
+            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+            {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+
+            {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
+            {"type":"downloadFinished","at":"2024-03-02T00:00:03Z","download":"t2-d1","contentURL":"file:///c/"}
+            {"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t2"}
+            """)
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("line 6: finishBeforeCopyOut: download t2-d1 finished but its content was never copied out; finishing now would delete it"), "\(r.stderr)")
+        #expect(try fileBytes(ledger) == before)
+    }
+
+    @Test func storageFailuresExit3() throws {
+        #expect(try cli(["replay", dir.path("missing.ledger")]).status == 3)
+        let junk = dir.path("junk.ledger")
+        try Data(repeating: 7, count: 5000).write(to: URL(fileURLWithPath: junk))
+        let r = try cli(["stats", junk])
+        #expect(r.status == 3)
+        #expect(r.stderr.contains("not a ledger"))
+    }
+
+    @Test func replayInEveryMode() throws {
+        _ = try populated()
+        let json = try cli(["replay", ledger, "--json"])
+        #expect(json.status == 0)
+        let state = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(state["seq"] as? Int == 10)
+        #expect(state["anomalies"] as? Int == 1)
+        let transactions = try #require(state["transactions"] as? [[String: Any]])
+        #expect(transactions.first?["state"] as? String == "purchased")
+        #expect(transactions.first?["finished"] as? Bool == true)
+        let downloads = try #require(state["downloads"] as? [[String: Any]])
+        #expect(downloads.first?["contentURL"] is NSNull)
+        #expect((state["ownedContent"] as? [[String: Any]])?.first?["content"] as? String == "ch1")
+
+        let at = try cli(["replay", ledger, "--at", "7", "--json"])
+        #expect(at.stdout.contains(#""contentURL":"file:///cache/t1-d1/""#))
+        let until = try cli(["replay", ledger, "--until", "2024-03-01T09:00:07.5Z", "--json"])
+        #expect(until.stdout.contains(#""seq":5"#) && until.stdout.contains(#""state":"failed""#))
+        let anomaly = try cli(["replay", ledger, "--first-anomaly"])
+        #expect(anomaly.stdout.contains("state after seq 8"))
+        let when = try cli(["replay", ledger, "--when", "download:t1-d1:failed", "--json"])
+        #expect(when.stdout.contains(#""seq":5"#))
+        #expect(try cli(["replay", ledger, "--when", "download:t1-d1:exploded"]).status == 2)
+        let text = try cli(["replay", ledger])
+        #expect(text.stdout.contains("t1-d1") && text.stdout.contains("Documents/book"))
+    }
+
+    @Test func eventsTimelineAndStats() throws {
+        _ = try populated()
+        let events = try cli(["events", ledger, "--transaction", "t1"])
+        #expect(events.stdout.split(separator: "\n").count == 9)
+        #expect(events.stdout.contains("[anomaly: illegalTransactionTransition]"))
+        let typed = try cli(["events", ledger, "--type", "downloadStarted", "--json"])
+        let lines = typed.stdout.split(separator: "\n")
+        #expect(lines.count == 2)
+        #expect(lines.allSatisfy { $0.contains(#""type":"downloadStarted""#) && $0.contains(#""seq":"#) })
+        #expect(try cli(["events", ledger, "--download", "t1-d1", "--from", "6"]).stdout.split(separator: "\n").count == 3)
+        #expect(try cli(["events", ledger, "--type", "nope"]).status == 2)
+
+        let timeline = try cli(["timeline", ledger, "--transaction", "t1"])
+        #expect(timeline.status == 0)
+        #expect(timeline.stdout.contains("downloadFailed t1-d1 NSURLErrorDomain -1005"))
+        #expect(timeline.stdout.contains("! anomaly: illegalTransactionTransition"))
+        #expect(try cli(["timeline", ledger, "--transaction", "t1", "--json"]).stdout.split(separator: "\n").count == 9)
+        #expect(try cli(["timeline", ledger, "--transaction", "nope"]).status == 2)
+
+        let stats = try cli(["stats", ledger, "--json"])
+        let s = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
+        #expect(s["events"] as? Int == 10)
+        #expect((s["anomaliesByRule"] as? [String: Int])?["illegalTransactionTransition"] == 1)
+        #expect(try cli(["stats", ledger]).stdout.contains("bytes/event"))
+    }
+
+    @Test func verifyPassesThenCatchesAFlippedByte() throws {
+        _ = try populated()
+        let ok = try cli(["verify", ledger])
+        #expect(ok.status == 0)
+        #expect(ok.stdout.contains("ok: 10 events"))
+        #expect(ok.stdout.contains("seq 8: illegalTransactionTransition"))
+        try DatabaseQueue(path: ledger).write { db in
+            try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 'alice', 'alicf') AS BLOB) WHERE seq = 2")
+        }
+        let bad = try cli(["verify", ledger])
+        #expect(bad.status == 1)
+        #expect(bad.stdout.contains("seq 2: chain"), "\(bad.stdout)")
+        let json = try cli(["verify", ledger, "--all", "--json"])
+        #expect(json.status == 1)
+        #expect(json.stdout.contains(#""valid":false"#))
+    }
+
+    @Test func rebuildAndReportFormats() throws {
+        _ = try populated()
+        #expect(try cli(["rebuild", ledger]).stdout.contains("rebuilt the projections from 10 events"))
+        #expect(try cli(["verify", ledger]).status == 0)
+        let table = try cli(["report", ledger, "--user", "alice"])
+        #expect(table.stdout.contains("t1") && table.stdout.contains("4.99 USD"))
+        let csv = try cli(["report", ledger, "--format", "csv"]).stdout.split(separator: "\n")
+        #expect(csv.count == 2)
+        #expect(csv[0].hasPrefix("transaction,store_transaction_id"))
+        let json = try cli(["report", ledger, "--format", "json"])
+        let entries = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        #expect(entries.first?["price"] as? String == "4.99")
+        let html = try cli(["report", ledger, "--format", "html"])
+        #expect(html.stdout.hasPrefix("<!doctype html>") && !html.stdout.contains("<script"))
+        #expect(try cli(["report", ledger, "--user", "nobody' OR '1'='1"]).stdout.contains("0 transactions"))
+    }
+
+    @Test func exportRedactImportRoundTrip() throws {
+        _ = try populated()
+        try cli(["append", ledger], stdin: """
+            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book","user":"bob"}
+            {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+            {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
+            {"type":"transactionFinished","at":"2024-03-02T00:00:03Z","transaction":"t2"}
+            """)
+        let exported = try cli(["export", ledger])
+        #expect(exported.stdout.contains(#""appendedByLedger":true"#))
+        let file = dir.path("export.jsonl")
+        try exported.stdout.write(toFile: file, atomically: true, encoding: .utf8)
+        let copy = dir.path("copy.ledger")
+        let imported = try cli(["import", copy, file])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(try cli(["replay", copy, "--json"]).stdout == (try cli(["replay", ledger, "--json"]).stdout))
+
+        let redacted = try cli(["export", ledger, "--redact"])
+        #expect(!redacted.stdout.contains("alice") && !redacted.stdout.contains("Documents/book"))
+        #expect(redacted.stdout.contains(Redaction.pseudonym(user: "alice")))
+        #expect(redacted.stdout == (try cli(["export", ledger, "--redact"])).stdout, "pseudonyms are stable")
+        let redactedFile = dir.path("redacted.jsonl")
+        try redacted.stdout.write(toFile: redactedFile, atomically: true, encoding: .utf8)
+        let anonymous = dir.path("anonymous.ledger")
+        #expect(try cli(["import", anonymous, redactedFile]).status == 0)
+        var options = LedgerConfiguration()
+        options.readOnly = true
+        let a = try Ledger(path: ledger, configuration: options).state(atSeq: .max)
+        let b = try Ledger(path: anonymous, configuration: options).state(atSeq: .max)
+        #expect(a.transactions.keys == b.transactions.keys)
+        let statesA: [String: TransactionStatus] = a.transactions.mapValues(\.state)
+        let statesB: [String: TransactionStatus] = b.transactions.mapValues(\.state)
+        #expect(statesA == statesB)
+        #expect(b.transactions["t1"]?.user == Redaction.pseudonym(user: "alice"))
+        #expect(b.downloads["t1-d1"]?.destination == Redaction.pseudonym(destination: "Documents/book, \"final\""))
+    }
+
+    @Test func demoRunsAndExplainsItself() throws {
+        let demo = dir.path("my-demo.ledger")
+        let r = try cli(["demo", demo])
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("refused finishBeforeCopyOut"))
+        #expect(r.stdout.contains("appended by the ledger"))
+        #expect(r.stdout.contains("ok: 58 events"))
+        #expect(!r.stdout.contains("\u{1B}["), "no colours in a pipe")
+        #expect(try cli(["demo", demo]).status == 2, "an existing file is not replaced without --force")
+        #expect(try cli(["demo", demo, "--force"]).status == 0)
+    }
+
+    @Test func inProcessParsingAndRunning() throws {
+        let captured = Captured()
+        let status = Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
+            PurchaseLedgerCLI.main(["append", ledger, "--json", dir.path("missing.jsonl")])
+        }
+        #expect(status == 3)
+        #expect(captured.errors.contains("cannot read"))
+        try sampleLog.write(toFile: dir.path("in.jsonl"), atomically: true, encoding: .utf8)
+        let ok = Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
+            PurchaseLedgerCLI.main(["append", ledger, dir.path("in.jsonl")])
+        }
+        #expect(ok == 0)
+        #expect(captured.output.contains("stored 10 events"))
+    }
+}
+
+final class Captured: Sendable {
+    private let state = Mutex<(String, String)>(("", ""))
+    func append(_ text: String, _ toError: Bool) { state.withLock { if toError { $0.1 += text } else { $0.0 += text } } }
+    var output: String { state.withLock { $0.0 } }
+    var errors: String { state.withLock { $0.1 } }
+}
+
+import Synchronization

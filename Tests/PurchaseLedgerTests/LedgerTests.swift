@@ -1,0 +1,126 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// Projections, the library API and live observation.
+@Suite struct LedgerTests {
+    /// Every table of the projections, as rows in primary-key order.
+    static func dump(_ path: String) throws -> [String: [Row]] {
+        try DatabaseQueue(path: path).read { db in
+            try Dictionary(uniqueKeysWithValues: Projector.tables.map { ($0, try Row.fetchAll(db, sql: "SELECT * FROM \($0) ORDER BY 1, 2")) })
+        }
+    }
+
+    @Test func rebuildGivesTablesIdenticalToTheLiveOnes() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("p.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        for e in StorageTests.everyType { try ledger.append(e) }
+        try ledger.append(contentsOf: [E.queued("t5", "p1"), E.purchased("t5", downloads: ["d5"], version: "1.2"), E.start("d5"), E.done("d5"),
+                                       E.copied("d5", to: "v2"), E.finished("t5")])
+        let live = try Self.dump(path)
+        #expect(live["owned_content_history"]?.count == 2)
+        try ledger.rebuildProjections()
+        #expect(try Self.dump(path) == live)
+        #expect(try ledger.verify().isValid)
+    }
+
+    @Test func lagging_or_stale_projections_are_caught_up_on_open() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("lag.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        for e in StorageTests.everyType { try ledger.append(e) }
+        let live = try Self.dump(path)
+        // As if a crash or an older version left the projections behind the log.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DELETE FROM transactions; UPDATE ledger_info SET value = 3 WHERE key = 'projection_seq'")
+        }
+        var readOnly = testConfiguration()
+        readOnly.readOnly = true
+        #expect(try Ledger(path: path, configuration: readOnly).verify().problems.first?.kind == .projections)
+        _ = try Ledger(path: path, configuration: testConfiguration())
+        #expect(try Self.dump(path) == live)
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = 'reducer 0' WHERE key = 'projection_stamp'") }
+        _ = try Ledger(path: path, configuration: testConfiguration())
+        #expect(try Ledger(path: path, configuration: readOnly).verify().isValid)
+    }
+
+    @Test func theLibraryAPIAnswersFromTheProjections() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("api.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: [
+            E.product("book", contents: [("ch1", "1.0")], related: ["book-ipad"]), E.product("book-ipad"),
+            E.queued("t1", "book"), E.purchased("t1", downloads: ["d1"], content: "ch1"), E.start("d1"), E.done("d1"),
+            E.registered("https://cdn/k?key=1", "k1"),
+        ])
+        #expect(try ledger.contentURL(for: "d1") == "file:///cache/d1/")
+        #expect(try ledger.owns(product: "book"))
+        #expect(try ledger.owns(product: "book-ipad"), "related products count")
+        #expect(try !ledger.owns(product: "other"))
+        #expect(try ledger.download(forURL: "https://cdn/k?key=1") == "k1")
+        #expect { try ledger.download(forURL: "https://cdn/unknown") } throws: { ($0 as? LedgerError)?.code == .unregisteredURL }
+        try ledger.append(contentsOf: [E.copied("d1"), E.finished("t1")])
+        #expect(try ledger.contentURL(for: "d1") == nil, "no content URL after finish")
+        #expect(try ledger.ownedContent().map(\.content) == ["ch1"])
+        #expect(try !ledger.updateAvailable(product: "book", content: "ch1"))
+        try ledger.append(E.published("book", "ch1", "1.1"))
+        #expect(try ledger.updateAvailable(product: "book", content: "ch1"))
+        #expect(try ledger.transactions(user: "u1").map(\.transaction) == ["t1"])
+        #expect(try ledger.transaction("t1")?.downloads == ["d1"])
+        #expect(try ledger.downloads(transaction: "t1").map(\.state) == [.finished])
+        try ledger.append(E.revoked("t1"))
+        #expect(try ledger.ownedContent().isEmpty, "a refund hides owned content")
+        #expect(try !ledger.owns(product: "book-ipad"))
+        // The projections agree with the reducer's state.
+        let state = ledger.currentState
+        #expect(try ledger.transactions() == state.transactions.values.sorted { $0.transaction < $1.transaction }.map { t in
+            var t = t
+            // Projections keep milliseconds.
+            t.queuedAt = t.queuedAt.map { Timestamp(millisecondsSinceEpoch: Projector.ms($0)) }
+            return t
+        })
+    }
+
+    @Test func stateAtATime() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("t.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: [E.product("p1"), E.queued("t1", at: 10), E.purchased("t1", at: 20), E.revoked("t1", at: 30)])
+        #expect(try ledger.state(at: E.at(15)).transactions["t1"]?.state == .purchasing)
+        #expect(try ledger.state(at: E.at(25)).transactions["t1"]?.revoked == false)
+        #expect(try ledger.state(at: E.at(35)).transactions["t1"]?.revoked == true)
+    }
+
+    @Test func liveObservationCatchesUpThenFollows() async throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("live.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: [E.product("p1"), E.queued("t1")])
+        let received = Task {
+            var seqs: [Int64] = []
+            for try await e in ledger.events(from: 2, pollInterval: .milliseconds(50)) {
+                seqs.append(e.seq)
+                if seqs.count == 3 { break }
+            }
+            return seqs
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        try ledger.append(contentsOf: [E.purchased("t1"), E.finished("t1")])
+        #expect(try await received.value == [2, 3, 4])
+    }
+
+    @Test func anomaliesAreStoredFlaggedAndChangeNothing() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("a.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: [E.product("p1"), E.queued("t1"), E.purchased("t1")])
+        let before = ledger.currentState
+        let result = try ledger.append(E.failed("t1"))
+        #expect(result.events.first?.anomaly == .illegalTransactionTransition)
+        #expect(ledger.currentState.transactions == before.transactions)
+        #expect(ledger.currentState.anomalies == 1)
+        #expect(try ledger.events(from: 4).first?.anomaly == .illegalTransactionTransition)
+        // An identical repeat of a command stores nothing and takes no seq.
+        let repeatResult = try ledger.append(E.queued("t1"))
+        #expect(repeatResult.events.isEmpty && repeatResult.ignored == 1)
+        #expect(try ledger.lastSeq() == 4)
+    }
+}

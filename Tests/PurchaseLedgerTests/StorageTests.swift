@@ -1,0 +1,288 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// The event log on real SQLite files with real LZ4.
+@Suite struct StorageTests {
+    /// A little of everything: every event type at least once.
+    static let everyType: [Event] = [
+        E.product("p1", contents: [("c1", "1.0")], related: ["p2"]),
+        E.product("p2", kind: .autoRenewable),
+        E.published("p1", "c1", "1.2"),
+        E.queued("t1", quantity: 3, user: "ü-1 \"quoted\""),
+        E.deferred("t1"),
+        E.purchased("t1", downloads: ["d1", "d2"]),
+        E.queued("t2", "p2"),
+        E.failed("t2"),
+        E.restoreStarted(),
+        E.restored("t3", original: "t0", product: "p2"),
+        E.restoreCompleted(),
+        E.start("d1"), E.progress("d1", 0.25), E.pause("d1"), E.resume("d1"),
+        Event(at: E.at(4), .downloadProgressed(download: "d1", progress: 1.0 / 3.0, bytesWritten: nil, timeRemaining: 12.345678)),
+        E.done("d1"), E.copied("d1"), E.start("d2"), E.dlFailed("d2"), E.start("d2"), E.cancel("d2"),
+        E.finished("t1"), E.finished("t2"), E.revoked("t3"), E.deleted("p1"),
+        E.restoreStarted(at: 20), E.restoreFailed(at: 21),
+        E.registered("https://kollus/x?key=1", "k1"),
+        E.queued("t4", "p1"), E.purchased("t4", downloads: ["d4"]), E.start("d4"), E.progress("d4", 0.5), E.finished("t4"),
+    ]
+
+    @Test(arguments: [BlockCodec.raw, .lz4, .lz4Dictionary])
+    func appendAndReadBack(codec: BlockCodec) throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("a.ledger"), configuration: testConfiguration(blockSize: 4, codec: codec))
+        var stored: [RecordedEvent] = []
+        for e in Self.everyType { stored += try ledger.append(e).events }
+        #expect(stored.map(\.seq) == Array(1...Int64(stored.count)), "seq is gap-free from 1")
+        let read = try ledger.events(from: 1, limit: 10_000)
+        #expect(read == stored)
+        #expect(try ledger.events(from: 7, limit: 3) == Array(stored[6..<9]))
+        #expect(stored.contains { $0.appendedByLedger }, "the early finish of t4 appended a cancellation")
+        // Versions within streams count from 1.
+        #expect(read.filter { $0.stream == "transaction:t1" }.map(\.version) == [1, 2, 3, 4])
+        #expect(try ledger.events(inStream: "download:d1").count == 7)
+        let reopened = try Ledger(path: dir.path("a.ledger"), configuration: testConfiguration(blockSize: 4, codec: codec))
+        #expect(try reopened.events(limit: 10_000) == stored)
+        #expect(reopened.currentState == ledger.currentState)
+        #expect(try reopened.verify().isValid)
+    }
+
+    @Test func jsonLinesRoundTripEveryType() throws {
+        for e in Self.everyType {
+            let line = JSONLines.encode(e)
+            #expect(try JSONLines.decode(line) == e, "\(line)")
+        }
+    }
+
+    @Test func aFailingAppendWritesNothing() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4))
+        try ledger.append(contentsOf: [E.product("p1"), E.queued("t1")])
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        let state = ledger.currentState
+        let batch = [E.queued("t2"), E.purchased("t2"), E.queued("t3"), E.finished("t3"), E.queued("t4")]
+        do {
+            try ledger.append(contentsOf: batch)
+            Issue.record("accepted")
+        } catch let error as LedgerError {
+            #expect(error.rule == .finishWhilePurchasing)
+            #expect(error.batchIndex == 3)
+        }
+        #expect(try ledger.lastSeq() == 2)
+        #expect(ledger.currentState == state)
+        #expect(try ledger.transactions().map(\.transaction) == ["t1"])
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        // The next append starts from the right state.
+        try ledger.append(contentsOf: [E.queued("t2"), E.purchased("t2")])
+        #expect(try ledger.lastSeq() == 4)
+        #expect(try ledger.verify().isValid)
+    }
+
+    /// Opens the file with plain SQLite, for tampering.
+    func tamper(_ path: String, _ sql: String, _ arguments: StatementArguments = []) throws {
+        let db = try DatabaseQueue(path: path)
+        try db.write { try $0.execute(sql: sql, arguments: arguments) }
+    }
+
+    @Test func theChainCatchesEditedDeletedReorderedAndInsertedEvents() throws {
+        let dir = try TemporaryDirectory()
+        func fresh(_ name: String) throws -> String {
+            let path = dir.path(name)
+            let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 1000))
+            for e in Self.everyType.prefix(12) { try ledger.append(e) }
+            return path
+        }
+        func firstProblem(_ path: String) throws -> VerificationProblem? {
+            var c = testConfiguration(blockSize: 1000)
+            c.readOnly = true
+            return try Ledger(path: path, configuration: c).verify().problems.first
+        }
+        // Edited: a payload byte of event 5.
+        let edited = try fresh("edited.ledger")
+        try tamper(edited, "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 't1', 't9') AS BLOB) WHERE seq = 5")
+        #expect(try firstProblem(edited)?.seq == 5)
+        #expect(try firstProblem(edited)?.kind == .chain)
+        // Deleted: event 6.
+        let deleted = try fresh("deleted.ledger")
+        try tamper(deleted, "DELETE FROM events WHERE seq = 6")
+        #expect(try firstProblem(deleted)?.seq == 6)
+        #expect(try firstProblem(deleted)?.kind == .sequence)
+        // Reordered: events 7 and 8 swap places.
+        let reordered = try fresh("reordered.ledger")
+        try tamper(reordered, "UPDATE events SET seq = -1 WHERE seq = 7; UPDATE events SET seq = 7 WHERE seq = 8; UPDATE events SET seq = 8 WHERE seq = -1")
+        #expect(try firstProblem(reordered)?.seq == 7)
+        // Inserted: a copy of event 3 pushed in as 4, later ones moved up.
+        let inserted = try fresh("inserted.ledger")
+        try tamper(inserted, "UPDATE events SET seq = seq + 100 WHERE seq >= 4; UPDATE events SET seq = seq - 99 WHERE seq >= 104; INSERT INTO events SELECT 4, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events WHERE seq = 3")
+        #expect(try firstProblem(inserted)?.seq == 4)
+        // Edited with every later link recomputed by plain SHA-256... is caught when the chain is keyed (KeyedChainTests).
+    }
+
+    @Test func corruptCompressedBytesGiveATypedErrorNamingTheSeq() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("c.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 0))
+        for e in Self.everyType { try ledger.append(e) }
+        // Scribble over the middle of the second block.
+        try tamper(path, "UPDATE event_blocks SET data = substr(data, 1, 10) || randomblob(length(data) - 20) || substr(data, -10) WHERE first_seq = 9")
+        var c = testConfiguration(blockSize: 8, snapshotInterval: 0)
+        c.readOnly = true
+        let reader = try Ledger(path: path, configuration: c)
+        do {
+            try reader.forEachEvent { _ in true }
+            Issue.record("read corrupt data without an error")
+        } catch let error as LedgerError {
+            #expect(error.code == .corruptData)
+            #expect(error.seq != nil && (9...16).contains(error.seq!), "\(error)")
+        }
+        let report = try reader.verify(all: true)
+        #expect(!report.isValid)
+        #expect(report.problems.contains { $0.kind == .corruptData && (9...16).contains($0.seq ?? 0) })
+        // Truncated to nothing, and a zeroed dictionary: still errors, never crashes.
+        try tamper(path, "UPDATE event_blocks SET data = x'' WHERE first_seq = 1; UPDATE dictionaries SET bytes = zeroblob(length(bytes))")
+        #expect(throws: LedgerError.self) { try reader.forEachEvent { _ in true } }
+    }
+
+    @Test func codecsMixInOneLedger() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("mixed.ledger")
+        var all: [RecordedEvent] = []
+        for (i, codec) in [BlockCodec.raw, .lz4, .lz4Dictionary, .raw].enumerated() {
+            let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4, codec: codec))
+            let slice = Self.everyType[(i * 8)..<min(Self.everyType.count, i * 8 + 8)]
+            for e in slice { all += try ledger.append(e).events }
+        }
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4))
+        #expect(try ledger.events(limit: 1000) == all)
+        let codecs = try DatabaseQueue(path: path).read { try Int.fetchAll($0, sql: "SELECT DISTINCT codec FROM event_blocks ORDER BY codec") }
+        #expect(codecs == [0, 1, 2])
+        #expect(try ledger.verify().isValid)
+    }
+
+    @Test func aLedgerFromTheFirstMigrationOpensWithTheCurrentCode() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("old.ledger")
+        let old = try DatabaseQueue(path: path)
+        try Migrations.migrator(upTo: 1).migrate(old)
+        try old.write { try $0.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)") }
+        try old.close()
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        try ledger.append(contentsOf: [E.product("p1"), E.queued("t1")])
+        #expect(try ledger.lastSeq() == 2)
+        let applied = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT identifier FROM grdb_migrations") }
+        #expect(applied == Migrations.names)
+    }
+
+    @Test func newerLedgersAndForeignFilesAreRefused() throws {
+        let dir = try TemporaryDirectory()
+        let newer = dir.path("newer.ledger")
+        _ = try Ledger(path: newer, configuration: testConfiguration())
+        try tamper(newer, "INSERT INTO grdb_migrations (identifier) VALUES ('9999_from_the_future')")
+        #expect { try Ledger(path: newer) } throws: { ($0 as? LedgerError)?.code == .schemaTooNew }
+
+        let random = dir.path("random.ledger")
+        try Data((0..<8192).map { _ in UInt8.random(in: 0...255) }).write(to: URL(fileURLWithPath: random))
+        #expect { try Ledger(path: random) } throws: { ($0 as? LedgerError)?.code == .notALedger }
+
+        let other = dir.path("other.sqlite")
+        try DatabaseQueue(path: other).write { try $0.execute(sql: "CREATE TABLE t (x)") }
+        #expect { try Ledger(path: other) } throws: { ($0 as? LedgerError)?.code == .notALedger }
+    }
+
+    @Test func filesAreReadableByTheirOwnerOnly() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("private.ledger")
+        let ledger = try Ledger(path: path)
+        try ledger.append(E.product("p1"))
+        for file in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: file) {
+            let mode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? NSNumber
+            #expect(mode?.intValue == 0o600, "\(file)")
+        }
+    }
+
+    @Test func twoWritersOnOneFileLoseNothing() async throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("shared.ledger")
+        try Ledger(path: path, configuration: testConfiguration()).append(E.product("p1"))
+        // Two Ledger instances: two connection pools, as two processes would have.
+        let a = try Ledger(path: path, configuration: testConfiguration())
+        let b = try Ledger(path: path, configuration: testConfiguration())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (ledger, prefix) in [(a, "a"), (b, "b")] {
+                group.addTask {
+                    for i in 0..<60 {
+                        try ledger.append(contentsOf: [E.queued("\(prefix)\(i)"), E.purchased("\(prefix)\(i)")])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let check = try Ledger(path: path, configuration: testConfiguration())
+        #expect(try check.lastSeq() == 241)
+        #expect(try check.transactions().count == 120)
+        #expect(try check.verify().isValid)
+        #expect(check.currentState.transactions.count == 120)
+    }
+
+    @Test func keyedChains() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("keyed.ledger")
+        var c = testConfiguration(blockSize: 1000)
+        c.chainKey = Array("correct horse battery staple".utf8)
+        let ledger = try Ledger(path: path, configuration: c)
+        for e in Self.everyType.prefix(10) { try ledger.append(e) }
+        #expect(try ledger.verify().isValid)
+        #expect { try Ledger(path: path, configuration: testConfiguration()) } throws: { ($0 as? LedgerError)?.code == .keyRequired }
+        var wrong = c
+        wrong.chainKey = Array("guess".utf8)
+        #expect { try Ledger(path: path, configuration: wrong) } throws: { ($0 as? LedgerError)?.code == .keyMismatch }
+
+        // An attacker edits event 4 and recomputes every later link with plain SHA-256.
+        let db = try DatabaseQueue(path: path)
+        try db.write { db in
+            try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 't1', 't7') AS BLOB) WHERE seq = 4")
+            var previous = [UInt8](try Data.fetchOne(db, sql: "SELECT link FROM events WHERE seq = 3")!)
+            let plain = HashChain(key: nil)
+            for row in try Row.fetchAll(db, sql: "SELECT seq, version, type, at_ns, recorded_ns, flags, payload FROM events WHERE seq >= 4 ORDER BY seq") {
+                let payload = [UInt8](row[6] as Data)
+                let body = try payload.withUnsafeBytes { buffer -> EventBody in
+                    var reader = BinaryReader(buffer)
+                    return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader)
+                }
+                let e = RecordedEvent(seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
+                                      recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: nil, appendedByLedger: false)
+                previous = plain.link(after: previous, frame: FrameCodec.canonical(e, payload: payload))
+                try db.execute(sql: "UPDATE events SET link = ? WHERE seq = ?", arguments: [Data(previous), e.seq])
+            }
+        }
+        var readOnly = c
+        readOnly.readOnly = true
+        let problem = try Ledger(path: path, configuration: readOnly).verify().problems.first
+        #expect(problem?.kind == .chain)
+        #expect(problem?.seq == 4)
+    }
+
+    @Test func snapshotsAreUsedWhenValidAndIgnoredOtherwise() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("snap.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4, snapshotInterval: 5))
+        for e in Self.everyType { try ledger.append(e) }
+        let snapshots = try DatabaseQueue(path: path).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM snapshots") }
+        #expect((snapshots ?? 0) >= 5)
+        // The state at every seq equals a fold of the reducer over the log's prefix.
+        let log = try ledger.events(limit: 1000)
+        var folded = LedgerState()
+        for e in log {
+            _ = try Reducer.replay(&folded, e.event, seq: e.seq)
+            #expect(try ledger.state(atSeq: e.seq) == folded, "seq \(e.seq)")
+        }
+        // A stale snapshot (another reducer version) and a damaged one are ignored.
+        try tamper(path, "UPDATE snapshots SET reducer_version = reducer_version + 1 WHERE seq = (SELECT min(seq) FROM snapshots)")
+        try tamper(path, "UPDATE snapshots SET data = randomblob(length(data)) WHERE seq = (SELECT max(seq) FROM snapshots)")
+        let reopened = try Ledger(path: path, configuration: testConfiguration(blockSize: 4, snapshotInterval: 5))
+        #expect(reopened.currentState == folded)
+        for e in log { #expect(try reopened.state(atSeq: e.seq).seq == e.seq) }
+        #expect(try reopened.state(atSeq: Int64(log.count)) == folded)
+    }
+}

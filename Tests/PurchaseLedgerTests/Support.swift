@@ -1,0 +1,127 @@
+import Foundation
+import Testing
+@testable import PurchaseLedger
+
+/// A fresh directory per test, removed afterwards. Ledgers in it are real SQLite files.
+final class TemporaryDirectory {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory.appending(path: "purchase-ledger-tests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { url.appending(path: name).path }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+/// A configuration with a fixed clock (deterministic recordedAt) and small blocks, so tests seal
+/// blocks and write snapshots without thousands of events.
+func testConfiguration(blockSize: Int = 8, snapshotInterval: Int = 16, codec: BlockCodec = .lz4Dictionary) -> LedgerConfiguration {
+    var c = LedgerConfiguration()
+    c.clock = { Timestamp(millisecondsSinceEpoch: 1_700_000_000_000) }
+    c.blockSize = blockSize
+    c.snapshotInterval = snapshotInterval
+    c.blockCodec = codec
+    c.durability = .normal
+    return c
+}
+
+/// Decodes JSON lines, failing the test on a malformed one.
+func events(_ lines: String...) throws -> [Event] {
+    try lines.map { try JSONLines.decode($0) }
+}
+
+func event(_ line: String) throws -> Event {
+    try JSONLines.decode(line)
+}
+
+/// Builds contract events tersely: `E.purchased("t1", downloads: ["t1-d1"])`.
+enum E {
+    static func at(_ second: Int) -> Timestamp { Timestamp(millisecondsSinceEpoch: 1_709_280_000_000 + Int64(second) * 1000) }
+
+    static func product(_ id: String, kind: ProductKind = .nonConsumable, contents: [(String, String)] = [], related: [String] = [], t: Int = 0) -> Event {
+        Event(at: at(t), .productRegistered(ProductRegistration(
+            product: id, kind: kind, price: "4.99", currency: "USD", downloadable: !contents.isEmpty,
+            contents: contents.map { ContentSpec(content: $0.0, contentVersion: ContentVersion($0.1)!, contentLength: 1000) },
+            relatedProducts: related)))
+    }
+
+    static func queued(_ t: String, _ product: String = "p1", quantity: Int = 1, user: String? = "u1", at s: Int = 1) -> Event {
+        Event(at: at(s), .paymentQueued(transaction: t, product: product, quantity: quantity, user: user))
+    }
+
+    static func purchased(_ t: String, product: String? = nil, downloads: [String] = [], content: String = "c1", version: String = "1.0", at s: Int = 2) -> Event {
+        Event(at: at(s), .transactionPurchased(transaction: t, product: product, user: nil, storeTransactionId: "s-\(t)",
+                                              downloads: downloads.isEmpty ? nil : downloads.map {
+                                                  DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
+                                              }))
+    }
+
+    static func restored(_ t: String, original: String, product: String = "p1", downloads: [String] = [], content: String = "c1", version: String = "1.0", at s: Int = 2) -> Event {
+        Event(at: at(s), .transactionRestored(transaction: t, originalTransaction: original, product: product, user: "u1", storeTransactionId: "s-\(t)",
+                                             downloads: downloads.isEmpty ? nil : downloads.map {
+                                                 DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
+                                             }))
+    }
+
+    static func deferred(_ t: String, at s: Int = 2) -> Event { Event(at: at(s), .transactionDeferred(transaction: t)) }
+    static func failed(_ t: String, at s: Int = 2) -> Event {
+        Event(at: at(s), .transactionFailed(transaction: t, error: StoreError(domain: "SKErrorDomain", code: 2, message: "The payment was cancelled.")))
+    }
+    static func revoked(_ t: String, at s: Int = 9) -> Event { Event(at: at(s), .transactionRevoked(transaction: t, reason: "refund")) }
+    static func finished(_ t: String, discard: Bool = false, at s: Int = 8) -> Event { Event(at: at(s), .transactionFinished(transaction: t, discardContent: discard)) }
+    static func start(_ d: String, at s: Int = 3) -> Event { Event(at: at(s), .downloadStarted(download: d)) }
+    static func progress(_ d: String, _ p: Double, at s: Int = 4) -> Event {
+        Event(at: at(s), .downloadProgressed(download: d, progress: p, bytesWritten: Int64(p * 1000), timeRemaining: nil))
+    }
+    static func pause(_ d: String, at s: Int = 4) -> Event { Event(at: at(s), .downloadPaused(download: d)) }
+    static func resume(_ d: String, at s: Int = 4) -> Event { Event(at: at(s), .downloadResumed(download: d)) }
+    static func cancel(_ d: String, at s: Int = 4) -> Event { Event(at: at(s), .downloadCancelled(download: d, reason: .user)) }
+    static func done(_ d: String, at s: Int = 5) -> Event { Event(at: at(s), .downloadFinished(download: d, contentURL: "file:///cache/\(d)/")) }
+    static func dlFailed(_ d: String, at s: Int = 5) -> Event {
+        Event(at: at(s), .downloadFailed(download: d, error: StoreError(domain: "NSURLErrorDomain", code: -1005, message: "lost")))
+    }
+    static func copied(_ d: String, to destination: String? = nil, at s: Int = 6) -> Event {
+        Event(at: at(s), .contentCopiedOut(download: d, destination: destination ?? "Documents/\(d)", checksum: nil, bytesCopied: 1000))
+    }
+    static func deleted(_ product: String, at s: Int = 10) -> Event { Event(at: at(s), .contentDeleted(product: product)) }
+    static func published(_ product: String, _ content: String, _ version: String, at s: Int = 10) -> Event {
+        Event(at: at(s), .contentVersionPublished(product: product, content: content, contentVersion: ContentVersion(version)!))
+    }
+    static func restoreStarted(at s: Int = 1) -> Event { Event(at: at(s), .restoreStarted(user: "u1")) }
+    static func restoreCompleted(at s: Int = 3) -> Event { Event(at: at(s), .restoreCompleted) }
+    static func restoreFailed(at s: Int = 3) -> Event {
+        Event(at: at(s), .restoreFailed(error: StoreError(domain: "SKErrorDomain", code: 0, message: "unknown")))
+    }
+    static func registered(_ url: String, _ d: String, at s: Int = 1) -> Event { Event(at: at(s), .contentRegistered(url: url, download: d, contentLength: 10)) }
+}
+
+/// Applies events with the reducer alone (plan + reduce), as an append does.
+@discardableResult
+func reduceAll(_ events: [Event], into state: inout LedgerState) throws -> [Outcome] {
+    var outcomes: [Outcome] = []
+    for e in events {
+        for planned in Reducer.plan(state, e) {
+            outcomes.append(try Reducer.reduce(&state, planned))
+        }
+    }
+    return outcomes
+}
+
+/// Expects `body` to throw a rule violation naming `rule`.
+func expectViolation(_ rule: Rule, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void) {
+    do {
+        try body()
+        Issue.record("expected \(rule.name) to be violated", sourceLocation: sourceLocation)
+    } catch let error as LedgerError {
+        #expect(error.code == .ruleViolation, sourceLocation: sourceLocation)
+        #expect(error.rule == rule, "got \(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+/// The package root, from this file's path.
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -41,15 +41,21 @@ CREATE TABLE dictionaries (
     bytes BLOB NOT NULL
 );
 
--- Reducer state at some seqs, for fast time travel. Rebuildable: ignored when stale.
+-- Reducer state at some seqs, for fast time travel. Rebuildable: ignored when stale or damaged.
+-- A snapshot is a manifest of pages; pages are stored once by content hash and shared between
+-- snapshots, so many snapshots cost little more than one.
 CREATE TABLE snapshots (
     seq INTEGER PRIMARY KEY,
     reducer_version INTEGER NOT NULL,
     format INTEGER NOT NULL,
-    raw_size INTEGER NOT NULL,
-    data BLOB NOT NULL,                  -- LZ4-compressed state
-    checksum BLOB NOT NULL               -- SHA-256 of the uncompressed state: a damaged snapshot is ignored
+    manifest BLOB NOT NULL               -- scalars and the ordered page hashes
 );
+
+CREATE TABLE snapshot_pages (
+    hash BLOB PRIMARY KEY NOT NULL,      -- SHA-256 of the uncompressed page
+    raw_size INTEGER NOT NULL,
+    data BLOB NOT NULL                   -- LZ4-compressed records
+) WITHOUT ROWID;
 
 -- Projections: current state, kept up to date inside every append.
 CREATE TABLE products (
@@ -95,9 +101,10 @@ CREATE TABLE transactions (
     purchased_at_ms INTEGER,
     failed_at_ms INTEGER,
     finished_at_ms INTEGER,
-    revoked_at_ms INTEGER
+    revoked_at_ms INTEGER,
+    events INTEGER NOT NULL              -- events stored in its stream
 );
-CREATE INDEX transactions_by_user ON transactions (user_id, purchased_at_ms);
+CREATE INDEX transactions_by_user ON transactions (user_id);
 
 CREATE TABLE downloads (
     download_id TEXT PRIMARY KEY NOT NULL,
@@ -124,7 +131,8 @@ CREATE TABLE downloads (
     started_at_ms INTEGER,
     last_activity_at_ms INTEGER,
     finished_at_ms INTEGER,
-    copied_out_at_ms INTEGER
+    copied_out_at_ms INTEGER,
+    events INTEGER NOT NULL              -- events stored in its stream
 );
 CREATE INDEX downloads_by_transaction ON downloads (transaction_id, position);
 CREATE UNIQUE INDEX downloads_by_url ON downloads (url) WHERE url IS NOT NULL;
@@ -142,16 +150,20 @@ CREATE TABLE owned_content (
     PRIMARY KEY (product, content)
 ) WITHOUT ROWID;
 
--- Every version ever copied out, with when it was superseded or deleted.
+-- Every version ever copied out, with when it was superseded or deleted. Product, content and
+-- version are the download's; owned_content_history_view joins them in.
 CREATE TABLE owned_content_history (
     seq INTEGER PRIMARY KEY,             -- the contentCopiedOut event
-    product TEXT NOT NULL,
-    content TEXT NOT NULL,
-    content_version TEXT NOT NULL,
-    destination TEXT NOT NULL,
-    transaction_id TEXT NOT NULL,
     download_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
     copied_at_ms INTEGER NOT NULL,
     superseded_at_ms INTEGER,
     deleted_at_ms INTEGER
 );
+
+CREATE VIEW owned_content_history_view AS
+    SELECT h.seq, t.product, d.content, d.content_version, h.destination, d.transaction_id, t.user_id,
+           h.download_id, h.copied_at_ms, h.superseded_at_ms, h.deleted_at_ms
+    FROM owned_content_history h
+    JOIN downloads d ON d.download_id = h.download_id
+    JOIN transactions t ON t.transaction_id = d.transaction_id;

@@ -3,7 +3,8 @@ import GRDB
 import Synchronization
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
-/// (`synchronous=FULL` in WAL mode), compressed blocks of 256 events, a snapshot every 20,000.
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 50,000
+/// (at most 4 kept).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
     public enum Durability: String, Sendable {
@@ -19,10 +20,12 @@ public struct LedgerConfiguration: Sendable {
     /// A secret that turns the hash chain into an HMAC chain. Fixed when the ledger is created.
     public var chainKey: [UInt8]?
     /// Events per sealed, compressed block.
-    public var blockSize: Int = 256
+    public var blockSize: Int = 1024
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never).
-    public var snapshotInterval: Int = 20_000
+    public var snapshotInterval: Int = 50_000
+    /// At most this many snapshots are kept, thinned to stay evenly spread over the log.
+    public var maxSnapshots: Int = 4
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).
@@ -298,7 +301,6 @@ public final class Ledger: Sendable {
         var dirty = Projector.Dirty()
         var stored: [RecordedEvent] = []
         var ignored = 0
-        let startSeq = w.state.seq
         for (index, input) in events.enumerated() {
             for event in Reducer.plan(w.state, input) {
                 let outcome: Outcome
@@ -315,9 +317,7 @@ public final class Ledger: Sendable {
                     continue
                 }
                 let seq = w.state.seq + 1
-                let stream = event.body.stream
-                let version = w.state.streamVersions[stream, default: 0] + 1
-                w.state.streamVersions[stream] = version
+                let version = w.state.recordStreamEvent(event.body)
                 w.state.seq = seq
                 let recorded = RecordedEvent(seq: seq, version: version, event: event, recordedAt: configuration.clock(),
                                              anomaly: outcome.anomaly, appendedByLedger: event != input)
@@ -334,16 +334,16 @@ public final class Ledger: Sendable {
                     // Seal as we go, so a large batch never piles up in the tail table.
                     try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
                 }
+                if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
+                    // At exact multiples of the interval, whatever the batch sizes.
+                    try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
+                }
             }
         }
         if !stored.isEmpty {
             try Projector.flush(dirty, state: w.state, db)
             try Projector.markUpToDate(seq: w.state.seq, db)
             try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
-            if configuration.snapshotInterval > 0,
-               w.state.seq / Int64(configuration.snapshotInterval) > startSeq / Int64(configuration.snapshotInterval) {
-                try Snapshots.write(w.state, db)
-            }
         }
         return AppendResult(events: stored, ignored: ignored, lastSeq: w.state.seq)
     }

@@ -279,10 +279,33 @@ import Testing
         }
         // A stale snapshot (another reducer version) and a damaged one are ignored.
         try tamper(path, "UPDATE snapshots SET reducer_version = reducer_version + 1 WHERE seq = (SELECT min(seq) FROM snapshots)")
-        try tamper(path, "UPDATE snapshots SET data = randomblob(length(data)) WHERE seq = (SELECT max(seq) FROM snapshots)")
+        try tamper(path, "UPDATE snapshot_pages SET data = randomblob(length(data)) WHERE hash IN (SELECT hash FROM snapshot_pages ORDER BY hash LIMIT 3)")
         let reopened = try Ledger(path: path, configuration: testConfiguration(blockSize: 4, snapshotInterval: 5))
         #expect(reopened.currentState == folded)
         for e in log { #expect(try reopened.state(atSeq: e.seq).seq == e.seq) }
         #expect(try reopened.state(atSeq: Int64(log.count)) == folded)
+    }
+
+    @Test func snapshotsShareTheirPagesAndStayBounded() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("thin.ledger")
+        var c = testConfiguration(blockSize: 4, snapshotInterval: 3)
+        c.maxSnapshots = 3
+        let ledger = try Ledger(path: path, configuration: c)
+        try ledger.append(E.product("p1"))
+        for i in 0..<40 { try ledger.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
+        let (snapshots, pages, referenced) = try DatabaseQueue(path: path).read { db in
+            (try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshots")!, try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
+             try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots").map(\.count).reduce(0, +))
+        }
+        #expect(snapshots == 3)
+        #expect(pages > 0 && referenced > 0)
+        let seqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        #expect(seqs.last == 81, "the latest is always kept")
+        for seq in [Int64(1), 30, 60, 81] {
+            var folded = LedgerState()
+            for e in try ledger.events(limit: Int(seq)) { Reducer.replay(&folded, e.event, seq: e.seq) }
+            #expect(try ledger.state(atSeq: seq) == folded)
+        }
     }
 }

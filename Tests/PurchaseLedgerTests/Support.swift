@@ -23,6 +23,7 @@ func testConfiguration(blockSize: Int = 8, snapshotInterval: Int = 16, codec: Bl
     c.clock = { Timestamp(millisecondsSinceEpoch: 1_700_000_000_000) }
     c.blockSize = blockSize
     c.snapshotInterval = snapshotInterval
+    c.maxSnapshots = 1000
     c.blockCodec = codec
     c.durability = .normal
     return c

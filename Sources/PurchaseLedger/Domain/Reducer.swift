@@ -72,7 +72,7 @@ public enum Reducer {
             result = .refused(error)
         }
         state.seq = seq
-        state.streamVersions[event.body.stream, default: 0] += 1
+        _ = state.recordStreamEvent(event.body)
         return result
     }
 
@@ -327,7 +327,7 @@ public enum Reducer {
             s.downloads[d]!.lastActivityAt = e.at
             return .applied
 
-        case .contentCopiedOut(let d, let destination, let checksum, let bytes):
+        case .contentCopiedOut(let d, let destination, _, let bytes):
             let download = try downloadRecord(s, d, e)
             if finishedOwner(s, download) {
                 throw .violation(.contentURLAfterFinish, "transaction \(download.transaction!) is finished, so the content URL of download \(d) is gone; content must be copied out before the finish", e)
@@ -338,7 +338,6 @@ public enum Reducer {
             var next = download
             next.copiedOut = true
             next.destination = destination
-            next.checksum = checksum
             next.bytesCopied = bytes
             next.copiedOutAt = e.at
             s.downloads[d] = next

@@ -54,6 +54,8 @@ public struct TransactionRecord: Sendable, Hashable {
     public var failedAt: Timestamp?
     public var finishedAt: Timestamp?
     public var revokedAt: Timestamp?
+    /// Events stored in its stream (`transaction:<id>`).
+    public var events: Int64 = 0
 
     /// Purchased or restored, and not refunded: it grants its product.
     public var grantsOwnership: Bool { (state == .purchased || state == .restored) && !revoked }
@@ -79,7 +81,6 @@ public struct DownloadRecord: Sendable, Hashable {
     public var contentURL: String?
     public var copiedOut: Bool = false
     public var destination: String?
-    public var checksum: String?
     public var bytesCopied: Int64?
     /// Finished content the app chose to drop at finish (`discardContent`).
     public var discarded: Bool = false
@@ -92,12 +93,28 @@ public struct DownloadRecord: Sendable, Hashable {
     public var lastActivityAt: Timestamp?
     public var finishedAt: Timestamp?
     public var copiedOutAt: Timestamp?
+    /// Events stored in its stream (`download:<id>`).
+    public var events: Int64 = 0
 
     /// Content the user paid for and will not get: cancelled when its transaction finished early.
     public var lost: Bool { state == .cancelled && cancelReason == .transactionFinished }
 
     /// Started and not yet at rest: the states an early finish cancels.
     var inFlight: Bool { started && (state == .waiting || state == .active || state == .paused) }
+}
+
+extension TransactionRecord {
+    mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
+        events += (earlier ?? 0) + 1
+        return events
+    }
+}
+
+extension DownloadRecord {
+    mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
+        events += (earlier ?? 0) + 1
+        return events
+    }
 }
 
 /// The version of a product's content the app copied out last.
@@ -131,10 +148,49 @@ public struct LedgerState: Sendable, Hashable {
     public internal(set) var anomalies: Int = 0
     /// Granting transactions per product.
     var owners: [String: Int] = [:]
-    /// Events stored per stream, for each event's version within its stream.
-    var streamVersions: [String: Int64] = [:]
+    /// Events stored in the `catalog` and `restore` streams, and in streams of ids the ledger has
+    /// no record of (an anomalous purchase of an unknown product). Transactions and downloads
+    /// count their own.
+    var catalogEvents: Int64 = 0
+    var restoreEvents: Int64 = 0
+    var orphanStreamEvents: [String: Int64] = [:]
 
     public init() {}
+
+    /// Counts one more stored event in the stream of `body`, and returns its version there.
+    mutating func recordStreamEvent(_ body: EventBody) -> Int64 {
+        if let t = body.transactionID {
+            guard transactions[t] != nil else { return orphan("transaction:" + t) }
+            return transactions[t]!.recordEvent(adopting: orphanStreamEvents.isEmpty ? nil : orphanStreamEvents.removeValue(forKey: "transaction:" + t))
+        }
+        if let d = body.downloadID {
+            guard downloads[d] != nil else { return orphan("download:" + d) }
+            return downloads[d]!.recordEvent(adopting: orphanStreamEvents.isEmpty ? nil : orphanStreamEvents.removeValue(forKey: "download:" + d))
+        }
+        switch body {
+        case .restoreStarted, .restoreCompleted, .restoreFailed:
+            restoreEvents += 1
+            return restoreEvents
+        default:
+            catalogEvents += 1
+            return catalogEvents
+        }
+    }
+
+    /// Events stored so far in the stream of `body`.
+    func streamVersion(of body: EventBody) -> Int64 {
+        if let t = body.transactionID { return transactions[t]?.events ?? orphanStreamEvents["transaction:" + t] ?? 0 }
+        if let d = body.downloadID { return downloads[d]?.events ?? orphanStreamEvents["download:" + d] ?? 0 }
+        switch body {
+        case .restoreStarted, .restoreCompleted, .restoreFailed: return restoreEvents
+        default: return catalogEvents
+        }
+    }
+
+    private mutating func orphan(_ stream: String) -> Int64 {
+        orphanStreamEvents[stream, default: 0] += 1
+        return orphanStreamEvents[stream]!
+    }
 
     /// Whether a purchased or restored, not revoked transaction grants `product`, itself or
     /// through a related product (declared on either side, not transitively).

@@ -190,12 +190,13 @@ enum Projector {
         try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO transactions (transaction_id, product, user_id, quantity, state, finished, revoked,
                 revocation_reason, original_transaction, store_transaction_id, error_domain, error_code, error_message,
-                was_deferred, discarded_content, queued_at_ms, purchased_at_ms, failed_at_ms, finished_at_ms, revoked_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                was_deferred, discarded_content, queued_at_ms, purchased_at_ms, failed_at_ms, finished_at_ms, revoked_at_ms, events)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [
                 t.transaction, t.product, t.user, t.quantity, t.state.rawValue, t.finished, t.revoked,
                 t.revocationReason, t.originalTransaction, t.storeTransactionId, t.error?.domain, t.error?.code, t.error?.message,
                 t.wasDeferred, t.discardedContent, ms(t.queuedAt), ms(t.purchasedAt), ms(t.failedAt), ms(t.finishedAt), ms(t.revokedAt),
+                t.events,
             ])
     }
 
@@ -205,25 +206,23 @@ enum Projector {
             d.download, d.transaction, position, d.url, d.content, d.contentVersion?.text, d.contentLength,
             d.state.rawValue, d.started, d.progress, d.bytesWritten, state.contentURL(for: d.download), d.copiedOut,
             d.destination, d.discarded, d.lost, d.cancelReason?.rawValue, d.error?.domain, d.error?.code, d.error?.message,
-            d.attempts, ms(d.startedAt), ms(d.lastActivityAt), ms(d.finishedAt), ms(d.copiedOutAt),
+            d.attempts, ms(d.startedAt), ms(d.lastActivityAt), ms(d.finishedAt), ms(d.copiedOutAt), d.events,
         ]
         try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO downloads (download_id, transaction_id, position, url, content, content_version,
                 content_length, state, started, progress, bytes_written, content_url, copied_out, destination, discarded,
                 lost, cancel_reason, error_domain, error_code, error_message, attempts, started_at_ms, last_activity_at_ms,
-                finished_at_ms, copied_out_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                finished_at_ms, copied_out_at_ms, events)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: StatementArguments(values))
     }
 
     private static func insertHistory(_ entry: OwnedContentHistoryEntry, _ db: Database) throws {
         let o = entry.owned
         try db.cachedStatement(sql: """
-            INSERT INTO owned_content_history (seq, product, content, content_version, destination, transaction_id,
-                download_id, copied_at_ms, superseded_at_ms, deleted_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [entry.seq, o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
-                                     o.download, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)])
+            INSERT INTO owned_content_history (seq, download_id, destination, copied_at_ms, superseded_at_ms, deleted_at_ms)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [entry.seq, o.download, o.destination, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)])
     }
 
     private static func writeOwned(_ o: OwnedContent, historySeq: Int64, _ db: Database) throws {

@@ -153,6 +153,7 @@ extension TransactionRecord {
         failedAt = Timestamp(ms: row["failed_at_ms"])
         finishedAt = Timestamp(ms: row["finished_at_ms"])
         revokedAt = Timestamp(ms: row["revoked_at_ms"])
+        events = row["events"]
     }
 }
 
@@ -178,6 +179,7 @@ extension DownloadRecord {
         lastActivityAt = Timestamp(ms: row["last_activity_at_ms"])
         finishedAt = Timestamp(ms: row["finished_at_ms"])
         copiedOutAt = Timestamp(ms: row["copied_out_at_ms"])
+        events = row["events"]
     }
 }
 

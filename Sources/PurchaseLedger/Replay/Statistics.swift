@@ -50,9 +50,9 @@ extension Ledger {
             let tailBytes = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(payload) + length(link) + length(stream) + 24), 0) FROM events") ?? 0
             s.tailEvents = try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0
             s.logBytes = s.sealedStoredBytes + tailBytes
-            if let row = try Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(length(data)), 0) FROM snapshots") {
-                s.snapshots = row[0]; s.snapshotBytes = row[1]
-            }
+            s.snapshots = try Int64.fetchOne(db, sql: "SELECT count(*) FROM snapshots") ?? 0
+            s.snapshotBytes = (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(manifest)), 0) FROM snapshots") ?? 0)
+                + (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(data) + 32), 0) FROM snapshot_pages") ?? 0)
             s.dictionaries = try Int64.fetchOne(db, sql: "SELECT count(*) FROM dictionaries") ?? 0
         }
         for file in [path, path + "-wal"] {

@@ -154,8 +154,8 @@ private struct Verifier {
         if case .transactionFinished = e.event.body, Reducer.plan(state, e.event).count > 1 {
             try problem(.rules, e.seq, "this finish left downloads running without the cancellations the ledger appends", rule: nil)
         }
-        let version = state.streamVersions[e.stream, default: 0] + 1
         let replayed = Reducer.replay(&state, e.event, seq: e.seq)
+        let version = state.streamVersion(of: e.event.body)
         if version != e.version {
             try problem(.rules, e.seq, "stored as version \(e.version) of stream \(e.stream), but it is version \(version)")
         }

@@ -72,7 +72,7 @@ public struct AppendResult: Sendable {
 /// - ``append(_:)``, ``append(contentsOf:)``
 /// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
 /// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
-/// - ``state(atSeq:)``, ``state(at:)``, ``events(from:pollInterval:)``
+/// - ``state(atSeq:)``, ``state(at:)``, ``observe(from:pollInterval:)``
 public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String
@@ -385,7 +385,7 @@ public final class Ledger: Sendable {
 
     /// The stored events from `seq` on, then each new one as it is appended (by this process or
     /// another), for UI observers. Other processes' appends are noticed within `pollInterval`.
-    public func events(from seq: Int64 = 1, pollInterval: Duration = .milliseconds(250)) -> AsyncThrowingStream<RecordedEvent, any Error> {
+    public func observe(from seq: Int64 = 1, pollInterval: Duration = .milliseconds(250)) -> AsyncThrowingStream<RecordedEvent, any Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
                 var next = seq

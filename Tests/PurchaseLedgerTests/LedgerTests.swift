@@ -97,7 +97,7 @@ import Testing
         try ledger.append(contentsOf: [E.product("p1"), E.queued("t1")])
         let received = Task {
             var seqs: [Int64] = []
-            for try await e in ledger.events(from: 2, pollInterval: .milliseconds(50)) {
+            for try await e in ledger.observe(from: 2, pollInterval: .milliseconds(50)) {
                 seqs.append(e.seq)
                 if seqs.count == 3 { break }
             }

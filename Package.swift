@@ -43,7 +43,7 @@ let package = Package(
         .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"]),
         .executableTarget(
             name: "ledger-bench",
-            dependencies: ["PurchaseLedger", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["PurchaseLedger", .product(name: "GRDBSQLite", package: "GRDB.swift")],
             path: "Tools/ledger-bench"
         ),
         .testTarget(

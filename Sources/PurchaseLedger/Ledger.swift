@@ -90,9 +90,9 @@ public final class Ledger: Sendable {
         var stale = false
     }
 
+    /// The writer's state. Nothing else keeps a reference to its dictionaries between appends:
+    /// a second reference would make the next append copy them all.
     private let writer: Mutex<Writer>
-    /// The state after the last commit, published for cheap reads.
-    private let published: Mutex<LedgerState>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Atomic<Int>(0)
 
@@ -146,7 +146,6 @@ public final class Ledger: Sendable {
             throw Ledger.wrap(error, "opening \(path)")
         }
         writer = Mutex(Writer(state: initial.0, lastLink: initial.1, damage: damage))
-        published = Mutex(initial.0)
         if !configuration.readOnly && damage == nil {
             try catchUpProjections()
         }
@@ -274,8 +273,6 @@ public final class Ledger: Sendable {
             }
         }
         if !result.events.isEmpty {
-            let state = writer.withLock { $0.state }
-            published.withLock { $0 = state }
             commits.add(1, ordering: .releasing)
         }
         return result
@@ -300,6 +297,7 @@ public final class Ledger: Sendable {
     private func store(_ events: [Event], into w: inout Writer, _ db: Database, mutated: inout Bool) throws -> AppendResult {
         var dirty = Projector.Dirty()
         var stored: [RecordedEvent] = []
+        var frames: [EventStore.Frame] = []
         var ignored = 0
         for (index, input) in events.enumerated() {
             for event in Reducer.plan(w.state, input) {
@@ -323,17 +321,13 @@ public final class Ledger: Sendable {
                                              anomaly: outcome.anomaly, appendedByLedger: event != input)
                 let payload = FrameCodec.payload(event.body)
                 let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
-                try EventStore.insert(db, recorded, payload: payload, link: link)
+                frames.append(EventStore.Frame(recorded, payload: payload, link: link))
                 w.lastLink = link
                 if let change = Projector.ownedChange(recorded, outcome: outcome, state: w.state) {
                     try Projector.apply(change, db)
                 }
                 dirty.touch(event, state: w.state)
                 stored.append(recorded)
-                if seq % Int64(configuration.blockSize) == 0 {
-                    // Seal as we go, so a large batch never piles up in the tail table.
-                    try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
-                }
                 if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
                     // At exact multiples of the interval, whatever the batch sizes.
                     try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
@@ -341,9 +335,9 @@ public final class Ledger: Sendable {
             }
         }
         if !stored.isEmpty {
+            try EventStore.write(db, frames, blockSize: configuration.blockSize, codec: configuration.blockCodec)
             try Projector.flush(dirty, state: w.state, db)
             try Projector.markUpToDate(seq: w.state.seq, db)
-            try EventStore.sealFullBlocks(db, blockSize: configuration.blockSize, codec: configuration.blockCodec)
         }
         return AppendResult(events: stored, ignored: ignored, lastSeq: w.state.seq)
     }
@@ -423,6 +417,17 @@ public final class Ledger: Sendable {
         try read { db in try Ledger.loadState(db, upTo: max(0, seq), chain: chain).0 }
     }
 
+    /// The state after `seq`, replayed from the first event without using snapshots: the
+    /// reference the snapshots are checked against, and the benchmark of a full replay.
+    public func replayFromLog(through seq: Int64 = .max) throws -> LedgerState {
+        var state = LedgerState()
+        try forEachEvent(through: seq) { e in
+            Reducer.replay(&state, e.event, seq: e.seq)
+            return true
+        }
+        return state
+    }
+
     /// The state after the last event, in log order, whose `at` is at or before `time`.
     public func state(at time: Timestamp) throws -> LedgerState {
         var target: Int64 = 0
@@ -469,9 +474,10 @@ public final class Ledger: Sendable {
         return found
     }
 
-    /// The state after the last commit seen by this instance.
+    /// The state after the last commit seen by this instance. Waits for an append in progress;
+    /// the projection reads (``transactions(user:)``...) never wait.
     public var currentState: LedgerState {
-        published.withLock { $0 }
+        writer.withLock { $0.state }
     }
 
     func read<T>(_ body: (Database) throws -> T) throws -> T {

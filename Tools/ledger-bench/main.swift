@@ -1,47 +1,285 @@
 import Foundation
+import GRDBSQLite
 import PurchaseLedger
 
-let args = CommandLine.arguments
-let input = args[1]
-let path = args[2]
-if args.count > 5 {
-    _ = try Ledger(path: path)
-    print("opened")
-    exit(0)
+// ledger-bench: every speed and size figure of purchase-ledger, each the median of several runs
+// (with min and max), each ratio taken in the same run against a raw SQLite ceiling measured here
+// on the same bytes with the same pragmas. Run it through Tools/bench.sh.
+//
+//   ledger-bench run --workloads DIR --sizes 100000,1000000 --runs 3 --out results.json
+//   ledger-bench peak-import WORKLOAD LEDGER      (child process: prints peak RSS in KiB)
+//   ledger-bench peak-replay LEDGER               (child process: prints peak RSS in KiB)
+
+struct Figure {
+    var name: String
+    var unit: String
+    var samples: [Double]
+    var ceiling: [Double]? = nil
+    var target: String = ""
+
+    var sorted: [Double] { samples.sorted() }
+    var median: Double { let s = sorted; return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
+    var ratio: Double? {
+        guard let ceiling, !ceiling.isEmpty else { return nil }
+        // Per-run ratios, then their median: each run is compared with its own ceiling.
+        let ratios = zip(samples, ceiling).map { $0 / $1 }.sorted()
+        return ratios[ratios.count / 2]
+    }
 }
-if args.count > 4 {
-    var c = LedgerConfiguration(); c.readOnly = true
-    let l = try Ledger(path: path, configuration: c)
-    print("readonly ok", try l.lastSeq())
-    exit(0)
+
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+func time<T>(_ body: () throws -> T) rethrows -> (T, Double) {
+    let start = now()
+    let value = try body()
+    return (value, now() - start)
 }
-if args.count > 3 {
-    let ledger = try Ledger(path: path)
-    let t0 = Date()
-    for _ in 0..<20 { _ = try ledger.state(atSeq: 19999) }
-    print("20x state at 19999", Date().timeIntervalSince(t0))
-    exit(0)
+
+func remove(_ path: String) {
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
 }
-try? FileManager.default.removeItem(atPath: path)
-try? FileManager.default.removeItem(atPath: path + "-wal")
-try? FileManager.default.removeItem(atPath: path + "-shm")
-let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: input)))
-var t0 = Date()
-let parsed = try JSONLinesInput(bytes: bytes)
-print("parse", Date().timeIntervalSince(t0))
-t0 = Date()
-let ledger = try Ledger(path: path)
-let result = try ledger.appendJSONLines(parsed)
-let dt = Date().timeIntervalSince(t0)
-print("append \(result.events.count) stored, \(result.ignored) ignored in \(dt)s = \(Double(parsed.events.count)/dt)/s")
-t0 = Date()
-let s = try ledger.state(atSeq: .max)
-print("replay", Date().timeIntervalSince(t0), "anomalies", s.anomalies, "txns", s.transactions.count, "equal live:", s == ledger.currentState)
-t0 = Date()
-var n = 0
-try ledger.forEachEvent { _ in n += 1; return true }
-print("decode only", n, Date().timeIntervalSince(t0))
-t0 = Date()
-var s0 = LedgerState()
-for _ in 0..<5 { s0 = try ledger.state(atSeq: 19999) }
-print("state at 15000", Date().timeIntervalSince(t0), s0.seq)
+
+func peakRSSKiB() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+    }
+    return 0
+}
+
+/// Plain SQLite through the C API, the ceiling every ratio is taken against.
+final class RawSQLite {
+    var db: OpaquePointer?
+
+    init(path: String, synchronous: String) {
+        remove(path)
+        sqlite3_open(path, &db)
+        exec("PRAGMA journal_mode = WAL")
+        exec("PRAGMA synchronous = \(synchronous)")
+        exec("CREATE TABLE raw (seq INTEGER PRIMARY KEY, payload BLOB NOT NULL)")
+    }
+
+    deinit { sqlite3_close(db) }
+
+    func exec(_ sql: String) { sqlite3_exec(db, sql, nil, nil, nil) }
+
+    /// Inserts every payload; one transaction for all, or one per row.
+    func insert(_ payloads: [[UInt8]], transactionPerRow: Bool) {
+        var statement: OpaquePointer?
+        sqlite3_prepare_v2(db, "INSERT INTO raw (seq, payload) VALUES (?, ?)", -1, &statement, nil)
+        if !transactionPerRow { exec("BEGIN") }
+        for (i, payload) in payloads.enumerated() {
+            if transactionPerRow { exec("BEGIN") }
+            sqlite3_bind_int64(statement, 1, Int64(i + 1))
+            payload.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 2, $0.baseAddress, Int32($0.count), nil) }
+            sqlite3_step(statement)
+            sqlite3_reset(statement)
+            if transactionPerRow { exec("COMMIT") }
+        }
+        if !transactionPerRow { exec("COMMIT") }
+        sqlite3_finalize(statement)
+    }
+
+    /// Reads every payload in order, touching each byte count.
+    func readAll() -> Int {
+        var statement: OpaquePointer?
+        sqlite3_prepare_v2(db, "SELECT payload FROM raw ORDER BY seq", -1, &statement, nil)
+        var bytes = 0
+        while sqlite3_step(statement) == SQLITE_ROW {
+            bytes += Int(sqlite3_column_bytes(statement, 0))
+            _ = sqlite3_column_blob(statement, 0)
+        }
+        sqlite3_finalize(statement)
+        return bytes
+    }
+}
+
+func configuration(durability: LedgerConfiguration.Durability = .full) -> LedgerConfiguration {
+    var c = LedgerConfiguration()
+    c.durability = durability
+    return c
+}
+
+func importWorkload(_ workload: String, into path: String) throws -> (AppendResult, Int) {
+    remove(path)
+    let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+    let ledger = try Ledger(path: path, configuration: configuration())
+    return (try ledger.appendJSONLines(input), input.events.count)
+}
+
+func childPeak(_ arguments: [String]) throws -> Double {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+    process.arguments = arguments
+    let out = Pipe()
+    process.standardOutput = out
+    try process.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return Double(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+}
+
+func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
+    var figures: [(size: Int, figure: Figure)] = []
+    let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-bench-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    func report(_ size: Int, _ f: Figure) {
+        figures.append((size, f))
+        let s = f.sorted
+        var line = "  \(f.name): median \(String(format: "%.3f", f.median)) \(f.unit) (min \(String(format: "%.3f", s.first!)), max \(String(format: "%.3f", s.last!)))"
+        if let ratio = f.ratio { line += ", \(String(format: "%.2f", ratio))x of raw SQLite" }
+        print(line)
+    }
+
+    for size in sizes {
+        let workload = "\(workloads)/workload-\(size).jsonl"
+        print("== \(size) events (\(workload)), \(runs) runs")
+        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+        let payloads = input.events.map(\.binaryPayload)
+        let ledgerPath = "\(scratch)/ledger-\(size).ledger"
+
+        // 1. Bulk import against the raw bulk-insert ceiling.
+        var imports: [Double] = [], rawBulk: [Double] = []
+        for _ in 0..<runs {
+            let (_, seconds) = try time { try importWorkload(workload, into: ledgerPath) }
+            imports.append(Double(input.events.count) / seconds)
+            let raw = RawSQLite(path: "\(scratch)/raw.sqlite", synchronous: "FULL")
+            let (_, rawSeconds) = time { raw.insert(payloads, transactionPerRow: false) }
+            rawBulk.append(Double(payloads.count) / rawSeconds)
+        }
+        report(size, Figure(name: "bulk import", unit: "events/s", samples: imports, ceiling: rawBulk, target: ">= 150000"))
+
+        let ledger = try Ledger(path: ledgerPath, configuration: configuration())
+        let stored = try ledger.lastSeq()
+
+        // 3. Full replay (decode + reduce from the first event, no snapshot) against raw reads.
+        let rawRead = RawSQLite(path: "\(scratch)/raw-read.sqlite", synchronous: "FULL")
+        rawRead.insert(payloads, transactionPerRow: false)
+        var replays: [Double] = [], rawReads: [Double] = []
+        for _ in 0..<runs {
+            let (_, seconds) = try time { try ledger.replayFromLog() }
+            replays.append(Double(stored) / seconds)
+            let (_, rawSeconds) = time { rawRead.readAll() }
+            rawReads.append(Double(payloads.count) / rawSeconds)
+        }
+        report(size, Figure(name: "full replay", unit: "events/s", samples: replays, ceiling: rawReads, target: ">= 500000"))
+
+        // 4. State at a random seq.
+        var generator = SystemRandomNumberGenerator()
+        var stateTimes: [Double] = []
+        for _ in 0..<max(20, runs * 10) {
+            let seq = Int64.random(in: 1...stored, using: &generator)
+            let (_, seconds) = try time { try ledger.state(atSeq: seq) }
+            stateTimes.append(seconds * 1000)
+        }
+        let sortedStates = stateTimes.sorted()
+        report(size, Figure(name: "state at a random seq, p50", unit: "ms", samples: [sortedStates[sortedStates.count / 2]], target: "< 50"))
+        report(size, Figure(name: "state at a random seq, p99", unit: "ms", samples: [sortedStates[min(sortedStates.count - 1, Int(Double(sortedStates.count) * 0.99))]], target: "< 50"))
+
+        // 5. Rebuild of every projection.
+        var rebuilds: [Double] = []
+        for _ in 0..<runs {
+            let (_, seconds) = try time { try ledger.rebuildProjections() }
+            rebuilds.append(seconds)
+        }
+        report(size, Figure(name: "rebuild projections", unit: "s", samples: rebuilds, target: "< 5 (1,000,000)"))
+
+        // 6. One user's history, and the revenue report.
+        let users = try ledger.transactions().compactMap(\.user)
+        var histories: [Double] = [], revenues: [Double] = []
+        for i in 0..<max(20, runs * 10) {
+            let user = users[(i * 7919) % users.count]
+            let (_, seconds) = try time { try ledger.purchaseHistory(PurchaseHistoryQuery(user: user)) }
+            histories.append(seconds * 1000)
+        }
+        for _ in 0..<runs {
+            let (_, seconds) = try time { try ledger.revenue() }
+            revenues.append(seconds * 1000)
+        }
+        report(size, Figure(name: "one user's history", unit: "ms", samples: histories, target: "< 5"))
+        report(size, Figure(name: "revenue report", unit: "ms", samples: revenues, target: "< 1000"))
+
+        // 7. Sizes.
+        let stats = try ledger.statistics()
+        report(size, Figure(name: "file bytes per event", unit: "bytes", samples: [stats.fileBytesPerEvent], target: "<= 80"))
+        report(size, Figure(name: "log bytes per event", unit: "bytes", samples: [stats.logBytesPerEvent]))
+        report(size, Figure(name: "payload bytes per event (uncompressed)", unit: "bytes", samples: [stats.payloadBytesPerEvent]))
+        report(size, Figure(name: "compression ratio of sealed blocks", unit: "x", samples: [stats.compressionRatio]))
+
+        // 8. Peak memory, each in its own process.
+        let importPeak = try childPeak(["peak-import", workload, "\(scratch)/peak.ledger"])
+        report(size, Figure(name: "peak RSS of import", unit: "MB", samples: [importPeak / 1024]))
+        let replayPeak = try childPeak(["peak-replay", ledgerPath])
+        report(size, Figure(name: "peak RSS of full replay", unit: "MB", samples: [replayPeak / 1024], target: "< 200 (1,000,000)"))
+        remove("\(scratch)/peak.ledger")
+    }
+
+    // 2. Per-event durable append through the library, against single-row commits.
+    if let size = sizes.first {
+        let workload = "\(workloads)/workload-\(size).jsonl"
+        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+        for (durability, count) in [(LedgerConfiguration.Durability.full, 1000), (.normal, 5000)] {
+            print("== per-event append, synchronous=\(durability.rawValue), \(count) events, \(runs) runs")
+            let events = Array(input.events.prefix(count))
+            let payloads = events.map(\.binaryPayload)
+            var appends: [Double] = [], raws: [Double] = []
+            for _ in 0..<runs {
+                let path = "\(scratch)/append.ledger"
+                remove(path)
+                let ledger = try Ledger(path: path, configuration: configuration(durability: durability))
+                let (_, seconds) = try time { for e in events { try ledger.append(e) } }
+                appends.append(Double(count) / seconds)
+                let raw = RawSQLite(path: "\(scratch)/raw-append.sqlite", synchronous: durability.rawValue)
+                let (_, rawSeconds) = time { raw.insert(payloads, transactionPerRow: true) }
+                raws.append(Double(count) / rawSeconds)
+            }
+            report(0, Figure(name: "per-event append (\(durability.rawValue))", unit: "events/s", samples: appends, ceiling: raws,
+                             target: ">= 80% of raw"))
+        }
+    }
+
+    // The JSON file.
+    var json = "{\n  \"machine\": {\"cores\": \(ProcessInfo.processInfo.activeProcessorCount), \"memoryGB\": \(ProcessInfo.processInfo.physicalMemory / 1_073_741_824)},\n  \"runs\": \(runs),\n  \"figures\": [\n"
+    json += figures.map { size, f in
+        let s = f.sorted
+        var item = "    {\"size\": \(size), \"name\": \"\(f.name)\", \"unit\": \"\(f.unit)\", \"median\": \(f.median), \"min\": \(s.first!), \"max\": \(s.last!), \"samples\": \(s)"
+        if let ratio = f.ratio { item += ", \"ratioToRawSQLite\": \(ratio), \"rawCeilingMedian\": \(f.ceiling!.sorted()[f.ceiling!.count / 2])" }
+        if !f.target.isEmpty { item += ", \"target\": \"\(f.target)\"" }
+        return item + "}"
+    }.joined(separator: ",\n")
+    json += "\n  ]\n}\n"
+    try json.write(toFile: out, atomically: true, encoding: .utf8)
+    print("wrote \(out)")
+}
+
+let args = Array(CommandLine.arguments.dropFirst())
+switch args.first {
+case "peak-import":
+    _ = try importWorkload(args[1], into: args[2])
+    print(peakRSSKiB())
+case "peak-replay":
+    var c = configuration()
+    c.readOnly = true
+    _ = try Ledger(path: args[1], configuration: c).replayFromLog()
+    print(peakRSSKiB())
+case "profile-append":
+    // A loop for profilers: per-event appends with synchronous=NORMAL.
+    let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: args[1]))))
+    remove(args[2])
+    let ledger = try Ledger(path: args[2], configuration: configuration(durability: .normal))
+    let (_, seconds) = try time { for e in input.events.prefix(Int(args[3]) ?? 5000) { try ledger.append(e) } }
+    print(seconds)
+case "run":
+    func option(_ name: String, _ fallback: String) -> String {
+        guard let i = args.firstIndex(of: name), i + 1 < args.count else { return fallback }
+        return args[i + 1]
+    }
+    try run(workloads: option("--workloads", "bench-results"),
+            sizes: option("--sizes", "100000,1000000").split(separator: ",").compactMap { Int($0) },
+            runs: Int(option("--runs", "3")) ?? 3,
+            out: option("--out", "bench-results/results.json"))
+default:
+    print("usage: ledger-bench run [--workloads DIR] [--sizes 100000,1000000] [--runs 3] [--out FILE]")
+    exit(2)
+}

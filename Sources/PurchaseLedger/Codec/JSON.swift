@@ -159,14 +159,22 @@ struct JSONParser {
     private mutating func string() throws(JSONParseError) -> String {
         i += 1
         let start = i
-        // Fast path: no escapes.
+        var ascii = true
+        // Fast path: no escapes; plain ASCII needs no UTF-8 validation.
         while i < bytes.count {
             let b = bytes[i]
             if b == UInt8(ascii: "\"") {
-                guard let s = String(validating: bytes[start..<i], as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
+                let s: String
+                if ascii {
+                    s = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[start..<i]), as: UTF8.self) }
+                } else {
+                    guard let valid = String(validating: bytes[start..<i], as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
+                    s = valid
+                }
                 i += 1
                 return s
             }
+            if b >= 0x80 { ascii = false }
             if b == UInt8(ascii: "\\") { break }
             if b < 0x20 { throw fail("control character in a string") }
             i += 1

@@ -21,7 +21,7 @@ enum LZ4 {
     /// Compresses `input` with LZ4's high-compression mode (same format, same fast decompression;
     /// slower to compress, which sealing a block once can afford). With a dictionary, matches may
     /// refer into it; the same dictionary is needed to decompress.
-    static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = 9) throws(Failure) -> [UInt8] {
+    static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = 3) throws(Failure) -> [UInt8] {
         guard input.count <= maxInputSize else { throw Failure(description: "block of \(input.count) bytes is too large") }
         if input.isEmpty { return [] }
         let bound = Int(LZ4_compressBound(Int32(input.count)))

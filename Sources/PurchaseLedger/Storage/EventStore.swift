@@ -50,41 +50,82 @@ enum EventStore {
 
     // MARK: - Writing
 
-    /// Inserts one event into the open tail.
-    static func insert(_ db: Database, _ e: RecordedEvent, payload: [UInt8], link: [UInt8]) throws {
+    /// An event ready to be written: its fields as stored, its payload and its chain link.
+    struct Frame {
+        var seq: Int64
+        var stream: String
+        var version: Int64
+        var type: Int64
+        var at: Int64
+        var recorded: Int64
+        var flags: Int64
+        var payload: [UInt8]
+        var link: [UInt8]
+
+        init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8]) {
+            seq = e.seq
+            stream = e.stream
+            version = e.version
+            type = Int64(e.event.type.rawValue)
+            at = e.event.at.nanosecondsSinceEpoch
+            recorded = e.recordedAt.nanosecondsSinceEpoch
+            flags = Int64(e.flags)
+            self.payload = payload
+            self.link = link
+        }
+
+        init(row: Row) {
+            seq = row[0]; stream = row[1]; version = row[2]; type = row[3]; at = row[4]; recorded = row[5]; flags = row[6]
+            payload = [UInt8](row[7] as Data)
+            link = [UInt8](row[8] as Data)
+        }
+    }
+
+    /// Writes `frames` (the next events of the log, in order): full blocks of `blockSize` are
+    /// sealed straight from memory, together with the open tail's rows; what is left stays in
+    /// the tail, one row per event.
+    static func write(_ db: Database, _ frames: [Frame], blockSize: Int, codec: BlockCodec) throws {
+        guard !frames.isEmpty else { return }
+        let tailCount = Int(try lastSeq(db) - lastSealedSeq(db))
+        var pending = frames[...]
+        if tailCount + frames.count >= blockSize {
+            let tail = try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
+                """)).map(Frame.init(row:))
+            var all = tail + pending
+            while all.count >= blockSize {
+                try sealBlock(db, Array(all.prefix(blockSize)), codec: codec)
+                all.removeFirst(blockSize)
+            }
+            if !tail.isEmpty { try db.execute(sql: "DELETE FROM events") }
+            pending = all[...]
+        }
         let statement = try db.cachedStatement(sql: """
             INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
             VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
             """)
-        try statement.execute(arguments: [
-            e.seq, e.stream, e.version, Int64(e.event.type.rawValue), e.event.at.nanosecondsSinceEpoch,
-            e.recordedAt.nanosecondsSinceEpoch, Int64(e.flags), Data(payload), Data(link),
-        ])
-    }
-
-    /// Seals the oldest tail events into compressed blocks of `blockSize` while the tail holds
-    /// at least that many.
-    static func sealFullBlocks(_ db: Database, blockSize: Int, codec: BlockCodec) throws {
-        while try lastSeq(db) - lastSealedSeq(db) >= Int64(blockSize) {
-            try sealBlock(db, count: blockSize, codec: codec)
+        for f in pending {
+            try statement.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
         }
     }
 
-    /// Seals the oldest `count` tail events (or all of them, if fewer) into one block.
-    static func sealBlock(_ db: Database, count: Int, codec: BlockCodec) throws {
-        let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq LIMIT ?
-            """), arguments: [count])
-        guard let first = rows.first, let last = rows.last else { return }
-        var w = BinaryWriter(capacity: rows.count * 80)
+    /// Seals the open tail into blocks of `blockSize` while it holds that many (used when the
+    /// block size changes between openings).
+    static func sealFullBlocks(_ db: Database, blockSize: Int, codec: BlockCodec) throws {
+        try write(db, [], blockSize: blockSize, codec: codec)
+    }
+
+    /// Writes one sealed block of consecutive frames.
+    static func sealBlock(_ db: Database, _ frames: [Frame], codec: BlockCodec) throws {
+        guard let first = frames.first, let last = frames.last else { return }
+        var w = BinaryWriter(capacity: frames.count * 64)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
-        for row in rows {
+        for f in frames {
             // Bytes are copied as stored, never re-encoded: sealing cannot hide or repair damage,
             // which the chain still catches.
             FrameCodec.appendBlockFrame(
-                type: UInt64(bitPattern: row[3]), flags: UInt64(bitPattern: row[6]), at: row[4], recorded: row[5],
-                version: UInt64(bitPattern: row[2]), payload: [UInt8](row[7] as Data), link: [UInt8](row[8] as Data),
-                previous: &previous, to: &w)
+                type: UInt64(bitPattern: f.type), flags: UInt64(bitPattern: f.flags), at: f.at, recorded: f.recorded,
+                version: UInt64(bitPattern: f.version), payload: f.payload, link: f.link, previous: &previous, to: &w)
         }
         let raw = w.bytes
         var dictionaryID: Int64?
@@ -96,18 +137,17 @@ enum EventStore {
             case .lz4:
                 data = try LZ4.compress(raw)
             case .lz4Dictionary:
-                let (id, dictionary) = try currentDictionary(db, seeding: raw, at: first[0])
+                let (id, dictionary) = try currentDictionary(db, seeding: raw, at: first.seq)
                 dictionaryID = id
                 data = try LZ4.compress(raw, dictionary: dictionary)
             }
         } catch {
-            throw LedgerError.storage("compressing events \(first[0] as Int64)...\(last[0] as Int64) failed: \(error)")
+            throw LedgerError.storage("compressing events \(first.seq)...\(last.seq) failed: \(error)")
         }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
             VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [first[0], last[0], codec.rawValue, dictionaryID, raw.count, Data(data), last[8]])
-        try db.execute(sql: "DELETE FROM events WHERE seq <= ?", arguments: [last[0]])
+            """).execute(arguments: [first.seq, last.seq, codec.rawValue, dictionaryID, raw.count, Data(data), Data(last.link)])
     }
 
     /// The newest dictionary; the first block sealed seeds one from its own frames.

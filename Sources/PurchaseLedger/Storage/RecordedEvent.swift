@@ -34,6 +34,11 @@ public struct RecordedEvent: Sendable, Hashable {
     }
 }
 
+extension Event {
+    /// The event's payload in the on-disk binary format (docs/format.md), as stored.
+    public var binaryPayload: [UInt8] { FrameCodec.payload(body) }
+}
+
 /// Encodes and decodes stored events (docs/format.md).
 ///
 /// - The canonical frame, hashed into the chain: `seq, type, flags, at, recorded, version,

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs ledger-bench: builds it in release mode, generates the shared workloads when missing
+# (../shared/bench/gen_workload.py), prints the table and writes bench-results/results.json.
+#   Tools/bench.sh                      # 100,000 and 1,000,000 events, 3 runs each
+#   Tools/bench.sh --sizes 100000 --runs 5
+set -euo pipefail
+cd "$(dirname "$0")/.."
+Tools/ensure-dependencies.sh
+sizes=100000,1000000
+for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--sizes" ] && { j=$((i + 1)); sizes=${!j}; }; done
+mkdir -p bench-results
+generator=../shared/bench/gen_workload.py
+for n in ${sizes//,/ }; do
+  if [ ! -s "bench-results/workload-$n.jsonl" ]; then
+    echo "generating the $n-event workload..." >&2
+    python3 "$generator" -n "$n" -o "bench-results/workload-$n.jsonl"
+  fi
+done
+swift build -c release --product ledger-bench >&2
+exec "$(swift build -c release --show-bin-path)/ledger-bench" run --workloads bench-results --sizes "$sizes" --out bench-results/results.json "$@"

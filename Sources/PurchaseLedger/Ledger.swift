@@ -267,8 +267,15 @@ public final class Ledger: Sendable {
                     return result
                 }
             } catch {
-                // The transaction rolled back: the in-memory state may be ahead of the file.
-                if mutated { w.stale = true }
+                // The transaction rolled back: the in-memory state is ahead of the file. Reload it
+                // now, or, if that fails too, before the next append.
+                if mutated {
+                    do {
+                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+                    } catch {
+                        w.stale = true
+                    }
+                }
                 throw Ledger.wrap(error, "appending")
             }
         }

@@ -7,6 +7,8 @@ missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists liblz4 2>/dev/null || missing+=(liblz4-dev)
 { pkg-config --exists sqlite3 2>/dev/null || [ -f /usr/include/sqlite3.h ]; } || missing+=(libsqlite3-dev)
+# --with-chromium: headless Chromium, which the HTML report test renders pages with.
+[ "${1:-}" = "--with-chromium" ] && ! command -v chromium >/dev/null 2>&1 && missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "purchase-ledger needs: ${missing[*]}" >&2

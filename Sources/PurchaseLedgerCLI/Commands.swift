@@ -216,7 +216,7 @@ func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
             rows.append([t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
                          t.revoked ? "yes" : "no", t.downloads.joined(separator: " ")])
         }
-        console.print(table(rows, console: console))
+        console.print(textTable(rows, console: console))
     }
     if !s.downloads.isEmpty {
         console.print("")
@@ -229,7 +229,7 @@ func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
                          String(format: "%.0f%%", d.progress * 100), d.copiedOut ? (d.destination ?? "yes") : "no",
                          s.contentURL(for: d.download) ?? "-"])
         }
-        console.print(table(rows, console: console))
+        console.print(textTable(rows, console: console))
     }
     let owned = s.ownedContent
     if !owned.isEmpty {
@@ -239,12 +239,12 @@ func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
             rows.append([o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
                          s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-"])
         }
-        console.print(table(rows, console: console))
+        console.print(textTable(rows, console: console))
     }
 }
 
 /// A plain text table: the first row is the header.
-func table(_ rows: [[String]], console: Console) -> String {
+func textTable(_ rows: [[String]], console: Console) -> String {
     guard let header = rows.first else { return "" }
     var widths = header.map(\.count)
     for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
@@ -497,12 +497,12 @@ struct StatsCommand: ParsableCommand {
         console.print(console.bold("\(s.events) events") + ", \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies"), \(s.appendedByLedger) cancellations appended by the ledger")
         var rows = [["type", "count"]]
         for t in EventType.allCases { if let n = s.countsByType[t] { rows.append([t.name, String(n)]) } }
-        console.print(table(rows, console: console))
+        console.print(textTable(rows, console: console))
         if !s.anomaliesByRule.isEmpty {
             console.print("")
             var rows = [["anomaly", "count"]]
             for r in Rule.all { if let n = s.anomaliesByRule[r] { rows.append([r.name, String(n)]) } }
-            console.print(table(rows, console: console))
+            console.print(textTable(rows, console: console))
         }
         console.print("")
         console.print("file: \(s.fileBytes) bytes, \(String(format: "%.1f", s.fileBytesPerEvent)) bytes/event (log, projections, snapshots, indexes)")

@@ -4,110 +4,131 @@ import PurchaseLedger
 
 extension ProductKind: ExpressibleByArgument {}
 
+/// One report view as rows: rendered as a table, CSV, JSON or HTML.
+struct ReportTable {
+    var title: String
+    var columns: [String]
+    var rows: [[String]]
+    /// Each row as a JSON object (docs/json.md).
+    var json: [String]
+    /// Transactions whose timelines the HTML page draws.
+    var transactions: [String] = []
+}
+
 struct ReportCommand: ParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable {
         case table, csv, json, html
     }
 
+    enum View: String, ExpressibleByArgument, CaseIterable {
+        case history, revenue, undelivered, stuck, unfinished, failures
+    }
+
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Purchase history: what was bought, when, for how much, and what was delivered.",
+        abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures.",
         discussion: """
-            Sorted by purchase date. Prices are the registered prices, per unit, in the currency's units.
+            history: what was bought, when, for how much, what was delivered (sorted by purchase date).
+            revenue: per product and currency, refunds deducted. undelivered: paid, not refunded, hosted
+            content never copied out. stuck: started downloads with no progress for --idle seconds.
+            unfinished: transactions the store keeps redelivering. failures: payment failures by error code.
+            Prices are the registered prices, per unit, in the currency's units.
 
             Examples:
               purchase-ledger report user.ledger --user u-03322
-              purchase-ledger report user.ledger --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z --format csv > march.csv
-              purchase-ledger report user.ledger --format html > history.html
+              purchase-ledger report user.ledger --view revenue --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z --format csv
+              purchase-ledger report user.ledger --view undelivered --format html > undelivered.html
             """)
 
     @OptionGroup var options: LedgerOptions
-    @Option(help: "Only this user's transactions.") var user: String?
-    @Option(help: "Only this product's transactions.") var product: String?
+    @Option(help: "history, revenue, undelivered, stuck, unfinished or failures.") var view: View = .history
+    @Option(help: "Only this user's transactions (history).") var user: String?
+    @Option(help: "Only this product's transactions (history).") var product: String?
     @Option(help: "Purchased at or after this RFC 3339 time.") var from: String?
     @Option(help: "Purchased before this RFC 3339 time.") var to: String?
-    @Option(parsing: .upToNextOption, help: "Only these product kinds.") var kind: [ProductKind] = []
+    @Option(parsing: .upToNextOption, help: "Only these product kinds (history).") var kind: [ProductKind] = []
+    @Option(help: "Seconds without progress that make a download stuck.") var idle: Int = 3600
     @Option(help: "table, csv, json or html.") var format: Format = .table
-    @Option(help: "At most this many transactions.") var limit: Int = 100_000
+    @Option(help: "At most this many rows.") var limit: Int = 100_000
 
     func run() throws {
         let console = Console.current
         let ledger = try options.open()
-        let query = PurchaseHistoryQuery(user: user, product: product, from: try from.map(Timestamp.parse), to: try to.map(Timestamp.parse),
-                                         kinds: kind, limit: limit)
-        let entries = try ledger.purchaseHistory(query)
+        let fromTime = try from.map(Timestamp.parse)
+        let toTime = try to.map(Timestamp.parse)
+        let table = try makeTable(ledger, from: fromTime, to: toTime)
         switch format {
         case .table:
-            var rows = [["purchased", "transaction", "user", "product", "kind", "qty", "price", "outcome", "finished", "downloads"]]
-            for e in entries {
-                let t = e.transaction
-                rows.append([(t.purchasedAt ?? t.queuedAt)?.description ?? "-", t.transaction, t.user ?? "-", t.product, e.kind?.rawValue ?? "-",
-                             String(t.quantity), e.price.map { "\($0) \(e.currency ?? "")" } ?? "-", e.outcome + (e.isRestore ? "" : ""),
-                             t.finished ? "yes" : "no", downloadSummary(e)])
-            }
-            console.print(table(rows, console: console))
-            console.print("\(entries.count) transaction\(entries.count == 1 ? "" : "s")")
+            console.print(textTable([table.columns] + table.rows, console: console))
+            console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
         case .csv:
-            let header = ["transaction", "store_transaction_id", "original_transaction", "user", "product", "kind", "quantity", "price", "currency",
-                          "queued_at", "purchased_at", "finished_at", "revoked_at", "outcome", "error", "restore", "downloads", "content_lost"]
-            console.print(header.joined(separator: ","))
-            for e in entries {
-                let t = e.transaction
-                let fields: [String] = [t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "", t.user ?? "", t.product, e.kind?.rawValue ?? "",
-                              String(t.quantity), e.price ?? "", e.currency ?? "", t.queuedAt?.description ?? "", t.purchasedAt?.description ?? "",
-                              t.finishedAt?.description ?? "", t.revokedAt?.description ?? "", e.outcome,
-                              t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", e.isRestore ? "true" : "false",
-                              downloadSummary(e), e.contentLost ? "true" : "false"]
-                console.print(fields.map(csvField).joined(separator: ","))
-            }
+            console.print(table.columns.map(csvField).joined(separator: ","))
+            for row in table.rows { console.print(row.map(csvField).joined(separator: ",")) }
         case .json:
-            console.print("[" + entries.map(entryJSON).joined(separator: ",\n") + "]")
+            console.print("[" + table.json.joined(separator: ",\n") + "]")
         case .html:
-            console.print(html(entries, query: query))
+            console.print(try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render())
+        }
+    }
+
+    func makeTable(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportTable {
+        func q(_ s: String?) -> String { s.map(jsonString) ?? "null" }
+        switch view {
+        case .history, .undelivered:
+            let entries = view == .history
+                ? try ledger.purchaseHistory(PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit))
+                : try ledger.undelivered(limit: limit)
+            return ReportTable(
+                title: view == .history ? "Purchase history" : "Paid but never delivered",
+                columns: ["purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
+                          "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost"],
+                rows: entries.map { e in
+                    let t = e.transaction
+                    return [(t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
+                            t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
+                            e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? "",
+                            t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", downloadSummary(e), e.contentLost ? "yes" : ""]
+                },
+                json: entries.map { e in
+                    "{\"transaction\":\(StateJSON.encode(e.transaction)),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"deferred\":\(e.transaction.wasDeferred),\"queuedAt\":\(q(e.transaction.queuedAt?.description)),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(e.downloads.map { StateJSON.encode($0) }.joined(separator: ","))]}"
+                },
+                transactions: entries.map(\.transaction.transaction))
+        case .revenue:
+            let lines = try ledger.revenue(from: from, to: to)
+            return ReportTable(
+                title: "Revenue", columns: ["product", "currency", "price", "purchases", "units", "refunded units", "gross", "refunds", "net"],
+                rows: lines.map { [$0.product, $0.currency, $0.price, String($0.purchases), String($0.units), String($0.refundedUnits),
+                                   "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
+                json: lines.map { "{\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" })
+        case .stuck:
+            let downloads = try ledger.stuckDownloads(idle: .seconds(idle))
+            return ReportTable(
+                title: "Stuck downloads", columns: ["download", "transaction", "content", "state", "progress", "last activity", "attempts"],
+                rows: downloads.map { [$0.download, $0.transaction ?? "", $0.content ?? $0.url ?? "", $0.state.rawValue,
+                                       String(format: "%.0f%%", $0.progress * 100), $0.lastActivityAt?.description ?? "", String($0.attempts)] },
+                json: downloads.map { "{\"download\":\(StateJSON.encode($0)),\"lastActivityAt\":\(q($0.lastActivityAt?.description)),\"attempts\":\($0.attempts)}" },
+                transactions: downloads.compactMap(\.transaction))
+        case .unfinished:
+            let transactions = try ledger.unfinishedTransactions()
+            return ReportTable(
+                title: "Never finished (redelivered at every launch)", columns: ["transaction", "user", "product", "state", "since", "events"],
+                rows: transactions.map { [$0.transaction, $0.user ?? "", $0.product, $0.state.rawValue, ($0.purchasedAt ?? $0.failedAt)?.description ?? "", String($0.events)] },
+                json: transactions.map { "{\"transaction\":\(StateJSON.encode($0)),\"since\":\(q(($0.purchasedAt ?? $0.failedAt)?.description)),\"events\":\($0.events)}" },
+                transactions: transactions.map(\.transaction))
+        case .failures:
+            let rates = try ledger.failureRates(from: from, to: to)
+            return ReportTable(
+                title: "Payment failures", columns: ["domain", "code", "message", "count", "share"],
+                rows: rates.map { [$0.domain, String($0.code), $0.message, String($0.count), String(format: "%.2f%%", $0.share * 100)] },
+                json: rates.map { "{\"domain\":\(q($0.domain)),\"code\":\($0.code),\"message\":\(q($0.message)),\"count\":\($0.count),\"share\":\($0.share)}" })
         }
     }
 
     func downloadSummary(_ e: PurchaseHistoryEntry) -> String {
         e.downloads.map { d in
             "\(d.content ?? d.download) \(d.contentVersion?.text ?? "") \(d.started ? d.state.rawValue : "not started")"
-                + (d.copiedOut ? " copied" : "") + (d.lost ? " LOST" : "") + (d.discarded ? " discarded" : "")
+                + (d.copiedOut ? " copied to \(d.destination ?? "")" : "") + (d.lost ? " LOST" : "") + (d.discarded ? " discarded" : "")
         }.joined(separator: "; ")
-    }
-
-    func entryJSON(_ e: PurchaseHistoryEntry) -> String {
-        let t = StateJSON.encode(e.transaction)
-        let downloads = e.downloads.map { StateJSON.encode($0) }.joined(separator: ",")
-        func q(_ s: String?) -> String { s.map(jsonString) ?? "null" }
-        return "{\"transaction\":\(t),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(downloads)]}"
-    }
-
-    func html(_ entries: [PurchaseHistoryEntry], query: PurchaseHistoryQuery) -> String {
-        func esc(_ s: String) -> String {
-            s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-                .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
-        }
-        let purchased = entries.filter { $0.transaction.grantsOwnership }.count
-        let revoked = entries.filter { $0.transaction.revoked }.count
-        let lost = entries.filter(\.contentLost).count
-        var rows = ""
-        for e in entries {
-            let t = e.transaction
-            rows += "<tr><td>\(esc((t.purchasedAt ?? t.queuedAt)?.description ?? "-"))</td><td>\(esc(t.transaction))</td><td>\(esc(t.user ?? "-"))</td><td>\(esc(t.product))</td><td>\(esc(e.price.map { "\($0) \(e.currency ?? "")" } ?? "-"))</td><td class=\"\(esc(e.outcome))\">\(esc(e.outcome))</td><td>\(esc(downloadSummary(e)))</td></tr>\n"
-        }
-        return """
-            <!doctype html>
-            <html lang="en"><head><meta charset="utf-8"><title>Purchase history</title>
-            <style>
-            body{font:14px system-ui,sans-serif;margin:2em;color:#222}
-            table{border-collapse:collapse;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #ddd;text-align:left}
-            th{background:#f4f4f4}.revoked,.failed{color:#b00}.figures span{display:inline-block;margin-right:2em;font-size:18px}
-            </style></head><body>
-            <h1>Purchase history</h1>
-            <p class="figures"><span>\(entries.count) transactions</span><span>\(purchased) purchased or restored</span><span>\(revoked) revoked</span><span>\(lost) with lost content</span></p>
-            <table><thead><tr><th>purchased</th><th>transaction</th><th>user</th><th>product</th><th>price</th><th>outcome</th><th>downloads</th></tr></thead>
-            <tbody>
-            \(rows)</tbody></table></body></html>
-            """
     }
 }
 

@@ -114,22 +114,9 @@ extension Ledger {
 
     /// Every event of a transaction and its downloads, each with the state after it.
     public func timeline(transaction id: String) throws -> [TimelineEntry] {
-        var state = LedgerState()
-        var entries: [TimelineEntry] = []
-        try read { db in
-            try EventStore.scan(db) { entry in
-                let e = entry.event
-                Reducer.replay(&state, e.event, seq: e.seq)
-                let concerns = e.event.body.transactionID == id
-                    || e.event.body.downloadID.map { state.downloads[$0]?.transaction == id } == true
-                if concerns {
-                    let t = state.transactions[id]
-                    entries.append(TimelineEntry(event: e, transaction: t, downloads: (t?.downloads ?? []).compactMap { state.downloads[$0] }))
-                }
-                return true
-            }
+        guard let entries = try timelines(transactions: [id])[id], !entries.isEmpty else {
+            throw LedgerError.malformed("transaction \(id) is not in this ledger")
         }
-        guard !entries.isEmpty else { throw LedgerError.malformed("transaction \(id) is not in this ledger") }
         return entries
     }
 }

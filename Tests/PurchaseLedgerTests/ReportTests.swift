@@ -1,0 +1,121 @@
+import Foundation
+import Testing
+@testable import PurchaseLedger
+
+/// Report figures against expectations computed by hand, on a hand-built ledger: a refund, a
+/// restore, an early finish with lost content, related products, two currencies.
+@Suite(.serialized) struct ReportTests {
+    static let log = """
+        {"type":"productRegistered","at":"2024-03-01T08:00:00Z","product":"book","kind":"nonConsumable","price":"4.99","currency":"USD","downloadable":true,"contents":[{"content":"ch1","contentVersion":"1.0","contentLength":100}],"relatedProducts":["book-ipad"]}
+        {"type":"productRegistered","at":"2024-03-01T08:00:00Z","product":"book-ipad","kind":"nonConsumable","price":"5.99","currency":"USD","downloadable":false}
+        {"type":"productRegistered","at":"2024-03-01T08:00:00Z","product":"atlas","kind":"nonConsumable","price":"9.99","currency":"EUR","downloadable":true,"contents":[{"content":"maps","contentVersion":"2.0","contentLength":100}]}
+        {"type":"productRegistered","at":"2024-03-01T08:00:00Z","product":"coins","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}
+        {"type":"paymentQueued","at":"2024-03-01T09:00:00Z","transaction":"t1","product":"book","user":"alice"}
+        {"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"t1","downloads":[{"download":"t1-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+        {"type":"downloadStarted","at":"2024-03-01T09:00:02Z","download":"t1-d1"}
+        {"type":"downloadFinished","at":"2024-03-01T09:00:03Z","download":"t1-d1","contentURL":"file:///c/"}
+        {"type":"contentCopiedOut","at":"2024-03-01T09:00:04Z","download":"t1-d1","destination":"Documents/ch1"}
+        {"type":"transactionFinished","at":"2024-03-01T09:00:05Z","transaction":"t1"}
+        {"type":"paymentQueued","at":"2024-03-02T10:00:00Z","transaction":"t2","product":"coins","quantity":3,"user":"alice"}
+        {"type":"transactionPurchased","at":"2024-03-02T10:00:01Z","transaction":"t2"}
+        {"type":"transactionFinished","at":"2024-03-02T10:00:02Z","transaction":"t2"}
+        {"type":"paymentQueued","at":"2024-03-03T11:00:00Z","transaction":"t3","product":"atlas","user":"alice"}
+        {"type":"transactionPurchased","at":"2024-03-03T11:00:01Z","transaction":"t3","downloads":[{"download":"t3-d1","content":"maps","contentVersion":"2.0","contentLength":100}]}
+        {"type":"downloadStarted","at":"2024-03-03T11:00:02Z","download":"t3-d1"}
+        {"type":"transactionFinished","at":"2024-03-03T11:00:03Z","transaction":"t3"}
+        {"type":"paymentQueued","at":"2024-03-04T12:00:00Z","transaction":"t4","product":"atlas","user":"bob"}
+        {"type":"transactionPurchased","at":"2024-03-04T12:00:01Z","transaction":"t4"}
+        {"type":"transactionRevoked","at":"2024-03-05T12:00:00Z","transaction":"t4","reason":"refund"}
+        {"type":"restoreStarted","at":"2024-03-06T12:00:00Z","user":"alice"}
+        {"type":"transactionRestored","at":"2024-03-06T12:00:01Z","transaction":"t5","originalTransaction":"t1","product":"book","user":"alice"}
+        {"type":"restoreCompleted","at":"2024-03-06T12:00:02Z"}
+        {"type":"paymentQueued","at":"2024-03-07T12:00:00Z","transaction":"t6","product":"coins","user":"bob"}
+        {"type":"transactionFailed","at":"2024-03-07T12:00:01Z","transaction":"t6","error":{"domain":"SKErrorDomain","code":2,"message":"The payment was cancelled."}}
+        """
+
+    func ledger(_ dir: TemporaryDirectory) throws -> (Ledger, String) {
+        let path = dir.path("r.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        try ledger.appendJSONLines(try JSONLinesInput(bytes: Array(Self.log.utf8)))
+        return (ledger, path)
+    }
+
+    @Test func libraryFigures() throws {
+        let dir = try TemporaryDirectory()
+        let (ledger, _) = try ledger(dir)
+        let alice = try ledger.userSummary("alice")
+        #expect(alice.ownedProducts == ["atlas", "book", "book-ipad", "coins"], "related products count; a purchased consumable is owned too, as the contract defines it")
+        #expect(alice.netSpent == ["USD": Decimal(string: "7.96")!, "EUR": Decimal(string: "9.99")!], "4.99 + 3 x 0.99; the restore is not a payment")
+        #expect(alice.ownedContent.map(\.content.content) == ["ch1"])
+        let bob = try ledger.userSummary("bob")
+        #expect(bob.netSpent["EUR"] == 0 && bob.refunded["EUR"] == Decimal(string: "9.99")!)
+        let revenue = try ledger.revenue()
+        let atlas = try #require(revenue.first { $0.product == "atlas" })
+        #expect(atlas.units == 2 && atlas.refundedUnits == 1 && atlas.net == Decimal(string: "9.99")!)
+        #expect(try ledger.undelivered().map(\.transaction.transaction) == ["t3"], "paid, never copied out (lost to an early finish)")
+        #expect(try ledger.purchaseHistory(transactionID: "t3")?.contentLost == true)
+        #expect(try ledger.unfinishedTransactions().map(\.transaction) == ["t4", "t5", "t6"])
+        let failures = try ledger.failureRates()
+        #expect(failures.count == 1 && failures[0].code == 2 && failures[0].count == 1)
+        #expect(abs(failures[0].share - 1.0 / 5.0) < 1e-9, "1 failed of the 5 that were purchased or failed (a restore is not a payment)")
+        let history = try ledger.purchaseHistory(PurchaseHistoryQuery(user: "alice"))
+        #expect(history.map(\.transaction.transaction) == ["t1", "t2", "t3", "t5"], "sorted by purchase date")
+        #expect(history.last?.isRestore == true)
+        #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(user: "alice", limit: 2, offset: 2)).map(\.transaction.transaction) == ["t3", "t5"])
+        #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(kinds: [.consumable])).map(\.transaction.transaction) == ["t2", "t6"])
+        #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(from: try Timestamp.parse("2024-03-03T00:00:00Z"), to: try Timestamp.parse("2024-03-05T00:00:00Z"))).count == 2)
+    }
+
+    @Test func everyFormatAndView() throws {
+        let dir = try TemporaryDirectory()
+        let (_, path) = try ledger(dir)
+        let csv = try cli(["report", path, "--view", "revenue", "--format", "csv"]).stdout
+        #expect(csv.contains("atlas,EUR,9.99,2,2,1,19.98,9.99,9.99"))
+        let json = try cli(["report", path, "--view", "undelivered", "--format", "json"]).stdout
+        let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]])
+        #expect(rows.count == 1 && rows[0]["contentLost"] as? Bool == true)
+        for view in ["history", "revenue", "undelivered", "stuck", "unfinished", "failures"] {
+            for format in ["table", "csv", "json", "html"] {
+                let r = try cli(["report", path, "--view", view, "--format", format])
+                #expect(r.status == 0, "\(view) \(format): \(r.stderr)")
+            }
+        }
+        let table = try cli(["report", path, "--view", "failures"]).stdout
+        #expect(table.contains("SKErrorDomain") && table.contains("20.00%"))
+        // Filters reach SQL as bound parameters: injection attempts find nothing.
+        for attack in ["' OR '1'='1", "alice'; DROP TABLE transactions; --", "%", "alice\" OR 1=1 --"] {
+            #expect(try cli(["report", path, "--user", attack, "--format", "json"]).stdout == "[]\n")
+            #expect(try cli(["report", path, "--product", attack, "--format", "csv"]).stdout.split(separator: "\n").count == 1)
+        }
+        #expect(try cli(["verify", path]).status == 0, "nothing was dropped")
+    }
+
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: "/usr/bin/chromium"), "needs chromium"))
+    func theHTMLReportRendersInABrowser() throws {
+        let dir = try TemporaryDirectory()
+        let (_, path) = try ledger(dir)
+        let html = try cli(["report", path, "--format", "html"]).stdout
+        #expect(!html.contains("<script") && !html.contains("http://") && !html.contains("https://") || html.contains("http://www.w3.org/2000/svg"))
+        #expect(html.contains("<svg") && html.contains("Timeline of t3"))
+        let file = dir.path("report.html")
+        try html.write(toFile: file, atomically: true, encoding: .utf8)
+        let png = dir.path("report.png")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/chromium")
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600", "--screenshot=\(png)", "--dump-dom", "file://\(file)"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = Pipe()
+        try process.run()
+        let dom = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(dom.contains("Purchase history"), "the page loaded and its DOM is there")
+        #expect(dom.contains("<b>6</b><span>transactions</span>"))
+        #expect(dom.contains("<b>9.99</b><span>refunds EUR</span>"))
+        #expect(dom.contains("<b>7.96</b><span>net revenue USD</span>"))
+        let size = (try? FileManager.default.attributesOfItem(atPath: png)[.size] as? NSNumber)?.intValue ?? 0
+        #expect(size > 10_000, "a screenshot was drawn")
+        if let keep = ProcessInfo.processInfo.environment["REPORT_SCREENSHOT"] { try? FileManager.default.copyItem(atPath: png, toPath: keep) }
+    }
+}

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/ensure-dependencies.sh --with-chromium
-# The CLI tests run the built binary, so build it first.
+# The CLI and reliability tests run the built binaries, so build them first.
 swift build --product purchase-ledger
+swift build --product ledger-bench
 swift test "$@"

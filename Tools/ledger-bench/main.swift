@@ -270,6 +270,25 @@ case "profile-append":
     let ledger = try Ledger(path: args[2], configuration: configuration(durability: .normal))
     let (_, seconds) = try time { for e in input.events.prefix(Int(args[3]) ?? 5000) { try ledger.append(e) } }
     print(seconds)
+case "crash-writer":
+    try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
+case "crash", "flips", "fuzz":
+    func value(_ name: String, _ fallback: Int) -> Int {
+        guard let i = args.firstIndex(of: name), i + 1 < args.count, let v = Int(args[i + 1]) else { return fallback }
+        return v
+    }
+    let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-reliability-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    let ok: Bool
+    switch args[0] {
+    case "crash": ok = try crashHarness(kills: value("--kills", 200), scratch: scratch)
+    case "flips":
+        let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
+        ok = try flipHarness(trials: value("--trials", 500), workload: workload, scratch: scratch)
+    default: ok = try fuzzHarness(inputs: value("--inputs", 1_000_000))
+    }
+    exit(ok ? 0 : 1)
 case "run":
     func option(_ name: String, _ fallback: String) -> String {
         guard let i = args.firstIndex(of: name), i + 1 < args.count else { return fallback }

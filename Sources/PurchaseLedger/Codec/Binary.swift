@@ -118,15 +118,18 @@ struct BinaryReader {
 
     /// The range of a length-prefixed value, after checking it fits.
     mutating func span() throws(Failure) -> Range<Int> {
-        let length = try int(max: end - offset)
+        // Read the length first: the bound is what is left after the length itself.
+        let length = try varint()
+        guard length <= UInt64(end - offset) else { throw Failure(message: "length \(length) runs past the end") }
         let start = offset
-        offset += length
+        offset += Int(length)
         return start..<offset
     }
 
     mutating func string() throws(Failure) -> String {
         let r = try span()
-        return String(decoding: UnsafeRawBufferPointer(rebasing: base[r]), as: UTF8.self)
+        guard !r.isEmpty, let start = base.baseAddress else { return "" }
+        return String(decoding: UnsafeRawBufferPointer(start: start + r.lowerBound, count: r.count), as: UTF8.self)
     }
 
     mutating func bytes() throws(Failure) -> [UInt8] {

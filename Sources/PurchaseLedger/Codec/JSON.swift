@@ -218,6 +218,9 @@ struct JSONParser {
                     scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
                 } else if (0xDC00...0xDFFF).contains(scalar) {
                     throw fail("lone surrogate in a string")
+                } else if scalar == 0 {
+                    // Ids, users and destinations never hold NUL; SQLite text would cut them there.
+                    throw fail("NUL character in a string")
                 }
                 out.append(contentsOf: Array(String(Character(Unicode.Scalar(scalar)!)).utf8))
             default:

@@ -52,7 +52,11 @@ enum RFC3339 {
         guard i == s.endIndex else { return nil }
         let days = Int64(daysFromCivil(year: year, month: month, day: day))
         let seconds = days * 86_400 + Int64(hour * 3600 + minute * 60 + second)
-        return Timestamp(nanosecondsSinceEpoch: seconds * 1_000_000_000 + nanos)
+        // Nanoseconds since 1970 in 64 bits cover the years 1678 to 2262; others are refused.
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (total, overflow2) = scaled.addingReportingOverflow(nanos)
+        guard !overflow, !overflow2 else { return nil }
+        return Timestamp(nanosecondsSinceEpoch: total)
     }
 
     static func parse(_ text: String) -> Timestamp? {

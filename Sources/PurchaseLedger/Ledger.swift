@@ -4,7 +4,7 @@ import Synchronization
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
 /// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 50,000
-/// (at most 4 kept).
+/// events (at most 64 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
     public enum Durability: String, Sendable {
@@ -24,8 +24,9 @@ public struct LedgerConfiguration: Sendable {
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never).
     public var snapshotInterval: Int = 50_000
-    /// At most this many snapshots are kept, thinned to stay evenly spread over the log.
-    public var maxSnapshots: Int = 4
+    /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
+    /// share unchanged pages, so each costs little more than what changed since the previous one.
+    public var maxSnapshots: Int = 64
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).
@@ -511,6 +512,18 @@ public final class Ledger: Sendable {
             }
         } catch {
             throw Ledger.wrap(error, "rebuilding projections")
+        }
+    }
+
+    /// Copies the write-ahead log into the database file and truncates it, so the file alone
+    /// holds everything (SQLite does this on its own from time to time, and when the last
+    /// connection closes).
+    public func checkpoint() throws {
+        guard !configuration.readOnly else { return }
+        do {
+            try pool.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        } catch {
+            throw Ledger.wrap(error, "checkpointing")
         }
     }
 

@@ -89,3 +89,69 @@ import Testing
         #expect(r.stdout.contains("crashes: 0"))
     }
 }
+
+/// Two `purchase-ledger append` processes writing to one file at once, and this process reading.
+@Suite(.serialized) struct MultiProcessTests {
+    /// In one read transaction: where the log ends, and the seq the projections reflect.
+    static func positions(_ reader: DatabaseQueue) throws -> (Int64, Int64) {
+        try reader.read { db in
+            (try Int64.fetchOne(db, sql: "SELECT max((SELECT coalesce(max(seq), 0) FROM events), (SELECT coalesce(max(last_seq), 0) FROM event_blocks))") ?? 0,
+             try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_seq'") ?? 0)
+        }
+    }
+
+    @Test func twoWritingProcessesAndAReader() async throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("shared.ledger")
+        try cli(["append", path], stdin: #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}"#)
+        var files: [String] = []
+        for writer in ["a", "b"] {
+            for round in 0..<6 {
+                let lines = (0..<40).flatMap { i -> [String] in
+                    let t = "\(writer)\(round)-\(i)"
+                    return [#"{"type":"paymentQueued","at":"2024-03-01T00:00:01Z","transaction":"\#(t)","product":"p"}"#,
+                            #"{"type":"transactionPurchased","at":"2024-03-01T00:00:02Z","transaction":"\#(t)"}"#]
+                }
+                let file = dir.path("\(writer)\(round).jsonl")
+                try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+                files.append(file)
+            }
+        }
+        let batchFiles = files
+        let writers = Task.detached {
+            try await withThrowingTaskGroup(of: Int32.self) { group in
+                for writer in ["a", "b"] {
+                    group.addTask {
+                        for file in batchFiles where URL(fileURLWithPath: file).lastPathComponent.hasPrefix(writer) {
+                            let r = try cli(["append", path, file])
+                            if r.status != 0 { return r.status }
+                        }
+                        return 0
+                    }
+                }
+                return try await group.reduce(0) { $0 + $1 }
+            }
+        }
+        // The reader: in one read transaction, the log's end and the projections' seq always agree.
+        let reader = try DatabaseQueue(path: path)
+        var reads = 0, halfApplied = 0
+        while true {
+            let (logEnd, projected) = try MultiProcessTests.positions(reader)
+            reads += 1
+            if logEnd != projected { halfApplied += 1 }
+            if logEnd == 1 + 2 * 40 * 12 || reads > 20_000 { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(try await writers.value == 0, "no writer failed (database is locked never escapes)")
+        #expect(halfApplied == 0)
+        #expect(reads > 0)
+        var readOnly = LedgerConfiguration()
+        readOnly.readOnly = true
+        let ledger = try Ledger(path: path, configuration: readOnly)
+        #expect(try ledger.lastSeq() == 961, "nothing lost or duplicated")
+        #expect(try ledger.transactions().count == 480)
+        #expect(try ledger.verify().isValid)
+    }
+}
+
+import GRDB

@@ -61,6 +61,17 @@ struct ReportCommand: ParsableCommand {
         case .table:
             console.print(textTable([table.columns] + table.rows, console: console))
             console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
+            if let user, view == .history {
+                let summary = try ledger.userSummary(user)
+                console.print("")
+                console.print(console.bold("\(user)") + " owns: " + (summary.ownedProducts.isEmpty ? "nothing" : summary.ownedProducts.joined(separator: ", ")))
+                for (content, update) in summary.ownedContent {
+                    console.print("  \(content.product) \(content.content) \(content.contentVersion) in \(content.destination)\(update ? " (update available)" : "")")
+                }
+                let spent = summary.netSpent.keys.sorted().map { "\(summary.netSpent[$0]!) \($0)" }.joined(separator: ", ")
+                let refunded = summary.refunded.keys.sorted().map { "\(summary.refunded[$0]!) \($0)" }.joined(separator: ", ")
+                console.print("  spent, net of refunds: \(spent.isEmpty ? "nothing" : spent)" + (refunded.isEmpty ? "" : "; refunded: \(refunded)"))
+            }
         case .csv:
             console.print(table.columns.map(csvField).joined(separator: ","))
             for row in table.rows { console.print(row.map(csvField).joined(separator: ",")) }

@@ -80,6 +80,9 @@ import Testing
                 #expect(r.status == 0, "\(view) \(format): \(r.stderr)")
             }
         }
+        let user = try cli(["report", path, "--user", "alice"]).stdout
+        #expect(user.contains("alice owns: atlas, book, book-ipad, coins"))
+        #expect(user.contains("spent, net of refunds: 9.99 EUR, 7.96 USD"))
         let table = try cli(["report", path, "--view", "failures"]).stdout
         #expect(table.contains("SKErrorDomain") && table.contains("20.00%"))
         // Filters reach SQL as bound parameters: injection attempts find nothing.

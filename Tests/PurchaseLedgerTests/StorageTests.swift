@@ -225,6 +225,34 @@ import Testing
         #expect(check.currentState.transactions.count == 120)
     }
 
+    @Test func manyTasksShareOneLedger() async throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("tasks.ledger"), configuration: testConfiguration(blockSize: 16, snapshotInterval: 50))
+        try ledger.append(E.product("p1"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<8 {
+                group.addTask {
+                    for i in 0..<15 { try ledger.append(contentsOf: [E.queued("w\(writer)-\(i)"), E.purchased("w\(writer)-\(i)")]) }
+                }
+            }
+            for _ in 0..<3 {
+                group.addTask {
+                    for _ in 0..<20 {
+                        let seq = try ledger.lastSeq()
+                        let state = try ledger.state(atSeq: seq)
+                        // A reader sees whole appends: every queued transaction of the state is purchased.
+                        #expect(state.transactions.values.allSatisfy { $0.state == .purchased })
+                        _ = try ledger.transactions()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try ledger.lastSeq() == 241)
+        #expect(try ledger.events(limit: 1000).map(\.seq) == Array(1...241))
+        #expect(try ledger.verify().isValid)
+    }
+
     @Test func keyedChains() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("keyed.ledger")

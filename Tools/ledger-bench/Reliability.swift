@@ -53,7 +53,17 @@ func crashWriter(ledgerPath: String, ackPath: String, mode: String) throws {
         let lines = CrashWorkload.batch(k)
         let events = try lines.dropFirst(offset).map { try JSONLines.decode($0) }
         offset = 0
-        if k % 3 == 1 {
+        if mode == "import" && k % 3 != 1 {
+            // A large import: 300 batches in one append, killed, if at all, in the middle of it.
+            var all = events
+            var end = k
+            while end < k + 300 {
+                end += 1
+                all += try CrashWorkload.batch(end).map { try JSONLines.decode($0) }
+            }
+            try ledger.append(contentsOf: all)
+            k = end
+        } else if k % 3 == 1 {
             for e in events { try ledger.append(e) }
         } else {
             try ledger.append(contentsOf: events)
@@ -68,16 +78,17 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
     let ledgerPath = "\(scratch)/crash.ledger", ackPath = "\(scratch)/acks.txt"
     remove(ledgerPath)
     FileManager.default.createFile(atPath: ackPath, contents: nil)
-    var acknowledged: Int64 = 0, lost: Int64 = 0, partial = 0, invalid = 0, rebuildKills = 0
+    var acknowledged: Int64 = 0, lost: Int64 = 0, partial = 0, invalid = 0, rebuildKills = 0, importKills = 0
     var generator = SystemRandomNumberGenerator()
     for round in 0..<kills {
-        let mode = round % 10 == 9 ? "rebuild" : "append"
+        let mode = round % 10 == 9 ? "rebuild" : round % 10 == 4 ? "import" : "append"
         let child = try spawn([CommandLine.arguments[0], "crash-writer", ledgerPath, ackPath, mode])
         usleep(UInt32.random(in: 20_000...150_000, using: &generator))
         kill(child, SIGKILL)
         var status: Int32 = 0
         waitpid(child, &status, 0)
         if mode == "rebuild" { rebuildKills += 1 }
+        if mode == "import" { importKills += 1 }
 
         // Reopen as the app would after a crash, and check.
         guard FileManager.default.fileExists(atPath: ledgerPath) else { continue }
@@ -111,7 +122,7 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
             print("  round \(round): \(report.problems.first!)")
         }
     }
-    print("crash: \(kills) kills (\(rebuildKills) during a rebuild), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)")
+    print("crash: \(kills) kills (\(importKills) during 2,100-event imports, \(rebuildKills) during a rebuild), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)")
     return lost == 0 && partial == 0 && invalid == 0
 }
 

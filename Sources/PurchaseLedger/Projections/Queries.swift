@@ -130,9 +130,7 @@ extension TransactionRecord {
         revocationReason = row["revocation_reason"]
         originalTransaction = row["original_transaction"]
         storeTransactionId = row["store_transaction_id"]
-        if let domain: String = row["error_domain"] {
-            error = StoreError(domain: domain, code: row["error_code"] ?? 0, message: row["error_message"] ?? "")
-        }
+        error = StoreError(row: row)
         wasDeferred = row["was_deferred"]
         discardedContent = row["discarded_content"]
         queuedAt = Timestamp(ms: row["queued_at_ms"])
@@ -158,15 +156,21 @@ extension DownloadRecord {
         destination = row["destination"]
         discarded = row["discarded"]
         cancelReason = (row["cancel_reason"] as String?).flatMap(CancelReason.init(rawValue:))
-        if let domain: String = row["error_domain"] {
-            error = StoreError(domain: domain, code: row["error_code"] ?? 0, message: row["error_message"] ?? "")
-        }
+        error = StoreError(row: row)
         attempts = row["attempts"]
         startedAt = Timestamp(ms: row["started_at_ms"])
         lastActivityAt = Timestamp(ms: row["last_activity_at_ms"])
         finishedAt = Timestamp(ms: row["finished_at_ms"])
         copiedOutAt = Timestamp(ms: row["copied_out_at_ms"])
         events = row["events"]
+    }
+}
+
+extension StoreError {
+    /// The `error_domain`, `error_code`, `error_message` columns of a projection row.
+    init?(row: Row) {
+        guard let domain: String = row["error_domain"] else { return nil }
+        self.init(domain: domain, code: row["error_code"] ?? 0, message: row["error_message"] ?? "")
     }
 }
 

@@ -247,6 +247,13 @@ public final class Ledger: Sendable {
     /// `downloadCancelled` (reason `transactionFinished`) per started download, just before it.
     @discardableResult
     public func append(contentsOf events: [Event]) throws -> AppendResult {
+        try append(contentsOf: events, progress: nil)
+    }
+
+    /// ``append(contentsOf:)``, calling `progress(done, total)` every 10,000 input events, for
+    /// large imports.
+    @discardableResult
+    public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         let result = try writer.withLock { w throws -> AppendResult in
             if let damage = w.damage {
@@ -262,7 +269,7 @@ public final class Ledger: Sendable {
                     var result = AppendResult(events: [], ignored: 0, lastSeq: 0)
                     try db.inTransaction(.immediate) {
                         mutated = try catchUp(&w, db)
-                        result = try store(events, into: &w, db, mutated: &mutated)
+                        result = try store(events, into: &w, db, mutated: &mutated, progress: progress)
                         return .commit
                     }
                     return result
@@ -302,12 +309,14 @@ public final class Ledger: Sendable {
         return true
     }
 
-    private func store(_ events: [Event], into w: inout Writer, _ db: Database, mutated: inout Bool) throws -> AppendResult {
+    private func store(_ events: [Event], into w: inout Writer, _ db: Database, mutated: inout Bool,
+                       progress: ((Int, Int) -> Void)?) throws -> AppendResult {
         var dirty = Projector.Dirty()
         var stored: [RecordedEvent] = []
         var frames: [EventStore.Frame] = []
         var ignored = 0
         for (index, input) in events.enumerated() {
+            if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
             for event in Reducer.plan(w.state, input) {
                 let outcome: Outcome
                 do {

@@ -73,9 +73,11 @@ struct ImportCommand: ParsableCommand {
         let console = Console.current
         console.progress("reading \(file)...")
         let input = try JSONLinesInput(bytes: try readInput(file))
-        console.progress("importing \(input.events.count) events...")
+        console.progress("checking \(input.events.count) events...")
         let ledger = try options.openForAppending(input)
-        let result = try ledger.appendJSONLines(input)
+        let result = try ledger.appendJSONLines(input) { done, total in
+            console.progress("imported \(done)/\(total) events (\(done * 100 / max(total, 1))%)")
+        }
         console.endProgress()
         appendSummary(result, input: input, json: json, console: console)
     }

@@ -82,6 +82,18 @@ import Testing
         })
     }
 
+    @Test func largeAppendsReportProgress() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("progress.ledger"), configuration: testConfiguration(blockSize: 1024, snapshotInterval: 0))
+        let events = [E.product("p1")] + (0..<12_500).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] }
+        var calls: [Int] = []
+        try ledger.append(contentsOf: events) { done, total in
+            calls.append(done)
+            #expect(total == 25_001)
+        }
+        #expect(calls == [10_000, 20_000])
+    }
+
     @Test func stateAtATime() throws {
         let dir = try TemporaryDirectory()
         let ledger = try Ledger(path: dir.path("t.ledger"), configuration: testConfiguration())

@@ -57,9 +57,9 @@ extension Ledger {
 
     /// Appends a JSON Lines document in one atomic write; errors name the input line.
     @discardableResult
-    public func appendJSONLines(_ input: JSONLinesInput) throws -> AppendResult {
+    public func appendJSONLines(_ input: JSONLinesInput, progress: ((Int, Int) -> Void)? = nil) throws -> AppendResult {
         do {
-            return try append(contentsOf: input.events)
+            return try append(contentsOf: input.events, progress: progress)
         } catch var error as LedgerError {
             if let index = error.batchIndex, index < input.lines.count {
                 error.line = input.lines[index]

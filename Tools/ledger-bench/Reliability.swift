@@ -137,7 +137,8 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
     let lines = try String(contentsOfFile: workload, encoding: .utf8).split(separator: "\n").prefix(20_000).joined(separator: "\n")
     try source.appendJSONLines(try JSONLinesInput(bytes: Array(lines.utf8)))
     let copy = "\(scratch)/flipped.ledger"
-    var detected = 0, missed = 0
+    let original = try source.events(limit: .max)
+    var detected = 0, harmless = 0, missed = 0
     var generator = SystemRandomNumberGenerator()
     for trial in 0..<trials {
         remove(copy)
@@ -156,15 +157,22 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
         db.close()
         var readOnly = LedgerConfiguration()
         readOnly.readOnly = true
-        let caught: Bool
         do {
-            caught = !(try Ledger(path: copy, configuration: readOnly).verify().isValid)
+            let flipped = try Ledger(path: copy, configuration: readOnly)
+            if !(try flipped.verify().isValid) {
+                detected += 1
+            } else if try flipped.events(limit: .max) == original {
+                // Some compressed bits do not matter: an LZ4 match offset pointing at identical
+                // bytes decompresses to the same events. Nothing was corrupted.
+                harmless += 1
+            } else {
+                missed += 1
+            }
         } catch {
-            caught = true  // refused at open: also detected
+            detected += 1  // refused at open, or a typed error while reading: also detected
         }
-        if caught { detected += 1 } else { missed += 1 }
     }
-    print("flips: \(trials) single-bit flips inside event data (blocks and tail payloads), detected: \(detected), missed: \(missed)")
+    print("flips: \(trials) single-bit flips inside stored event data (blocks and tail payloads), detected: \(detected), events unchanged by the flip: \(harmless), missed: \(missed)")
     return missed == 0
 }
 

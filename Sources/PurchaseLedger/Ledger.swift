@@ -136,12 +136,11 @@ public final class Ledger: Sendable {
         }
         let initial: (LedgerState, [UInt8])
         var damage: LedgerError?
-        let chain = self.chain
         let pool = self.pool
         do {
             try Ledger.prepare(pool, configuration: configuration, path: path)
             initial = try pool.read { db in
-                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, chain: chain, damage: $0) }
+                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, damage: $0) }
             }
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
@@ -222,7 +221,7 @@ public final class Ledger: Sendable {
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
-    static func loadState(_ db: Database, upTo target: Int64, chain: HashChain, damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
+    static func loadState(_ db: Database, upTo target: Int64, damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
         var state = try Snapshots.latest(db, atOrBefore: target) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
         try EventStore.scan(db, from: state.seq + 1, through: target, onCorrupt: onCorrupt) { entry in
@@ -260,7 +259,7 @@ public final class Ledger: Sendable {
                 throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
             }
             if w.stale {
-                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max) }
                 w.stale = false
             }
             var mutated = false
@@ -279,7 +278,7 @@ public final class Ledger: Sendable {
                 // now, or, if that fails too, before the next append.
                 if mutated {
                     do {
-                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, chain: chain) }
+                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max) }
                     } catch {
                         w.stale = true
                     }
@@ -298,7 +297,7 @@ public final class Ledger: Sendable {
         let last = try EventStore.lastSeq(db)
         guard last != w.state.seq else { return false }
         if last < w.state.seq {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, chain: chain)
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max)
             return true
         }
         try EventStore.scan(db, from: w.state.seq + 1) { entry in
@@ -431,7 +430,7 @@ public final class Ledger: Sendable {
     /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
     /// projection tables are not read.
     public func state(atSeq seq: Int64) throws -> LedgerState {
-        try read { db in try Ledger.loadState(db, upTo: max(0, seq), chain: chain).0 }
+        try read { db in try Ledger.loadState(db, upTo: max(0, seq)).0 }
     }
 
     /// The state after `seq`, replayed from the first event without using snapshots: the

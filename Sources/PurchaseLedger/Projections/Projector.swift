@@ -29,8 +29,6 @@ enum Projector {
         var transactions: Set<String> = []
         var downloads: Set<String> = []
 
-        var isEmpty: Bool { products.isEmpty && transactions.isEmpty && downloads.isEmpty }
-
         mutating func touch(_ event: Event, state: LedgerState) {
             switch event.body {
             case .productRegistered(let p):

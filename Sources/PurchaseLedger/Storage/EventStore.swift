@@ -109,12 +109,6 @@ enum EventStore {
         }
     }
 
-    /// Seals the open tail into blocks of `blockSize` while it holds that many (used when the
-    /// block size changes between openings).
-    static func sealFullBlocks(_ db: Database, blockSize: Int, codec: BlockCodec) throws {
-        try write(db, [], blockSize: blockSize, codec: codec)
-    }
-
     /// Writes one sealed block of consecutive frames.
     static func sealBlock(_ db: Database, _ frames: [Frame], codec: BlockCodec) throws {
         guard let first = frames.first, let last = frames.last else { return }

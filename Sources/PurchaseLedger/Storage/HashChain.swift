@@ -16,8 +16,6 @@ struct HashChain: Sendable {
         self.key = key
     }
 
-    var isKeyed: Bool { key != nil }
-
     func link(after previous: [UInt8], frame: [UInt8]) -> [UInt8] {
         if let key {
             var mac = HMAC<SHA256>(key: SymmetricKey(data: key))

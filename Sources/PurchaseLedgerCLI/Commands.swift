@@ -209,7 +209,7 @@ struct Condition {
 }
 
 func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
-    console.print(console.bold("state after seq \(s.seq)") + "  \(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content, \(s.anomalies) anomalies\(s.restoreInProgress ? ", restore in progress" : "")")
+    console.print(console.bold("state after seq \(s.seq)") + "  \(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content, \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
     if !s.transactions.isEmpty {
         console.print("")
         var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]

@@ -23,10 +23,10 @@ public struct LedgerConfiguration: Sendable {
     public var blockSize: Int = 1024
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never).
-    public var snapshotInterval: Int = 50_000
+    public var snapshotInterval: Int = 10_000
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
-    public var maxSnapshots: Int = 64
+    public var maxSnapshots: Int = 128
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).
@@ -96,6 +96,8 @@ public final class Ledger: Sendable {
     private let writer: Mutex<Writer>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Atomic<Int>(0)
+    /// Snapshot pages already loaded by ``state(atSeq:)``, shared by later loads.
+    private let pageCache = SnapshotPageCache()
 
     /// SQLite's `application_id` for ledger files ("PLdg").
     static let applicationID: Int32 = 0x504C_6467
@@ -118,6 +120,11 @@ public final class Ledger: Sendable {
         }
         var config = Configuration()
         config.readonly = configuration.readOnly
+        config.prepareDatabase { db in
+            // Reads of the log and of snapshot pages straight from the mapped file, not copied
+            // through read(2).
+            try db.execute(sql: "PRAGMA mmap_size = 1073741824")
+        }
         config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
                                    + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
         do {
@@ -221,8 +228,9 @@ public final class Ledger: Sendable {
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
-    static func loadState(_ db: Database, upTo target: Int64, damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
-        var state = try Snapshots.latest(db, atOrBefore: target) ?? LedgerState()
+    static func loadState(_ db: Database, upTo target: Int64, cache: SnapshotPageCache? = nil,
+                          damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
+        var state = try Snapshots.latest(db, atOrBefore: target, cache: cache) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
         try EventStore.scan(db, from: state.seq + 1, through: target, onCorrupt: onCorrupt) { entry in
             Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
@@ -346,7 +354,7 @@ public final class Ledger: Sendable {
                 stored.append(recorded)
                 if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
                     // At exact multiples of the interval, whatever the batch sizes.
-                    try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
+                    w.state = try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
                 }
             }
         }
@@ -430,7 +438,7 @@ public final class Ledger: Sendable {
     /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
     /// projection tables are not read.
     public func state(atSeq seq: Int64) throws -> LedgerState {
-        try read { db in try Ledger.loadState(db, upTo: max(0, seq)).0 }
+        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache).0 }
     }
 
     /// The state after `seq`, replayed from the first event without using snapshots: the

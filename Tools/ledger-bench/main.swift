@@ -271,6 +271,39 @@ case "profile-append":
     let ledger = try Ledger(path: args[2], configuration: configuration(durability: .normal))
     let (_, seconds) = try time { for e in input.events.prefix(Int(args[3]) ?? 5000) { try ledger.append(e) } }
     print(seconds)
+case "profile-state":
+    // Where the time of a state at seq goes: a state exactly at a snapshot (decode only), the log
+    // tail after it, and a full replay.
+    var c = configuration()
+    c.readOnly = true
+    let ledger = try Ledger(path: args[1], configuration: c)
+    let last = try ledger.lastSeq()
+    let rounds = args.count > 2 ? Int(args[2]) ?? 5 : 5
+    for _ in 0..<rounds {
+        let interval = Int64(LedgerConfiguration().snapshotInterval)
+        let atSnapshot = (last / interval) * interval - interval
+        let (_, decode) = try time { try ledger.state(atSeq: atSnapshot) }
+        let (_, withTail) = try time { try ledger.state(atSeq: atSnapshot + interval - 1) }
+        var random: [Double] = []
+        for _ in 0..<30 {
+            let seq = Int64.random(in: 1...last)
+            random.append(try time { try ledger.state(atSeq: seq) }.1 * 1000)
+        }
+        random.sort()
+        print(String(format: "random seqs: p50 %.1f ms, p90 %.1f ms, max %.1f ms", random[15], random[27], random[29]))
+        let (_, full) = try time { try ledger.replayFromLog() }
+        print(String(format: "snapshot %lld: %.1f ms; + an interval of events: %.1f ms; full replay: %.0f ev/s", atSnapshot, decode * 1000, withTail * 1000, Double(last) / full))
+    }
+case "profile-replay-loop":
+    var c = configuration()
+    c.readOnly = true
+    let ledger = try Ledger(path: args[1], configuration: c)
+    for _ in 0..<(Int(args[2]) ?? 3) { _ = try ledger.replayFromLog() }
+case "profile-snapshot-loop":
+    var c = configuration()
+    c.readOnly = true
+    let ledger = try Ledger(path: args[1], configuration: c)
+    for _ in 0..<(Int(args[3]) ?? 10) { _ = try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
 case "crash", "flips", "fuzz":

@@ -100,9 +100,9 @@ enum PayloadCodec {
 
     /// Collected fields of one payload, by number. Repeated fields keep their order.
     private struct Fields {
-        var strings: [UInt64: String] = [:]
-        var ints: [UInt64: UInt64] = [:]
-        var doubles: [UInt64: Double] = [:]
+        var strings = Slots<String>()
+        var ints = Slots<UInt64>()
+        var doubles = Slots<Double>()
         var messages: [(UInt64, BinaryReader)] = []
         var repeatedStrings: [String] = []
 
@@ -118,6 +118,41 @@ enum PayloadCodec {
 
         func signed(_ f: UInt64) -> Int64? {
             ints[f].map { Int64(bitPattern: ($0 >> 1) ^ (0 &- ($0 & 1))) }
+        }
+    }
+
+    /// Fields 1 to 8 of one wire type, stored inline: decoding a payload allocates nothing for
+    /// its scalar fields. Higher numbers are unknown to this version and read as absent.
+    private struct Slots<T> {
+        private var s1, s2, s3, s4, s5, s6, s7, s8: T?
+
+        subscript(_ number: UInt64) -> T? {
+            get {
+                switch number {
+                case 1: s1
+                case 2: s2
+                case 3: s3
+                case 4: s4
+                case 5: s5
+                case 6: s6
+                case 7: s7
+                case 8: s8
+                default: nil
+                }
+            }
+            set {
+                switch number {
+                case 1: s1 = newValue
+                case 2: s2 = newValue
+                case 3: s3 = newValue
+                case 4: s4 = newValue
+                case 5: s5 = newValue
+                case 6: s6 = newValue
+                case 7: s7 = newValue
+                case 8: s8 = newValue
+                default: break
+                }
+            }
         }
     }
 

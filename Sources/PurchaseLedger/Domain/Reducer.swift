@@ -237,19 +237,19 @@ public enum Reducer {
             guard startable else {
                 throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a download never started, failed or cancelled can start", e)
             }
-            var next = download
-            next.started = true
-            next.state = .waiting
-            next.progress = 0
-            next.bytesWritten = nil
-            next.timeRemaining = nil
-            next.contentURL = nil
-            next.error = nil
-            next.cancelReason = nil
-            next.attempts += 1
-            next.startedAt = e.at
-            next.lastActivityAt = e.at
-            s.downloads[d] = next
+            s.downloads.update(d) { next in
+                next.started = true
+                next.state = .waiting
+                next.progress = 0
+                next.bytesWritten = nil
+                next.timeRemaining = nil
+                next.contentURL = nil
+                next.error = nil
+                next.cancelReason = nil
+                next.attempts += 1
+                next.startedAt = e.at
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadPaused(let d):
@@ -290,13 +290,13 @@ public enum Reducer {
                download.timeRemaining == remaining {
                 return .unchanged
             }
-            var next = download
-            next.state = .active
-            next.progress = progress
-            next.bytesWritten = bytes
-            next.timeRemaining = remaining
-            next.lastActivityAt = e.at
-            s.downloads[d] = next
+            s.downloads.update(d) { next in
+                next.state = .active
+                next.progress = progress
+                next.bytesWritten = bytes
+                next.timeRemaining = remaining
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadFinished(let d, let url):
@@ -305,14 +305,14 @@ public enum Reducer {
             guard download.started, download.state == .waiting || download.state == .active else {
                 return .anomaly(.illegalDownloadTransition)
             }
-            var next = download
-            next.state = .finished
-            next.progress = 1
-            next.timeRemaining = nil
-            next.contentURL = url
-            next.finishedAt = e.at
-            next.lastActivityAt = e.at
-            s.downloads[d] = next
+            s.downloads.update(d) { next in
+                next.state = .finished
+                next.progress = 1
+                next.timeRemaining = nil
+                next.contentURL = url
+                next.finishedAt = e.at
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadFailed(let d, let error):
@@ -335,12 +335,12 @@ public enum Reducer {
             guard download.state == .finished else {
                 throw .violation(.copyOutBeforeFinished, "download \(d) is \(describe(download)); content can be copied out only once the download has finished", e)
             }
-            var next = download
-            next.copiedOut = true
-            next.destination = destination
-            next.bytesCopied = bytes
-            next.copiedOutAt = e.at
-            s.downloads[d] = next
+            s.downloads.update(d) { next in
+                next.copiedOut = true
+                next.destination = destination
+                next.bytesCopied = bytes
+                next.copiedOutAt = e.at
+            }
             if let t = download.transaction, let product = s.transactions[t]?.product,
                let content = download.content, let version = download.contentVersion {
                 s.copiedContent[ContentKey(product: product, content: content)] = OwnedContent(

@@ -31,76 +31,306 @@ public struct ProductRecord: Sendable, Hashable {
 
 /// One transaction as the ledger knows it now.
 public struct TransactionRecord: Sendable, Hashable {
-    public var transaction: String
-    public var product: String
-    public var user: String?
-    public var quantity: Int
-    public var state: TransactionStatus
-    public var finished: Bool = false
-    public var revoked: Bool = false
-    public var revocationReason: String?
-    public var originalTransaction: String?
-    public var storeTransactionId: String?
+    // The fields live in a copy-on-write box: a record is one pointer to copy, store or move,
+    // and is changed in place when nothing else shares it.
+    struct Fields: Sendable, Hashable {
+        var transaction: String
+        var product: String
+        var user: String?
+        var quantity: Int
+        var state: TransactionStatus
+        var finished: Bool = false
+        var revoked: Bool = false
+        var revocationReason: String?
+        var originalTransaction: String?
+        var storeTransactionId: String?
+        var downloads: [String] = []
+        var error: StoreError?
+        var wasDeferred: Bool = false
+        var discardedContent: Bool = false
+        var queuedAt: Timestamp?
+        var purchasedAt: Timestamp?
+        var failedAt: Timestamp?
+        var finishedAt: Timestamp?
+        var revokedAt: Timestamp?
+        var events: Int64 = 0
+    }
+
+    final class Box: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var box: Box
+
+    init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
+        box = Box(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
+    }
+
+    var fields: Fields {
+        _read { yield box.fields }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+            yield &box.fields
+        }
+    }
+
+    public var transaction: String {
+        get { box.fields.transaction }
+        _modify { yield &fields.transaction }
+    }
+    public var product: String {
+        get { box.fields.product }
+        _modify { yield &fields.product }
+    }
+    public var user: String? {
+        get { box.fields.user }
+        _modify { yield &fields.user }
+    }
+    public var quantity: Int {
+        get { box.fields.quantity }
+        _modify { yield &fields.quantity }
+    }
+    public var state: TransactionStatus {
+        get { box.fields.state }
+        _modify { yield &fields.state }
+    }
+    public var finished: Bool {
+        get { box.fields.finished }
+        _modify { yield &fields.finished }
+    }
+    public var revoked: Bool {
+        get { box.fields.revoked }
+        _modify { yield &fields.revoked }
+    }
+    public var revocationReason: String? {
+        get { box.fields.revocationReason }
+        _modify { yield &fields.revocationReason }
+    }
+    public var originalTransaction: String? {
+        get { box.fields.originalTransaction }
+        _modify { yield &fields.originalTransaction }
+    }
+    public var storeTransactionId: String? {
+        get { box.fields.storeTransactionId }
+        _modify { yield &fields.storeTransactionId }
+    }
     /// Its downloads, in delivery order.
-    public var downloads: [String] = []
-    public var error: StoreError?
+    public var downloads: [String] {
+        get { box.fields.downloads }
+        _modify { yield &fields.downloads }
+    }
+    public var error: StoreError? {
+        get { box.fields.error }
+        _modify { yield &fields.error }
+    }
     /// Whether it went through Ask to Buy.
-    public var wasDeferred: Bool = false
+    public var wasDeferred: Bool {
+        get { box.fields.wasDeferred }
+        _modify { yield &fields.wasDeferred }
+    }
     /// Whether finishing it discarded finished content that was never copied out.
-    public var discardedContent: Bool = false
-    public var queuedAt: Timestamp?
+    public var discardedContent: Bool {
+        get { box.fields.discardedContent }
+        _modify { yield &fields.discardedContent }
+    }
+    public var queuedAt: Timestamp? {
+        get { box.fields.queuedAt }
+        _modify { yield &fields.queuedAt }
+    }
     /// When it became purchased or restored.
-    public var purchasedAt: Timestamp?
-    public var failedAt: Timestamp?
-    public var finishedAt: Timestamp?
-    public var revokedAt: Timestamp?
+    public var purchasedAt: Timestamp? {
+        get { box.fields.purchasedAt }
+        _modify { yield &fields.purchasedAt }
+    }
+    public var failedAt: Timestamp? {
+        get { box.fields.failedAt }
+        _modify { yield &fields.failedAt }
+    }
+    public var finishedAt: Timestamp? {
+        get { box.fields.finishedAt }
+        _modify { yield &fields.finishedAt }
+    }
+    public var revokedAt: Timestamp? {
+        get { box.fields.revokedAt }
+        _modify { yield &fields.revokedAt }
+    }
     /// Events stored in its stream (`transaction:<id>`).
-    public var events: Int64 = 0
+    public var events: Int64 {
+        get { box.fields.events }
+        _modify { yield &fields.events }
+    }
 
     /// Purchased or restored, and not refunded: it grants its product.
     public var grantsOwnership: Bool { (state == .purchased || state == .restored) && !revoked }
+
+    public static func == (a: TransactionRecord, b: TransactionRecord) -> Bool { a.box === b.box || a.box.fields == b.box.fields }
+    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields) }
 }
 
 /// One download as the ledger knows it now.
 public struct DownloadRecord: Sendable, Hashable {
-    public var download: String
+    // The fields live in a copy-on-write box: a record is one pointer to copy, store or move,
+    // and is changed in place when nothing else shares it.
+    struct Fields: Sendable, Hashable {
+        var download: String
+        var transaction: String?
+        var url: String?
+        var content: String?
+        var contentVersion: ContentVersion?
+        var contentLength: Int64?
+        var state: DownloadStatus = .waiting
+        var started: Bool = false
+        var progress: Double = 0
+        var bytesWritten: Int64?
+        var timeRemaining: Double?
+        var contentURL: String?
+        var copiedOut: Bool = false
+        var destination: String?
+        var bytesCopied: Int64?
+        var discarded: Bool = false
+        var error: StoreError?
+        var cancelReason: CancelReason?
+        var attempts: Int = 0
+        var startedAt: Timestamp?
+        var lastActivityAt: Timestamp?
+        var finishedAt: Timestamp?
+        var copiedOutAt: Timestamp?
+        var events: Int64 = 0
+    }
+
+    final class Box: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var box: Box
+
+    init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
+        box = Box(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
+    }
+
+    var fields: Fields {
+        _read { yield box.fields }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+            yield &box.fields
+        }
+    }
+
+    public var download: String {
+        get { box.fields.download }
+        _modify { yield &fields.download }
+    }
     /// The owning transaction; nil for standalone content registered by URL.
-    public var transaction: String?
+    public var transaction: String? {
+        get { box.fields.transaction }
+        _modify { yield &fields.transaction }
+    }
     /// The registered URL, for standalone content.
-    public var url: String?
-    public var content: String?
-    public var contentVersion: ContentVersion?
-    public var contentLength: Int64?
-    public var state: DownloadStatus = .waiting
+    public var url: String? {
+        get { box.fields.url }
+        _modify { yield &fields.url }
+    }
+    public var content: String? {
+        get { box.fields.content }
+        _modify { yield &fields.content }
+    }
+    public var contentVersion: ContentVersion? {
+        get { box.fields.contentVersion }
+        _modify { yield &fields.contentVersion }
+    }
+    public var contentLength: Int64? {
+        get { box.fields.contentLength }
+        _modify { yield &fields.contentLength }
+    }
+    public var state: DownloadStatus {
+        get { box.fields.state }
+        _modify { yield &fields.state }
+    }
     /// False until the app first starts it.
-    public var started: Bool = false
-    public var progress: Double = 0
-    public var bytesWritten: Int64?
-    public var timeRemaining: Double?
+    public var started: Bool {
+        get { box.fields.started }
+        _modify { yield &fields.started }
+    }
+    public var progress: Double {
+        get { box.fields.progress }
+        _modify { yield &fields.progress }
+    }
+    public var bytesWritten: Int64? {
+        get { box.fields.bytesWritten }
+        _modify { yield &fields.bytesWritten }
+    }
+    public var timeRemaining: Double? {
+        get { box.fields.timeRemaining }
+        _modify { yield &fields.timeRemaining }
+    }
     /// Where the finished content is, until its transaction finishes. Never set after the finish.
-    public var contentURL: String?
-    public var copiedOut: Bool = false
-    public var destination: String?
-    public var bytesCopied: Int64?
+    public var contentURL: String? {
+        get { box.fields.contentURL }
+        _modify { yield &fields.contentURL }
+    }
+    public var copiedOut: Bool {
+        get { box.fields.copiedOut }
+        _modify { yield &fields.copiedOut }
+    }
+    public var destination: String? {
+        get { box.fields.destination }
+        _modify { yield &fields.destination }
+    }
+    public var bytesCopied: Int64? {
+        get { box.fields.bytesCopied }
+        _modify { yield &fields.bytesCopied }
+    }
     /// Finished content the app chose to drop at finish (`discardContent`).
-    public var discarded: Bool = false
-    public var error: StoreError?
-    public var cancelReason: CancelReason?
+    public var discarded: Bool {
+        get { box.fields.discarded }
+        _modify { yield &fields.discarded }
+    }
+    public var error: StoreError? {
+        get { box.fields.error }
+        _modify { yield &fields.error }
+    }
+    public var cancelReason: CancelReason? {
+        get { box.fields.cancelReason }
+        _modify { yield &fields.cancelReason }
+    }
     /// Number of times it was started.
-    public var attempts: Int = 0
-    public var startedAt: Timestamp?
+    public var attempts: Int {
+        get { box.fields.attempts }
+        _modify { yield &fields.attempts }
+    }
+    public var startedAt: Timestamp? {
+        get { box.fields.startedAt }
+        _modify { yield &fields.startedAt }
+    }
     /// When the last progress, finish, failure, pause, resume or cancel happened.
-    public var lastActivityAt: Timestamp?
-    public var finishedAt: Timestamp?
-    public var copiedOutAt: Timestamp?
+    public var lastActivityAt: Timestamp? {
+        get { box.fields.lastActivityAt }
+        _modify { yield &fields.lastActivityAt }
+    }
+    public var finishedAt: Timestamp? {
+        get { box.fields.finishedAt }
+        _modify { yield &fields.finishedAt }
+    }
+    public var copiedOutAt: Timestamp? {
+        get { box.fields.copiedOutAt }
+        _modify { yield &fields.copiedOutAt }
+    }
     /// Events stored in its stream (`download:<id>`).
-    public var events: Int64 = 0
+    public var events: Int64 {
+        get { box.fields.events }
+        _modify { yield &fields.events }
+    }
 
     /// Content the user paid for and will not get: cancelled when its transaction finished early.
     public var lost: Bool { state == .cancelled && cancelReason == .transactionFinished }
 
     /// Started and not yet at rest: the states an early finish cancels.
     var inFlight: Bool { started && (state == .waiting || state == .active || state == .paused) }
+
+    public static func == (a: DownloadRecord, b: DownloadRecord) -> Bool { a.box === b.box || a.box.fields == b.box.fields }
+    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields) }
 }
 
 extension TransactionRecord {
@@ -137,8 +367,8 @@ public struct LedgerState: Sendable, Hashable {
     public internal(set) var products: [String: ProductRecord] = [:]
     /// The highest version ever published, per product and content.
     public internal(set) var publishedVersions: [ContentKey: ContentVersion] = [:]
-    public internal(set) var transactions: [String: TransactionRecord] = [:]
-    public internal(set) var downloads: [String: DownloadRecord] = [:]
+    public internal(set) var transactions = RecordMap<TransactionRecord>()
+    public internal(set) var downloads = RecordMap<DownloadRecord>()
     /// The latest copy-out per product and content, owned or not; see ``ownedContent``.
     public internal(set) var copiedContent: [ContentKey: OwnedContent] = [:]
     /// Standalone downloads by registered URL.
@@ -160,12 +390,16 @@ public struct LedgerState: Sendable, Hashable {
     /// Counts one more stored event in the stream of `body`, and returns its version there.
     mutating func recordStreamEvent(_ body: EventBody) -> Int64 {
         if let t = body.transactionID {
-            guard transactions[t] != nil else { return orphan("transaction:" + t) }
-            return transactions[t]!.recordEvent(adopting: orphanStreamEvents.isEmpty ? nil : orphanStreamEvents.removeValue(forKey: "transaction:" + t))
+            if orphanStreamEvents.isEmpty, let version = transactions.update(t, { $0.recordEvent(adopting: nil) }) { return version }
+            guard transactions.contains(t) else { return orphan("transaction:" + t) }
+            let adopted = orphanStreamEvents.removeValue(forKey: "transaction:" + t)
+            return transactions.update(t) { $0.recordEvent(adopting: adopted) }!
         }
         if let d = body.downloadID {
-            guard downloads[d] != nil else { return orphan("download:" + d) }
-            return downloads[d]!.recordEvent(adopting: orphanStreamEvents.isEmpty ? nil : orphanStreamEvents.removeValue(forKey: "download:" + d))
+            if orphanStreamEvents.isEmpty, let version = downloads.update(d, { $0.recordEvent(adopting: nil) }) { return version }
+            guard downloads.contains(d) else { return orphan("download:" + d) }
+            let adopted = orphanStreamEvents.removeValue(forKey: "download:" + d)
+            return downloads.update(d) { $0.recordEvent(adopting: adopted) }!
         }
         switch body {
         case .restoreStarted, .restoreCompleted, .restoreFailed:

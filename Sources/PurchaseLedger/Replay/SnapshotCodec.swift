@@ -1,11 +1,19 @@
+import Crypto
+
 /// The reducer state as pages of records, for snapshots (docs/format.md).
 ///
 /// Each kind of record (transactions, downloads, ...) is sorted by key and cut into pages where a
-/// key's hash says so, so a change touches only the page holding it: consecutive snapshots share
-/// their unchanged pages. Records are sequential, not tagged: a snapshot is only read by the same
-/// ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
+/// key's hash says so. A page is stored LZ4-compressed, addressed by the SHA-256 of its stored
+/// bytes. A snapshot is a manifest: per page its address, sizes, record count and first key.
+///
+/// Transactions and downloads, nearly all of a state, stay in their pages when a snapshot is
+/// loaded (see ``RecordMap``): a page is decompressed and decoded only when a record in it is read.
+/// A snapshot written from a state loaded from an earlier one re-encodes only the pages whose
+/// records changed and refers to the others by address, so a snapshot costs in proportion to what
+/// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
+/// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 3
+    static let format = 4
 
     typealias Failure = BinaryReader.Failure
 
@@ -18,77 +26,244 @@ enum SnapshotCodec {
     static let boundaryMask: UInt64 = 255
     static let maxPageBytes = 256 * 1024
 
-    struct Paged {
-        var scalars: [UInt8]
-        /// The raw pages of each kind, in order.
-        var pages: [[[UInt8]]]
+    /// A page as the manifest lists it.
+    struct PageEntry {
+        var address: [UInt8]
+        var rawSize: Int
+        var count: Int
+        var firstKey: String
     }
 
-    static func encode(_ s: LedgerState) -> Paged {
+    /// A page to store: its address, raw size and LZ4-compressed bytes.
+    struct StoredPage {
+        var address: [UInt8]
+        var rawSize: Int
+        var data: [UInt8]
+    }
+
+    struct Encoded {
+        var manifest: [UInt8]
+        /// Pages the manifest refers to that may not be stored yet.
+        var pages: [StoredPage]
+        /// The paged records as written, for the writer to continue from.
+        var transactions: RecordPages<TransactionRecord>
+        var downloads: RecordPages<DownloadRecord>
+    }
+
+    /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
+    /// they came from, and still `stored`, are referred to, not written again.
+    static func encode(_ s: LedgerState, stored: ([UInt8]) throws -> Bool) throws -> Encoded {
         var scalars = BinaryWriter()
         scalars.varint(UInt64(s.seq))
         scalars.varint(s.restoreInProgress ? 1 : 0)
         scalars.varint(UInt64(s.anomalies))
         scalars.varint(UInt64(s.catalogEvents))
         scalars.varint(UInt64(s.restoreEvents))
-        var pages: [[[UInt8]]] = []
-        for kind in Kind.allCases {
-            var records: [(key: String, write: (inout BinaryWriter) -> Void)] = []
-            switch kind {
-            case .products:
-                records = s.products.map { key, p in (key, { w in
-                    var inner = BinaryWriter()
-                    PayloadCodec.encode(.productRegistered(p.registration), into: &inner)
-                    w.lengthPrefixed(inner.bytes)
-                    w.zigzag(p.registeredAt.nanosecondsSinceEpoch)
-                }) }
-            case .publishedVersions:
-                records = s.publishedVersions.map { key, v in (key.product + "\u{0}" + key.content, { w in
-                    w.lengthPrefixed(key.product); w.lengthPrefixed(key.content); w.lengthPrefixed(v.text)
-                }) }
-            case .transactions:
-                records = s.transactions.map { key, t in (key, { w in transaction(t, &w) }) }
-            case .downloads:
-                records = s.downloads.map { key, d in (key, { w in download(d, &w) }) }
-            case .copiedContent:
-                records = s.copiedContent.map { key, o in (key.product + "\u{0}" + key.content, { w in
-                    w.lengthPrefixed(o.product); w.lengthPrefixed(o.content); w.lengthPrefixed(o.contentVersion.text)
-                    w.lengthPrefixed(o.destination); w.lengthPrefixed(o.transaction); w.lengthPrefixed(o.download)
-                    w.zigzag(o.copiedAt.nanosecondsSinceEpoch)
-                }) }
-            case .registeredURLs:
-                records = s.registeredURLs.map { url, d in (url, { w in w.lengthPrefixed(url); w.lengthPrefixed(d) }) }
-            case .owners:
-                records = s.owners.map { p, n in (p, { w in w.lengthPrefixed(p); w.zigzag(Int64(n)) }) }
-            case .orphanStreams:
-                records = s.orphanStreamEvents.map { stream, n in (stream, { w in w.lengthPrefixed(stream); w.varint(UInt64(n)) }) }
+        var manifest = BinaryWriter()
+        manifest.lengthPrefixed(scalars.bytes)
+        var newPages: [StoredPage] = []
+        func list(_ entries: [PageEntry]) {
+            manifest.varint(UInt64(entries.count))
+            for e in entries {
+                manifest.bytes.append(contentsOf: e.address)
+                manifest.varint(UInt64(e.rawSize))
+                manifest.varint(UInt64(e.count))
+                manifest.lengthPrefixed(e.firstKey)
             }
-            records.sort { $0.key < $1.key }
-            var kindPages: [[UInt8]] = []
-            var page = BinaryWriter(capacity: 4096)
-            var count = 0
-            func close() {
-                guard count > 0 else { return }
-                var framed = BinaryWriter(capacity: page.bytes.count + 4)
-                framed.varint(UInt64(count))
-                framed.bytes.append(contentsOf: page.bytes)
-                kindPages.append(framed.bytes)
-                page = BinaryWriter(capacity: 4096)
-                count = 0
-            }
-            for record in records {
-                record.write(&page)
-                count += 1
-                if fnv1a(record.key) & boundaryMask == 0 || page.bytes.count >= maxPageBytes { close() }
-            }
-            close()
-            pages.append(kindPages)
         }
-        return Paged(scalars: scalars.bytes, pages: pages)
+        var transactions: RecordPages<TransactionRecord>?
+        var downloads: RecordPages<DownloadRecord>?
+        for kind in Kind.allCases {
+            switch kind {
+            case .transactions:
+                let pages = try paged(s.transactions, write: transaction, decode: decodeTransactions, stored: stored, new: &newPages)
+                list(pages.pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                transactions = pages
+            case .downloads:
+                let pages = try paged(s.downloads, write: download, decode: decodeDownloads, stored: stored, new: &newPages)
+                list(pages.pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                downloads = pages
+            default:
+                var entries: [PageEntry] = []
+                for (raw, count, firstKey) in cut(records(of: kind, s), key: \.key, write: { r, w in r.write(&w) }) {
+                    let page = try store(raw)
+                    newPages.append(page)
+                    entries.append(PageEntry(address: page.address, rawSize: raw.count, count: count, firstKey: firstKey))
+                }
+                list(entries)
+            }
+        }
+        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions!, downloads: downloads!)
     }
 
-    /// Rebuilds a state from its scalars and raw pages.
-    static func decode(scalars: [UInt8], pages: [[[UInt8]]]) throws -> LedgerState {
+    /// The records of a small kind, each with its key and how to write it.
+    private static func records(of kind: Kind, _ s: LedgerState) -> [(key: String, write: (inout BinaryWriter) -> Void)] {
+        var records: [(key: String, write: (inout BinaryWriter) -> Void)]
+        switch kind {
+        case .products:
+            records = s.products.map { key, p in (key, { w in
+                var inner = BinaryWriter()
+                PayloadCodec.encode(.productRegistered(p.registration), into: &inner)
+                w.lengthPrefixed(inner.bytes)
+                w.zigzag(p.registeredAt.nanosecondsSinceEpoch)
+            }) }
+        case .publishedVersions:
+            records = s.publishedVersions.map { key, v in (key.product + "\u{0}" + key.content, { w in
+                w.lengthPrefixed(key.product); w.lengthPrefixed(key.content); w.lengthPrefixed(v.text)
+            }) }
+        case .copiedContent:
+            records = s.copiedContent.map { key, o in (key.product + "\u{0}" + key.content, { w in
+                w.lengthPrefixed(o.product); w.lengthPrefixed(o.content); w.lengthPrefixed(o.contentVersion.text)
+                w.lengthPrefixed(o.destination); w.lengthPrefixed(o.transaction); w.lengthPrefixed(o.download)
+                w.zigzag(o.copiedAt.nanosecondsSinceEpoch)
+            }) }
+        case .registeredURLs:
+            records = s.registeredURLs.map { url, d in (url, { w in w.lengthPrefixed(url); w.lengthPrefixed(d) }) }
+        case .owners:
+            records = s.owners.map { p, n in (p, { w in w.lengthPrefixed(p); w.zigzag(Int64(n)) }) }
+        case .orphanStreams:
+            records = s.orphanStreamEvents.map { stream, n in (stream, { w in w.lengthPrefixed(stream); w.varint(UInt64(n)) }) }
+        case .transactions, .downloads:
+            records = []
+        }
+        records.sort { $0.key < $1.key }
+        return records
+    }
+
+    /// Cuts sorted records into raw pages (`count` varint, then the records), closing a page after
+    /// a key whose hash says so, or when it grows past `maxPageBytes`.
+    private static func cut<R>(_ records: [R], key: (R) -> String, write: (R, inout BinaryWriter) -> Void) -> [(raw: [UInt8], count: Int, firstKey: String)] {
+        var pages: [(raw: [UInt8], count: Int, firstKey: String)] = []
+        var page = BinaryWriter(capacity: 8192)
+        var count = 0
+        var firstKey = ""
+        func close() {
+            guard count > 0 else { return }
+            var framed = BinaryWriter(capacity: page.bytes.count + 4)
+            framed.varint(UInt64(count))
+            framed.bytes.append(contentsOf: page.bytes)
+            pages.append((framed.bytes, count, firstKey))
+            page = BinaryWriter(capacity: 8192)
+            count = 0
+        }
+        for record in records {
+            let k = key(record)
+            if count == 0 { firstKey = k }
+            write(record, &page)
+            count += 1
+            if fnv1a(k) & boundaryMask == 0 || page.bytes.count >= maxPageBytes { close() }
+        }
+        close()
+        return pages
+    }
+
+    private static func store(_ raw: [UInt8]) throws -> StoredPage {
+        let data: [UInt8]
+        do {
+            data = try LZ4.compress(raw)
+        } catch {
+            throw LedgerError.storage("compressing a snapshot page failed: \(error)")
+        }
+        return StoredPage(address: Array(SHA256.hash(data: data)), rawSize: raw.count, data: data)
+    }
+
+    /// The pages of a transaction or download map: the pages of its base that nothing changed (and
+    /// that are still stored) as they are, and new pages for the rest.
+    private static func paged<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
+                                 decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
+                                 stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]) throws -> RecordPages<V> {
+        var out: [RecordPage<V>] = []
+        func emit(_ records: [(key: String, value: V)]) throws {
+            var offset = 0
+            for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.value, &w) }) {
+                let page = try store(raw)
+                new.append(page)
+                out.append(RecordPage(address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
+                                      storage: .decoded(Array(records[offset..<(offset + count)]))))
+                offset += count
+            }
+        }
+        guard let base = map.base, !base.pages.isEmpty else {
+            var all: [(key: String, value: V)] = []
+            all.reserveCapacity(map.count)
+            map.forEachUnordered { all.append(($0, $1)) }
+            all.sort { $0.key < $1.key }
+            try emit(all)
+            return RecordPages(out)
+        }
+        var changedByPage: [Int: [(key: String, value: V)]] = [:]
+        for (id, value) in map.changes { changedByPage[base.pageIndex(for: id), default: []].append((id, value)) }
+        var removedByPage = Set<Int>()
+        for id in map.removed { removedByPage.insert(base.pageIndex(for: id)) }
+        for (i, page) in base.pages.enumerated() {
+            let changed = changedByPage[i]
+            if changed == nil && !removedByPage.contains(i), try stored(page.address) {
+                out.append(page)
+                continue
+            }
+            var merged = page.records.filter { map.changes[$0.key] == nil && !map.removed.contains($0.key) }
+            merged.append(contentsOf: changed ?? [])
+            merged.sort { $0.key < $1.key }
+            try emit(merged)
+        }
+        return RecordPages(out)
+    }
+
+    static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
+        var r = BinaryReader(buffer)
+        let count = try r.int(max: buffer.count)
+        var records: [(key: String, value: TransactionRecord)] = []
+        records.reserveCapacity(count)
+        for _ in 0..<count {
+            let t = try transaction(&r)
+            records.append((t.transaction, t))
+        }
+        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
+        return records
+    }
+
+    static let decodeDownloads: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: DownloadRecord)] = { buffer in
+        var r = BinaryReader(buffer)
+        let count = try r.int(max: buffer.count)
+        var records: [(key: String, value: DownloadRecord)] = []
+        records.reserveCapacity(count)
+        for _ in 0..<count {
+            let d = try download(&r)
+            records.append((d.download, d))
+        }
+        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
+        return records
+    }
+
+    /// A manifest's scalars and page entries per kind.
+    static func parse(_ manifest: [UInt8]) throws -> (scalars: [UInt8], kinds: [[PageEntry]]) {
+        try manifest.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            let scalars = try r.bytes()
+            var kinds: [[PageEntry]] = []
+            for _ in Kind.allCases {
+                let count = try r.int(max: buffer.count / 32)
+                var entries: [PageEntry] = []
+                entries.reserveCapacity(count)
+                for _ in 0..<count {
+                    guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
+                    let address = Array(buffer[r.offset..<(r.offset + 32)])
+                    r.offset += 32
+                    entries.append(PageEntry(address: address, rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
+                                             firstKey: try r.string()))
+                }
+                kinds.append(entries)
+            }
+            guard r.isAtEnd else { throw Failure(message: "trailing bytes in the manifest") }
+            return (scalars, kinds)
+        }
+    }
+
+    /// Rebuilds a state from a manifest. `fetch` gives a page's stored bytes by address; every
+    /// page is checked against its address here, and transaction and download pages are kept
+    /// encoded until read.
+    static func decode(manifest: [UInt8], cache: SnapshotPageCache? = nil, fetch: ([UInt8]) throws -> [UInt8]?) throws -> LedgerState {
+        let (scalars, kinds) = try parse(manifest)
         var s = LedgerState()
         try scalars.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
@@ -98,14 +273,44 @@ enum SnapshotCodec {
             s.catalogEvents = Int64(try r.int(max: Int(Int64.max)))
             s.restoreEvents = Int64(try r.int(max: Int(Int64.max)))
         }
-        guard pages.count == Kind.allCases.count else { throw Failure(message: "wrong number of kinds") }
+        func load(_ entry: PageEntry) throws -> [UInt8] {
+            guard let data = try fetch(entry.address) else { throw Failure(message: "missing page") }
+            guard Array(SHA256.hash(data: data)) == entry.address else { throw Failure(message: "page does not match its hash") }
+            return data
+        }
         for kind in Kind.allCases {
-            for page in pages[kind.rawValue] {
-                try page.withUnsafeBytes { buffer in
-                    var r = BinaryReader(buffer)
-                    let count = try r.int(max: buffer.count)
-                    for _ in 0..<count { try decodeRecord(kind, &r, into: &s) }
-                    guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
+            let entries = kinds[kind.rawValue]
+            switch kind {
+            case .transactions:
+                s.transactions = RecordMap(base: RecordPages(try entries.map { e in
+                    func make() throws -> RecordPage<TransactionRecord> {
+                        RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count,
+                                   storage: .encoded(try load(e), decodeTransactions))
+                    }
+                    let page = try cache?.transactionPage(e.address, load: make) ?? make()
+                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
+                    return page
+                }))
+            case .downloads:
+                s.downloads = RecordMap(base: RecordPages(try entries.map { e in
+                    func make() throws -> RecordPage<DownloadRecord> {
+                        RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count,
+                                   storage: .encoded(try load(e), decodeDownloads))
+                    }
+                    let page = try cache?.downloadPage(e.address, load: make) ?? make()
+                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
+                    return page
+                }))
+            default:
+                for entry in entries {
+                    let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+                    try raw.withUnsafeBytes { buffer in
+                        var r = BinaryReader(buffer)
+                        let count = try r.int(max: buffer.count)
+                        guard count == entry.count else { throw Failure(message: "page count differs from the manifest") }
+                        for _ in 0..<count { try decodeRecord(kind, &r, into: &s) }
+                        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
+                    }
                 }
             }
         }
@@ -122,12 +327,6 @@ enum SnapshotCodec {
         case .publishedVersions:
             let key = ContentKey(product: try r.string(), content: try r.string())
             s.publishedVersions[key] = try version(&r)
-        case .transactions:
-            let t = try transaction(&r)
-            s.transactions[t.transaction] = t
-        case .downloads:
-            let d = try download(&r)
-            s.downloads[d.download] = d
         case .copiedContent:
             let o = OwnedContent(product: try r.string(), content: try r.string(), contentVersion: try version(&r),
                                  destination: try r.string(), transaction: try r.string(), download: try r.string(),
@@ -139,6 +338,8 @@ enum SnapshotCodec {
             s.owners[try r.string()] = Int(try r.zigzag())
         case .orphanStreams:
             s.orphanStreamEvents[try r.string()] = Int64(try r.int(max: Int(Int64.max)))
+        case .transactions, .downloads:
+            throw Failure(message: "paged records in a small kind")
         }
     }
 

@@ -8,11 +8,19 @@ import GRDB
 /// truth.
 enum Snapshots {
     /// Stores a snapshot of `state`, then thins older ones so at most `keep` remain, evenly
-    /// spread over the log.
-    static func write(_ state: LedgerState, keep: Int, _ db: Database) throws {
-        try write(state, db)
+    /// spread over the log. Returns the state as stored: the same records, its transactions and
+    /// downloads now held in the snapshot's pages, so the next snapshot writes only what changed.
+    static func write(_ state: LedgerState, keep: Int, _ db: Database) throws -> LedgerState {
+        let written = try write(state, db)
+        // Snapshots another reducer version or format wrote are never read again.
+        try db.execute(sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
+                       arguments: [Reducer.version, SnapshotCodec.format])
+        let droppedStale = db.changesCount > 0
         let seqs = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
-        guard seqs.count > keep, keep >= 2 else { return }
+        guard seqs.count > keep, keep >= 2 else {
+            if droppedStale { try collectPages(db) }
+            return written
+        }
         // Drop the snapshot whose neighbours are closest together, until `keep` remain.
         var kept = seqs
         while kept.count > keep {
@@ -26,95 +34,53 @@ enum Snapshots {
             kept.remove(at: best)
         }
         try collectPages(db)
+        return written
     }
 
-    static func write(_ state: LedgerState, _ db: Database) throws {
-        let paged = SnapshotCodec.encode(state)
-        var manifest = BinaryWriter()
-        manifest.lengthPrefixed(paged.scalars)
-        for pages in paged.pages {
-            manifest.varint(UInt64(pages.count))
-            for page in pages {
-                let hash = HashChain.sha256(page)
-                manifest.bytes.append(contentsOf: hash)
-                let exists = try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)"),
-                                               arguments: [Data(hash)]) ?? false
-                if exists { continue }
-                let compressed: [UInt8]
-                do {
-                    compressed = try LZ4.compress(page)
-                } catch {
-                    throw LedgerError.storage("compressing a snapshot page failed: \(error)")
-                }
-                try db.cachedStatement(sql: "INSERT INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
-                    .execute(arguments: [Data(hash), page.count, Data(compressed)])
-            }
+    static func write(_ state: LedgerState, _ db: Database) throws -> LedgerState {
+        let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
+        let encoded = try SnapshotCodec.encode(state) { address in
+            try Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
+        }
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
+        for page in encoded.pages {
+            try insert.execute(arguments: [Data(page.address), page.rawSize, Data(page.data)])
         }
         try db.execute(sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
-                       arguments: [state.seq, Reducer.version, SnapshotCodec.format, Data(manifest.bytes)])
+                       arguments: [state.seq, Reducer.version, SnapshotCodec.format, Data(encoded.manifest)])
+        var written = state
+        written.transactions.rebase(on: encoded.transactions)
+        written.downloads.rebase(on: encoded.downloads)
+        return written
     }
 
-    /// Deletes pages no snapshot refers to any more.
+    /// Deletes pages no snapshot of this format refers to any more.
     static func collectPages(_ db: Database) throws {
         var referenced = Set<Data>()
-        for manifest in try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots") {
-            guard let (_, hashes) = try? parse(manifest) else { continue }
-            for kind in hashes { for hash in kind { referenced.insert(hash) } }
+        let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format])
+        for manifest in manifests {
+            guard let (_, kinds) = try? SnapshotCodec.parse([UInt8](manifest)) else { continue }
+            for kind in kinds { for entry in kind { referenced.insert(Data(entry.address)) } }
         }
         for hash in try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages") where !referenced.contains(hash) {
             try db.execute(sql: "DELETE FROM snapshot_pages WHERE hash = ?", arguments: [hash])
         }
     }
 
-    /// A manifest's scalars and page hashes per kind.
-    private static func parse(_ manifest: Data) throws -> ([UInt8], [[Data]]) {
-        let bytes = [UInt8](manifest)
-        return try bytes.withUnsafeBytes { buffer in
-            var r = BinaryReader(buffer)
-            let scalars = try r.bytes()
-            var kinds: [[Data]] = []
-            for _ in SnapshotCodec.Kind.allCases {
-                let count = try r.int(max: buffer.count / 32)
-                var hashes: [Data] = []
-                for _ in 0..<count {
-                    guard r.end - r.offset >= 32 else { throw BinaryReader.Failure(message: "truncated manifest") }
-                    hashes.append(Data(buffer[r.offset..<(r.offset + 32)]))
-                    r.offset += 32
-                }
-                kinds.append(hashes)
-            }
-            guard r.isAtEnd else { throw BinaryReader.Failure(message: "trailing bytes in the manifest") }
-            return (scalars, kinds)
-        }
-    }
-
     /// The newest usable snapshot at or before `seq`.
-    static func latest(_ db: Database, atOrBefore seq: Int64) throws -> LedgerState? {
+    static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache? = nil) throws -> LedgerState? {
         let rows = try Row.fetchCursor(db, sql: """
             SELECT seq, manifest FROM snapshots
             WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
             """, arguments: [seq, Reducer.version, SnapshotCodec.format])
+        let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         while let row = try rows.next() {
-            if let state = try? load(db, manifest: row[1]), state.seq == row[0] as Int64 { return state }
+            let manifest: Data = row[1]
+            let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in
+                try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }
+            }
+            if let state, state.seq == row[0] as Int64 { return state }
         }
         return nil
-    }
-
-    private static func load(_ db: Database, manifest: Data) throws -> LedgerState {
-        let (scalars, kinds) = try parse(manifest)
-        let statement = try db.cachedStatement(sql: "SELECT raw_size, data FROM snapshot_pages WHERE hash = ?")
-        let pages: [[[UInt8]]] = try kinds.map { hashes in
-            try hashes.map { hash in
-                guard let row = try Row.fetchOne(statement, arguments: [hash]) else {
-                    throw BinaryReader.Failure(message: "missing page")
-                }
-                let data: Data = row[1]
-                let raw = try data.withUnsafeBytes { try LZ4.decompress($0, originalSize: Int(clamping: row[0] as Int64)) }
-                // Every page is checked against its hash: a damaged page makes the snapshot unusable.
-                guard Data(HashChain.sha256(raw)) == hash else { throw BinaryReader.Failure(message: "page does not match its hash") }
-                return raw
-            }
-        }
-        return try SnapshotCodec.decode(scalars: scalars, pages: pages)
     }
 }

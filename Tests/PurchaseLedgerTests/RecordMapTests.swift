@@ -1,0 +1,96 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// The paged record map behind a state's transactions and downloads, and the incremental
+/// snapshots built on it.
+@Suite struct RecordMapTests {
+    static func record(_ id: String, _ product: String = "p1") -> TransactionRecord {
+        TransactionRecord(transaction: id, product: product, user: nil, quantity: 1, state: .purchasing)
+    }
+
+    /// A map with a snapshot base, as a loaded state has: changes, additions and removals on top
+    /// read like a plain dictionary with the same operations.
+    @Test func aBaseWithChangesReadsLikeADictionary() throws {
+        var plain = RecordMap<TransactionRecord>()
+        for i in 0..<1000 { plain["t\(i)"] = Self.record("t\(i)") }
+        var state = LedgerState()
+        state.transactions = plain
+        let encoded = try SnapshotCodec.encode(state) { _ in false }
+        #expect(encoded.transactions.pages.count > 1, "1,000 records span several pages")
+        var paged = RecordMap(base: encoded.transactions)
+        var reference: [String: TransactionRecord] = [:]
+        for i in 0..<1000 { reference["t\(i)"] = Self.record("t\(i)") }
+        #expect(paged == plain && paged.count == 1000)
+
+        var generator = SystemRandomNumberGenerator()
+        for step in 0..<3000 {
+            let id = "t\(Int.random(in: 0..<1200, using: &generator))"
+            switch step % 4 {
+            case 0: paged[id] = nil; reference[id] = nil
+            case 1: paged[id] = Self.record(id, "p\(step)"); reference[id] = Self.record(id, "p\(step)")
+            case 2:
+                paged[id]?.quantity += 1
+                reference[id]?.quantity += 1
+            default:
+                _ = paged.update(id) { $0.events += 1 }
+                if reference[id] != nil { reference[id]!.events += 1 }
+            }
+            #expect(paged[id] == reference[id])
+            #expect(paged.count == reference.count)
+        }
+        #expect(paged.keys == reference.keys.sorted())
+        #expect(paged.values == reference.keys.sorted().map { reference[$0]! })
+        #expect(paged.mapValues(\.quantity) == reference.mapValues(\.quantity))
+        #expect(paged.contains("t1") == (reference["t1"] != nil))
+    }
+
+    /// A record read from a shared page and changed is copied: the page, and every other state
+    /// loaded from it, still see the old record.
+    @Test func changingARecordNeverChangesTheSharedPage() throws {
+        var state = LedgerState()
+        state.transactions["t1"] = Self.record("t1")
+        let encoded = try SnapshotCodec.encode(state) { _ in false }
+        let a = RecordMap(base: encoded.transactions)
+        var b = a
+        b["t1"]?.state = .purchased
+        #expect(a["t1"]?.state == .purchasing)
+        #expect(b["t1"]?.state == .purchased)
+        #expect(RecordMap(base: encoded.transactions)["t1"]?.state == .purchasing)
+    }
+
+    /// A snapshot taken after a few changes writes only the pages holding them; the rest are
+    /// referred to by address. Every state, at every seq, still equals a fold of the log.
+    @Test func laterSnapshotsWriteOnlyChangedPages() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("incremental.ledger")
+        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
+        c.maxSnapshots = 100
+        var ledger: Ledger? = try Ledger(path: path, configuration: c)
+        try ledger!.append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
+        ledger = nil
+        c.snapshotInterval = 6002
+        ledger = try Ledger(path: path, configuration: c)
+        try ledger!.append(E.queued("t3000"))          // seq 6002: the first snapshot, every page new
+        let first = try pageCount(path)
+        for i in 3001..<3005 { try ledger!.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
+        try ledger!.append(contentsOf: [E.purchased("t3000"), E.finished("t5")])
+        // Re-registrations change no record; seq 12004 takes the second snapshot.
+        try ledger!.append(contentsOf: Array(repeating: E.product("p1"), count: 12004 - 6012))
+        let second = try pageCount(path)
+        #expect(first >= 10, "3,001 transactions span about 12 pages")
+        #expect(second - first <= 5, "the second snapshot wrote \(second - first) new pages next to \(first)")
+        let log = try ledger!.events(limit: 20_000)
+        var folded = LedgerState()
+        for e in log { Reducer.replay(&folded, e.event, seq: e.seq) }
+        #expect(try ledger!.state(atSeq: Int64(log.count)) == folded)
+        #expect(ledger!.currentState == folded)
+        let reopened = try Ledger(path: path, configuration: c)
+        #expect(reopened.currentState == folded)
+    }
+
+    private func pageCount(_ path: String) throws -> Int {
+        try DatabaseQueue(path: path).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM snapshot_pages")! }
+    }
+}

@@ -3,8 +3,8 @@ import GRDB
 import Synchronization
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
-/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 50,000
-/// events (at most 64 kept, sharing their unchanged pages).
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
+/// events (at most 128 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
     public enum Durability: String, Sendable {

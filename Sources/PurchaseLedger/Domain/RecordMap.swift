@@ -266,21 +266,20 @@ final class SnapshotPageCache: Sendable {
     }
 
     func transactionPage(_ address: [UInt8], load: () throws -> RecordPage<TransactionRecord>) rethrows -> RecordPage<TransactionRecord> {
-        if let page = pages.withLock({ $0.transactions[address] }) { return page }
-        let page = try load()
-        pages.withLock { p in
-            if p.transactions.count + p.downloads.count >= limit { p = Pages() }
-            p.transactions[address] = page
-        }
-        return page
+        try page(address, \.transactions, load)
     }
 
     func downloadPage(_ address: [UInt8], load: () throws -> RecordPage<DownloadRecord>) rethrows -> RecordPage<DownloadRecord> {
-        if let page = pages.withLock({ $0.downloads[address] }) { return page }
+        try page(address, \.downloads, load)
+    }
+
+    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: RecordPage<V>]>,
+                         _ load: () throws -> RecordPage<V>) rethrows -> RecordPage<V> {
+        if let page = pages.withLock({ $0[keyPath: kind][address] }) { return page }
         let page = try load()
         pages.withLock { p in
             if p.transactions.count + p.downloads.count >= limit { p = Pages() }
-            p.downloads[address] = page
+            p[keyPath: kind][address] = page
         }
         return page
     }

@@ -210,27 +210,21 @@ enum SnapshotCodec {
     }
 
     static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
-        var r = BinaryReader(buffer)
-        let count = try r.int(max: buffer.count)
-        var records: [(key: String, value: TransactionRecord)] = []
-        records.reserveCapacity(count)
-        for _ in 0..<count {
-            let t = try transaction(&r)
-            records.append((t.transaction, t))
-        }
-        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
-        return records
+        try decodePage(buffer) { r throws(Failure) in let t = try transaction(&r); return (t.transaction, t) }
     }
 
     static let decodeDownloads: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: DownloadRecord)] = { buffer in
+        try decodePage(buffer) { r throws(Failure) in let d = try download(&r); return (d.download, d) }
+    }
+
+    /// The records of one raw page, each with its id.
+    private static func decodePage<V>(_ buffer: UnsafeRawBufferPointer,
+                                      _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)) throws(Failure) -> [(key: String, value: V)] {
         var r = BinaryReader(buffer)
         let count = try r.int(max: buffer.count)
-        var records: [(key: String, value: DownloadRecord)] = []
+        var records: [(key: String, value: V)] = []
         records.reserveCapacity(count)
-        for _ in 0..<count {
-            let d = try download(&r)
-            records.append((d.download, d))
-        }
+        for _ in 0..<count { records.append(try record(&r)) }
         guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
         return records
     }

@@ -256,6 +256,16 @@ import Testing
         #expect(ContentVersion("1.10")!.isNewer(than: ContentVersion("1.9")!))
         #expect(ContentVersion("1")!.compare(ContentVersion("1.0")!) == 0)
         #expect(ContentVersion("2.0.13")!.compare(ContentVersion("2.0.9")!) > 0)
+        let ordered = [("0.9", "1"), ("1", "1.0.1"), ("1.2", "1.10"), ("9", "10"), ("1.2.3", "1.3"),
+                       ("123456789012345678901234567889", "123456789012345678901234567890"), ("0.0.1", "0.1")]
+        for (older, newer) in ordered {
+            #expect(ContentVersion(older)!.compare(ContentVersion(newer)!) < 0, "\(older) < \(newer)")
+            #expect(ContentVersion(newer)!.compare(ContentVersion(older)!) > 0, "\(newer) > \(older)")
+        }
+        for (a, b) in [("01.2", "1.2"), ("1.2.0.0", "1.2"), ("0", "0.0"), ("007", "7.000")] {
+            #expect(ContentVersion(a)!.compare(ContentVersion(b)!) == 0, "\(a) == \(b)")
+            #expect(ContentVersion(b)!.compare(ContentVersion(a)!) == 0, "\(b) == \(a)")
+        }
         for bad in ["", "1.", ".1", "1..2", "v1", "1.a", "-1"] { #expect(ContentVersion(bad) == nil, "\(bad)") }
 
         var s = try purchased(downloads: ["d1"])

@@ -37,6 +37,20 @@ import Testing
         let read = try ledger.events(from: 1, limit: 10_000)
         #expect(read == stored)
         #expect(try ledger.events(from: 7, limit: 3) == Array(stored[6..<9]))
+        // Every range, whatever blocks it starts, ends or falls in (blocks are decoded ahead on
+        // another thread): exactly the events asked for, in order; none for an empty range.
+        let count = Int64(stored.count)
+        for from in Int64(1)...(count + 2) {
+            for through in (from - 2)...(count + 2) {
+                var seen: [RecordedEvent] = []
+                try ledger.forEachEvent(from: from, through: through) { seen.append($0); return true }
+                let expected = from > through ? [] : stored.filter { $0.seq >= from && $0.seq <= through }
+                #expect(seen == expected, "events \(from)...\(through)")
+            }
+        }
+        var firstFive: [Int64] = []
+        try ledger.forEachEvent { firstFive.append($0.seq); return firstFive.count < 5 }
+        #expect(firstFive == [1, 2, 3, 4, 5], "a scan stops when asked")
         #expect(stored.contains { $0.appendedByLedger }, "the early finish of t4 appended a cancellation")
         // Versions within streams count from 1.
         #expect(read.filter { $0.stream == "transaction:t1" }.map(\.version) == [1, 2, 3, 4])

@@ -9,6 +9,13 @@ import PurchaseLedger
 //   ledger-bench run --workloads DIR --sizes 100000,1000000 --runs 3 --out results.json
 //   ledger-bench peak-import WORKLOAD LEDGER      (child process: prints peak RSS in KiB)
 //   ledger-bench peak-replay LEDGER               (child process: prints peak RSS in KiB)
+//
+// Loops for profilers (perf, valgrind --tool=callgrind on a stripped copy):
+//   ledger-bench profile-state LEDGER [ROUNDS]    where a state at a seq spends its time
+//   ledger-bench profile-replay-loop LEDGER [N]   N full replays, events/s of each
+//   ledger-bench profile-split LEDGER             decode alone, reduce alone, then both
+//   ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
+//   ledger-bench profile-cold-loop LEDGER SEQ [N]       N states at SEQ, each on a new Ledger
 
 struct Figure {
     var name: String
@@ -298,12 +305,42 @@ case "profile-replay-loop":
     var c = configuration()
     c.readOnly = true
     let ledger = try Ledger(path: args[1], configuration: c)
-    for _ in 0..<(Int(args[2]) ?? 3) { _ = try ledger.replayFromLog() }
+    var rates: [Double] = []
+    let last = Double(try ledger.lastSeq())
+    for _ in 0..<(Int(args[2]) ?? 3) { rates.append(last / (try time { try ledger.replayFromLog() }.1)) }
+    print(rates.map { String(format: "%.0f", $0) }.joined(separator: " "), String(format: "median %.0f", rates.sorted()[rates.count / 2]))
 case "profile-snapshot-loop":
     var c = configuration()
     c.readOnly = true
     let ledger = try Ledger(path: args[1], configuration: c)
     for _ in 0..<(Int(args[3]) ?? 10) { _ = try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }
+case "profile-split":
+    // Decode alone (into memory), then reduce alone, to see which side a replay waits on.
+    var c = configuration()
+    c.readOnly = true
+    let ledger = try Ledger(path: args[1], configuration: c)
+    for _ in 0..<3 {
+        var events: [RecordedEvent] = []
+        events.reserveCapacity(Int(try ledger.lastSeq()))
+        let (_, decode) = try time { try ledger.forEachEvent { events.append($0); return true } }
+        let (_, reduce) = time {
+            var state = LedgerState()
+            for e in events { _ = try? Reducer.reduce(&state, e.event) }
+            return state.transactions.count
+        }
+        let (_, full) = try time { try ledger.replayFromLog() }
+        print(String(format: "decode %.0f ev/s, reduce %.0f ev/s, both %.0f ev/s", Double(events.count) / decode, Double(events.count) / reduce, Double(events.count) / full))
+    }
+case "profile-cold-loop":
+    // Cold states at a seq: a new Ledger (so an empty page cache) for every call.
+    var c = configuration()
+    c.readOnly = true
+    var times: [Double] = []
+    for _ in 0..<(Int(args[3]) ?? 10) {
+        let ledger = try Ledger(path: args[1], configuration: c)
+        times.append(try time { try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }.1 * 1000)
+    }
+    print(times.map { String(format: "%.1f", $0) }.joined(separator: " "))
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
 case "crash", "flips", "fuzz":

@@ -14,11 +14,11 @@ import Synchronization
 /// ```
 public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     /// Records set since `base`, or all of them when there is no base.
-    var changes: [String: Value] = [:]
+    var changes: [RecordKey: Value] = [:]
     /// The records as of a snapshot, shared by every state loaded from it.
     var base: RecordPages<Value>? = nil
     /// Ids of `base` removed since.
-    var removed: Set<String> = []
+    var removed: Set<RecordKey> = []
     /// Ids in `changes` that `base` does not hold.
     var added = 0
 
@@ -39,28 +39,30 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     /// The record for `id`, or nil. Setting nil removes it.
     public subscript(id: String) -> Value? {
         get {
-            if let value = changes[id] { return value }
-            guard let base, !removed.contains(id) else { return nil }
+            let key = RecordKey(id)
+            if let value = changes[key] { return value }
+            guard let base, removed.isEmpty || !removed.contains(key) else { return nil }
             return base.value(for: id)
         }
         _modify {
+            let key = RecordKey(id)
             guard let base else {
-                yield &changes[id]
+                yield &changes[key]
                 return
             }
-            if changes[id] != nil {
-                yield &changes[id]
-                if changes[id] == nil {
-                    if base.value(for: id) != nil { removed.insert(id) } else { added -= 1 }
+            if changes[key] != nil {
+                yield &changes[key]
+                if changes[key] == nil {
+                    if base.value(for: id) != nil { removed.insert(key) } else { added -= 1 }
                 }
-            } else if !removed.contains(id), let value = base.value(for: id) {
-                changes[id] = value
-                yield &changes[id]
-                if changes[id] == nil { removed.insert(id) }
+            } else if removed.isEmpty || !removed.contains(key), let value = base.value(for: id) {
+                changes[key] = value
+                yield &changes[key]
+                if changes[key] == nil { removed.insert(key) }
             } else {
-                yield &changes[id]
-                if changes[id] != nil {
-                    if removed.remove(id) == nil { added += 1 }
+                yield &changes[key]
+                if changes[key] != nil {
+                    if removed.remove(key) == nil { added += 1 }
                 }
             }
         }
@@ -70,16 +72,18 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     /// without calling `body`, when there is no such record.
     @inline(__always)
     mutating func update<R>(_ id: String, _ body: (inout Value) throws -> R) rethrows -> R? {
-        if let i = changes.index(forKey: id) { return try body(&changes.values[i]) }
-        guard let base, !removed.contains(id), let value = base.value(for: id) else { return nil }
-        changes[id] = value
-        return try body(&changes[id]!)
+        let key = RecordKey(id)
+        if let i = changes.index(forKey: key) { return try body(&changes.values[i]) }
+        guard let base, removed.isEmpty || !removed.contains(key), let value = base.value(for: id) else { return nil }
+        changes[key] = value
+        return try body(&changes[key]!)
     }
 
     /// Whether a record exists for `id`, without copying it.
     public func contains(_ id: String) -> Bool {
-        if changes[id] != nil { return true }
-        guard let base, !removed.contains(id) else { return false }
+        let key = RecordKey(id)
+        if changes[key] != nil { return true }
+        guard let base, removed.isEmpty || !removed.contains(key) else { return false }
         return base.value(for: id) != nil
     }
 
@@ -101,12 +105,12 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     func forEachUnordered(_ body: (String, Value) throws -> Void) rethrows {
         if let base {
             for page in base.pages {
-                for (id, value) in page.records where changes[id] == nil && !removed.contains(id) {
+                for (id, value) in page.records where changes[RecordKey(id)] == nil && (removed.isEmpty || !removed.contains(RecordKey(id))) {
                     try body(id, value)
                 }
             }
         }
-        for (id, value) in changes { try body(id, value) }
+        for (key, value) in changes { try body(key.id, value) }
     }
 
     /// Every record, in id order.
@@ -150,7 +154,7 @@ extension RecordMap: Hashable {
 
 extension RecordMap: ExpressibleByDictionaryLiteral {
     public init(dictionaryLiteral elements: (String, Value)...) {
-        for (id, value) in elements { changes[id] = value }
+        for (id, value) in elements { changes[RecordKey(id)] = value }
     }
 }
 

@@ -117,11 +117,13 @@ public enum Reducer {
             return .applied
 
         case .transactionDeferred(let t):
-            let record = try transaction(s, t, e)
-            switch record.state {
+            let state = try transaction(s, t, e).state
+            switch state {
             case .purchasing:
-                s.transactions[t]!.state = .deferred
-                s.transactions[t]!.wasDeferred = true
+                s.transactions.update(t) { record in
+                    record.state = .deferred
+                    record.wasDeferred = true
+                }
                 return .applied
             case .deferred: return .unchanged
             default: return .anomaly(.illegalTransactionTransition)
@@ -147,12 +149,16 @@ public enum Reducer {
             switch record.state {
             case .purchasing, .deferred:
                 if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
-                s.transactions[t]!.state = .purchased
-                s.transactions[t]!.storeTransactionId = storeID
-                s.transactions[t]!.purchasedAt = e.at
-                if record.user == nil { s.transactions[t]!.user = user }
+                let (owned, revoked) = (record.product, record.revoked)
+                _ = consume record  // so the record below is changed in place, not copied
+                s.transactions.update(t) { record in
+                    record.state = .purchased
+                    record.storeTransactionId = storeID
+                    record.purchasedAt = e.at
+                    if record.user == nil { record.user = user }
+                }
                 deliver(&s, t, specs ?? [])
-                if !record.revoked { s.owners[record.product, default: 0] += 1 }
+                if !revoked { s.owners[owned, default: 0] += 1 }
                 return .applied
             case .purchased:
                 guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []) else {
@@ -167,9 +173,12 @@ public enum Reducer {
             let record = try transaction(s, t, e)
             switch record.state {
             case .purchasing, .deferred:
-                s.transactions[t]!.state = .failed
-                s.transactions[t]!.error = error
-                s.transactions[t]!.failedAt = e.at
+                _ = consume record
+                s.transactions.update(t) { record in
+                    record.state = .failed
+                    record.error = error
+                    record.failedAt = e.at
+                }
                 return .applied
             case .failed where record.error == error: return .unchanged
             default: return .anomaly(.illegalTransactionTransition)
@@ -199,32 +208,40 @@ public enum Reducer {
             if record.revoked {
                 return record.revocationReason == reason ? .unchanged : .anomaly(.illegalTransactionTransition)
             }
-            s.transactions[t]!.revoked = true
-            s.transactions[t]!.revocationReason = reason
-            s.transactions[t]!.revokedAt = e.at
-            s.owners[record.product, default: 0] -= 1
+            let product = record.product
+            _ = consume record
+            s.transactions.update(t) { record in
+                record.revoked = true
+                record.revocationReason = reason
+                record.revokedAt = e.at
+            }
+            s.owners[product, default: 0] -= 1
             return .applied
 
         case .transactionFinished(let t, let discard):
             let record = try transaction(s, t, e)
             try checkFinish(s, record, discard: discard, e)
-            for id in record.downloads {
-                guard var download = s.downloads[id] else { continue }
-                if download.inFlight {
-                    // Normally already cancelled by the events `plan` stored before this finish.
-                    download.state = .cancelled
-                    download.cancelReason = .transactionFinished
-                    download.lastActivityAt = e.at
-                } else if download.state == .finished && !download.copiedOut && discard {
-                    download.discarded = true
+            let downloads = record.downloads
+            _ = consume record
+            var discarded = false
+            for id in downloads {
+                s.downloads.update(id) { download in
+                    if download.inFlight {
+                        // Normally already cancelled by the events `plan` stored before this finish.
+                        download.state = .cancelled
+                        download.cancelReason = .transactionFinished
+                        download.lastActivityAt = e.at
+                    } else if download.state == .finished && !download.copiedOut && discard {
+                        download.discarded = true
+                    }
+                    download.contentURL = nil
+                    discarded = discarded || download.discarded
                 }
-                download.contentURL = nil
-                s.downloads[id] = download
             }
-            s.transactions[t]!.finished = true
-            s.transactions[t]!.finishedAt = e.at
-            if discard && record.downloads.contains(where: { s.downloads[$0]?.discarded == true }) {
-                s.transactions[t]!.discardedContent = true
+            s.transactions.update(t) { record in
+                record.finished = true
+                record.finishedAt = e.at
+                if discard && discarded { record.discardedContent = true }
             }
             return .applied
 
@@ -237,6 +254,7 @@ public enum Reducer {
             guard startable else {
                 throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a download never started, failed or cancelled can start", e)
             }
+            _ = consume download
             s.downloads.update(d) { next in
                 next.started = true
                 next.state = .waiting
@@ -257,8 +275,11 @@ public enum Reducer {
             guard download.started, download.state == .waiting || download.state == .active else {
                 throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a waiting (started) or active download can pause", e)
             }
-            s.downloads[d]!.state = .paused
-            s.downloads[d]!.lastActivityAt = e.at
+            _ = consume download
+            s.downloads.update(d) { next in
+                next.state = .paused
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadResumed(let d):
@@ -266,8 +287,11 @@ public enum Reducer {
             guard download.state == .paused else {
                 throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a paused download can resume", e)
             }
-            s.downloads[d]!.state = .waiting
-            s.downloads[d]!.lastActivityAt = e.at
+            _ = consume download
+            s.downloads.update(d) { next in
+                next.state = .waiting
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadCancelled(let d, let reason):
@@ -275,9 +299,12 @@ public enum Reducer {
             guard download.inFlight else {
                 throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a started, active or paused download can be cancelled", e)
             }
-            s.downloads[d]!.state = .cancelled
-            s.downloads[d]!.cancelReason = reason
-            s.downloads[d]!.lastActivityAt = e.at
+            _ = consume download
+            s.downloads.update(d) { next in
+                next.state = .cancelled
+                next.cancelReason = reason
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
@@ -290,6 +317,7 @@ public enum Reducer {
                download.timeRemaining == remaining {
                 return .unchanged
             }
+            _ = consume download
             s.downloads.update(d) { next in
                 next.state = .active
                 next.progress = progress
@@ -305,6 +333,7 @@ public enum Reducer {
             guard download.started, download.state == .waiting || download.state == .active else {
                 return .anomaly(.illegalDownloadTransition)
             }
+            _ = consume download
             s.downloads.update(d) { next in
                 next.state = .finished
                 next.progress = 1
@@ -321,10 +350,13 @@ public enum Reducer {
             guard download.started, download.state == .waiting || download.state == .active else {
                 return .anomaly(.illegalDownloadTransition)
             }
-            s.downloads[d]!.state = .failed
-            s.downloads[d]!.error = error
-            s.downloads[d]!.timeRemaining = nil
-            s.downloads[d]!.lastActivityAt = e.at
+            _ = consume download
+            s.downloads.update(d) { next in
+                next.state = .failed
+                next.error = error
+                next.timeRemaining = nil
+                next.lastActivityAt = e.at
+            }
             return .applied
 
         case .contentCopiedOut(let d, let destination, _, let bytes):
@@ -335,14 +367,15 @@ public enum Reducer {
             guard download.state == .finished else {
                 throw .violation(.copyOutBeforeFinished, "download \(d) is \(describe(download)); content can be copied out only once the download has finished", e)
             }
+            let (owner, content, version) = (download.transaction, download.content, download.contentVersion)
+            _ = consume download
             s.downloads.update(d) { next in
                 next.copiedOut = true
                 next.destination = destination
                 next.bytesCopied = bytes
                 next.copiedOutAt = e.at
             }
-            if let t = download.transaction, let product = s.transactions[t]?.product,
-               let content = download.content, let version = download.contentVersion {
+            if let t = owner, let product = s.transactions[t]?.product, let content, let version {
                 s.copiedContent[ContentKey(product: product, content: content)] = OwnedContent(
                     product: product, content: content, contentVersion: version, destination: destination,
                     transaction: t, download: d, copiedAt: e.at)
@@ -459,10 +492,11 @@ public enum Reducer {
                 download: spec.download, transaction: t, content: spec.content,
                 contentVersion: spec.contentVersion, contentLength: spec.contentLength)
         }
-        s.transactions[t]!.downloads = specs.map(\.download)
-        if let product = s.transactions[t]?.product {
-            publish(&s, product, specs.map { ($0.content, $0.contentVersion) })
-        }
+        guard !specs.isEmpty, let product = s.transactions.update(t, { record in
+            record.downloads = specs.map(\.download)
+            return record.product
+        }) else { return }
+        publish(&s, product, specs.map { ($0.content, $0.contentVersion) })
     }
 
     /// The downloads a transaction was delivered with, as the store described them.

@@ -56,116 +56,124 @@ public struct TransactionRecord: Sendable, Hashable {
         var events: Int64 = 0
     }
 
-    final class Box: @unchecked Sendable {
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
+    // A ManagedBuffer's header is reached through a pointer, so reading and changing it skips the
+    // dynamic exclusivity checks a class's stored property costs on every access.
+    // ManagedBuffer is never Sendable; a record's box is, as its value type: shared boxes are only
+    // read, and changed only once isKnownUniquelyReferenced says nothing else holds them.
+    final class Box: ManagedBuffer<Fields, UInt8> {
+        static func make(_ fields: Fields) -> Box {
+            unsafeDowncast(Box.create(minimumCapacity: 0) { _ in fields }, to: Box.self)
+        }
+
+        /// The fields, in place for as long as the box lives (a header never moves).
+        @inline(__always) var fields: UnsafeMutablePointer<Fields> { withUnsafeMutablePointerToHeader { $0 } }
     }
 
-    private var box: Box
+    nonisolated(unsafe) private var box: Box
 
     init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
-        box = Box(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
+        box = Box.make(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
     }
 
     var fields: Fields {
-        _read { yield box.fields }
+        _read { yield box.fields.pointee }
         _modify {
-            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
-            yield &box.fields
+            if !isKnownUniquelyReferenced(&box) { box = Box.make(box.fields.pointee) }
+            yield &box.fields.pointee
         }
     }
 
     public var transaction: String {
-        get { box.fields.transaction }
+        get { box.fields.pointee.transaction }
         _modify { yield &fields.transaction }
     }
     public var product: String {
-        get { box.fields.product }
+        get { box.fields.pointee.product }
         _modify { yield &fields.product }
     }
     public var user: String? {
-        get { box.fields.user }
+        get { box.fields.pointee.user }
         _modify { yield &fields.user }
     }
     public var quantity: Int {
-        get { box.fields.quantity }
+        get { box.fields.pointee.quantity }
         _modify { yield &fields.quantity }
     }
     public var state: TransactionStatus {
-        get { box.fields.state }
+        get { box.fields.pointee.state }
         _modify { yield &fields.state }
     }
     public var finished: Bool {
-        get { box.fields.finished }
+        get { box.fields.pointee.finished }
         _modify { yield &fields.finished }
     }
     public var revoked: Bool {
-        get { box.fields.revoked }
+        get { box.fields.pointee.revoked }
         _modify { yield &fields.revoked }
     }
     public var revocationReason: String? {
-        get { box.fields.revocationReason }
+        get { box.fields.pointee.revocationReason }
         _modify { yield &fields.revocationReason }
     }
     public var originalTransaction: String? {
-        get { box.fields.originalTransaction }
+        get { box.fields.pointee.originalTransaction }
         _modify { yield &fields.originalTransaction }
     }
     public var storeTransactionId: String? {
-        get { box.fields.storeTransactionId }
+        get { box.fields.pointee.storeTransactionId }
         _modify { yield &fields.storeTransactionId }
     }
     /// Its downloads, in delivery order.
     public var downloads: [String] {
-        get { box.fields.downloads }
+        get { box.fields.pointee.downloads }
         _modify { yield &fields.downloads }
     }
     public var error: StoreError? {
-        get { box.fields.error }
+        get { box.fields.pointee.error }
         _modify { yield &fields.error }
     }
     /// Whether it went through Ask to Buy.
     public var wasDeferred: Bool {
-        get { box.fields.wasDeferred }
+        get { box.fields.pointee.wasDeferred }
         _modify { yield &fields.wasDeferred }
     }
     /// Whether finishing it discarded finished content that was never copied out.
     public var discardedContent: Bool {
-        get { box.fields.discardedContent }
+        get { box.fields.pointee.discardedContent }
         _modify { yield &fields.discardedContent }
     }
     public var queuedAt: Timestamp? {
-        get { box.fields.queuedAt }
+        get { box.fields.pointee.queuedAt }
         _modify { yield &fields.queuedAt }
     }
     /// When it became purchased or restored.
     public var purchasedAt: Timestamp? {
-        get { box.fields.purchasedAt }
+        get { box.fields.pointee.purchasedAt }
         _modify { yield &fields.purchasedAt }
     }
     public var failedAt: Timestamp? {
-        get { box.fields.failedAt }
+        get { box.fields.pointee.failedAt }
         _modify { yield &fields.failedAt }
     }
     public var finishedAt: Timestamp? {
-        get { box.fields.finishedAt }
+        get { box.fields.pointee.finishedAt }
         _modify { yield &fields.finishedAt }
     }
     public var revokedAt: Timestamp? {
-        get { box.fields.revokedAt }
+        get { box.fields.pointee.revokedAt }
         _modify { yield &fields.revokedAt }
     }
     /// Events stored in its stream (`transaction:<id>`).
     public var events: Int64 {
-        get { box.fields.events }
+        get { box.fields.pointee.events }
         _modify { yield &fields.events }
     }
 
     /// Purchased or restored, and not refunded: it grants its product.
     public var grantsOwnership: Bool { (state == .purchased || state == .restored) && !revoked }
 
-    public static func == (a: TransactionRecord, b: TransactionRecord) -> Bool { a.box === b.box || a.box.fields == b.box.fields }
-    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields) }
+    public static func == (a: TransactionRecord, b: TransactionRecord) -> Bool { a.box === b.box || a.box.fields.pointee == b.box.fields.pointee }
+    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields.pointee) }
 }
 
 /// One download as the ledger knows it now.
@@ -199,127 +207,135 @@ public struct DownloadRecord: Sendable, Hashable {
         var events: Int64 = 0
     }
 
-    final class Box: @unchecked Sendable {
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
+    // A ManagedBuffer's header is reached through a pointer, so reading and changing it skips the
+    // dynamic exclusivity checks a class's stored property costs on every access.
+    // ManagedBuffer is never Sendable; a record's box is, as its value type: shared boxes are only
+    // read, and changed only once isKnownUniquelyReferenced says nothing else holds them.
+    final class Box: ManagedBuffer<Fields, UInt8> {
+        static func make(_ fields: Fields) -> Box {
+            unsafeDowncast(Box.create(minimumCapacity: 0) { _ in fields }, to: Box.self)
+        }
+
+        /// The fields, in place for as long as the box lives (a header never moves).
+        @inline(__always) var fields: UnsafeMutablePointer<Fields> { withUnsafeMutablePointerToHeader { $0 } }
     }
 
-    private var box: Box
+    nonisolated(unsafe) private var box: Box
 
     init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
-        box = Box(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
+        box = Box.make(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
     }
 
     var fields: Fields {
-        _read { yield box.fields }
+        _read { yield box.fields.pointee }
         _modify {
-            if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
-            yield &box.fields
+            if !isKnownUniquelyReferenced(&box) { box = Box.make(box.fields.pointee) }
+            yield &box.fields.pointee
         }
     }
 
     public var download: String {
-        get { box.fields.download }
+        get { box.fields.pointee.download }
         _modify { yield &fields.download }
     }
     /// The owning transaction; nil for standalone content registered by URL.
     public var transaction: String? {
-        get { box.fields.transaction }
+        get { box.fields.pointee.transaction }
         _modify { yield &fields.transaction }
     }
     /// The registered URL, for standalone content.
     public var url: String? {
-        get { box.fields.url }
+        get { box.fields.pointee.url }
         _modify { yield &fields.url }
     }
     public var content: String? {
-        get { box.fields.content }
+        get { box.fields.pointee.content }
         _modify { yield &fields.content }
     }
     public var contentVersion: ContentVersion? {
-        get { box.fields.contentVersion }
+        get { box.fields.pointee.contentVersion }
         _modify { yield &fields.contentVersion }
     }
     public var contentLength: Int64? {
-        get { box.fields.contentLength }
+        get { box.fields.pointee.contentLength }
         _modify { yield &fields.contentLength }
     }
     public var state: DownloadStatus {
-        get { box.fields.state }
+        get { box.fields.pointee.state }
         _modify { yield &fields.state }
     }
     /// False until the app first starts it.
     public var started: Bool {
-        get { box.fields.started }
+        get { box.fields.pointee.started }
         _modify { yield &fields.started }
     }
     public var progress: Double {
-        get { box.fields.progress }
+        get { box.fields.pointee.progress }
         _modify { yield &fields.progress }
     }
     public var bytesWritten: Int64? {
-        get { box.fields.bytesWritten }
+        get { box.fields.pointee.bytesWritten }
         _modify { yield &fields.bytesWritten }
     }
     public var timeRemaining: Double? {
-        get { box.fields.timeRemaining }
+        get { box.fields.pointee.timeRemaining }
         _modify { yield &fields.timeRemaining }
     }
     /// Where the finished content is, until its transaction finishes. Never set after the finish.
     public var contentURL: String? {
-        get { box.fields.contentURL }
+        get { box.fields.pointee.contentURL }
         _modify { yield &fields.contentURL }
     }
     public var copiedOut: Bool {
-        get { box.fields.copiedOut }
+        get { box.fields.pointee.copiedOut }
         _modify { yield &fields.copiedOut }
     }
     public var destination: String? {
-        get { box.fields.destination }
+        get { box.fields.pointee.destination }
         _modify { yield &fields.destination }
     }
     public var bytesCopied: Int64? {
-        get { box.fields.bytesCopied }
+        get { box.fields.pointee.bytesCopied }
         _modify { yield &fields.bytesCopied }
     }
     /// Finished content the app chose to drop at finish (`discardContent`).
     public var discarded: Bool {
-        get { box.fields.discarded }
+        get { box.fields.pointee.discarded }
         _modify { yield &fields.discarded }
     }
     public var error: StoreError? {
-        get { box.fields.error }
+        get { box.fields.pointee.error }
         _modify { yield &fields.error }
     }
     public var cancelReason: CancelReason? {
-        get { box.fields.cancelReason }
+        get { box.fields.pointee.cancelReason }
         _modify { yield &fields.cancelReason }
     }
     /// Number of times it was started.
     public var attempts: Int {
-        get { box.fields.attempts }
+        get { box.fields.pointee.attempts }
         _modify { yield &fields.attempts }
     }
     public var startedAt: Timestamp? {
-        get { box.fields.startedAt }
+        get { box.fields.pointee.startedAt }
         _modify { yield &fields.startedAt }
     }
     /// When the last progress, finish, failure, pause, resume or cancel happened.
     public var lastActivityAt: Timestamp? {
-        get { box.fields.lastActivityAt }
+        get { box.fields.pointee.lastActivityAt }
         _modify { yield &fields.lastActivityAt }
     }
     public var finishedAt: Timestamp? {
-        get { box.fields.finishedAt }
+        get { box.fields.pointee.finishedAt }
         _modify { yield &fields.finishedAt }
     }
     public var copiedOutAt: Timestamp? {
-        get { box.fields.copiedOutAt }
+        get { box.fields.pointee.copiedOutAt }
         _modify { yield &fields.copiedOutAt }
     }
     /// Events stored in its stream (`download:<id>`).
     public var events: Int64 {
-        get { box.fields.events }
+        get { box.fields.pointee.events }
         _modify { yield &fields.events }
     }
 
@@ -329,8 +345,8 @@ public struct DownloadRecord: Sendable, Hashable {
     /// Started and not yet at rest: the states an early finish cancels.
     var inFlight: Bool { started && (state == .waiting || state == .active || state == .paused) }
 
-    public static func == (a: DownloadRecord, b: DownloadRecord) -> Bool { a.box === b.box || a.box.fields == b.box.fields }
-    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields) }
+    public static func == (a: DownloadRecord, b: DownloadRecord) -> Bool { a.box === b.box || a.box.fields.pointee == b.box.fields.pointee }
+    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields.pointee) }
 }
 
 extension TransactionRecord {

@@ -62,27 +62,33 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
         return sawDigit
     }
 
-    /// Numeric comparison, part by part: negative when `self` is older than `other`.
+    /// Numeric comparison, part by part: negative when `self` is older than `other`. Missing parts
+    /// count as 0 (`1.2` equals `1.2.0`), and parts are numbers of any size.
     public func compare(_ other: ContentVersion) -> Int {
-        var a = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).makeIterator()
-        var b = other.text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false).makeIterator()
-        while true {
-            let x = a.next()
-            let y = b.next()
-            if x == nil && y == nil { return 0 }
-            let c = ContentVersion.compareDigits(x.map(Array.init) ?? [], y.map(Array.init) ?? [])
-            if c != 0 { return c }
-        }
+        if text == other.text { return 0 }
+        var a = text, b = other.text
+        return a.withUTF8 { x in b.withUTF8 { y in ContentVersion.compare(x, y) } }
     }
 
     public func isNewer(than other: ContentVersion) -> Bool { compare(other) > 0 }
 
-    /// Compares two runs of ASCII digits as numbers of any size.
-    private static func compareDigits(_ x: [UInt8], _ y: [UInt8]) -> Int {
-        let a = x.drop { $0 == UInt8(ascii: "0") }
-        let b = y.drop { $0 == UInt8(ascii: "0") }
-        if a.count != b.count { return a.count < b.count ? -1 : 1 }
-        for (p, q) in zip(a, b) where p != q { return p < q ? -1 : 1 }
+    private static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
+        let dot = UInt8(ascii: "."), zero = UInt8(ascii: "0")
+        // i and j are the starts of the next parts; past the end (count + 1) once a side is used up.
+        var i = 0, j = 0
+        while i <= x.count || j <= y.count {
+            var xEnd = i, yEnd = j
+            while xEnd < x.count && x[xEnd] != dot { xEnd += 1 }
+            while yEnd < y.count && y[yEnd] != dot { yEnd += 1 }
+            var p = i, q = j
+            while p < xEnd && x[p] == zero { p += 1 }
+            while q < yEnd && y[q] == zero { q += 1 }
+            let xDigits = max(0, xEnd - p), yDigits = max(0, yEnd - q)
+            if xDigits != yDigits { return xDigits < yDigits ? -1 : 1 }
+            for k in 0..<xDigits where x[p + k] != y[q + k] { return x[p + k] < y[q + k] ? -1 : 1 }
+            i = max(i, xEnd) + 1
+            j = max(j, yEnd) + 1
+        }
         return 0
     }
 

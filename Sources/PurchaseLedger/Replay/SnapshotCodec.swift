@@ -192,16 +192,16 @@ enum SnapshotCodec {
             return RecordPages(out)
         }
         var changedByPage: [Int: [(key: String, value: V)]] = [:]
-        for (id, value) in map.changes { changedByPage[base.pageIndex(for: id), default: []].append((id, value)) }
+        for (key, value) in map.changes { changedByPage[base.pageIndex(for: key.id), default: []].append((key.id, value)) }
         var removedByPage = Set<Int>()
-        for id in map.removed { removedByPage.insert(base.pageIndex(for: id)) }
+        for key in map.removed { removedByPage.insert(base.pageIndex(for: key.id)) }
         for (i, page) in base.pages.enumerated() {
             let changed = changedByPage[i]
             if changed == nil && !removedByPage.contains(i), try stored(page.address) {
                 out.append(page)
                 continue
             }
-            var merged = page.records.filter { map.changes[$0.key] == nil && !map.removed.contains($0.key) }
+            var merged = page.records.filter { map.changes[RecordKey($0.key)] == nil && !map.removed.contains(RecordKey($0.key)) }
             merged.append(contentsOf: changed ?? [])
             merged.sort { $0.key < $1.key }
             try emit(merged)

@@ -184,18 +184,21 @@ enum EventStore {
             SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
             WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
             """, arguments: [seq, last])
-        while let block = try blocks.next() {
+        if !integrity {
+            guard try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body) else { return }
+        }
+        while integrity, let block = try blocks.next() {
             let first: Int64 = block[0]
             let blockLast: Int64 = block[1]
             let raw: [UInt8]
             do {
-                raw = try decodeBlock(db, block, dictionaries: &dictionaries)
+                raw = try decompress(sealedBlock(db, block, from: seq, through: last, dictionaries: &dictionaries))
             } catch let error as LedgerError {
                 guard let onCorrupt else { throw error }
                 try onCorrupt(error)
                 continue
             }
-            let lastLink = integrity ? [UInt8](block[6] as Data) : []
+            let lastLink = [UInt8](block[6] as Data)
             let keepGoing = try raw.withUnsafeBytes { buffer throws -> Bool in
                 var r = BinaryReader(buffer)
                 var previous: (at: Int64, recorded: Int64) = (0, 0)
@@ -204,11 +207,8 @@ enum EventStore {
                     while !r.isAtEnd {
                         let entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
                         if s >= seq && s <= last {
-                            var out = Entry(event: entry.event, payload: [])
-                            if integrity {
-                                out.payload = Array(buffer[entry.payload])
-                                out.link = .prefix(Array(buffer[entry.linkPrefix]), blockLast: s == blockLast ? lastLink : nil)
-                            }
+                            let out = Entry(event: entry.event, payload: Array(buffer[entry.payload]),
+                                            link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: s == blockLast ? lastLink : nil))
                             if try !body(out) { return false }
                         }
                         s += 1
@@ -253,36 +253,145 @@ enum EventStore {
         }
     }
 
-    private static func decodeBlock(_ db: Database, _ block: Row, dictionaries: inout [Int64: [UInt8]]) throws -> [UInt8] {
+    // MARK: - Sealed blocks
+
+    /// One sealed block as read from its row: everything needed to decode it away from the
+    /// database (its dictionary resolved), or the reason it cannot be.
+    struct SealedBlock: Sendable {
+        var first: Int64
+        var last: Int64
+        /// The seqs the scan wants from it: `from` through `through` (none when `from > through`).
+        var from: Int64
+        var through: Int64
+        var codec: BlockCodec = .raw
+        var rawSize: Int = 0
+        var data: [UInt8] = []
+        var dictionary: [UInt8]? = nil
+        /// Why the block cannot be decoded, found while reading its row.
+        var failure: LedgerError? = nil
+    }
+
+    private static func sealedBlock(_ db: Database, _ block: Row, from seq: Int64, through last: Int64,
+                                    dictionaries: inout [Int64: [UInt8]]) throws -> SealedBlock {
         let first: Int64 = block[0]
-        let last: Int64 = block[1]
+        let blockLast: Int64 = block[1]
+        var sealed = SealedBlock(first: first, last: blockLast, from: seq, through: last)
         let codecValue: Int64 = block[2]
         guard let codec = BlockCodec(rawValue: Int(codecValue)) else {
-            throw LedgerError.corrupt("the block of events \(first)...\(last) has unknown codec \(codecValue)", seq: first)
+            sealed.failure = .corrupt("the block of events \(first)...\(blockLast) has unknown codec \(codecValue)", seq: first)
+            return sealed
         }
-        guard let data = block[5] as Data? else {
-            throw LedgerError.corrupt("the block of events \(first)...\(last) has no data", seq: first)
+        sealed.codec = codec
+        sealed.rawSize = Int(clamping: block[4] as Int64)
+        guard let data = try block.withUnsafeData(atIndex: 5, { $0.map { [UInt8]($0) } }) else {
+            sealed.failure = .corrupt("the block of events \(first)...\(blockLast) has no data", seq: first)
+            return sealed
         }
-        let rawSize: Int64 = block[4]
-        do {
-            switch codec {
-            case .raw:
-                return [UInt8](data)
-            case .lz4:
-                return try data.withUnsafeBytes { try LZ4.decompress($0, originalSize: Int(clamping: rawSize)) }
-            case .lz4Dictionary:
-                guard let id: Int64 = block[3] else { throw LZ4.Failure(description: "no dictionary id") }
-                if dictionaries[id] == nil {
-                    guard let bytes = try Data.fetchOne(db, sql: "SELECT bytes FROM dictionaries WHERE id = ?", arguments: [id]) else {
-                        throw LZ4.Failure(description: "dictionary \(id) is missing")
-                    }
-                    dictionaries[id] = [UInt8](bytes)
-                }
-                let dictionary = dictionaries[id]
-                return try data.withUnsafeBytes { try LZ4.decompress($0, originalSize: Int(clamping: rawSize), dictionary: dictionary) }
+        sealed.data = data
+        if codec == .lz4Dictionary {
+            guard let id: Int64 = block[3] else {
+                sealed.failure = .corrupt("the block of events \(first)...\(blockLast) does not decompress (no dictionary id)", seq: first)
+                return sealed
             }
-        } catch let failure as LZ4.Failure {
-            throw LedgerError.corrupt("the block of events \(first)...\(last) does not decompress (\(failure.description))", seq: first)
+            if dictionaries[id] == nil {
+                guard let bytes = try Data.fetchOne(db, sql: "SELECT bytes FROM dictionaries WHERE id = ?", arguments: [id]) else {
+                    sealed.failure = .corrupt("the block of events \(first)...\(blockLast) does not decompress (dictionary \(id) is missing)", seq: first)
+                    return sealed
+                }
+                dictionaries[id] = [UInt8](bytes)
+            }
+            sealed.dictionary = dictionaries[id]
+        }
+        return sealed
+    }
+
+    /// The block's frames, decompressed.
+    private static func decompress(_ block: SealedBlock) throws -> [UInt8] {
+        if let failure = block.failure { throw failure }
+        do {
+            switch block.codec {
+            case .raw:
+                return block.data
+            case .lz4, .lz4Dictionary:
+                return try block.data.withUnsafeBytes { try LZ4.decompress($0, originalSize: block.rawSize, dictionary: block.dictionary) }
+            }
+        } catch let error as LZ4.Failure {
+            throw LedgerError.corrupt("the block of events \(block.first)...\(block.last) does not decompress (\(error.description))", seq: block.first)
+        }
+    }
+
+    /// The wanted events of a sealed block, in order, and what stopped the decoding early or
+    /// found the block wrong: the events before a damaged frame are still returned.
+    static func decodeEvents(_ block: SealedBlock) -> (events: [RecordedEvent], failure: LedgerError?) {
+        let raw: [UInt8]
+        do {
+            raw = try decompress(block)
+        } catch {
+            return ([], error as? LedgerError ?? .corrupt("the block of events \(block.first)...\(block.last) does not decode (\(error))", seq: block.first))
+        }
+        var events: [RecordedEvent] = []
+        let wanted = min(block.last, block.through).subtractingReportingOverflow(max(block.first, block.from))
+        events.reserveCapacity(wanted.overflow || wanted.partialValue < 0 ? 0 : Int(min(wanted.partialValue, 4095)) + 1)
+        let failure = raw.withUnsafeBytes { buffer -> LedgerError? in
+            var r = BinaryReader(buffer)
+            var previous: (at: Int64, recorded: Int64) = (0, 0)
+            var s = block.first
+            do throws(BinaryReader.Failure) {
+                while !r.isAtEnd {
+                    let entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
+                    if s >= block.from && s <= block.through { events.append(entry.event) }
+                    s += 1
+                }
+            } catch {
+                return .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s)
+            }
+            if s != block.last + 1 {
+                return .corrupt("the block of events \(block.first)...\(block.last) holds \(s - block.first) events", seq: block.first)
+            }
+            return nil
+        }
+        return (events, failure)
+    }
+
+    /// A block being decoded on the scan's decoding queue; `done` is signalled once it is filled.
+    private final class PendingBlock: @unchecked Sendable {
+        let done = DispatchSemaphore(value: 0)
+        var events: [RecordedEvent] = []
+        var failure: LedgerError?
+    }
+
+    /// How many blocks are read ahead of the one being handed over.
+    private static let readAhead = 3
+
+    /// Hands over the sealed blocks' events while the next blocks are decompressed and decoded on
+    /// another thread, so decoding and the caller's work (a replay's reducer) overlap. Rows are
+    /// still read here, on the database's thread, and `body` and `onCorrupt` are called here, in
+    /// log order. Returns false when `body` asked to stop.
+    private static func scanPipelined(_ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
+                                      dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+                                      _ body: (Entry) throws -> Bool) throws -> Bool {
+        let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
+        var pending: [PendingBlock] = []
+        var exhausted = false
+        while true {
+            while !exhausted && pending.count < readAhead {
+                guard let row = try blocks.next() else { exhausted = true; break }
+                let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries)
+                let slot = PendingBlock()
+                queue.async {
+                    (slot.events, slot.failure) = decodeEvents(block)
+                    slot.done.signal()
+                }
+                pending.append(slot)
+            }
+            guard !pending.isEmpty else { return true }
+            let slot = pending.removeFirst()
+            slot.done.wait()
+            for event in slot.events where try !body(Entry(event: event, payload: [])) { return false }
+            if let failure = slot.failure {
+                guard let onCorrupt else { throw failure }
+                try onCorrupt(failure)
+            }
         }
     }
 

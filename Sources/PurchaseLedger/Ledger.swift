@@ -144,10 +144,12 @@ public final class Ledger: Sendable {
         let initial: (LedgerState, [UInt8])
         var damage: LedgerError?
         let pool = self.pool
+        let pageCache = self.pageCache
         do {
             try Ledger.prepare(pool, configuration: configuration, path: path)
+            // Through the page cache: a later state at an earlier seq shares most of these pages.
             initial = try pool.read { db in
-                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, damage: $0) }
+                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: pageCache, damage: $0) }
             }
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
@@ -267,7 +269,7 @@ public final class Ledger: Sendable {
                 throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
             }
             if w.stale {
-                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max) }
+                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
                 w.stale = false
             }
             var mutated = false
@@ -286,7 +288,7 @@ public final class Ledger: Sendable {
                 // now, or, if that fails too, before the next append.
                 if mutated {
                     do {
-                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max) }
+                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
                     } catch {
                         w.stale = true
                     }
@@ -305,7 +307,7 @@ public final class Ledger: Sendable {
         let last = try EventStore.lastSeq(db)
         guard last != w.state.seq else { return false }
         if last < w.state.seq {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max)
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache)
             return true
         }
         try EventStore.scan(db, from: w.state.seq + 1) { entry in
@@ -355,6 +357,7 @@ public final class Ledger: Sendable {
                 if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
                     // At exact multiples of the interval, whatever the batch sizes.
                     w.state = try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
+                    pageCache.remember(w.state)
                 }
             }
         }

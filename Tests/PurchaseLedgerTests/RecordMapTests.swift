@@ -86,8 +86,24 @@ import Testing
         for e in log { Reducer.replay(&folded, e.event, seq: e.seq) }
         #expect(try ledger!.state(atSeq: Int64(log.count)) == folded)
         #expect(ledger!.currentState == folded)
+        // The pages the writer just wrote are remembered: the state at that snapshot reads none.
+        let live = try ledger!.state(atSeq: 12004)
+        #expect(shared(live, ledger!.currentState) == ledger!.currentState.transactions.base?.pages.count)
         let reopened = try Ledger(path: path, configuration: c)
         #expect(reopened.currentState == folded)
+        // Opening loaded the latest snapshot through the page cache, so the state at the first
+        // snapshot reuses every page the two share instead of reading and checking it again.
+        let earlier = try reopened.state(atSeq: 6002)
+        #expect(shared(earlier, reopened.currentState) >= first - 5, "pages shared with the open state")
+        var foldedEarlier = LedgerState()
+        for e in log.prefix(6002) { Reducer.replay(&foldedEarlier, e.event, seq: e.seq) }
+        #expect(earlier == foldedEarlier)
+    }
+
+    /// Transaction pages two states hold as the same objects.
+    private func shared(_ a: LedgerState, _ b: LedgerState) -> Int {
+        let mine = a.transactions.base?.pages ?? []
+        return (b.transactions.base?.pages ?? []).filter { page in mine.contains { $0 === page } }.count
     }
 
     private func pageCount(_ path: String) throws -> Int {

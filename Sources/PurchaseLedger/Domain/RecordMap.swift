@@ -277,6 +277,21 @@ final class SnapshotPageCache: Sendable {
         try page(address, \.downloads, load)
     }
 
+    /// Keeps the pages `state` holds its records in (say, those a snapshot just wrote), so a
+    /// state loaded from that snapshot later finds them here.
+    func remember(_ state: LedgerState) {
+        pages.withLock { p in
+            let incoming = (state.transactions.base?.pages.count ?? 0) + (state.downloads.base?.pages.count ?? 0)
+            if p.transactions.count + p.downloads.count + incoming > limit { p = Pages() }
+            for page in state.transactions.base?.pages ?? [] where p.transactions[page.address] == nil {
+                p.transactions[page.address] = page
+            }
+            for page in state.downloads.base?.pages ?? [] where p.downloads[page.address] == nil {
+                p.downloads[page.address] = page
+            }
+        }
+    }
+
     private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: RecordPage<V>]>,
                          _ load: () throws -> RecordPage<V>) rethrows -> RecordPage<V> {
         if let page = pages.withLock({ $0[keyPath: kind][address] }) { return page }

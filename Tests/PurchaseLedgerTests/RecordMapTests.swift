@@ -100,6 +100,27 @@ import Testing
         #expect(earlier == foldedEarlier)
     }
 
+    /// The page cache stays within its limit by dropping the least recently used pages.
+    @Test func thePageCacheDropsTheLeastRecentlyUsedPages() {
+        let cache = SnapshotPageCache(limit: 4)
+        func page(_ name: String) -> RecordPage<TransactionRecord> {
+            RecordPage(address: Array(name.utf8), rawSize: 0, firstID: name, count: 0, storage: .decoded([]))
+        }
+        var loads: [String] = []
+        func get(_ name: String) -> String {
+            cache.transactionPage(Array(name.utf8)) { loads.append(name); return page(name) }.firstID
+        }
+        for name in ["a", "b", "c", "d"] { #expect(get(name) == name) }
+        #expect(get("a") == "a" && get("d") == "d", "cached")
+        #expect(loads == ["a", "b", "c", "d"])
+        #expect(get("e") == "e", "a fifth page: the two least recently used (b, c) go")
+        #expect(cache.count <= 4)
+        #expect(get("a") == "a" && get("d") == "d" && get("e") == "e")
+        #expect(loads == ["a", "b", "c", "d", "e"])
+        #expect(get("b") == "b")
+        #expect(loads.last == "b", "read again")
+    }
+
     /// Transaction pages two states hold as the same objects.
     private func shared(_ a: LedgerState, _ b: LedgerState) -> Int {
         let mine = a.transactions.base?.pages ?? []

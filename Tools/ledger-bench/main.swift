@@ -298,6 +298,14 @@ case "profile-state":
         }
         random.sort()
         print(String(format: "random seqs: p50 %.1f ms, p90 %.1f ms, max %.1f ms", random[15], random[27], random[29]))
+        var slowest: [(Double, Int64)] = []
+        for _ in 0..<200 {
+            let seq = Int64.random(in: 1...last)
+            slowest.append((try time { try ledger.state(atSeq: seq) }.1 * 1000, seq))
+        }
+        slowest.sort { $0.0 > $1.0 }
+        print("200 random seqs, slowest:", slowest.prefix(6).map { String(format: "%.1f ms at %lld", $0.0, $0.1) }.joined(separator: ", "),
+              String(format: "; p99 %.1f ms, p50 %.1f ms", slowest[1].0, slowest[100].0))
         let (_, full) = try time { try ledger.replayFromLog() }
         print(String(format: "snapshot %lld: %.1f ms; + an interval of events: %.1f ms; full replay: %.0f ev/s", atSnapshot, decode * 1000, withTail * 1000, Double(last) / full))
     }

@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// The transactions or downloads of a ``LedgerState``, by id: reads like a dictionary, iterates in
@@ -255,11 +256,49 @@ final class RecordPage<Value: Sendable>: Sendable {
 /// Transaction and download pages already loaded, by address, so loading another snapshot that
 /// shares them (consecutive snapshots share most pages) neither reads, checks nor decodes them
 /// again. A page's bytes never change under its address, so nothing here goes stale. Bounded:
-/// emptied when it holds more than `limit` pages.
+/// past `limit` pages, the least recently used half is dropped.
 final class SnapshotPageCache: Sendable {
+    private struct Entry<V: Sendable> {
+        var page: RecordPage<V>
+        var used: UInt64
+    }
+
     private struct Pages {
-        var transactions: [[UInt8]: RecordPage<TransactionRecord>] = [:]
-        var downloads: [[UInt8]: RecordPage<DownloadRecord>] = [:]
+        var transactions: [[UInt8]: Entry<TransactionRecord>] = [:]
+        var downloads: [[UInt8]: Entry<DownloadRecord>] = [:]
+        var clock: UInt64 = 0
+        var count: Int { transactions.count + downloads.count }
+
+        mutating func tick() -> UInt64 {
+            clock += 1
+            return clock
+        }
+
+        /// Drops the least recently used pages until at most `keep` remain, and returns them.
+        mutating func shrink(to keep: Int) -> Dropped {
+            guard count > keep else { return Dropped() }
+            let uses = (transactions.values.map(\.used) + downloads.values.map(\.used)).sorted(by: >)
+            let cutoff = uses[keep]
+            let dropped = Dropped(transactions: transactions.values.filter { $0.used <= cutoff }.map(\.page),
+                                  downloads: downloads.values.filter { $0.used <= cutoff }.map(\.page))
+            transactions = transactions.filter { $0.value.used > cutoff }
+            downloads = downloads.filter { $0.value.used > cutoff }
+            return dropped
+        }
+    }
+
+    /// Pages dropped from the cache. Freeing a decoded page frees its records one by one, which
+    /// for half the cache takes long enough to show in the call that dropped them; so they are
+    /// released on a background queue instead.
+    private struct Dropped: Sendable {
+        var transactions: [RecordPage<TransactionRecord>] = []
+        var downloads: [RecordPage<DownloadRecord>] = []
+
+        consuming func releaseInBackground() {
+            guard !transactions.isEmpty || !downloads.isEmpty else { return }
+            let pages = self
+            DispatchQueue.global(qos: .utility).async { withExtendedLifetime(pages) {} }
+        }
     }
 
     private let pages = Mutex(Pages())
@@ -268,6 +307,9 @@ final class SnapshotPageCache: Sendable {
     init(limit: Int = 4096) {
         self.limit = limit
     }
+
+    /// How many pages are cached.
+    var count: Int { pages.withLock { $0.count } }
 
     func transactionPage(_ address: [UInt8], load: () throws -> RecordPage<TransactionRecord>) rethrows -> RecordPage<TransactionRecord> {
         try page(address, \.transactions, load)
@@ -280,26 +322,33 @@ final class SnapshotPageCache: Sendable {
     /// Keeps the pages `state` holds its records in (say, those a snapshot just wrote), so a
     /// state loaded from that snapshot later finds them here.
     func remember(_ state: LedgerState) {
-        pages.withLock { p in
-            let incoming = (state.transactions.base?.pages.count ?? 0) + (state.downloads.base?.pages.count ?? 0)
-            if p.transactions.count + p.downloads.count + incoming > limit { p = Pages() }
-            for page in state.transactions.base?.pages ?? [] where p.transactions[page.address] == nil {
-                p.transactions[page.address] = page
+        pages.withLock { p -> Dropped in
+            let now = p.tick()
+            for page in state.transactions.base?.pages ?? [] {
+                p.transactions[page.address, default: Entry(page: page, used: now)].used = now
             }
-            for page in state.downloads.base?.pages ?? [] where p.downloads[page.address] == nil {
-                p.downloads[page.address] = page
+            for page in state.downloads.base?.pages ?? [] {
+                p.downloads[page.address, default: Entry(page: page, used: now)].used = now
             }
-        }
+            return p.count > limit ? p.shrink(to: limit / 2) : Dropped()
+        }.releaseInBackground()
     }
 
-    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: RecordPage<V>]>,
+    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: Entry<V>]>,
                          _ load: () throws -> RecordPage<V>) rethrows -> RecordPage<V> {
-        if let page = pages.withLock({ $0[keyPath: kind][address] }) { return page }
-        let page = try load()
-        pages.withLock { p in
-            if p.transactions.count + p.downloads.count >= limit { p = Pages() }
-            p[keyPath: kind][address] = page
+        let cached = pages.withLock { p -> RecordPage<V>? in
+            let now = p.tick()
+            guard let page = p[keyPath: kind][address]?.page else { return nil }
+            p[keyPath: kind][address]!.used = now
+            return page
         }
+        if let cached { return cached }
+        let page = try load()
+        pages.withLock { p -> Dropped in
+            let dropped = p.count >= limit ? p.shrink(to: limit / 2) : Dropped()
+            p[keyPath: kind][address] = Entry(page: page, used: p.tick())
+            return dropped
+        }.releaseInBackground()
         return page
     }
 }

@@ -77,7 +77,7 @@ func crashWriter(ledgerPath: String, ackPath: String, mode: String) throws {
 func crashHarness(kills: Int, scratch: String) throws -> Bool {
     let ledgerPath = "\(scratch)/crash.ledger", ackPath = "\(scratch)/acks.txt"
     remove(ledgerPath)
-    FileManager.default.createFile(atPath: ackPath, contents: nil)
+    _ = FileManager.default.createFile(atPath: ackPath, contents: nil)
     var acknowledged: Int64 = 0, lost: Int64 = 0, partial = 0, invalid = 0, rebuildKills = 0, importKills = 0
     var generator = SystemRandomNumberGenerator()
     for round in 0..<kills {

@@ -126,8 +126,20 @@ func childPeak(_ arguments: [String]) throws -> Double {
     return Double(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
 }
 
+/// CPU time the hypervisor gave to others (steal) and all CPU time so far, in ticks, from
+/// /proc/stat; (0, 0) where there is none.
+func cpuTicks() -> (steal: Int, total: Int) {
+    guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+          let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return (0, 0) }
+    let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
+    return (fields.count > 7 ? fields[7] : 0, fields.reduce(0, +))
+}
+
 func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
     var figures: [(size: Int, figure: Figure)] = []
+    // This machine is a VM on a shared host: each line says how much CPU time was stolen while
+    // it was measured, so a slow figure can be told from a busy host.
+    var ticks = cpuTicks()
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-bench-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -136,6 +148,11 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         let s = f.sorted
         var line = "  \(f.name): median \(String(format: "%.3f", f.median)) \(f.unit) (min \(String(format: "%.3f", s.first!)), max \(String(format: "%.3f", s.last!)))"
         if let ratio = f.ratio { line += ", \(String(format: "%.2f", ratio))x of raw SQLite" }
+        let now = cpuTicks()
+        if now.total > ticks.total {
+            line += String(format: " [CPU steal %.0f%%]", 100 * Double(now.steal - ticks.steal) / Double(now.total - ticks.total))
+        }
+        ticks = now
         print(line)
     }
 

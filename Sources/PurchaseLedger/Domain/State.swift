@@ -29,10 +29,44 @@ public struct ProductRecord: Sendable, Hashable {
     public var registeredAt: Timestamp
 }
 
+/// A record's fields in a copy-on-write box: a record is one pointer to copy, store or move, and
+/// is changed in place when nothing else shares it. Two are equal when they share a box or their
+/// fields are equal.
+struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
+    // A ManagedBuffer's header is reached through a pointer, so reading and changing it skips the
+    // dynamic exclusivity checks a class's stored property costs on every access.
+    final class Box: ManagedBuffer<Fields, UInt8> {
+        static func make(_ fields: Fields) -> Box {
+            unsafeDowncast(Box.create(minimumCapacity: 0) { _ in fields }, to: Box.self)
+        }
+
+        /// The fields, in place for as long as the box lives (a header never moves).
+        @inline(__always) var fields: UnsafeMutablePointer<Fields> { withUnsafeMutablePointerToHeader { $0 } }
+    }
+
+    // ManagedBuffer is never Sendable; the box is, as this value type uses it: a shared box is
+    // only read, and changed only once isKnownUniquelyReferenced says nothing else holds it.
+    nonisolated(unsafe) private var box: Box
+
+    init(_ fields: Fields) {
+        box = Box.make(fields)
+    }
+
+    var value: Fields {
+        _read { yield box.fields.pointee }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box.make(box.fields.pointee) }
+            yield &box.fields.pointee
+        }
+    }
+
+    static func == (a: CopyOnWrite, b: CopyOnWrite) -> Bool { a.box === b.box || a.value == b.value }
+    func hash(into hasher: inout Hasher) { hasher.combine(value) }
+}
+
 /// One transaction as the ledger knows it now.
 public struct TransactionRecord: Sendable, Hashable {
-    // The fields live in a copy-on-write box: a record is one pointer to copy, store or move,
-    // and is changed in place when nothing else shares it.
+    // The fields live in a copy-on-write box (`CopyOnWrite`).
     struct Fields: Sendable, Hashable {
         var transaction: String
         var product: String
@@ -56,130 +90,111 @@ public struct TransactionRecord: Sendable, Hashable {
         var events: Int64 = 0
     }
 
-    // A ManagedBuffer's header is reached through a pointer, so reading and changing it skips the
-    // dynamic exclusivity checks a class's stored property costs on every access.
-    // ManagedBuffer is never Sendable; a record's box is, as its value type: shared boxes are only
-    // read, and changed only once isKnownUniquelyReferenced says nothing else holds them.
-    final class Box: ManagedBuffer<Fields, UInt8> {
-        static func make(_ fields: Fields) -> Box {
-            unsafeDowncast(Box.create(minimumCapacity: 0) { _ in fields }, to: Box.self)
-        }
-
-        /// The fields, in place for as long as the box lives (a header never moves).
-        @inline(__always) var fields: UnsafeMutablePointer<Fields> { withUnsafeMutablePointerToHeader { $0 } }
-    }
-
-    nonisolated(unsafe) private var box: Box
+    private var storage: CopyOnWrite<Fields>
 
     init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
-        box = Box.make(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
+        storage = CopyOnWrite(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
     }
 
     var fields: Fields {
-        _read { yield box.fields.pointee }
-        _modify {
-            if !isKnownUniquelyReferenced(&box) { box = Box.make(box.fields.pointee) }
-            yield &box.fields.pointee
-        }
+        _read { yield storage.value }
+        _modify { yield &storage.value }
     }
 
     public var transaction: String {
-        get { box.fields.pointee.transaction }
+        get { storage.value.transaction }
         _modify { yield &fields.transaction }
     }
     public var product: String {
-        get { box.fields.pointee.product }
+        get { storage.value.product }
         _modify { yield &fields.product }
     }
     public var user: String? {
-        get { box.fields.pointee.user }
+        get { storage.value.user }
         _modify { yield &fields.user }
     }
     public var quantity: Int {
-        get { box.fields.pointee.quantity }
+        get { storage.value.quantity }
         _modify { yield &fields.quantity }
     }
     public var state: TransactionStatus {
-        get { box.fields.pointee.state }
+        get { storage.value.state }
         _modify { yield &fields.state }
     }
     public var finished: Bool {
-        get { box.fields.pointee.finished }
+        get { storage.value.finished }
         _modify { yield &fields.finished }
     }
     public var revoked: Bool {
-        get { box.fields.pointee.revoked }
+        get { storage.value.revoked }
         _modify { yield &fields.revoked }
     }
     public var revocationReason: String? {
-        get { box.fields.pointee.revocationReason }
+        get { storage.value.revocationReason }
         _modify { yield &fields.revocationReason }
     }
     public var originalTransaction: String? {
-        get { box.fields.pointee.originalTransaction }
+        get { storage.value.originalTransaction }
         _modify { yield &fields.originalTransaction }
     }
     public var storeTransactionId: String? {
-        get { box.fields.pointee.storeTransactionId }
+        get { storage.value.storeTransactionId }
         _modify { yield &fields.storeTransactionId }
     }
     /// Its downloads, in delivery order.
     public var downloads: [String] {
-        get { box.fields.pointee.downloads }
+        get { storage.value.downloads }
         _modify { yield &fields.downloads }
     }
     public var error: StoreError? {
-        get { box.fields.pointee.error }
+        get { storage.value.error }
         _modify { yield &fields.error }
     }
     /// Whether it went through Ask to Buy.
     public var wasDeferred: Bool {
-        get { box.fields.pointee.wasDeferred }
+        get { storage.value.wasDeferred }
         _modify { yield &fields.wasDeferred }
     }
     /// Whether finishing it discarded finished content that was never copied out.
     public var discardedContent: Bool {
-        get { box.fields.pointee.discardedContent }
+        get { storage.value.discardedContent }
         _modify { yield &fields.discardedContent }
     }
     public var queuedAt: Timestamp? {
-        get { box.fields.pointee.queuedAt }
+        get { storage.value.queuedAt }
         _modify { yield &fields.queuedAt }
     }
     /// When it became purchased or restored.
     public var purchasedAt: Timestamp? {
-        get { box.fields.pointee.purchasedAt }
+        get { storage.value.purchasedAt }
         _modify { yield &fields.purchasedAt }
     }
     public var failedAt: Timestamp? {
-        get { box.fields.pointee.failedAt }
+        get { storage.value.failedAt }
         _modify { yield &fields.failedAt }
     }
     public var finishedAt: Timestamp? {
-        get { box.fields.pointee.finishedAt }
+        get { storage.value.finishedAt }
         _modify { yield &fields.finishedAt }
     }
     public var revokedAt: Timestamp? {
-        get { box.fields.pointee.revokedAt }
+        get { storage.value.revokedAt }
         _modify { yield &fields.revokedAt }
     }
     /// Events stored in its stream (`transaction:<id>`).
     public var events: Int64 {
-        get { box.fields.pointee.events }
+        get { storage.value.events }
         _modify { yield &fields.events }
     }
 
     /// Purchased or restored, and not refunded: it grants its product.
     public var grantsOwnership: Bool { (state == .purchased || state == .restored) && !revoked }
 
-    public static func == (a: TransactionRecord, b: TransactionRecord) -> Bool { a.box === b.box || a.box.fields.pointee == b.box.fields.pointee }
-    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields.pointee) }
 }
 
 /// One download as the ledger knows it now.
 public struct DownloadRecord: Sendable, Hashable {
-    // The fields live in a copy-on-write box: a record is one pointer to copy, store or move,
-    // and is changed in place when nothing else shares it.
+    // The fields live in a copy-on-write box (`CopyOnWrite`).
     struct Fields: Sendable, Hashable {
         var download: String
         var transaction: String?
@@ -207,135 +222,119 @@ public struct DownloadRecord: Sendable, Hashable {
         var events: Int64 = 0
     }
 
-    // A ManagedBuffer's header is reached through a pointer, so reading and changing it skips the
-    // dynamic exclusivity checks a class's stored property costs on every access.
-    // ManagedBuffer is never Sendable; a record's box is, as its value type: shared boxes are only
-    // read, and changed only once isKnownUniquelyReferenced says nothing else holds them.
-    final class Box: ManagedBuffer<Fields, UInt8> {
-        static func make(_ fields: Fields) -> Box {
-            unsafeDowncast(Box.create(minimumCapacity: 0) { _ in fields }, to: Box.self)
-        }
-
-        /// The fields, in place for as long as the box lives (a header never moves).
-        @inline(__always) var fields: UnsafeMutablePointer<Fields> { withUnsafeMutablePointerToHeader { $0 } }
-    }
-
-    nonisolated(unsafe) private var box: Box
+    private var storage: CopyOnWrite<Fields>
 
     init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
-        box = Box.make(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
+        storage = CopyOnWrite(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
     }
 
     var fields: Fields {
-        _read { yield box.fields.pointee }
-        _modify {
-            if !isKnownUniquelyReferenced(&box) { box = Box.make(box.fields.pointee) }
-            yield &box.fields.pointee
-        }
+        _read { yield storage.value }
+        _modify { yield &storage.value }
     }
 
     public var download: String {
-        get { box.fields.pointee.download }
+        get { storage.value.download }
         _modify { yield &fields.download }
     }
     /// The owning transaction; nil for standalone content registered by URL.
     public var transaction: String? {
-        get { box.fields.pointee.transaction }
+        get { storage.value.transaction }
         _modify { yield &fields.transaction }
     }
     /// The registered URL, for standalone content.
     public var url: String? {
-        get { box.fields.pointee.url }
+        get { storage.value.url }
         _modify { yield &fields.url }
     }
     public var content: String? {
-        get { box.fields.pointee.content }
+        get { storage.value.content }
         _modify { yield &fields.content }
     }
     public var contentVersion: ContentVersion? {
-        get { box.fields.pointee.contentVersion }
+        get { storage.value.contentVersion }
         _modify { yield &fields.contentVersion }
     }
     public var contentLength: Int64? {
-        get { box.fields.pointee.contentLength }
+        get { storage.value.contentLength }
         _modify { yield &fields.contentLength }
     }
     public var state: DownloadStatus {
-        get { box.fields.pointee.state }
+        get { storage.value.state }
         _modify { yield &fields.state }
     }
     /// False until the app first starts it.
     public var started: Bool {
-        get { box.fields.pointee.started }
+        get { storage.value.started }
         _modify { yield &fields.started }
     }
     public var progress: Double {
-        get { box.fields.pointee.progress }
+        get { storage.value.progress }
         _modify { yield &fields.progress }
     }
     public var bytesWritten: Int64? {
-        get { box.fields.pointee.bytesWritten }
+        get { storage.value.bytesWritten }
         _modify { yield &fields.bytesWritten }
     }
     public var timeRemaining: Double? {
-        get { box.fields.pointee.timeRemaining }
+        get { storage.value.timeRemaining }
         _modify { yield &fields.timeRemaining }
     }
     /// Where the finished content is, until its transaction finishes. Never set after the finish.
     public var contentURL: String? {
-        get { box.fields.pointee.contentURL }
+        get { storage.value.contentURL }
         _modify { yield &fields.contentURL }
     }
     public var copiedOut: Bool {
-        get { box.fields.pointee.copiedOut }
+        get { storage.value.copiedOut }
         _modify { yield &fields.copiedOut }
     }
     public var destination: String? {
-        get { box.fields.pointee.destination }
+        get { storage.value.destination }
         _modify { yield &fields.destination }
     }
     public var bytesCopied: Int64? {
-        get { box.fields.pointee.bytesCopied }
+        get { storage.value.bytesCopied }
         _modify { yield &fields.bytesCopied }
     }
     /// Finished content the app chose to drop at finish (`discardContent`).
     public var discarded: Bool {
-        get { box.fields.pointee.discarded }
+        get { storage.value.discarded }
         _modify { yield &fields.discarded }
     }
     public var error: StoreError? {
-        get { box.fields.pointee.error }
+        get { storage.value.error }
         _modify { yield &fields.error }
     }
     public var cancelReason: CancelReason? {
-        get { box.fields.pointee.cancelReason }
+        get { storage.value.cancelReason }
         _modify { yield &fields.cancelReason }
     }
     /// Number of times it was started.
     public var attempts: Int {
-        get { box.fields.pointee.attempts }
+        get { storage.value.attempts }
         _modify { yield &fields.attempts }
     }
     public var startedAt: Timestamp? {
-        get { box.fields.pointee.startedAt }
+        get { storage.value.startedAt }
         _modify { yield &fields.startedAt }
     }
     /// When the last progress, finish, failure, pause, resume or cancel happened.
     public var lastActivityAt: Timestamp? {
-        get { box.fields.pointee.lastActivityAt }
+        get { storage.value.lastActivityAt }
         _modify { yield &fields.lastActivityAt }
     }
     public var finishedAt: Timestamp? {
-        get { box.fields.pointee.finishedAt }
+        get { storage.value.finishedAt }
         _modify { yield &fields.finishedAt }
     }
     public var copiedOutAt: Timestamp? {
-        get { box.fields.pointee.copiedOutAt }
+        get { storage.value.copiedOutAt }
         _modify { yield &fields.copiedOutAt }
     }
     /// Events stored in its stream (`download:<id>`).
     public var events: Int64 {
-        get { box.fields.pointee.events }
+        get { storage.value.events }
         _modify { yield &fields.events }
     }
 
@@ -345,8 +344,6 @@ public struct DownloadRecord: Sendable, Hashable {
     /// Started and not yet at rest: the states an early finish cancels.
     var inFlight: Bool { started && (state == .waiting || state == .active || state == .paused) }
 
-    public static func == (a: DownloadRecord, b: DownloadRecord) -> Bool { a.box === b.box || a.box.fields.pointee == b.box.fields.pointee }
-    public func hash(into hasher: inout Hasher) { hasher.combine(box.fields.pointee) }
 }
 
 extension TransactionRecord {

@@ -184,50 +184,10 @@ enum EventStore {
             SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
             WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
             """, arguments: [seq, last])
-        if !integrity {
-            guard try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body) else { return }
-        }
-        while integrity, let block = try blocks.next() {
-            let first: Int64 = block[0]
-            let blockLast: Int64 = block[1]
-            let raw: [UInt8]
-            do {
-                raw = try decompress(sealedBlock(db, block, from: seq, through: last, dictionaries: &dictionaries))
-            } catch let error as LedgerError {
-                guard let onCorrupt else { throw error }
-                try onCorrupt(error)
-                continue
-            }
-            let lastLink = [UInt8](block[6] as Data)
-            let keepGoing = try raw.withUnsafeBytes { buffer throws -> Bool in
-                var r = BinaryReader(buffer)
-                var previous: (at: Int64, recorded: Int64) = (0, 0)
-                var s = first
-                do {
-                    while !r.isAtEnd {
-                        let entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
-                        if s >= seq && s <= last {
-                            let out = Entry(event: entry.event, payload: Array(buffer[entry.payload]),
-                                            link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: s == blockLast ? lastLink : nil))
-                            if try !body(out) { return false }
-                        }
-                        s += 1
-                    }
-                } catch let failure as BinaryReader.Failure {
-                    let error = LedgerError.corrupt("event \(s) in the block of events \(first)...\(blockLast) does not decode (\(failure.message))", seq: s)
-                    guard let onCorrupt else { throw error }
-                    try onCorrupt(error)
-                    return true
-                }
-                if s != blockLast + 1 {
-                    let error = LedgerError.corrupt("the block of events \(first)...\(blockLast) holds \(s - first) events", seq: first)
-                    guard let onCorrupt else { throw error }
-                    try onCorrupt(error)
-                }
-                return true
-            }
-            if !keepGoing { return }
-        }
+        let keepGoing = integrity
+            ? try scanWithLinks(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
+            : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
+        guard keepGoing else { return }
         let rows = try Row.fetchCursor(db, sql: """
             SELECT seq, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events
             WHERE seq >= ? AND seq <= ? ORDER BY seq
@@ -245,8 +205,7 @@ enum EventStore {
                                           recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
                 entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil)
             } catch let error as LedgerError {
-                guard let onCorrupt else { throw error }
-                try onCorrupt(error)
+                try report(error, to: onCorrupt)
                 continue
             }
             if try !body(entry) { return }
@@ -332,25 +291,70 @@ enum EventStore {
         var events: [RecordedEvent] = []
         let wanted = min(block.last, block.through).subtractingReportingOverflow(max(block.first, block.from))
         events.reserveCapacity(wanted.overflow || wanted.partialValue < 0 ? 0 : Int(min(wanted.partialValue, 4095)) + 1)
-        let failure = raw.withUnsafeBytes { buffer -> LedgerError? in
+        let (_, failure) = forEachFrame(in: raw, of: block) { entry, _ in
+            events.append(entry.event)
+            return true
+        }
+        return (events, failure)
+    }
+
+    /// Decodes a block's frames in order and calls `visit` with each one the scan wants (and the
+    /// block's bytes) until it returns false. Returns whether it was stopped, and the damage found:
+    /// a frame that does not decode (the frames before it were visited), or a block holding
+    /// another number of events than its range says.
+    @inline(__always)
+    private static func forEachFrame(in raw: [UInt8], of block: SealedBlock,
+                                     _ visit: (consuming FrameCodec.BlockEntry, UnsafeRawBufferPointer) throws -> Bool) rethrows -> (stopped: Bool, failure: LedgerError?) {
+        try raw.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
             var previous: (at: Int64, recorded: Int64) = (0, 0)
             var s = block.first
-            do throws(BinaryReader.Failure) {
-                while !r.isAtEnd {
-                    let entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
-                    if s >= block.from && s <= block.through { events.append(entry.event) }
-                    s += 1
+            while !r.isAtEnd {
+                let entry: FrameCodec.BlockEntry
+                do throws(BinaryReader.Failure) {
+                    entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
+                } catch {
+                    return (false, .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s))
                 }
-            } catch {
-                return .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s)
+                if s >= block.from && s <= block.through, try !visit(consume entry, buffer) { return (true, nil) }
+                s += 1
             }
             if s != block.last + 1 {
-                return .corrupt("the block of events \(block.first)...\(block.last) holds \(s - block.first) events", seq: block.first)
+                return (false, .corrupt("the block of events \(block.first)...\(block.last) holds \(s - block.first) events", seq: block.first))
             }
-            return nil
+            return (false, nil)
         }
-        return (events, failure)
+    }
+
+    /// The sealed blocks' events with their payload bytes and chain links (for `verify` and
+    /// statistics), decoded here, in order. Returns false when `body` asked to stop.
+    private static func scanWithLinks(_ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
+                                      dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+                                      _ body: (Entry) throws -> Bool) throws -> Bool {
+        while let row = try blocks.next() {
+            let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries)
+            let raw: [UInt8]
+            do {
+                raw = try decompress(block)
+            } catch let error as LedgerError {
+                try report(error, to: onCorrupt)
+                continue
+            }
+            let lastLink = [UInt8](row[6] as Data)
+            let (stopped, failure) = try forEachFrame(in: raw, of: block) { entry, buffer in
+                try body(Entry(event: entry.event, payload: Array(buffer[entry.payload]),
+                               link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil)))
+            }
+            if stopped { return false }
+            if let failure { try report(failure, to: onCorrupt) }
+        }
+        return true
+    }
+
+    /// Hands damage to `onCorrupt`, or throws it when there is none.
+    private static func report(_ error: LedgerError, to onCorrupt: ((LedgerError) throws -> Void)?) throws {
+        guard let onCorrupt else { throw error }
+        try onCorrupt(error)
     }
 
     /// A block being decoded on the scan's decoding queue; `done` is signalled once it is filled.
@@ -388,10 +392,7 @@ enum EventStore {
             let slot = pending.removeFirst()
             slot.done.wait()
             for event in slot.events where try !body(Entry(event: event, payload: [])) { return false }
-            if let failure = slot.failure {
-                guard let onCorrupt else { throw failure }
-                try onCorrupt(failure)
-            }
+            if let failure = slot.failure { try report(failure, to: onCorrupt) }
         }
     }
 

@@ -96,7 +96,7 @@ public final class Ledger: Sendable {
     private let writer: Mutex<Writer>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Atomic<Int>(0)
-    /// Snapshot pages already loaded by ``state(atSeq:)``, shared by later loads.
+    /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
     private let pageCache = SnapshotPageCache()
 
     /// SQLite's `application_id` for ledger files ("PLdg").
@@ -230,7 +230,7 @@ public final class Ledger: Sendable {
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
-    static func loadState(_ db: Database, upTo target: Int64, cache: SnapshotPageCache? = nil,
+    static func loadState(_ db: Database, upTo target: Int64, cache: SnapshotPageCache,
                           damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
         var state = try Snapshots.latest(db, atOrBefore: target, cache: cache) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }

@@ -256,7 +256,7 @@ enum SnapshotCodec {
     /// Rebuilds a state from a manifest. `fetch` gives a page's stored bytes by address; every
     /// page is checked against its address here, and transaction and download pages are kept
     /// encoded until read.
-    static func decode(manifest: [UInt8], cache: SnapshotPageCache? = nil, fetch: ([UInt8]) throws -> [UInt8]?) throws -> LedgerState {
+    static func decode(manifest: [UInt8], cache: SnapshotPageCache, fetch: ([UInt8]) throws -> [UInt8]?) throws -> LedgerState {
         let (scalars, kinds) = try parse(manifest)
         var s = LedgerState()
         try scalars.withUnsafeBytes { buffer in
@@ -272,29 +272,25 @@ enum SnapshotCodec {
             guard Array(SHA256.hash(data: data)) == entry.address else { throw Failure(message: "page does not match its hash") }
             return data
         }
+        /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is
+        /// escaping only so that it may be called with a closure reading the non-escaping `fetch`.)
+        func pages<V>(_ entries: [PageEntry], _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
+                      _ cached: @escaping ([UInt8], () throws -> RecordPage<V>) throws -> RecordPage<V>) throws -> RecordPages<V> {
+            RecordPages(try entries.map { e in
+                let page = try cached(e.address) {
+                    RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
+                }
+                guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
+                return page
+            })
+        }
         for kind in Kind.allCases {
             let entries = kinds[kind.rawValue]
             switch kind {
             case .transactions:
-                s.transactions = RecordMap(base: RecordPages(try entries.map { e in
-                    func make() throws -> RecordPage<TransactionRecord> {
-                        RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count,
-                                   storage: .encoded(try load(e), decodeTransactions))
-                    }
-                    let page = try cache?.transactionPage(e.address, load: make) ?? make()
-                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
-                    return page
-                }))
+                s.transactions = RecordMap(base: try pages(entries, decodeTransactions, cache.transactionPage))
             case .downloads:
-                s.downloads = RecordMap(base: RecordPages(try entries.map { e in
-                    func make() throws -> RecordPage<DownloadRecord> {
-                        RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count,
-                                   storage: .encoded(try load(e), decodeDownloads))
-                    }
-                    let page = try cache?.downloadPage(e.address, load: make) ?? make()
-                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
-                    return page
-                }))
+                s.downloads = RecordMap(base: try pages(entries, decodeDownloads, cache.downloadPage))
             default:
                 for entry in entries {
                     let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }

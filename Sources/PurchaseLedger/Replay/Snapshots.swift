@@ -68,7 +68,7 @@ enum Snapshots {
     }
 
     /// The newest usable snapshot at or before `seq`.
-    static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache? = nil) throws -> LedgerState? {
+    static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache) throws -> LedgerState? {
         let rows = try Row.fetchCursor(db, sql: """
             SELECT seq, manifest FROM snapshots
             WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC

@@ -110,6 +110,10 @@ public final class Ledger: Sendable {
         self.path = path
         self.configuration = configuration
         chain = HashChain(key: configuration.chainKey)
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw LedgerError(.io, "\(path) is a directory; give the path of a ledger file inside it (for example \(path)/purchases.ledger)")
+        }
         if !configuration.readOnly && !FileManager.default.fileExists(atPath: path) {
             // Created by us first, so SQLite and its -wal/-shm files get the owner-only mode.
             guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
@@ -324,8 +328,9 @@ public final class Ledger: Sendable {
         var stored: [RecordedEvent] = []
         var frames: [EventStore.Frame] = []
         var ignored = 0
-        for (index, input) in events.enumerated() {
+        for (index, given) in events.enumerated() {
             if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
+            let input = given.normalizingIDs()
             for event in Reducer.plan(w.state, input) {
                 let outcome: Outcome
                 do {
@@ -471,7 +476,7 @@ public final class Ledger: Sendable {
         var state = currentState
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
-            for event in Reducer.plan(state, input) {
+            for event in Reducer.plan(state, input.normalizingIDs()) {
                 do {
                     outcomes.append(try Reducer.reduce(&state, event))
                 } catch {

@@ -127,16 +127,16 @@ struct Root: ParsableCommand {
         commandName: "purchase-ledger",
         abstract: "Replay, inspect and verify a purchase ledger: in-app purchases and their hosted-content downloads.",
         discussion: """
-            A ledger is one SQLite file holding every payment, download-state change and finish call as an
+            A ledger is one SQLite file holding every payment, download-state change and finish call as an \
             event. Start with `purchase-ledger demo` to see what the tool shows.
 
-            Exit status: 0 success; 1 a rule rejected the input, or verify found a problem; 2 malformed
+            Exit status: 0 success; 1 a rule rejected the input, or verify found a problem; 2 malformed \
             input or bad usage; 3 storage or I/O failure.
             """,
         subcommands: [
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
-            TimelineCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self, StatsCommand.self,
-            DemoCommand.self,
+            TimelineCommand.self, ExtractCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self,
+            StatsCommand.self, DemoCommand.self,
         ]
     )
 }
@@ -169,13 +169,21 @@ struct LedgerOptions: ParsableArguments {
         return try Ledger(path: ledger, configuration: configuration(readOnly: readOnly))
     }
 
-    /// Opens the ledger for `input`, creating it when missing. An input the rules refuse is
-    /// refused from a read-only open, so the file is not touched at all.
-    func openForAppending(_ input: JSONLinesInput) throws -> Ledger {
+    /// Appends `input`, creating the ledger when missing. An input the rules refuse is refused
+    /// from a read-only open, so an existing file is not touched at all; a ledger this call
+    /// created is removed again when the append fails, so a refused first append leaves nothing.
+    func append(_ input: JSONLinesInput, progress: ((Int, Int) -> Void)? = nil) throws -> AppendResult {
         if FileManager.default.fileExists(atPath: ledger) {
             try Ledger(path: ledger, configuration: configuration(readOnly: true)).checkJSONLines(input)
+            return try Ledger(path: ledger, configuration: configuration(readOnly: false)).appendJSONLines(input, progress: progress)
         }
-        return try Ledger(path: ledger, configuration: configuration(readOnly: false))
+        do {
+            return try Ledger(path: ledger, configuration: configuration(readOnly: false)).appendJSONLines(input, progress: progress)
+        } catch {
+            // The Ledger is released by now, so its connections are closed.
+            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: ledger + suffix) }
+            throw error
+        }
     }
 }
 

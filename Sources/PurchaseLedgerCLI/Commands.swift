@@ -32,7 +32,7 @@ struct AppendCommand: ParsableCommand {
         commandName: "append",
         abstract: "Append JSON Lines events in one atomic write: all or nothing.",
         discussion: """
-            Creates the ledger when missing. A rejected command or a malformed line stops the whole
+            Creates the ledger when missing. A rejected command or a malformed line stops the whole \
             append and leaves the ledger exactly as it was; the error names the line and the rule.
 
             Example:
@@ -46,8 +46,7 @@ struct AppendCommand: ParsableCommand {
 
     func run() throws {
         let input = try JSONLinesInput(bytes: try readInput(file))
-        let ledger = try options.openForAppending(input)
-        let result = try ledger.appendJSONLines(input)
+        let result = try options.append(input)
         appendSummary(result, input: input, json: json, console: .current)
     }
 }
@@ -57,7 +56,7 @@ struct ImportCommand: ParsableCommand {
         commandName: "import",
         abstract: "Import a whole exported log (JSONL) in one atomic write, with progress.",
         discussion: """
-            Like append, for large files. `seq` keys are ignored; cancellations marked
+            Like append, for large files. `seq` keys are ignored; cancellations marked \
             "appendedByLedger" are appended again by the ledger itself, at the same place.
 
             Example:
@@ -74,8 +73,7 @@ struct ImportCommand: ParsableCommand {
         console.progress("reading \(file)...")
         let input = try JSONLinesInput(bytes: try readInput(file))
         console.progress("checking \(input.events.count) events...")
-        let ledger = try options.openForAppending(input)
-        let result = try ledger.appendJSONLines(input) { done, total in
+        let result = try options.append(input) { done, total in
             console.progress("imported \(done)/\(total) events (\(done * 100 / max(total, 1))%)")
         }
         console.endProgress()
@@ -88,7 +86,7 @@ struct ExportCommand: ParsableCommand {
         commandName: "export",
         abstract: "Write the log as JSON Lines on stdout.",
         discussion: """
-            Each line carries `seq`, and `anomaly` / `appendedByLedger` where they apply. With --redact, user
+            Each line carries `seq`, and `anomaly` / `appendedByLedger` where they apply. With --redact, user \
             ids and destinations become stable pseudonyms, so the file can be attached to a bug report.
 
             Example:
@@ -145,6 +143,10 @@ struct ReplayCommand: ParsableCommand {
         let ledger = try options.open()
         let state: LedgerState
         if let at {
+            let last = try ledger.lastSeq()
+            if at > last {
+                console.error("note: the ledger ends at seq \(last); showing the state there")
+            }
             state = try ledger.state(atSeq: at)
         } else if let until {
             state = try ledger.state(at: try Timestamp.parse(until))
@@ -343,7 +345,7 @@ struct TimelineCommand: ParsableCommand {
         commandName: "timeline",
         abstract: "One transaction's life: time, event, state after it, its downloads beside it.",
         discussion: """
-            Anomalies and the cancellations the ledger appended are marked. This is the view that shows
+            Anomalies and the cancellations the ledger appended are marked. This is the view that shows \
             a bug at a glance.
 
             Example:
@@ -404,7 +406,7 @@ struct VerifyCommand: ParsableCommand {
         commandName: "verify",
         abstract: "Check the hash chain, every payload, every event against the rules, the projections and SQLite's integrity.",
         discussion: """
-            Exits 1 with the first problem and its seq; --all lists every problem. Anomalies (observations
+            Exits 1 with the first problem and its seq; --all lists every problem. Anomalies (observations \
             recorded in a state where they made no sense) are listed but are not problems.
 
             Example:

@@ -7,10 +7,10 @@ struct DemoCommand: ParsableCommand {
         commandName: "demo",
         abstract: "Create a ledger of realistic simulated activity and tour what the tool shows.",
         discussion: """
-            Two users buy books, coins, an atlas and a season pass: downloads pause, fail and are retried,
-            Ask to Buy defers a purchase, an app bug finishes a transaction while its downloads run (the ledger
-            cancels them itself), a purchase is refunded, a content update is published and restored. Then it
-            tries to finish before copying content out, which is refused, and prints stats, a timeline, a
+            Two users buy books, coins, an atlas and a season pass: downloads pause, fail and are retried, \
+            Ask to Buy defers a purchase, an app bug finishes a transaction while its downloads run (the ledger \
+            cancels them itself), a purchase is refunded, a content update is published and restored. Then it \
+            tries to finish before copying content out, which is refused, and prints stats, a timeline, a \
             replay at an earlier point, a report and a clean verify.
 
             Example:

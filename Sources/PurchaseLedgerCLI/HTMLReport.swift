@@ -18,19 +18,15 @@ struct HTMLReport {
         let ids = Array(table.transactions.prefix(Self.maxTimelines))
         let timelines = try ledger.timelines(transactions: Set(ids))
 
-        var net: [String: Decimal] = [:]
-        var refunds: [String: Decimal] = [:]
-        for line in revenue {
-            net[line.currency, default: 0] += line.net
-            refunds[line.currency, default: 0] += line.refunds
-        }
-        let figures: [(String, String)] = [
+        let totals = RevenueTotal.totals(of: revenue)
+        var figures: [(String, String)] = [
             ("transactions", String(history.count)),
             ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
             ("revoked", String(history.filter { $0.transaction.revoked }.count)),
             ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
             ("with content lost", String(history.filter(\.contentLost).count)),
-        ] + net.keys.sorted().map { ("net revenue \($0)", "\(net[$0]!)") } + refunds.keys.sorted().filter { refunds[$0]! > 0 }.map { ("refunds \($0)", "\(refunds[$0]!)") }
+        ]
+        for total in totals { figures += Self.figures(total) }
 
         var html = """
             <!doctype html>
@@ -41,7 +37,7 @@ struct HTMLReport {
             .figures{display:flex;flex-wrap:wrap;gap:12px}.figure{border:1px solid #e2e2e2;border-radius:8px;padding:10px 14px;min-width:120px}
             .figure b{display:block;font-size:22px}.figure span{color:#666;font-size:12px}
             table{border-collapse:collapse;font-size:12px;width:100%}th,td{padding:4px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-            th{background:#f6f6f6;position:sticky;top:0}.charts{display:flex;flex-wrap:wrap;gap:16px}
+            th{background:#f6f6f6;position:sticky;top:0}tfoot th{position:static;border-top:2px solid #bbb}.charts{display:flex;flex-wrap:wrap;gap:16px}
             .timeline{margin:10px 0 18px}.timeline h3{font-size:13px;margin:0 0 4px}
             .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
             </style></head><body>
@@ -59,7 +55,11 @@ struct HTMLReport {
         html += "<h2>\(esc(table.title)) (\(table.rows.count))</h2>\n<table><thead><tr>"
         html += table.columns.map { "<th>\(esc($0))</th>" }.joined() + "</tr></thead><tbody>\n"
         for row in table.rows { html += "<tr>" + row.map { "<td>\(esc($0))</td>" }.joined() + "</tr>\n" }
-        html += "</tbody></table>\n"
+        html += "</tbody>"
+        if !table.totals.isEmpty {
+            html += "<tfoot>" + table.totals.map { "<tr class=\"total\">" + $0.map { "<th>\(esc($0))</th>" }.joined() + "</tr>" }.joined(separator: "\n") + "</tfoot>"
+        }
+        html += "</table>\n"
 
         if !ids.isEmpty {
             html += "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
@@ -70,6 +70,14 @@ struct HTMLReport {
         }
         html += "</body></html>"
         return html
+    }
+
+    /// The summary figures of one currency's revenue total.
+    private static func figures(_ t: RevenueTotal) -> [(String, String)] {
+        var figures: [(String, String)] = [("net revenue \(t.currency)", "\(t.net)"), ("gross \(t.currency)", "\(t.gross)")]
+        if t.refunds > 0 { figures.append(("refunds \(t.currency)", "\(t.refunds)")) }
+        figures.append(("units sold in \(t.currency)", String(t.units)))
+        return figures
     }
 
     private func rangeText() -> String {

@@ -3,6 +3,7 @@ import Foundation
 import PurchaseLedger
 
 extension ProductKind: ExpressibleByArgument {}
+extension RevenuePeriod: ExpressibleByArgument {}
 
 /// One report view as rows: rendered as a table, CSV, JSON or HTML.
 struct ReportTable {
@@ -13,6 +14,9 @@ struct ReportTable {
     var json: [String]
     /// Transactions whose timelines the HTML page draws.
     var transactions: [String] = []
+    /// Total rows (the revenue view's per-currency totals), shown after the rows, with their JSON.
+    var totals: [[String]] = []
+    var totalsJSON: [String]? = nil
 }
 
 struct ReportCommand: ParsableCommand {
@@ -28,15 +32,17 @@ struct ReportCommand: ParsableCommand {
         commandName: "report",
         abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures.",
         discussion: """
-            history: what was bought, when, for how much, what was delivered (sorted by purchase date).
-            revenue: per product and currency, refunds deducted. undelivered: paid, not refunded, hosted
-            content never copied out. stuck: started downloads with no progress for --idle seconds.
-            unfinished: transactions the store keeps redelivering. failures: payment failures by error code.
+            history: what was bought, when, for how much, what was delivered (sorted by purchase date). \
+            revenue: per product and currency, refunds deducted, then a total per currency (gross, refunds, net, \
+            units); --group-by day, week or month splits it by purchase date. undelivered: paid, not refunded, hosted \
+            content never copied out. stuck: started downloads with no progress for --idle seconds. \
+            unfinished: transactions the store keeps redelivering. failures: payment failures by error code. \
             Prices are the registered prices, per unit, in the currency's units.
 
             Examples:
               purchase-ledger report user.ledger --user u-03322
               purchase-ledger report user.ledger --view revenue --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z --format csv
+              purchase-ledger report user.ledger --view revenue --group-by month --format json | jq .totals
               purchase-ledger report user.ledger --view undelivered --format html > undelivered.html
             """)
 
@@ -50,6 +56,14 @@ struct ReportCommand: ParsableCommand {
     @Option(help: "Seconds without progress that make a download stuck.") var idle: Int = 3600
     @Option(help: "table, csv, json or html.") var format: Format = .table
     @Option(help: "At most this many rows.") var limit: Int = 100_000
+    @Option(name: .customLong("group-by"), help: "Split the revenue view by day, week (ISO, from Monday) or month of purchase, in UTC.")
+    var groupBy: RevenuePeriod?
+
+    func validate() throws {
+        if groupBy != nil && view != .revenue {
+            throw ValidationError("--group-by applies to the revenue view only (add --view revenue)")
+        }
+    }
 
     func run() throws {
         let console = Console.current
@@ -59,7 +73,9 @@ struct ReportCommand: ParsableCommand {
         let table = try makeTable(ledger, from: fromTime, to: toTime)
         switch format {
         case .table:
-            console.print(textTable([table.columns] + table.rows, console: console))
+            var rows = [table.columns] + table.rows
+            if !table.totals.isEmpty { rows += [table.columns.map { String(repeating: "-", count: $0.count) }] + table.totals }
+            console.print(textTable(rows, console: console))
             console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
             if let user, view == .history {
                 let summary = try ledger.userSummary(user)
@@ -73,10 +89,17 @@ struct ReportCommand: ParsableCommand {
                 console.print("  spent, net of refunds: \(spent.isEmpty ? "nothing" : spent)" + (refunded.isEmpty ? "" : "; refunded: \(refunded)"))
             }
         case .csv:
-            console.print(table.columns.map(csvField).joined(separator: ","))
-            for row in table.rows { console.print(row.map(csvField).joined(separator: ",")) }
+            // A view with totals marks each row in a first column: `row` (a product line) or `total`.
+            let marked = table.totalsJSON != nil
+            console.print(((marked ? ["kind"] : []) + table.columns).map(csvField).joined(separator: ","))
+            for row in table.rows { console.print(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
+            for row in table.totals { console.print((["total"] + row).map(csvField).joined(separator: ",")) }
         case .json:
-            console.print("[" + table.json.joined(separator: ",\n") + "]")
+            if let totals = table.totalsJSON {
+                console.print("{\"rows\":[" + table.json.joined(separator: ",\n") + "],\n\"totals\":[" + totals.joined(separator: ",\n") + "]}")
+            } else {
+                console.print("[" + table.json.joined(separator: ",\n") + "]")
+            }
         case .html:
             console.print(try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render())
         }
@@ -105,12 +128,19 @@ struct ReportCommand: ParsableCommand {
                 },
                 transactions: entries.map(\.transaction.transaction))
         case .revenue:
-            let lines = try ledger.revenue(from: from, to: to)
+            let lines = try ledger.revenue(from: from, to: to, groupBy: groupBy)
+            let totals = RevenueTotal.totals(of: lines)
+            let period = groupBy.map { [$0.rawValue] } ?? []
+            let blank = groupBy == nil ? [] : [""]
             return ReportTable(
-                title: "Revenue", columns: ["product", "currency", "price", "purchases", "units", "refunded units", "gross", "refunds", "net"],
-                rows: lines.map { [$0.product, $0.currency, $0.price, String($0.purchases), String($0.units), String($0.refundedUnits),
-                                   "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
-                json: lines.map { "{\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" })
+                title: groupBy.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
+                columns: period + ["product", "currency", "price", "purchases", "units", "refunded units", "gross", "refunds", "net"],
+                rows: lines.map { (groupBy == nil ? [] : [$0.period ?? ""]) + [$0.product, $0.currency, $0.price, String($0.purchases), String($0.units),
+                                   String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
+                json: lines.map { "{\(groupBy == nil ? "" : "\"period\":\(q($0.period)),")\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" },
+                totals: totals.map { blank + ["TOTAL", $0.currency, "", String($0.purchases), String($0.units), String($0.refundedUnits),
+                                              "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
+                totalsJSON: totals.map { "{\"currency\":\(q($0.currency)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" })
         case .stuck:
             let downloads = try ledger.stuckDownloads(idle: .seconds(idle))
             return ReportTable(

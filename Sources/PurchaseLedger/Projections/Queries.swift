@@ -5,7 +5,8 @@ import GRDB
 extension Ledger {
     /// Current transactions, sorted by id; only `user`'s when given.
     public func transactions(user: String? = nil) throws -> [TransactionRecord] {
-        try read { db in
+        let user = Identifier.normalize(user)
+        return try read { db in
             let rows = try Row.fetchAll(db, sql: user == nil
                 ? "SELECT * FROM transactions ORDER BY transaction_id"
                 : "SELECT * FROM transactions WHERE user_id = ? ORDER BY transaction_id", arguments: user.map { [$0] } ?? [])
@@ -20,7 +21,8 @@ extension Ledger {
 
     /// One transaction, or nil.
     public func transaction(_ id: String) throws -> TransactionRecord? {
-        try read { db in
+        let id = Identifier.normalize(id)
+        return try read { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE transaction_id = ?", arguments: [id]) else { return nil }
             var record = TransactionRecord(row: row)
             record.downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: [id])
@@ -30,7 +32,8 @@ extension Ledger {
 
     /// Current downloads, sorted by id; only `transaction`'s (in delivery order) when given.
     public func downloads(transaction: String? = nil) throws -> [DownloadRecord] {
-        try read { db in
+        let transaction = Identifier.normalize(transaction)
+        return try read { db in
             let rows = try Row.fetchAll(db, sql: transaction == nil
                 ? "SELECT * FROM downloads ORDER BY download_id"
                 : "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: transaction.map { [$0] } ?? [])
@@ -41,7 +44,7 @@ extension Ledger {
     /// Whether a purchased or restored, not revoked transaction grants `product`, itself or
     /// through a related product (declared on either side).
     public func owns(product: String) throws -> Bool {
-        try read { db in try Ledger.owns(product, db) }
+        try read { db in try Ledger.owns(Identifier.normalize(product), db) }
     }
 
     static func owns(_ product: String, _ db: Database) throws -> Bool {
@@ -76,14 +79,16 @@ extension Ledger {
     /// The content URL of a finished download whose transaction is not finished; nil otherwise,
     /// and always nil after the finish.
     public func contentURL(for download: String) throws -> String? {
-        try read { db in
+        let download = Identifier.normalize(download)
+        return try read { db in
             try String.fetchOne(db, sql: "SELECT content_url FROM downloads WHERE download_id = ? AND state = 'finished'", arguments: [download])
         }
     }
 
     /// Whether a version newer than the owned one was published for that product and content.
     public func updateAvailable(product: String, content: String) throws -> Bool {
-        try read { db in
+        let (product, content) = (Identifier.normalize(product), Identifier.normalize(content))
+        return try read { db in
             guard let row = try Row.fetchOne(db, sql: """
                 SELECT o.content_version, c.latest_version FROM owned_content o
                 JOIN product_contents c ON c.product = o.product AND c.content = o.content
@@ -98,6 +103,7 @@ extension Ledger {
     /// The download registered for a content URL (`contentRegistered`); throws
     /// ``LedgerError/Code/unregisteredURL`` when there is none.
     public func download(forURL url: String) throws -> String {
+        let url = Identifier.normalize(url)
         guard let id = try read({ db in try String.fetchOne(db, sql: "SELECT download_id FROM downloads WHERE url = ?", arguments: [url]) }) else {
             throw LedgerError(.unregisteredURL, "no download is registered for this URL")
         }
@@ -114,6 +120,7 @@ extension Ledger {
 
     /// Every event of a transaction and its downloads, each with the state after it.
     public func timeline(transaction id: String) throws -> [TimelineEntry] {
+        let id = Identifier.normalize(id)
         guard let entries = try timelines(transactions: [id])[id], !entries.isEmpty else {
             throw LedgerError.malformed("transaction \(id) is not in this ledger")
         }

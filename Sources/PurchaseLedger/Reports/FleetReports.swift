@@ -33,6 +33,7 @@ public struct DailyRevenue: Sendable, Hashable {
 extension Ledger {
     /// A user's owned products and content, and totals paid per currency minus refunds.
     public func userSummary(_ user: String) throws -> UserSummary {
+        let user = Identifier.normalize(user)
         let history = try purchaseHistory(PurchaseHistoryQuery(user: user, limit: .max))
         var owned = Set<String>()
         var net: [String: Decimal] = [:]
@@ -142,6 +143,7 @@ extension Ledger {
 
     /// One transaction as a history entry.
     public func purchaseHistory(transactionID id: String) throws -> PurchaseHistoryEntry? {
+        let id = Identifier.normalize(id)
         guard let t = try transaction(id) else { return nil }
         let product = try read { db in try Row.fetchOne(db, sql: "SELECT kind, price, currency FROM products WHERE product = ?", arguments: [t.product]) }
         return PurchaseHistoryEntry(transaction: t, kind: (product?[0] as String?).flatMap(ProductKind.init(rawValue:)),
@@ -150,6 +152,7 @@ extension Ledger {
 
     /// The timelines of several transactions, in one pass over the log.
     public func timelines(transactions ids: Set<String>) throws -> [String: [TimelineEntry]] {
+        let ids = Set(ids.map(Identifier.normalize))
         var state = LedgerState()
         var result: [String: [TimelineEntry]] = [:]
         try forEachEvent { e in

@@ -53,8 +53,8 @@ extension Ledger {
         try read { db in
             var conditions: [String] = []
             var arguments = StatementArguments()
-            if let user = query.user { conditions.append("t.user_id = ?"); _ = arguments.append(contentsOf: [user]) }
-            if let product = query.product { conditions.append("t.product = ?"); _ = arguments.append(contentsOf: [product]) }
+            if let user = query.user { conditions.append("t.user_id = ?"); _ = arguments.append(contentsOf: [Identifier.normalize(user)]) }
+            if let product = query.product { conditions.append("t.product = ?"); _ = arguments.append(contentsOf: [Identifier.normalize(product)]) }
             if let from = query.from {
                 conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= ?")
                 _ = arguments.append(contentsOf: [Projector.ms(from)])

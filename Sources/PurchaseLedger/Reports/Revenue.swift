@@ -3,6 +3,8 @@ import GRDB
 
 /// Revenue of one product in one currency over a period.
 public struct RevenueLine: Sendable, Hashable {
+    /// The period when grouped (``RevenuePeriod``): `2024-03-01`, `2024-W09` or `2024-03`; nil otherwise.
+    public var period: String?
     public var product: String
     public var currency: String
     /// The registered unit price, a decimal string in currency units.
@@ -17,25 +19,129 @@ public struct RevenueLine: Sendable, Hashable {
     public var net: Decimal { gross - refunds }
 }
 
+/// All the revenue of one currency: the sum of its ``RevenueLine``s.
+public struct RevenueTotal: Sendable, Hashable {
+    public var currency: String
+    public var purchases: Int
+    public var units: Int
+    public var refundedUnits: Int
+    public var gross: Decimal
+    public var refunds: Decimal
+    public var net: Decimal { gross - refunds }
+
+    /// One total per currency, sorted by currency. Amounts in different currencies are never added.
+    public static func totals(of lines: [RevenueLine]) -> [RevenueTotal] {
+        var byCurrency: [String: RevenueTotal] = [:]
+        for line in lines {
+            byCurrency[line.currency, default: RevenueTotal(currency: line.currency, purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)]
+                .add(line)
+        }
+        return byCurrency.values.sorted { $0.currency < $1.currency }
+    }
+
+    private mutating func add(_ line: RevenueLine) {
+        purchases += line.purchases
+        units += line.units
+        refundedUnits += line.refundedUnits
+        gross += line.gross
+        refunds += line.refunds
+    }
+}
+
+/// How revenue lines are split over time, by purchase date in UTC.
+public enum RevenuePeriod: String, Sendable, Hashable, CaseIterable {
+    /// `2024-03-01`.
+    case day
+    /// ISO 8601 weeks, Monday to Sunday: `2024-W09` (the week-numbering year, which differs from the
+    /// calendar year for a few days around New Year).
+    case week
+    /// `2024-03`.
+    case month
+
+    /// The label of the period holding day `day` (days since 1970-01-01, UTC).
+    public func label(ofDay day: Int64) -> String {
+        let (y, m, d) = Self.civil(fromDays: day)
+        switch self {
+        case .day:
+            return String(format: "%04d-%02d-%02d", y, m, d)
+        case .month:
+            return String(format: "%04d-%02d", y, m)
+        case .week:
+            // ISO weekday 1 (Monday)...7; 1970-01-01 was a Thursday.
+            let weekday = Int((day % 7 + 7 + 3) % 7) + 1
+            let thursday = day - Int64(weekday) + 4
+            let (year, _, _) = Self.civil(fromDays: thursday)
+            let yearStart = Self.days(fromCivil: year, 1, 1)
+            return String(format: "%04d-W%02d", year, Int((thursday - yearStart) / 7) + 1)
+        }
+    }
+
+    /// Howard Hinnant's civil-from-days: the proleptic Gregorian date of a day count.
+    static func civil(fromDays z0: Int64) -> (Int, Int, Int) {
+        let z = z0 + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (Int(yoe + era * 400 + (m <= 2 ? 1 : 0)), Int(m), Int(d))
+    }
+
+    static func days(fromCivil y0: Int, _ m: Int, _ d: Int) -> Int64 {
+        let y = Int64(m <= 2 ? y0 - 1 : y0)
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = Int64(m > 2 ? m - 3 : m + 9)
+        let doy = (153 * mp + 2) / 5 + Int64(d) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+}
+
 extension Ledger {
     /// Revenue per product and currency of the purchases made in `from..<to` (all time when nil),
-    /// at the registered prices. Sorted by currency, then net revenue, largest first.
-    public func revenue(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [RevenueLine] {
-        try read { db in
-            let rows = try Row.fetchAll(db, sql: """
-                SELECT t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity) AS units,
+    /// at the registered prices; split by period when `groupBy` is given. Sorted by period, then
+    /// currency, then net revenue, largest first. ``RevenueTotal/totals(of:)`` sums them per currency.
+    ///
+    /// ```swift
+    /// let march = try ledger.revenue(from: Timestamp.parse("2024-03-01T00:00:00Z"), to: Timestamp.parse("2024-04-01T00:00:00Z"))
+    /// for total in RevenueTotal.totals(of: march) { print(total.currency, total.net) }
+    /// let weekly = try ledger.revenue(groupBy: .week)   // one line per week, product and currency
+    /// ```
+    public func revenue(from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil) throws -> [RevenueLine] {
+        let rows = try read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT \(groupBy == nil ? "0" : "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)") AS day,
+                       t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity) AS units,
                        sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END) AS refunded
                 FROM transactions t JOIN products p ON p.product = t.product
                 WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                GROUP BY t.product, p.currency, p.price
+                GROUP BY day, t.product, p.currency, p.price
                 """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
-            return rows.map { row in
-                let price = Decimal(string: row["price"], locale: Locale(identifier: "en_US_POSIX")) ?? 0
-                let units: Int = row["units"]
-                let refunded: Int = row["refunded"]
-                return RevenueLine(product: row["product"], currency: row["currency"], price: row["price"], purchases: row["purchases"],
-                                   units: units, refundedUnits: refunded, gross: price * Decimal(units), refunds: price * Decimal(refunded))
-            }.sorted { ($0.currency, $1.net, $0.product) < ($1.currency, $0.net, $1.product) }
+        }
+        var lines: [String: RevenueLine] = [:]
+        for row in rows {
+            let period = groupBy?.label(ofDay: row["day"])
+            let price: String = row["price"]
+            let unitPrice = Decimal(string: price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
+            let units: Int = row["units"]
+            let refunded: Int = row["refunded"]
+            let product: String = row["product"]
+            let currency: String = row["currency"]
+            let key = [period ?? "", product, currency, price].joined(separator: "\u{0}")
+            var line = lines[key] ?? RevenueLine(period: period, product: product, currency: currency, price: price,
+                                                 purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
+            line.purchases += row["purchases"] as Int
+            line.units += units
+            line.refundedUnits += refunded
+            line.gross += unitPrice * Decimal(units)
+            line.refunds += unitPrice * Decimal(refunded)
+            lines[key] = line
+        }
+        return lines.values.sorted { a, b in
+            (a.period ?? "", a.currency, b.net, a.product, a.price) < (b.period ?? "", b.currency, a.net, b.product, b.price)
         }
     }
 }

@@ -1,0 +1,105 @@
+import Foundation
+
+/// The one rule for ids: **every id is stored in Unicode NFC form.**
+///
+/// Swift compares Strings by canonical equivalence, so a precomposed `é` and `e` followed by a
+/// combining accent are one id to the reducer. SQLite, the JSON state and every report compare
+/// bytes. Normalizing each id once, where events come in, makes both views agree: the log, the
+/// projections, the reports, export and `replay --json` all hold the same bytes for one id.
+///
+/// Ids are the transaction, original transaction, store transaction, download, product, related
+/// product, content and user fields, and a standalone download's url. Free text (destinations,
+/// content URLs, messages, reasons, titles, checksums) is stored exactly as given.
+///
+/// ```swift
+/// Identifier.normalize("cafe\u{301}")   // "café" (one precomposed scalar)
+/// ```
+public enum Identifier {
+    /// `id` in NFC form. ASCII ids (every id a store produces) are returned as they are.
+    @inlinable
+    public static func normalize(_ id: String) -> String {
+        if id.utf8.allSatisfy({ $0 < 0x80 }) { return id }
+        return id.precomposedStringWithCanonicalMapping
+    }
+
+    @inlinable
+    static func normalize(_ id: String?) -> String? {
+        id.map(normalize)
+    }
+}
+
+extension Event {
+    /// The event with every id in NFC form (``Identifier``). ``Ledger`` applies it to each event
+    /// it is given, so the caller need not.
+    public func normalizingIDs() -> Event {
+        Event(at: at, body.normalizingIDs())
+    }
+}
+
+extension EventBody {
+    /// The body with every id field in NFC form; free-text fields are left as they are.
+    public func normalizingIDs() -> EventBody {
+        let n = Identifier.normalize as (String) -> String
+        let o = Identifier.normalize as (String?) -> String?
+        // Exhaustive on purpose: a new event with an id field must be added here.
+        switch self {
+        case .productRegistered(var r):
+            r.product = n(r.product)
+            r.relatedProducts = r.relatedProducts.map(n)
+            r.contents = r.contents.map { ContentSpec(content: n($0.content), contentVersion: $0.contentVersion, contentLength: $0.contentLength) }
+            return .productRegistered(r)
+        case .contentVersionPublished(let p, let c, let v):
+            return .contentVersionPublished(product: n(p), content: n(c), contentVersion: v)
+        case .paymentQueued(let t, let p, let q, let u):
+            return .paymentQueued(transaction: n(t), product: n(p), quantity: q, user: o(u))
+        case .transactionDeferred(let t):
+            return .transactionDeferred(transaction: n(t))
+        case .transactionPurchased(let t, let p, let u, let s, let d):
+            return .transactionPurchased(transaction: n(t), product: o(p), user: o(u), storeTransactionId: o(s), downloads: d.map(Self.normalizing))
+        case .transactionFailed(let t, let error):
+            return .transactionFailed(transaction: n(t), error: error)
+        case .transactionRestored(let t, let original, let p, let u, let s, let d):
+            return .transactionRestored(transaction: n(t), originalTransaction: n(original), product: n(p), user: o(u),
+                                        storeTransactionId: o(s), downloads: d.map(Self.normalizing))
+        case .transactionRevoked(let t, let reason):
+            return .transactionRevoked(transaction: n(t), reason: reason)
+        case .transactionFinished(let t, let discard):
+            return .transactionFinished(transaction: n(t), discardContent: discard)
+        case .downloadStarted(let d):
+            return .downloadStarted(download: n(d))
+        case .downloadProgressed(let d, let p, let b, let r):
+            return .downloadProgressed(download: n(d), progress: p, bytesWritten: b, timeRemaining: r)
+        case .downloadPaused(let d):
+            return .downloadPaused(download: n(d))
+        case .downloadResumed(let d):
+            return .downloadResumed(download: n(d))
+        case .downloadCancelled(let d, let reason):
+            return .downloadCancelled(download: n(d), reason: reason)
+        case .downloadFinished(let d, let url):
+            return .downloadFinished(download: n(d), contentURL: url)
+        case .downloadFailed(let d, let error):
+            return .downloadFailed(download: n(d), error: error)
+        case .contentCopiedOut(let d, let destination, let checksum, let bytes):
+            return .contentCopiedOut(download: n(d), destination: destination, checksum: checksum, bytesCopied: bytes)
+        case .contentDeleted(let p):
+            return .contentDeleted(product: n(p))
+        case .restoreStarted(let u):
+            return .restoreStarted(user: o(u))
+        case .restoreCompleted:
+            return .restoreCompleted
+        case .restoreFailed(let error):
+            return .restoreFailed(error: error)
+        case .contentRegistered(let url, let d, let length):
+            return .contentRegistered(url: n(url), download: n(d), contentLength: length)
+        }
+    }
+
+    private static func normalizing(_ specs: [DownloadSpec]) -> [DownloadSpec] {
+        // The common case allocates nothing: every id already ASCII.
+        if specs.allSatisfy({ $0.download.utf8.allSatisfy { $0 < 0x80 } && $0.content.utf8.allSatisfy { $0 < 0x80 } }) { return specs }
+        return specs.map {
+            DownloadSpec(download: Identifier.normalize($0.download), content: Identifier.normalize($0.content),
+                         contentVersion: $0.contentVersion, contentLength: $0.contentLength)
+        }
+    }
+}

@@ -3,7 +3,7 @@ import Testing
 @testable import PurchaseLedger
 
 /// A fresh directory per test, removed afterwards. Ledgers in it are real SQLite files.
-final class TemporaryDirectory {
+final class TemporaryDirectory: Sendable {
     let url: URL
 
     init() throws {

@@ -1,0 +1,200 @@
+import Foundation
+import Testing
+@testable import PurchaseLedger
+
+/// `extract` on the shared 100,000-event workload: for several transactions and users, the repro
+/// replays, seq by seq, to the same state of the chosen records as the original.
+@Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
+struct ExtractTests {
+    /// One 100,000-event ledger for the whole suite, imported through the library.
+    static let shared: Result<(TemporaryDirectory, String), any Error> = Result {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("workload.ledger")
+        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: try Workload.file(events: 100_000)))))
+        var config = LedgerConfiguration()
+        config.durability = .normal
+        try Ledger(path: path, configuration: config).appendJSONLines(input)
+        return (dir, path)
+    }
+
+    static func workload() throws -> (TemporaryDirectory, Ledger) {
+        let (dir, path) = try shared.get()
+        var config = LedgerConfiguration()
+        config.readOnly = true
+        return (dir, try Ledger(path: path, configuration: config))
+    }
+
+    /// Interesting records of the workload, found by a pass over it: a transaction whose finish
+    /// made the ledger cancel downloads, a restored one, one with an anomaly, one plain purchase;
+    /// the user with the most transactions, and a restoring user.
+    static func picks(_ ledger: Ledger) throws -> (transactions: [String], users: [String]) {
+        var state = LedgerState()
+        var cancelled: String?, restored: String?, anomalous: String?, plain: String?, restoringUser: String?
+        try ledger.forEachEvent { e in
+            Reducer.replay(&state, e.event, seq: e.seq)
+            let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
+            if e.appendedByLedger, cancelled == nil { cancelled = owner }
+            if case .transactionRestored(let t, _, _, let u, _, _) = e.event.body, restored == nil { restored = t; restoringUser = u }
+            if e.anomaly != nil, anomalous == nil, let owner { anomalous = owner }
+            if case .transactionFinished(let t, _) = e.event.body, plain == nil, state.transactions[t]?.downloads.isEmpty == false { plain = t }
+            return true
+        }
+        var counts: [String: Int] = [:]
+        for t in state.transactions.values { if let u = t.user { counts[u, default: 0] += 1 } }
+        let busiest = try #require(counts.max { ($0.value, $1.key) < ($1.value, $0.key) }?.key)
+        return ([cancelled, restored, anomalous, plain].compactMap { $0 }, [busiest] + [restoringUser].compactMap { $0 })
+    }
+
+    /// Replays the original once and every repro beside it: after each original event that names
+    /// a chosen record or is kept, the chosen records are equal in both.
+    static func expectReproduces(_ ledger: Ledger, _ repros: [(ExtractSummary, Ledger)]) throws {
+        var reproEvents: [[RecordedEvent]] = []
+        for (_, repro) in repros {
+            var events: [RecordedEvent] = []
+            try repro.forEachEvent { events.append($0); return true }
+            reproEvents.append(events)
+        }
+        var original = LedgerState()
+        var states = Array(repeating: LedgerState(), count: repros.count)
+        var cursors = Array(repeating: 0, count: repros.count)
+        var compared = Array(repeating: 0, count: repros.count)
+        let chosen = repros.map { (Set($0.0.transactions), Set($0.0.downloads)) }
+        var failures = 0
+        try ledger.forEachEvent { e in
+            Reducer.replay(&original, e.event, seq: e.seq)
+            for i in repros.indices {
+                let summary = repros[i].0
+                let kept = cursors[i] < summary.originalSeqs.count && summary.originalSeqs[cursors[i]] == e.seq
+                if kept {
+                    let copy = reproEvents[i][cursors[i]]
+                    #expect(copy.event == e.event && copy.appendedByLedger == e.appendedByLedger && copy.anomaly == e.anomaly,
+                            "repro seq \(copy.seq) differs from original seq \(e.seq)")
+                    Reducer.replay(&states[i], copy.event, seq: copy.seq)
+                    cursors[i] += 1
+                }
+                let names = e.event.body.transactionID.map(chosen[i].0.contains) == true || e.event.body.downloadID.map(chosen[i].1.contains) == true
+                #expect(!names || kept, "original seq \(e.seq) names a chosen record but was not kept")
+                guard kept || names else { continue }
+                compared[i] += 1
+                for t in chosen[i].0 where original.transactions[t] != states[i].transactions[t] {
+                    failures += 1
+                    Issue.record("transaction \(t) differs after original seq \(e.seq)")
+                }
+                for d in chosen[i].1 where original.downloads[d] != states[i].downloads[d] {
+                    failures += 1
+                    Issue.record("download \(d) differs after original seq \(e.seq)")
+                }
+            }
+            return failures < 5
+        }
+        for i in repros.indices {
+            #expect(cursors[i] == repros[i].0.originalSeqs.count, "every repro event matched")
+            #expect(compared[i] == repros[i].0.keptEvents, "compared at every kept seq")
+        }
+    }
+
+    @Test func extractsOfTransactionsAndUsersReplayLikeTheOriginal() throws {
+        let (dir, ledger) = try Self.workload()
+        let (transactions, users) = try Self.picks(ledger)
+        #expect(transactions.count == 4, "the workload has an early finish, a restore, an anomaly and a plain purchase")
+        var repros: [(ExtractSummary, Ledger)] = []
+        let selections: [ExtractSelection] = [.transactions(transactions), .transactions([transactions[0]])] + users.map { .user($0) }
+        for (i, selection) in selections.enumerated() {
+            let path = dir.path("repro-\(i)-\(UUID().uuidString).ledger")
+            let summary = try ledger.extract(selection, to: path)
+            // The file alone is the repro: nothing waits in the WAL.
+            let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+            #expect(wal == 0)
+            #expect(summary.totalEvents == (try ledger.lastSeq()))
+            #expect(summary.keptEvents > 0 && summary.keptEvents < 5_000, "\(selection): \(summary.keptEvents) events")
+            #expect(summary.keptEvents == summary.originalSeqs.count)
+            let repro = try Ledger(path: path)
+            #expect(try repro.lastSeq() == Int64(summary.keptEvents))
+            let report = try repro.verify()
+            #expect(report.isValid, "\(report.problems)")
+            #expect(try repro.extractedEvents(selection).count == summary.keptEvents, "extracting again keeps everything")
+            if case .user(let u) = selection {
+                #expect(Set(try ledger.transactions(user: u).map(\.transaction)).isSubset(of: summary.transactions))
+                #expect(try repro.transactions(user: u).count == (try ledger.transactions(user: u).count))
+            }
+            repros.append((summary, repro))
+        }
+        #expect(repros.contains { $0.0.restores > 0 }, "a restore was kept")
+        #expect(repros.contains { ((try? $0.1.statistics().appendedByLedger) ?? 0) > 0 }, "an automatic cancellation came back")
+        try Self.expectReproduces(ledger, repros)
+    }
+
+    @Test func aRedactedExtractPseudonymisesUsersAndDestinations() throws {
+        let (dir, ledger) = try Self.workload()
+        let user = try Self.picks(ledger).users[0]
+        let path = dir.path("redacted-\(UUID().uuidString).ledger")
+        let summary = try ledger.extract(.user(user), to: path, redact: true)
+        let repro = try Ledger(path: path)
+        let original = try ledger.transactions(user: user)
+        #expect(try repro.transactions(user: user).isEmpty)
+        #expect(try repro.transactions(user: Redaction.pseudonym(user: user)).count == original.count)
+        var exported = ""
+        try repro.forEachEvent { e in exported += JSONLines.encode(e.event) + "\n"; return true }
+        #expect(!exported.contains("\"\(user)\""))
+        let kept = Set(summary.downloads)
+        let destinations = try ledger.downloads().filter { kept.contains($0.download) }.compactMap(\.destination)
+        #expect(!destinations.isEmpty, "the user copied content out")
+        for destination in Set(destinations) where exported.contains("\"destination\":\"\(destination)\"") {
+            Issue.record("destination \(destination) left unredacted")
+        }
+        #expect(try repro.verify().isValid)
+    }
+
+    @Test func sharedDownloadIdsBringTheirTransactionAndErrorsChangeNothing() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("l.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: [
+            E.product("p1", contents: [("c1", "1.0")]), E.product("p2"),
+            E.queued("t1"), E.purchased("t1", downloads: ["d1"]),
+            E.queued("t2", "p2", user: "u2"), E.purchased("t2", downloads: ["d1"]),   // duplicateDownload: an anomaly
+            E.start("d1"), E.done("d1"), E.copied("d1"), E.finished("t1"),
+            E.restoreStarted(at: 20), E.restored("t3", original: "t1", downloads: ["d3"], at: 21), E.restoreCompleted(at: 22),
+        ])
+        let summary = try ledger.extract(.transactions(["t2"]), to: dir.path("t2.ledger"))
+        #expect(summary.addedTransactions == ["t1"])
+        #expect(summary.restores == 0)
+        let repro = try Ledger(path: dir.path("t2.ledger"))
+        #expect(try repro.statistics().anomaliesByRule[.duplicateDownload] == 1, "the purchase is flagged as in the original")
+        #expect(try repro.state(atSeq: .max).transactions["t2"] == ledger.currentState.transactions["t2"])
+
+        let restore = try ledger.extract(.transactions(["t3"]), to: dir.path("t3.ledger"))
+        #expect(restore.restores == 1)
+        #expect(try Ledger(path: dir.path("t3.ledger")).events(inStream: "restore").count == 2)
+
+        // Unknown records, an existing output: typed errors, nothing written.
+        #expect(throws: LedgerError.self) { try ledger.extract(.transactions(["nope"]), to: dir.path("x.ledger")) }
+        #expect(throws: LedgerError.self) { try ledger.extract(.user("nobody"), to: dir.path("x.ledger")) }
+        #expect(!FileManager.default.fileExists(atPath: dir.path("x.ledger")))
+        let before = try fileBytes(dir.path("t2.ledger"))
+        #expect(throws: LedgerError.self) { try ledger.extract(.transactions(["t1"]), to: dir.path("t2.ledger")) }
+        #expect(try fileBytes(dir.path("t2.ledger")) == before)
+    }
+
+    @Test func theCLIWritesAReproAndSaysWhatItKept() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("user.ledger")
+        #expect(try cli(["append", path], stdin: sampleLog).status == 0)
+        let out = dir.path("t1.ledger")
+        let result = try cli(["extract", path, "--transaction", "t1", "-o", out])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("kept "), "\(result.stdout)")
+        #expect(result.stdout.contains(" of "), "\(result.stdout)")
+        #expect(try cli(["verify", out]).status == 0)
+        let again = try cli(["extract", path, "--transaction", "t1", "-o", out])
+        #expect(again.status == 3)
+        #expect(again.stderr.contains("--force"), "\(again.stderr)")
+        #expect(try cli(["extract", path, "--transaction", "t1", "-o", out, "--force", "--json"]).stdout.contains("\"keptEvents\""))
+        let both = try cli(["extract", path, "--transaction", "t1", "--user", "u1"])
+        #expect(both.status == 2)
+        let unknown = try cli(["extract", path, "--transaction", "nope"])
+        #expect(unknown.status == 2)
+        #expect(unknown.stderr.contains("nope"))
+        #expect(!FileManager.default.fileExists(atPath: dir.path("user-repro.ledger")))
+        #expect(try cli(["--help"]).stdout.contains("extract"))
+    }
+}

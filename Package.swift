@@ -3,7 +3,9 @@ import PackageDescription
 
 let package = Package(
     name: "purchase-ledger",
-    platforms: [.macOS(.v15)],
+    // The floors are what the code needs (docs/platforms.md): Swift's Duration, Clock-based
+    // Task.sleep(for:) and Regex (iOS 16 / macOS 13 / tvOS 16 / watchOS 9); visionOS 1 has them all.
+    platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9), .visionOS(.v1)],
     products: [
         .library(name: "PurchaseLedger", targets: ["PurchaseLedger"]),
         .executable(name: "purchase-ledger", targets: ["purchase-ledger"]),
@@ -15,7 +17,8 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
-        // liblz4 through the system library; only Sources/PurchaseLedger/Compression imports it.
+        // liblz4 through the system library, on Linux only; only Sources/PurchaseLedger/Compression
+        // imports it. Apple platforms use the byte-compatible Swift codec (LZ4Block.swift).
         .systemLibrary(
             name: "CLZ4",
             pkgConfig: "liblz4",
@@ -24,7 +27,7 @@ let package = Package(
         .target(
             name: "PurchaseLedger",
             dependencies: [
-                "CLZ4",
+                .target(name: "CLZ4", condition: .when(platforms: [.linux])),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -1,6 +1,5 @@
 import Foundation
 import GRDB
-import Synchronization
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
 /// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
@@ -93,9 +92,10 @@ public final class Ledger: Sendable {
 
     /// The writer's state. Nothing else keeps a reference to its dictionaries between appends:
     /// a second reference would make the next append copy them all.
-    private let writer: Mutex<Writer>
+    private let writer: Locked<Writer>
     /// Bumped after every commit, so live observers wake up.
-    private let commits = Atomic<Int>(0)
+    private let commits = Locked(0)
+    private var commitCount: Int { commits.withLock { $0 } }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
     private let pageCache = SnapshotPageCache()
 
@@ -158,7 +158,7 @@ public final class Ledger: Sendable {
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        writer = Mutex(Writer(state: initial.0, lastLink: initial.1, damage: damage))
+        writer = Locked(Writer(state: initial.0, lastLink: initial.1, damage: damage))
         if !configuration.readOnly && damage == nil {
             try catchUpProjections()
         }
@@ -301,7 +301,7 @@ public final class Ledger: Sendable {
             }
         }
         if !result.events.isEmpty {
-            commits.add(1, ordering: .releasing)
+            commits.withLock { $0 += 1 }
         }
         return result
     }
@@ -417,7 +417,7 @@ public final class Ledger: Sendable {
                 var next = seq
                 do {
                     while !Task.isCancelled {
-                        let seen = commits.load(ordering: .acquiring)
+                        let seen = commitCount
                         let page = try events(from: next, limit: 1024)
                         for event in page { continuation.yield(event) }
                         if let last = page.last { next = last.seq + 1 }
@@ -425,7 +425,7 @@ public final class Ledger: Sendable {
                         // Wake early when this process appends; poll for other processes.
                         let step = Duration.milliseconds(10)
                         var waited = Duration.zero
-                        while waited < pollInterval, commits.load(ordering: .acquiring) == seen, !Task.isCancelled {
+                        while waited < pollInterval, commitCount == seen, !Task.isCancelled {
                             try await Task.sleep(for: step)
                             waited += step
                         }

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import PurchaseLedger
-import Synchronization
 
 /// The `purchase-ledger` command line, as a library: `main` parses, runs and maps every failure
 /// to the contract's exit status (0 success; 1 a rule rejected the input or verify found a
@@ -51,7 +50,7 @@ public final class Console: Sendable {
     @TaskLocal public static var current = Console()
 
     private let sink: (@Sendable (_ text: String, _ toError: Bool) -> Void)?
-    private let buffer = Mutex<[UInt8]>([])
+    private let buffer = Locked<[UInt8]>([])
     public let stdoutIsTerminal: Bool
     public let stderrIsTerminal: Bool
     /// Colours only on a terminal, and never with NO_COLOR set.

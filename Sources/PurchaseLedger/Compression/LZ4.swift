@@ -1,28 +1,106 @@
+import Foundation
+#if canImport(CLZ4)
 import CLZ4
+#endif
 
-/// LZ4 block compression over liblz4, optionally with a dictionary.
+/// LZ4 block compression, optionally with a dictionary: liblz4 where the package links it
+/// (Linux), the Swift codec ``LZ4Block`` everywhere else (Apple platforms). Both read and write
+/// the same bytes, so a ledger moves between them freely.
 ///
-/// The only place that imports `CLZ4`. Decompression uses `LZ4_decompress_safe*` only, which
-/// never reads or writes outside the buffers it is given, so corrupt input is an error, not a crash.
+/// Decompression never reads or writes outside the buffers it is given, whichever codec runs:
+/// corrupt input is an ``LZ4/Failure``, not a crash.
 enum LZ4 {
     struct Failure: Error, CustomStringConvertible {
         var description: String
     }
 
-    /// Turns the C convention (a count, or <= 0 for failure) into a Swift result, in one place.
-    private static func checked(_ result: Int32, _ what: String) throws(Failure) -> Int {
-        guard result > 0 else { throw Failure(description: "\(what) failed (\(result))") }
-        return Int(result)
+    enum Implementation: String, Sendable {
+        case liblz4
+        case swift
     }
 
-    /// The largest input one call handles (liblz4's own limit).
-    static let maxInputSize = Int(LZ4_MAX_INPUT_SIZE)
+    /// The codec this process uses. On Linux, `PURCHASE_LEDGER_LZ4=swift` in the environment
+    /// switches to the Swift codec (the one Apple platforms use), so the test suite can write and
+    /// read ledgers with it and check them against liblz4 in another process.
+    static let implementation: Implementation = {
+        #if canImport(CLZ4)
+        return ProcessInfo.processInfo.environment["PURCHASE_LEDGER_LZ4"] == "swift" ? .swift : .liblz4
+        #else
+        return .swift
+        #endif
+    }()
 
-    /// Compresses `input` with LZ4's high-compression mode (same format, same fast decompression;
-    /// slower to compress, which sealing a block once can afford). With a dictionary, matches may
-    /// refer into it; the same dictionary is needed to decompress.
+    /// The largest input one call handles (liblz4's `LZ4_MAX_INPUT_SIZE`).
+    static let maxInputSize = 0x7E00_0000
+
+    /// Compresses `input`; with a dictionary, matches may refer into it, and the same dictionary is
+    /// needed to decompress. liblz4 uses its high-compression mode at `level`.
     static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = 3) throws(Failure) -> [UInt8] {
         guard input.count <= maxInputSize else { throw Failure(description: "block of \(input.count) bytes is too large") }
+        if input.isEmpty { return [] }
+        switch implementation {
+        case .swift:
+            return swiftCompress(input, dictionary: dictionary)
+        case .liblz4:
+            #if canImport(CLZ4)
+            return try liblz4Compress(input, dictionary: dictionary, level: level)
+            #else
+            return swiftCompress(input, dictionary: dictionary)
+            #endif
+        }
+    }
+
+    /// Decompresses exactly `originalSize` bytes, or throws when `input` is not a valid LZ4 block
+    /// of that size (for that dictionary).
+    static func decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]? = nil) throws(Failure) -> [UInt8] {
+        guard originalSize >= 0, originalSize <= maxInputSize else { throw Failure(description: "implausible size \(originalSize)") }
+        if originalSize == 0 {
+            guard input.isEmpty else { throw Failure(description: "data where none was expected") }
+            return []
+        }
+        guard !input.isEmpty, input.count <= maxInputSize else { throw Failure(description: "empty or oversized block") }
+        switch implementation {
+        case .swift:
+            return try swiftDecompress(input, originalSize: originalSize, dictionary: dictionary)
+        case .liblz4:
+            #if canImport(CLZ4)
+            return try liblz4Decompress(input, originalSize: originalSize, dictionary: dictionary)
+            #else
+            return try swiftDecompress(input, originalSize: originalSize, dictionary: dictionary)
+            #endif
+        }
+    }
+
+    /// The one failure for a block that does not decode, whichever codec found it.
+    private static func undecodable(_ produced: Int, _ expected: Int) -> Failure {
+        Failure(description: produced < 0 ? "LZ4 decompression failed" : "decompressed \(produced) bytes, expected \(expected)")
+    }
+
+    // MARK: - The Swift codec
+
+    static func swiftCompress(_ input: [UInt8], dictionary: [UInt8]?) -> [UInt8] {
+        input.withUnsafeBytes { source in
+            (dictionary ?? []).withUnsafeBytes { dict in LZ4Block.compress(source, dictionary: dict) }
+        }
+    }
+
+    static func swiftDecompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
+        var produced = -1
+        let output = [UInt8](unsafeUninitializedCapacity: originalSize) { buffer, count in
+            produced = (dictionary ?? []).withUnsafeBytes { dict in
+                LZ4Block.decode(input, into: UnsafeMutableRawBufferPointer(buffer), dictionary: dict)
+            }
+            // Bytes past a failure are never read: the array is dropped below.
+            count = produced == originalSize ? originalSize : 0
+        }
+        guard produced == originalSize else { throw undecodable(produced, originalSize) }
+        return output
+    }
+
+    // MARK: - liblz4
+
+    #if canImport(CLZ4)
+    static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = 3) throws(Failure) -> [UInt8] {
         if input.isEmpty { return [] }
         let bound = Int(LZ4_compressBound(Int32(input.count)))
         var output = [UInt8](repeating: 0, count: bound)
@@ -43,19 +121,16 @@ enum LZ4 {
                 }
             }
         }
-        output.removeSubrange(try checked(written, "LZ4 compression")...)
+        guard written > 0 else { throw Failure(description: "LZ4 compression failed") }
+        output.removeSubrange(Int(written)...)
         return output
     }
 
-    /// Decompresses exactly `originalSize` bytes, or throws when `input` is not a valid LZ4 block
-    /// of that size (for that dictionary).
-    static func decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]? = nil) throws(Failure) -> [UInt8] {
-        guard originalSize >= 0, originalSize <= maxInputSize else { throw Failure(description: "implausible size \(originalSize)") }
-        if originalSize == 0 {
-            guard input.isEmpty else { throw Failure(description: "data where none was expected") }
-            return []
+    static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
+        guard originalSize > 0, !input.isEmpty else {
+            if originalSize == 0 && input.isEmpty { return [] }
+            throw undecodable(-1, originalSize)
         }
-        guard !input.isEmpty, input.count <= maxInputSize else { throw Failure(description: "empty or oversized block") }
         var output = [UInt8](repeating: 0, count: originalSize)
         let produced: Int32 = output.withUnsafeMutableBufferPointer { dst in
             let srcPtr = input.baseAddress!.assumingMemoryBound(to: CChar.self)
@@ -68,8 +143,8 @@ enum LZ4 {
                                               UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(dict.count))
             }
         }
-        let count = try checked(produced, "LZ4 decompression")
-        guard count == originalSize else { throw Failure(description: "decompressed \(count) bytes, expected \(originalSize)") }
+        guard Int(produced) == originalSize else { throw undecodable(produced < 0 ? -1 : Int(produced), originalSize) }
         return output
     }
+    #endif
 }

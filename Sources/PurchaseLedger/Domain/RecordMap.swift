@@ -1,5 +1,4 @@
 import Dispatch
-import Synchronization
 
 /// The transactions or downloads of a ``LedgerState``, by id: reads like a dictionary, iterates in
 /// id order.
@@ -202,7 +201,7 @@ final class RecordPage<Value: Sendable>: Sendable {
     let rawSize: Int
     let firstID: String
     let count: Int
-    private let storage: Mutex<Storage>
+    private let storage: Locked<Storage>
 
     enum Storage {
         case encoded([UInt8], @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: Value)])
@@ -214,7 +213,7 @@ final class RecordPage<Value: Sendable>: Sendable {
         self.rawSize = rawSize
         self.firstID = firstID
         self.count = count
-        self.storage = Mutex(storage)
+        self.storage = Locked(storage)
     }
 
     /// The records, sorted by id.
@@ -301,7 +300,7 @@ final class SnapshotPageCache: Sendable {
         }
     }
 
-    private let pages = Mutex(Pages())
+    private let pages = Locked(Pages())
     let limit: Int
 
     init(limit: Int = 4096) {

@@ -1,0 +1,27 @@
+import Foundation
+
+/// A value behind a lock, for state shared between threads (this package's modules only).
+///
+/// The package's one lock. It stands in for `Synchronization.Mutex`, which needs iOS 18 and
+/// macOS 15: this one needs nothing newer than Foundation's `NSLock` (a pthread mutex on every
+/// platform), so the package's minimum OS versions are set by other APIs (docs/platforms.md).
+///
+/// ```swift
+/// let counter = Locked(0)
+/// counter.withLock { $0 += 1 }
+/// ```
+package final class Locked<Value>: @unchecked Sendable {
+    private var value: Value
+    private let lock = NSLock()
+
+    package init(_ value: Value) {
+        self.value = value
+    }
+
+    /// Runs `body` with the value, holding the lock. Do not take the same lock inside `body`.
+    package func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}

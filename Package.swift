@@ -8,6 +8,8 @@ let package = Package(
     platforms: [.macOS(.v13), .iOS(.v16), .tvOS(.v16), .watchOS(.v9), .visionOS(.v1)],
     products: [
         .library(name: "PurchaseLedger", targets: ["PurchaseLedger"]),
+        // Add beside StoreKit in an app: records payment-queue callbacks, checks finishes first.
+        .library(name: "PurchaseLedgerStoreKit", targets: ["PurchaseLedgerStoreKit"]),
         .executable(name: "purchase-ledger", targets: ["purchase-ledger"]),
     ],
     dependencies: [
@@ -36,6 +38,9 @@ let package = Package(
         // Migrations/NNNN_name.sql are compiled into the library as string constants.
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
         .executableTarget(name: "embed-migrations", path: "Plugins/EmbedMigrationsTool"),
+        // The mapping from StoreKit to events is platform-neutral (tested on Linux); only
+        // Sources/PurchaseLedgerStoreKit/Apple imports StoreKit, behind #if canImport(StoreKit).
+        .target(name: "PurchaseLedgerStoreKit", dependencies: ["PurchaseLedger"]),
         .target(
             name: "PurchaseLedgerCLI",
             dependencies: [
@@ -54,6 +59,7 @@ let package = Package(
             dependencies: [
                 "PurchaseLedger",
                 "PurchaseLedgerCLI",
+                "PurchaseLedgerStoreKit",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),

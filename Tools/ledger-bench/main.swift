@@ -1,6 +1,6 @@
 import Foundation
 import GRDBSQLite
-import PurchaseLedger
+@_spi(Benchmarks) import PurchaseLedger
 
 // ledger-bench: every speed and size figure of purchase-ledger, each the median of several runs
 // (with min and max), each ratio taken in the same run against a raw SQLite ceiling measured here
@@ -16,6 +16,7 @@ import PurchaseLedger
 //   ledger-bench profile-split LEDGER             decode alone, reduce alone, then both
 //   ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N states at SEQ, each on a new Ledger
+//   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 
 struct Figure {
     var name: String
@@ -232,6 +233,11 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         report(size, Figure(name: "payload bytes per event (uncompressed)", unit: "bytes", samples: [stats.payloadBytesPerEvent]))
         report(size, Figure(name: "compression ratio of sealed blocks", unit: "x", samples: [stats.compressionRatio]))
 
+        // The Swift LZ4 codec (Apple platforms) against liblz4 on this ledger's own blocks.
+        let codec = try codecComparison(ledger, runs: runs)
+        report(size, Figure(name: "LZ4 decompression, Swift codec (vs liblz4)", unit: "MB/s", samples: codec.swiftMBs, ceiling: codec.liblz4MBs, target: ">= 0.5x liblz4"))
+        report(size, Figure(name: "LZ4 compressed bytes, Swift codec / liblz4 HC 3", unit: "x", samples: [codec.sizeRatio], target: "about 1"))
+
         // 8. Peak memory, each in its own process.
         let importPeak = try childPeak(["peak-import", workload, "\(scratch)/peak.ledger"])
         report(size, Figure(name: "peak RSS of import", unit: "MB", samples: [importPeak / 1024]))
@@ -385,6 +391,11 @@ case "crash", "flips", "fuzz":
     default: ok = try fuzzHarness(inputs: value("--inputs", 1_000_000))
     }
     exit(ok ? 0 : 1)
+case "codec":
+    var c = configuration()
+    c.readOnly = true
+    let result = try codecComparison(try Ledger(path: args[1], configuration: c), runs: args.count > 2 ? Int(args[2]) ?? 5 : 5)
+    print(result.summary)
 case "run":
     func option(_ name: String, _ fallback: String) -> String {
         guard let i = args.firstIndex(of: name), i + 1 < args.count else { return fallback }
@@ -397,4 +408,47 @@ case "run":
 default:
     print("usage: ledger-bench run [--workloads DIR] [--sizes 100000,1000000] [--runs 3] [--out FILE]")
     exit(2)
+}
+
+/// Decompression speed of both LZ4 codecs on the same blocks (MB/s of output, each run timing
+/// both, interleaved), and the compressed size each gives the same raw bytes.
+struct CodecComparison {
+    var swiftMBs: [Double] = []
+    var liblz4MBs: [Double] = []
+    var swiftBytes = 0
+    var liblz4Bytes = 0
+    var rawBytes = 0
+    var blocks = 0
+    var sizeRatio: Double { liblz4Bytes == 0 ? 0 : Double(swiftBytes) / Double(liblz4Bytes) }
+
+    var summary: String {
+        func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
+        let ratios = zip(swiftMBs, liblz4MBs).map { $0 / $1 }
+        return String(format: "%d blocks, %.1f MB raw\ndecompression: Swift median %.0f MB/s (min %.0f, max %.0f), liblz4 median %.0f MB/s (min %.0f, max %.0f); Swift/liblz4 %.2fx (per-run median)\ncompression: Swift %d bytes, liblz4 HC level 3 %d bytes (%.3fx); ratio raw/compressed %.2f vs %.2f",
+                      blocks, Double(rawBytes) / 1e6, median(swiftMBs), swiftMBs.min() ?? 0, swiftMBs.max() ?? 0,
+                      median(liblz4MBs), liblz4MBs.min() ?? 0, liblz4MBs.max() ?? 0, median(ratios),
+                      swiftBytes, liblz4Bytes, sizeRatio, Double(rawBytes) / Double(max(swiftBytes, 1)), Double(rawBytes) / Double(max(liblz4Bytes, 1)))
+    }
+}
+
+func codecComparison(_ ledger: Ledger, runs: Int) throws -> CodecComparison {
+    let samples = try CodecBenchmark.samples(of: ledger)
+    var result = CodecComparison()
+    result.blocks = samples.count
+    result.rawBytes = samples.reduce(0) { $0 + $1.raw.count }
+    guard CodecBenchmark.hasLiblz4, !samples.isEmpty else { return result }
+    // Enough repetitions per timing for about 0.2 s of work.
+    let (_, once) = time { _ = CodecBenchmark.decompressAll(samples, swift: false) }
+    let repeats = max(1, Int(0.2 / max(once, 1e-6)))
+    for _ in 0..<max(1, runs) {
+        for swift in [false, true] {
+            let (ok, seconds) = time { (0..<repeats).allSatisfy { _ in CodecBenchmark.decompressAll(samples, swift: swift) } }
+            precondition(ok, "a block did not decompress")
+            let mbs = Double(result.rawBytes * repeats) / 1e6 / seconds
+            if swift { result.swiftMBs.append(mbs) } else { result.liblz4MBs.append(mbs) }
+        }
+    }
+    result.swiftBytes = CodecBenchmark.compressAll(samples, swift: true) ?? 0
+    result.liblz4Bytes = CodecBenchmark.compressAll(samples, swift: false) ?? 0
+    return result
 }

@@ -1,3 +1,6 @@
+import Foundation
+import GRDB
+
 /// Entry points for fuzzing the decoders of untrusted bytes, outside the public API.
 @_spi(Fuzzing)
 public enum FuzzTargets {
@@ -19,5 +22,86 @@ public enum FuzzTargets {
         var raw: [UInt8] = []
         for i in 0..<200 { raw += Array("{\"download\":\"t\(i)-d1\",\"progress\":0.\(i % 10)}".utf8) }
         return (try LZ4.compress(raw), raw.count)
+    }
+}
+
+/// The two LZ4 codecs side by side, for the benchmark tool (`ledger-bench codec`) to compare on a
+/// ledger's real blocks, outside the public API.
+@_spi(Benchmarks)
+public enum CodecBenchmark {
+    /// One compressed unit of a ledger: a sealed block of events or a snapshot page.
+    public struct Sample: Sendable {
+        public var compressed: [UInt8]
+        public var raw: [UInt8]
+        public var dictionary: [UInt8]?
+    }
+
+    /// Whether this build can compare with liblz4 (it is linked on Linux only).
+    public static var hasLiblz4: Bool {
+        #if canImport(CLZ4)
+        true
+        #else
+        false
+        #endif
+    }
+
+    /// Every LZ4 block of the ledger: sealed event blocks (with their dictionary) and snapshot pages.
+    public static func samples(of ledger: Ledger) throws -> [Sample] {
+        try ledger.read { db in
+            var dictionaries: [Int64: [UInt8]] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT id, bytes FROM dictionaries") {
+                dictionaries[row[0]] = [UInt8](row[1] as Data)
+            }
+            var samples: [Sample] = []
+            let blocks = try Row.fetchAll(db, sql: "SELECT codec, dictionary_id, raw_size, data FROM event_blocks WHERE codec IN (1, 2)")
+            let pages = try Row.fetchAll(db, sql: "SELECT NULL, NULL, raw_size, data FROM snapshot_pages")
+            for row in blocks + pages {
+                let dictionary = (row[1] as Int64?).flatMap { dictionaries[$0] }
+                let compressed = [UInt8](row[3] as Data)
+                let raw = try compressed.withUnsafeBytes { try LZ4.decompress($0, originalSize: row[2], dictionary: dictionary) }
+                samples.append(Sample(compressed: compressed, raw: raw, dictionary: dictionary))
+            }
+            return samples
+        }
+    }
+
+    /// Decompresses every sample with one codec; false when one does not give its raw bytes back.
+    public static func decompressAll(_ samples: [Sample], swift: Bool) -> Bool {
+        for s in samples {
+            let ok: Bool = s.compressed.withUnsafeBytes { bytes in
+                let out: [UInt8]?
+                if swift {
+                    out = try? LZ4.swiftDecompress(bytes, originalSize: s.raw.count, dictionary: s.dictionary)
+                } else {
+                    #if canImport(CLZ4)
+                    out = try? LZ4.liblz4Decompress(bytes, originalSize: s.raw.count, dictionary: s.dictionary)
+                    #else
+                    out = nil
+                    #endif
+                }
+                return out?.count == s.raw.count
+            }
+            if !ok { return false }
+        }
+        return true
+    }
+
+    /// Compresses every sample's raw bytes with one codec (liblz4: HC level 3, as the ledger does);
+    /// the total compressed size, or nil when a codec is missing.
+    public static func compressAll(_ samples: [Sample], swift: Bool) -> Int? {
+        var total = 0
+        for s in samples {
+            if swift {
+                total += LZ4.swiftCompress(s.raw, dictionary: s.dictionary).count
+            } else {
+                #if canImport(CLZ4)
+                guard let block = try? LZ4.liblz4Compress(s.raw, dictionary: s.dictionary) else { return nil }
+                total += block.count
+                #else
+                return nil
+                #endif
+            }
+        }
+        return total
     }
 }

@@ -1,0 +1,329 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import PurchaseLedger
+@testable import PurchaseLedgerStoreKit
+
+/// The StoreKit recorder's mapping, fed with the value types the Apple layer fills from StoreKit:
+/// every transaction and download state, restores, failures, Ask to Buy, refunds, redeliveries at
+/// launch, the app's calls checked by the ledger before StoreKit sees them, and StoreKit 2.
+@Suite struct StoreKitRecorderTests {
+    let dir: TemporaryDirectory
+    let ledger: Ledger
+    let errors = Errors()
+
+    final class Errors: Sendable {
+        private let list = Mutex<[LedgerError]>([])
+        func add(_ e: LedgerError) { list.withLock { $0.append(e) } }
+        var all: [LedgerError] { list.withLock { $0 } }
+    }
+
+    init() throws {
+        dir = try TemporaryDirectory()
+        ledger = try Ledger(path: dir.path("app.ledger"), configuration: testConfiguration())
+    }
+
+    func recorder() throws -> StoreKitRecorder {
+        let errors = self.errors
+        let r = StoreKitRecorder(ledger: ledger, onError: { errors.add($0) })
+        try r.register([
+            ProductValue(productIdentifier: "com.example.book", kind: .nonConsumable, price: Decimal(string: "4.99")!, currencyCode: "USD",
+                         isDownloadable: true, contentVersion: "1.0", contentLengths: [1000]),
+            ProductValue(productIdentifier: "com.example.coins", kind: .consumable, price: Decimal(string: "0.99")!, currencyCode: "USD"),
+            ProductValue(productIdentifier: "com.example.season", kind: .autoRenewable, price: Decimal(string: "2.99")!, currencyCode: "EUR"),
+        ])
+        return r
+    }
+
+    static let cancelled = StoreError(domain: "SKErrorDomain", code: 2, message: "Cannot connect to iTunes Store")
+
+    func tx(_ handle: Int, _ state: PaymentTransactionState, _ product: String = "com.example.book", store: String? = nil,
+            original: String? = nil, user: String? = nil, quantity: Int = 1, downloads: [DownloadValue] = [], error: StoreError? = nil) -> PaymentTransactionValue {
+        PaymentTransactionValue(handle: handle, state: state, productIdentifier: product, quantity: quantity, applicationUsername: user,
+                                transactionIdentifier: store, originalTransactionIdentifier: original, error: error, downloads: downloads)
+    }
+
+    func download(_ handle: Int, _ state: DownloadState = .waiting, progress: Double = 0, url: URL? = nil, error: StoreError? = nil) -> DownloadValue {
+        DownloadValue(transactionHandle: handle, contentIdentifier: "com.example.book", contentVersion: "1.0", contentLength: 1000,
+                      state: state, progress: progress, timeRemaining: 12, contentURL: url, error: error)
+    }
+
+    func types() throws -> [String] {
+        var types: [String] = []
+        try ledger.forEachEvent { types.append($0.event.type.name); return true }
+        return types
+    }
+
+    @Test func productsAreRegisteredOnceWithTheirHostedContent() throws {
+        let r = try recorder()
+        let state = ledger.currentState
+        #expect(state.products["com.example.book"]?.registration.contents.first?.content == "com.example.book")
+        #expect(state.products["com.example.book"]?.registration.price == "4.99")
+        #expect(state.products["com.example.season"]?.registration.currency == "EUR")
+        let before = try ledger.lastSeq()
+        try r.register([ProductValue(productIdentifier: "com.example.coins", kind: .consumable, price: Decimal(string: "0.99")!, currencyCode: "USD")])
+        #expect(try ledger.lastSeq() == before, "an unchanged product is not registered again")
+    }
+
+    @Test func aPurchaseWithHostedContentFromPaymentToFinish() throws {
+        let r = try recorder()
+        let id = try r.addPayment(productIdentifier: "com.example.book", applicationUsername: "u1")
+        r.updatedTransactions([tx(1, .purchasing, user: "u1")])
+        #expect(try types().filter { $0 == "paymentQueued" }.count == 1, "the purchasing callback binds to the recorded payment")
+        let d = download(1)
+        r.updatedTransactions([tx(1, .purchased, store: "1000001", user: "u1", downloads: [d])])
+        #expect(ledger.currentState.transactions[id]?.user == "u1")
+        let downloadID = StoreKitRecorder.downloadID(transaction: id, content: "com.example.book")
+        #expect(ledger.currentState.transactions[id]?.state == .purchased)
+        #expect(ledger.currentState.transactions[id]?.storeTransactionId == "1000001")
+        #expect(ledger.currentState.transactions[id]?.downloads == [downloadID])
+
+        try r.start([d])
+        r.updatedDownloads([download(1, .waiting)])
+        r.updatedDownloads([download(1, .active, progress: 0.25), download(1, .active, progress: 0.25)])
+        #expect(try types().filter { $0 == "downloadProgressed" }.count == 1, "an unchanged progress is not recorded twice")
+        try r.pause([d])
+        r.updatedDownloads([download(1, .paused, progress: 0.25)])
+        try r.resume([d])
+        r.updatedDownloads([download(1, .active, progress: 0.9)])
+
+        // Finished: the content sits in StoreKit's cache until the app copies it out.
+        let cache = dir.url.appending(path: "Caches/StoreKit/\(downloadID)/Contents")
+        try FileManager.default.createDirectory(at: cache, withIntermediateDirectories: true)
+        try Data(repeating: 7, count: 1234).write(to: cache.appending(path: "chapter1.pdf"))
+        try Data(repeating: 8, count: 66).write(to: cache.appending(path: "cover.png"))
+        let finished = download(1, .finished, progress: 1, url: cache)
+        r.updatedDownloads([finished])
+        #expect(ledger.currentState.downloads[downloadID]?.state == .finished)
+
+        // A finish now would delete uncopied content: refused, nothing recorded.
+        let seq = try ledger.lastSeq()
+        expectViolation(.finishBeforeCopyOut) { try r.finish(tx(1, .purchased, store: "1000001")) }
+        #expect(try ledger.lastSeq() == seq)
+
+        let destination = dir.url.appending(path: "Documents/book")
+        #expect(try r.copyContent(of: finished, to: destination) == 1300)
+        #expect(FileManager.default.fileExists(atPath: destination.appending(path: "chapter1.pdf").path))
+        #expect(ledger.currentState.downloads[downloadID]?.copiedOut == true)
+        #expect(ledger.currentState.downloads[downloadID]?.bytesCopied == 1300)
+        try r.finish(tx(1, .purchased, store: "1000001"))
+        #expect(ledger.currentState.transactions[id]?.finished == true)
+        #expect(ledger.currentState.contentURL(for: downloadID) == nil)
+        r.removedTransactions([tx(1, .purchased, store: "1000001")])
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        #expect(try ledger.verify().isValid)
+    }
+
+    @Test func copyOutIsCheckedBeforeAnyFileIsTouched() throws {
+        let r = try recorder()
+        try r.addPayment(productIdentifier: "com.example.book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "7", downloads: [download(1)])])
+        try r.start([download(1)])
+        let destination = dir.url.appending(path: "Documents/early")
+        expectViolation(.copyOutBeforeFinished) { try r.copyContent(of: download(1, .active, url: dir.url), to: destination) }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+    }
+
+    @Test func everyTransactionStateDeferredThenApprovedAndFailures() throws {
+        let r = try recorder()
+        let a = try r.addPayment(productIdentifier: "com.example.coins", quantity: 3, applicationUsername: "kid")
+        r.updatedTransactions([tx(10, .purchasing, "com.example.coins", user: "kid", quantity: 3)])
+        r.updatedTransactions([tx(10, .deferred, "com.example.coins", user: "kid", quantity: 3)])
+        #expect(ledger.currentState.transactions[a]?.state == .deferred)
+        r.updatedTransactions([tx(10, .purchased, "com.example.coins", store: "2001", user: "kid", quantity: 3)])
+        #expect(ledger.currentState.transactions[a]?.state == .purchased)
+        #expect(ledger.currentState.transactions[a]?.wasDeferred == true)
+        #expect(ledger.currentState.transactions[a]?.quantity == 3)
+
+        let b = try r.addPayment(productIdentifier: "com.example.coins")
+        r.updatedTransactions([tx(11, .purchasing, "com.example.coins", user: nil), tx(11, .failed, "com.example.coins", user: nil, error: Self.cancelled)])
+        let failed = try #require(ledger.currentState.transactions[b])
+        #expect(failed.state == .failed)
+        #expect(failed.error == Self.cancelled)
+        try r.finish(tx(11, .failed, "com.example.coins", user: nil))
+        #expect(ledger.currentState.transactions[b]?.finished == true)
+
+        // StoreKit's own error values become the ledger's, domain and code.
+        let nsError = NSError(domain: "SKErrorDomain", code: 2, userInfo: [NSLocalizedDescriptionKey: "cancelled"])
+        #expect(StoreError(nsError) == StoreError(domain: "SKErrorDomain", code: 2, message: "cancelled"))
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    @Test func aTransactionFirstSeenOutsideTheAppGetsTheStoreId() throws {
+        let r = try recorder()
+        // Bought outside the app's own payment (or redelivered after a reinstall).
+        r.updatedTransactions([tx(20, .purchased, "com.example.coins", store: "555", user: nil)])
+        #expect(ledger.currentState.transactions["sk1-555"]?.state == .purchased)
+        // Failed and deferred transactions never seen start with their payment.
+        r.updatedTransactions([tx(21, .failed, "com.example.coins", user: nil, error: Self.cancelled)])
+        r.updatedTransactions([tx(22, .deferred, "com.example.book", user: "u9")])
+        let states = ledger.currentState.transactions.values.map(\.state)
+        #expect(states.filter { $0 == .failed }.count == 1 && states.filter { $0 == .deferred }.count == 1)
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    @Test func restoresNameTheirOriginalAndTheRestoreIsBracketed() throws {
+        let r = try recorder()
+        let first = try r.addPayment(productIdentifier: "com.example.book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "100")])
+        try r.finish(tx(1, .purchased, store: "100"))
+        try r.restoreStarted(applicationUsername: "u1")
+        expectViolation(.restoreInProgress) { try r.restoreStarted() }
+        r.updatedTransactions([
+            tx(30, .restored, store: "300", original: "100", downloads: [download(30)]),
+            tx(31, .restored, "com.example.season", store: "301", original: "999"),
+        ])
+        r.restoreCompleted()
+        let restored = try #require(ledger.currentState.transactions["sk1-300"])
+        #expect(restored.state == .restored)
+        #expect(restored.originalTransaction == first, "the original is found by its store id")
+        #expect(restored.downloads == [StoreKitRecorder.downloadID(transaction: "sk1-300", content: "com.example.book")])
+        #expect(ledger.currentState.transactions["sk1-301"]?.originalTransaction == "sk1-999", "an original the ledger never saw")
+        #expect(!ledger.currentState.restoreInProgress)
+
+        try r.restoreStarted()
+        r.restoreFailed(StoreError(domain: "SKErrorDomain", code: 0, message: "network"))
+        #expect(!ledger.currentState.restoreInProgress)
+        #expect(try types().suffix(2) == ["restoreStarted", "restoreFailed"])
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    @Test func redeliveryAtLaunchDuplicatesNothing() throws {
+        let first = try recorder()
+        let paid = try first.addPayment(productIdentifier: "com.example.book")
+        first.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "4242", downloads: [download(1)])])
+        let waiting = try first.addPayment(productIdentifier: "com.example.coins", applicationUsername: "u2")
+        first.updatedTransactions([tx(2, .purchasing, "com.example.coins", user: "u2")])
+        let before = ledger.currentState
+
+        // The app relaunches: new objects, new handles; StoreKit redelivers what is unfinished.
+        let relaunched = StoreKitRecorder(ledger: ledger)
+        relaunched.updatedTransactions([tx(101, .purchased, store: "4242", downloads: [download(101)]),
+                                        tx(102, .purchasing, "com.example.coins", user: "u2")])
+        let after = ledger.currentState
+        #expect(after.transactions.count == before.transactions.count)
+        #expect(after.transactions[paid]?.state == .purchased)
+        #expect(after.transactions[paid]?.storeTransactionId == "4242")
+        #expect(after.transactions[paid]?.downloads == before.transactions[paid]?.downloads)
+        #expect(after.anomalies == before.anomalies, "a redelivery is not an anomaly")
+        #expect(try ledger.purchaseHistory().filter { $0.transaction.state == .purchased }.count == 1, "never a duplicate purchase")
+        // The relaunched purchase completes under the id the payment had.
+        relaunched.updatedTransactions([tx(102, .purchased, "com.example.coins", store: "4243", user: "u2")])
+        #expect(ledger.currentState.transactions[waiting]?.state == .purchased)
+        // And the download of the redelivered transaction is found by the new handle.
+        try relaunched.start([download(101)])
+        #expect(ledger.currentState.downloads[StoreKitRecorder.downloadID(transaction: paid, content: "com.example.book")]?.started == true)
+    }
+
+    @Test func anEarlyFinishCancelsDownloadsAndALateFinishIsAnAnomaly() throws {
+        let r = try recorder()
+        let id = try r.addPayment(productIdentifier: "com.example.book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "1", downloads: [download(1)])])
+        try r.start([download(1)])
+        r.updatedDownloads([download(1, .active, progress: 0.5)])
+        try r.finish(tx(1, .purchased, store: "1"))
+        let downloadID = StoreKitRecorder.downloadID(transaction: id, content: "com.example.book")
+        #expect(ledger.currentState.downloads[downloadID]?.lost == true, "cancelled by the ledger itself")
+        // StoreKit then reports the cancellation it made: already recorded.
+        let seq = try ledger.lastSeq()
+        r.updatedDownloads([download(1, .cancelled, progress: 0.5)])
+        #expect(try ledger.lastSeq() == seq)
+        // A download that finishes after the finish: kept, flagged, no URL.
+        expectViolation(.downloadAfterFinish) { try r.start([download(1)]) }
+        let other = try r.addPayment(productIdentifier: "com.example.book", applicationUsername: "u3")
+        r.updatedTransactions([tx(2, .purchasing, user: "u3"), tx(2, .purchased, store: "2", user: "u3", downloads: [download(2)])])
+        try r.start([download(2)])
+        try r.finish(tx(2, .purchased, store: "2", user: "u3"))
+        r.updatedDownloads([download(2, .finished, progress: 1, url: dir.url)])
+        let late = try ledger.events(from: seq).last
+        #expect(late?.event.type == .downloadFinished)
+        #expect(late?.anomaly == .contentURLAfterFinish)
+        #expect(ledger.currentState.contentURL(for: StoreKitRecorder.downloadID(transaction: other, content: "com.example.book")) == nil)
+    }
+
+    @Test func aFinishMadeAroundTheRecorderIsRecordedWhenStoreKitRemovesIt() throws {
+        let r = try recorder()
+        let id = try r.addPayment(productIdentifier: "com.example.book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "1", downloads: [download(1)])])
+        try r.start([download(1)])
+        r.updatedDownloads([download(1, .finished, progress: 1, url: dir.url)])
+        // The app called finishTransaction itself: StoreKit removes the transaction and its content.
+        r.removedTransactions([tx(1, .purchased, store: "1")])
+        #expect(errors.all.map(\.rule) == [.finishBeforeCopyOut], "the lapse is reported")
+        #expect(ledger.currentState.transactions[id]?.finished == true)
+        #expect(ledger.currentState.transactions[id]?.discardedContent == true, "recorded as discarded: StoreKit deleted it")
+    }
+
+    @Test func storeKit2PurchasesLaunchSweepsRefundsRenewalsAndRestores() throws {
+        let r = try recorder()
+        let token = UUID()
+        let bought = Date(timeIntervalSince1970: 1_709_280_000)
+        let coins = StoreKit2TransactionValue(id: 9001, originalID: 9001, productID: "com.example.coins", productKind: .consumable,
+                                              purchasedQuantity: 4, purchaseDate: bought, appAccountToken: token, reason: .purchase)
+        r.record([coins], from: .purchase)
+        let recorded = try #require(ledger.currentState.transactions["sk2-9001"])
+        #expect(recorded.state == .purchased && recorded.quantity == 4 && recorded.user == token.uuidString.lowercased())
+        #expect(recorded.purchasedAt == Timestamp(bought))
+
+        // At launch the same transaction comes back from unfinished and currentEntitlements.
+        let seq = try ledger.lastSeq()
+        r.record([coins], from: .unfinished)
+        r.record([coins], from: .currentEntitlements)
+        #expect(try ledger.lastSeq() == seq, "nothing duplicated")
+
+        // A refund.
+        var refunded = coins
+        refunded.revocationDate = bought.addingTimeInterval(86_400)
+        refunded.revocationReason = "developerIssue"
+        r.record([refunded], from: .updates)
+        #expect(ledger.currentState.transactions["sk2-9001"]?.revoked == true)
+        #expect(ledger.currentState.transactions["sk2-9001"]?.revocationReason == "developerIssue")
+        r.record([refunded], from: .updates)
+        #expect(try ledger.events(inStream: "transaction:sk2-9001").filter { $0.event.type == .transactionRevoked }.count == 1)
+
+        // A renewal is a purchase of its own; a restore names its original.
+        let renewal = StoreKit2TransactionValue(id: 9100, originalID: 9050, productID: "com.example.season", productKind: .autoRenewable,
+                                                purchaseDate: bought, reason: .renewal)
+        let restore = StoreKit2TransactionValue(id: 9200, originalID: 8000, productID: "com.example.book", productKind: .nonConsumable,
+                                                purchaseDate: bought, reason: .purchase)
+        r.record([renewal, restore], from: .updates)
+        #expect(ledger.currentState.transactions["sk2-9100"]?.state == .purchased)
+        #expect(ledger.currentState.transactions["sk2-9200"]?.state == .restored)
+        #expect(ledger.currentState.transactions["sk2-9200"]?.originalTransaction == "sk2-8000")
+        #expect(try ledger.revenue().first { $0.product == "com.example.season" }?.units == 1, "a renewal is revenue")
+
+        try r.finish(storeKit2: 9100)
+        expectViolation(.alreadyFinished) { try r.finish(storeKit2: 9100) }
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        #expect(try ledger.verify().isValid)
+    }
+
+    @Test func theAppleOnlyFilesAreThinGuardedAndParse() throws {
+        let folder = packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".swift") }.sorted()
+        #expect(files == ["PaymentQueueRecorder.swift", "StoreKit2Recorder.swift"])
+        for file in files {
+            let path = folder.appending(path: file).path
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(text.contains("#if canImport(StoreKit)"), "\(file) is guarded")
+            #expect(text.split(separator: "\n").count < 200, "\(file) stays thin")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["swiftc", "-parse", path]
+            let errors = Pipe()
+            process.standardError = errors
+            try process.run()
+            process.waitUntilExit()
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(process.terminationStatus == 0, "swiftc -parse \(file): \(message)")
+        }
+        // Nothing Linux-only in the library.
+        for target in ["PurchaseLedger", "PurchaseLedgerStoreKit"] {
+            let root = packageRoot.appending(path: "Sources/\(target)").path
+            for case let file as String in FileManager.default.enumerator(atPath: root) ?? NSEnumerator() where file.hasSuffix(".swift") {
+                let text = try String(contentsOfFile: "\(root)/\(file)", encoding: .utf8)
+                #expect(!text.contains("import Glibc") && !text.contains("/proc/"), "\(target)/\(file)")
+            }
+        }
+    }
+}

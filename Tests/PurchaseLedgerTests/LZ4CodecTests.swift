@@ -114,6 +114,23 @@ import Testing
         if case .success(let bytes) = Self.decode(withDict, size: input.count, dictionary: nil, swift: true) { #expect(bytes != input) }
     }
 
+    /// Decodes with the Swift codec into a buffer fenced by 64 canary bytes on each side, and
+    /// records an issue when a canary changed: an out-of-bounds write, caught where it happens.
+    static func fencedDecode(_ block: [UInt8], size: Int, dictionary: [UInt8]?) -> Int {
+        let fence = 64
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: size + 2 * fence, alignment: 16)
+        defer { memory.deallocate() }
+        memory.initializeMemory(as: UInt8.self, repeating: 0xA5)
+        let produced = block.withUnsafeBytes { source in
+            (dictionary ?? []).withUnsafeBytes { dict in
+                LZ4Block.decode(source, into: UnsafeMutableRawBufferPointer(rebasing: memory[fence..<(fence + size)]), dictionary: dict)
+            }
+        }
+        let untouched = memory[..<fence].allSatisfy { $0 == 0xA5 } && memory[(fence + size)...].allSatisfy { $0 == 0xA5 }
+        if !untouched { Issue.record("the Swift decoder wrote outside its buffer (block \(block), size \(size))") }
+        return produced
+    }
+
     @Test(arguments: [false, true])
     func mutatedAndRandomBlocksGetTheSameAnswerFromBoth(withDictionary: Bool) throws {
         var rng = SplitMix(state: withDictionary ? 7 : 3)
@@ -146,6 +163,7 @@ import Testing
                 block = (0..<Int.random(in: 1...300, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
                 size = Int.random(in: 1...2000, using: &rng)
             }
+            _ = Self.fencedDecode(block, size: size, dictionary: dictionary)
             let lib = Self.decode(block, size: size, dictionary: dictionary, swift: false)
             let swift = Self.decode(block, size: size, dictionary: dictionary, swift: true)
             switch (lib, swift) {

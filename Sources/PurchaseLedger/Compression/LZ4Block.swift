@@ -56,7 +56,8 @@ enum LZ4Block {
                     if op + length > oend - 32 || ip + length > iend - 32 {
                         fast = false
                     } else {
-                        copy(d + op, s + ip, length)
+                        // Both buffers have 32 bytes past the run: copy in whole words.
+                        wildCopy(d + op, s + ip, length)
                         ip += length
                         op += length
                         literalsDone = true
@@ -64,21 +65,25 @@ enum LZ4Block {
                 } else if ip > iend - 17 {
                     fast = false
                 } else {
-                    copy(d + op, s + ip, length)
+                    // At most 14 literals; 16 bytes are readable and, 64 bytes from the end, writable.
+                    copy16(d + op, s + ip)
                     ip += length
                     op += length
                     literalsDone = true
                 }
             } else if length != 15 && ip < iend - 16 && op <= oend - 32 {
-                // liblz4's shortcut: short literals, then a short match far enough back.
-                copy(d + op, s + ip, length)
+                // liblz4's shortcut: short literals, then a short match far enough back. 16 bytes
+                // are readable (ip < iend - 16) and writable (op <= oend - 32).
+                copy16(d + op, s + ip)
                 op += length
                 ip += length
                 let nibble = token & 15
                 offset = readOffset()
                 ip += 2
                 if nibble != 15 && offset >= 8 && offset <= op {
-                    copyMatch(d, at: op, offset: offset, length: nibble + minMatch)
+                    // At most 18 bytes from at least 8 back; exactly 18 are written (8 + 8 + 2), the
+                    // most the output has room for here (op <= oend - 18).
+                    copy18(d + op, UnsafePointer(d + (op - offset)))
                     op += nibble + minMatch
                     continue
                 }
@@ -129,7 +134,8 @@ enum LZ4Block {
                     if op + length >= oend - 64 {
                         fast = false
                     } else if offset <= op && offset >= 8 {
-                        copyMatch(d, at: op, offset: offset, length: length)
+                        // 64 bytes from the end: whole words, each from bytes already written.
+                        wildCopy(d + op, UnsafePointer(d + (op - offset)), length)
                         op += length
                         continue
                     }
@@ -199,6 +205,34 @@ enum LZ4Block {
             if ip > limit { return nil }
             if byte != 255 { return length }
         }
+    }
+
+    /// Copies `count` bytes in 8-byte words: up to 7 bytes past `to + count` are written, and read
+    /// past `from + count`. Callers guarantee both are inside their buffers, and, within one
+    /// buffer, that `from` is at least 8 bytes before `to`.
+    @inline(__always)
+    private static func wildCopy(_ to: UnsafeMutablePointer<UInt8>, _ from: UnsafePointer<UInt8>, _ count: Int) {
+        let t = UnsafeMutableRawPointer(to), f = UnsafeRawPointer(from)
+        var i = 0
+        repeat {
+            t.storeBytes(of: f.loadUnaligned(fromByteOffset: i, as: UInt64.self), toByteOffset: i, as: UInt64.self)
+            i &+= 8
+        } while i < count
+    }
+
+    @inline(__always)
+    private static func copy18(_ to: UnsafeMutablePointer<UInt8>, _ from: UnsafePointer<UInt8>) {
+        let t = UnsafeMutableRawPointer(to), f = UnsafeRawPointer(from)
+        t.storeBytes(of: f.loadUnaligned(as: UInt64.self), as: UInt64.self)
+        t.storeBytes(of: f.loadUnaligned(fromByteOffset: 8, as: UInt64.self), toByteOffset: 8, as: UInt64.self)
+        t.storeBytes(of: f.loadUnaligned(fromByteOffset: 16, as: UInt16.self), toByteOffset: 16, as: UInt16.self)
+    }
+
+    @inline(__always)
+    private static func copy16(_ to: UnsafeMutablePointer<UInt8>, _ from: UnsafePointer<UInt8>) {
+        let t = UnsafeMutableRawPointer(to), f = UnsafeRawPointer(from)
+        t.storeBytes(of: f.loadUnaligned(as: UInt64.self), as: UInt64.self)
+        t.storeBytes(of: f.loadUnaligned(fromByteOffset: 8, as: UInt64.self), toByteOffset: 8, as: UInt64.self)
     }
 
     @inline(__always)

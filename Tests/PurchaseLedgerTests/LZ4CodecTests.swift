@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 @testable import PurchaseLedger
 
@@ -200,5 +201,46 @@ enum ExtractTestsData {
             if let event = try? JSONLines.decode(String(line)) { bytes += FrameCodec.payload(event.body) }
         }
         return bytes
+    }
+}
+
+/// Ledgers written by the CLI with one codec, read by the CLI with the other (separate processes,
+/// `PURCHASE_LEDGER_LZ4=swift` forcing the Swift codec): the same replay, verify and export.
+@Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
+struct CrossCodecLedgerTests {
+    static let swift = ["PURCHASE_LEDGER_LZ4": "swift"]
+
+    @Test func aLedgerMovesBetweenTheCodecsBothWays() throws {
+        let dir = try TemporaryDirectory()
+        let workload = try Workload.file(events: 20_000)
+        let bySwift = dir.path("swift.ledger"), byLiblz4 = dir.path("liblz4.ledger")
+        #expect(try cli(["import", bySwift, workload], environment: Self.swift).status == 0)
+        #expect(try cli(["import", byLiblz4, workload]).status == 0)
+
+        // The codecs really differ: the same frames, other compressed bytes.
+        func blocks(_ path: String) throws -> [Data] {
+            try DatabaseQueue(path: path).read { try Data.fetchAll($0, sql: "SELECT data FROM event_blocks ORDER BY first_seq") }
+        }
+        let swiftBlocks = try blocks(bySwift), liblz4Blocks = try blocks(byLiblz4)
+        #expect(swiftBlocks.count >= 19 && swiftBlocks.count == liblz4Blocks.count)
+        #expect(swiftBlocks != liblz4Blocks, "each ledger was written by its own codec")
+
+        var outputs: [String: [String]] = [:]
+        for (ledger, name) in [(bySwift, "swift-written"), (byLiblz4, "liblz4-written")] {
+            for (environment, reader) in [([String: String](), "liblz4"), (Self.swift, "swift")] {
+                let verify = try cli(["verify", ledger], environment: environment)
+                #expect(verify.status == 0, "\(name) read by \(reader): \(verify.stdout) \(verify.stderr)")
+                outputs["\(name) read by \(reader)"] = [
+                    try cli(["export", ledger], environment: environment).stdout,
+                    try cli(["replay", ledger, "--json"], environment: environment).stdout,
+                    try cli(["replay", ledger, "--at", "12345", "--json"], environment: environment).stdout,
+                ]
+            }
+        }
+        let reference = try #require(outputs["liblz4-written read by liblz4"])
+        #expect(reference[0].split(separator: "\n").count >= 19_000)
+        for (name, output) in outputs {
+            #expect(output == reference, "\(name) differs from liblz4-written read by liblz4")
+        }
     }
 }

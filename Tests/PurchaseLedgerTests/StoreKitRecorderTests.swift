@@ -241,6 +241,25 @@ import Testing
         #expect(ledger.currentState.contentURL(for: StoreKitRecorder.downloadID(transaction: other, content: "com.example.book")) == nil)
     }
 
+    @Test func aFailedDownloadKeepsItsErrorAndIsRetried() throws {
+        let r = try recorder()
+        let id = try r.addPayment(productIdentifier: "com.example.book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "1", downloads: [download(1)])])
+        let downloadID = StoreKitRecorder.downloadID(transaction: id, content: "com.example.book")
+        try r.start([download(1)])
+        r.updatedDownloads([download(1, .active, progress: 0.4)])
+        let lost = StoreError(domain: "NSURLErrorDomain", code: -1005, message: "The network connection was lost.")
+        r.updatedDownloads([download(1, .failed, progress: 0.4, error: lost), download(1, .failed, progress: 0.4, error: lost)])
+        let failed = try #require(ledger.currentState.downloads[downloadID])
+        #expect(failed.state == .failed && failed.error == lost && failed.progress == 0.4)
+        #expect(try types().filter { $0 == "downloadFailed" }.count == 1, "a repeated failure report adds nothing")
+        try r.start([download(1)])
+        #expect(ledger.currentState.downloads[downloadID]?.state == .waiting)
+        #expect(ledger.currentState.downloads[downloadID]?.progress == 0, "a retry starts again at 0")
+        #expect(ledger.currentState.downloads[downloadID]?.attempts == 2)
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
     @Test func aFinishMadeAroundTheRecorderIsRecordedWhenStoreKitRemovesIt() throws {
         let r = try recorder()
         let id = try r.addPayment(productIdentifier: "com.example.book")

@@ -130,7 +130,15 @@ struct ReplayCommand: ParsableCommand {
     @Flag(help: "Stop at the first anomaly.") var firstAnomaly = false
     @Option(help: ArgumentHelp("Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.", valueName: "condition"))
     var when: String?
+    @Option(name: .customLong("transaction"), help: "Show only this transaction and its downloads (repeat for several).")
+    var transactions: [String] = []
+    @Option(name: .customLong("user"), help: "Show only this user's transactions, downloads and content (repeat for several).")
+    var users: [String] = []
+    @Option(name: .customLong("download"), help: "Show only this download and its transaction (repeat for several).")
+    var downloads: [String] = []
     @Flag(help: "Print the state as JSON (docs/json.md).") var json = false
+
+    var focus: StateFocus { StateFocus(transactions: transactions, users: users, downloads: downloads) }
 
     func validate() throws {
         if [at != nil, until != nil, firstAnomaly, when != nil].filter({ $0 }).count > 1 {
@@ -166,10 +174,14 @@ struct ReplayCommand: ParsableCommand {
         } else {
             state = try ledger.state(atSeq: .max)
         }
+        let focus = self.focus
+        if !focus.isEmpty {
+            for id in focus.select(in: state).missing { console.error("note: \(id) is not in the state after seq \(state.seq)") }
+        }
         if json {
-            console.print(StateJSON.encode(state))
+            console.print(StateJSON.encode(state, focus: focus))
         } else {
-            printState(state, ledger: ledger, console: console)
+            printState(state, focus: focus, ledger: ledger, console: console)
         }
     }
 }
@@ -210,23 +222,27 @@ struct Condition {
     }
 }
 
-func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
-    console.print(console.bold("state after seq \(s.seq)") + "  \(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content, \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
-    if !s.transactions.isEmpty {
+func printState(_ s: LedgerState, focus: StateFocus = StateFocus(), ledger: Ledger?, console: Console) {
+    let selection = focus.isEmpty ? nil : focus.select(in: s)
+    let transactions = selection?.transactions ?? s.transactions.keys.sorted().map { s.transactions[$0]! }
+    let downloads = selection?.downloads ?? s.downloads.keys.sorted().map { s.downloads[$0]! }
+    let owned = selection?.ownedContent ?? s.ownedContent
+    var heading = "\(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content"
+    if selection != nil { heading = "showing \(transactions.count) of \(s.transactions.count) transactions, \(downloads.count) of \(s.downloads.count) downloads" }
+    console.print(console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
+    if !transactions.isEmpty {
         console.print("")
         var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]
-        for id in s.transactions.keys.sorted() {
-            let t = s.transactions[id]!
+        for t in transactions {
             rows.append([t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
                          t.revoked ? "yes" : "no", t.downloads.joined(separator: " ")])
         }
         console.print(textTable(rows, console: console))
     }
-    if !s.downloads.isEmpty {
+    if !downloads.isEmpty {
         console.print("")
         var rows = [["download", "transaction", "content", "version", "state", "progress", "copied out", "content URL"]]
-        for id in s.downloads.keys.sorted() {
-            let d = s.downloads[id]!
+        for d in downloads {
             let state = d.started ? d.state.rawValue : "waiting (not started)"
             rows.append([d.download, d.transaction ?? "(standalone)", d.content ?? d.url ?? "-", d.contentVersion?.text ?? "-",
                          state + (d.lost ? ", content lost" : "") + (d.discarded ? ", discarded" : ""),
@@ -235,7 +251,6 @@ func printState(_ s: LedgerState, ledger: Ledger?, console: Console) {
         }
         console.print(textTable(rows, console: console))
     }
-    let owned = s.ownedContent
     if !owned.isEmpty {
         console.print("")
         var rows = [["product", "content", "version", "destination", "transaction", "update"]]

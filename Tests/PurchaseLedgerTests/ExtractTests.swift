@@ -124,6 +124,51 @@ struct ExtractTests {
         try Self.expectReproduces(ledger, repros)
     }
 
+    /// `replay --transaction / --user / --download`: exactly the matching records of the full
+    /// state, filtered here independently from the full JSON.
+    @Test func aFocusedReplayEqualsTheMatchingRecordsOfTheFullOne() throws {
+        let (_, ledger) = try Self.workload()
+        let (transactions, users) = try Self.picks(ledger)
+        func canonical(_ items: [Any]) throws -> [String] {
+            try items.map { String(decoding: try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]), as: UTF8.self) }
+        }
+        func parse(_ json: String) throws -> [String: Any] {
+            try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        }
+        var checked = 0
+        for seq in [Int64(5_000), 33_333, 77_777, try ledger.lastSeq()] {
+            let state = try ledger.state(atSeq: seq)
+            let full = try parse(StateJSON.encode(state))
+            let allTransactions = full["transactions"] as! [[String: Any]]
+            let allDownloads = full["downloads"] as! [[String: Any]]
+            let allOwned = full["ownedContent"] as! [[String: Any]]
+            let someDownload = allDownloads.first { $0["transaction"] is String }?["download"] as? String
+            let cases: [(StateFocus, ([String: Any]) -> Bool)] = [
+                (StateFocus(transactions: [transactions[0], transactions[1]]), { [transactions] t in transactions.prefix(2).contains(t["transaction"] as! String) }),
+                (StateFocus(users: [users[0]]), { t in t["user"] as? String == users[0] }),
+                (StateFocus(downloads: someDownload.map { [$0] } ?? []), { t in (t["downloads"] as! [String]).contains(someDownload ?? "") }),
+            ]
+            for (focus, chosen) in cases {
+                let focused = try parse(StateJSON.encode(state, focus: focus))
+                let expectedTransactions = allTransactions.filter(chosen)
+                let ids = Set(expectedTransactions.map { $0["transaction"] as! String })
+                #expect(try canonical(focused["transactions"] as! [Any]) == canonical(expectedTransactions), "\(focus) at \(seq)")
+                #expect(try canonical(focused["downloads"] as! [Any]) == canonical(allDownloads.filter { ($0["transaction"] as? String).map(ids.contains) == true }))
+                #expect(try canonical(focused["ownedContent"] as! [Any]) == canonical(allOwned.filter { ids.contains($0["transaction"] as! String) }))
+                #expect(focused["seq"] as? Int == full["seq"] as? Int && focused["anomalies"] as? Int == full["anomalies"] as? Int)
+                checked += expectedTransactions.count
+            }
+        }
+        #expect(checked > 10, "the cases chose records")
+
+        // Through the binary, as a support engineer would, for one user.
+        let (_, path) = try Self.shared.get()
+        let result = try cli(["replay", path, "--at", "77777", "--user", users[0], "--json"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout == StateJSON.encode(try ledger.state(atSeq: 77_777), focus: StateFocus(users: [users[0]])) + "\n")
+        #expect(result.stdout.utf8.count < 20_000, "a few records, not the whole state")
+    }
+
     @Test func aRedactedExtractPseudonymisesUsersAndDestinations() throws {
         let (dir, ledger) = try Self.workload()
         let user = try Self.picks(ledger).users[0]

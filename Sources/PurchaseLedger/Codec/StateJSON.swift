@@ -9,17 +9,33 @@ public enum StateJSON {
         return w.string
     }
 
+    /// The state's shape with only the records `focus` chooses (``StateFocus``): the same keys,
+    /// shorter lists.
+    public static func encode(_ s: LedgerState, focus: StateFocus) -> String {
+        guard !focus.isEmpty else { return encode(s) }
+        let selection = focus.select(in: s)
+        var w = JSONWriter()
+        write(s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, to: &w)
+        return w.string
+    }
+
     static func write(_ s: LedgerState, to w: inout JSONWriter) {
+        write(s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
+              downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, to: &w)
+    }
+
+    private static func write(_ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
+                              owned ownedContent: [OwnedContent], to w: inout JSONWriter) {
         w.beginObject()
         w.field("seq", s.seq)
         w.key("transactions"); w.beginArray()
-        for id in s.transactions.keys.sorted() { transaction(s.transactions[id]!, to: &w) }
+        for t in transactions { transaction(t, to: &w) }
         w.endArray()
         w.key("downloads"); w.beginArray()
-        for id in s.downloads.keys.sorted() { download(s.downloads[id]!, contentURL: s.contentURL(for: id), to: &w) }
+        for d in downloads { download(d, contentURL: s.contentURL(for: d.download), to: &w) }
         w.endArray()
         w.key("ownedContent"); w.beginArray()
-        for o in s.ownedContent { owned(o, state: s, to: &w) }
+        for o in ownedContent { owned(o, state: s, to: &w) }
         w.endArray()
         w.field("anomalies", s.anomalies)
         w.field("restoreInProgress", s.restoreInProgress)

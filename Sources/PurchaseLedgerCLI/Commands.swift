@@ -310,11 +310,8 @@ struct EventsCommand: ParsableCommand {
         try ledger.forEachEvent { e in
             let body = e.event.body
             if let transaction, body.transactionID == transaction {
-                switch body {
-                case .transactionPurchased(_, _, _, _, let specs?), .transactionRestored(_, _, _, _, _, let specs?):
-                    downloadsOfTransaction.formUnion(specs.map(\.download))
-                default: break
-                }
+                if case .transactionPurchased(_, _, _, _, let specs?) = body { downloadsOfTransaction.formUnion(specs.map(\.download)) }
+                if case .transactionRestored(_, _, _, _, _, let specs?) = body { downloadsOfTransaction.formUnion(specs.map(\.download)) }
             }
             guard e.seq >= from else { return true }
             if let transaction, body.transactionID != transaction, !(body.downloadID.map(downloadsOfTransaction.contains) ?? false) { return true }
@@ -399,7 +396,10 @@ struct TimelineCommand: ParsableCommand {
             case .transactionFailed(_, let error): what += " \(error.domain) \(error.code)"
             case .transactionFinished(_, true): what += " (discardContent)"
             case .transactionRevoked(_, let reason): what += " (\(reason))"
-            default: break
+            case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
+                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
+                 .contentRegistered:
+                break
             }
             var after = "-"
             if let t = entry.transaction {

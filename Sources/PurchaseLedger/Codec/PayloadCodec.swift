@@ -9,7 +9,7 @@ enum PayloadCodec {
         switch body {
         case .productRegistered(let p):
             w.field(1, p.product)
-            w.field(2, unsigned: UInt64(ProductKind.allCases.firstIndex(of: p.kind)!))
+            w.field(2, unsigned: UInt64(p.kind.storedCode))
             w.field(3, p.price)
             w.field(4, p.currency)
             w.field(5, unsigned: p.downloadable ? 1 : 0)
@@ -200,8 +200,7 @@ enum PayloadCodec {
     }
 
     static func decode(_ type: EventType, _ r: inout BinaryReader) throws(Failure) -> EventBody {
-        switch type {
-        case .downloadProgressed:
+        if type == .downloadProgressed {
             // The most frequent event: read without the general field table.
             var download: String?
             var progress: Double?
@@ -221,20 +220,21 @@ enum PayloadCodec {
             }
             guard let download, let progress else { throw Failure(message: "missing download or progress") }
             return .downloadProgressed(download: download, progress: progress, bytesWritten: bytes, timeRemaining: remaining)
-        default:
-            break
         }
         let nested: UInt64? = switch type {
         case .productRegistered, .transactionPurchased, .transactionRestored: 6
         case .transactionFailed, .downloadFailed, .restoreFailed: 2
-        default: nil
+        case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
+             .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
+             .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered:
+            nil
         }
         let f = try read(&r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil)
         switch type {
         case .downloadProgressed:
             throw Failure(message: "unreachable")
         case .productRegistered:
-            guard let kindIndex = f.ints[2], kindIndex < ProductKind.allCases.count else { throw Failure(message: "bad kind") }
+            guard let code = f.ints[2], let kind = ProductKind(storedCode: code) else { throw Failure(message: "bad kind") }
             var contents: [ContentSpec] = []
             for (_, reader) in f.messages {
                 var m = reader
@@ -243,7 +243,7 @@ enum PayloadCodec {
                 contents.append(ContentSpec(content: try g.string(1, "content"), contentVersion: try g.version(2), contentLength: length))
             }
             return .productRegistered(ProductRegistration(
-                product: try f.string(1, "product"), kind: ProductKind.allCases[Int(kindIndex)], price: try f.string(3, "price"),
+                product: try f.string(1, "product"), kind: kind, price: try f.string(3, "price"),
                 currency: try f.string(4, "currency"), downloadable: f.ints[5] == 1, contents: contents,
                 relatedProducts: f.repeatedStrings, title: f.strings[8]))
         case .transactionPurchased:

@@ -30,7 +30,10 @@ public enum Redaction {
             e.body = .restoreStarted(user: u(user))
         case .contentCopiedOut(let d, let destination, let c, let b):
             e.body = .contentCopiedOut(download: d, destination: pseudonym(destination: destination), checksum: c, bytesCopied: b)
-        default:
+        // Listed one by one: a new event with a user id or a destination must be added above.
+        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked,
+             .transactionFinished, .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled,
+             .downloadFinished, .downloadFailed, .contentDeleted, .restoreCompleted, .restoreFailed, .contentRegistered:
             break
         }
         return e

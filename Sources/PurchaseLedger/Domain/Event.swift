@@ -69,35 +69,51 @@ public enum EventBody: Sendable, Hashable {
         }
     }
 
-    /// The transaction this event is about, if it names one.
-    public var transactionID: String? {
+    /// What an event is about, which decides its stream.
+    public enum Subject: Sendable, Hashable {
+        case transaction(String)
+        case download(String)
+        case restore
+        case catalog
+    }
+
+    /// What this event is about: one exhaustive switch, so a new event must say it.
+    public var subject: Subject {
         switch self {
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
              .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
              .transactionFinished(let t, _):
-            t
-        default: nil
+            .transaction(t)
+        case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
+             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            .download(d)
+        case .restoreStarted, .restoreCompleted, .restoreFailed:
+            .restore
+        case .productRegistered, .contentVersionPublished, .contentDeleted:
+            .catalog
         }
+    }
+
+    /// The transaction this event is about, if it names one.
+    public var transactionID: String? {
+        if case .transaction(let t) = subject { return t }
+        return nil
     }
 
     /// The download this event is about, if it names one.
     public var downloadID: String? {
-        switch self {
-        case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
-             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
-             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
-            d
-        default: nil
-        }
+        if case .download(let d) = subject { return d }
+        return nil
     }
 
     /// The stream the event belongs to: `transaction:<id>`, `download:<id>`, `catalog` or `restore`.
     public var stream: String {
-        if let t = transactionID { return "transaction:" + t }
-        if let d = downloadID { return "download:" + d }
-        switch self {
-        case .restoreStarted, .restoreCompleted, .restoreFailed: return "restore"
-        default: return "catalog"
+        switch subject {
+        case .transaction(let t): "transaction:" + t
+        case .download(let d): "download:" + d
+        case .restore: "restore"
+        case .catalog: "catalog"
         }
     }
 }
@@ -171,7 +187,10 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .paymentQueued, .transactionFinished, .downloadStarted, .downloadPaused, .downloadResumed,
              .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
             true
-        default: false
+        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionPurchased, .transactionFailed,
+             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
+             .restoreCompleted, .restoreFailed:
+            false
         }
     }
 }

@@ -414,23 +414,21 @@ public struct LedgerState: Sendable, Hashable {
             let adopted = orphanStreamEvents.removeValue(forKey: "download:" + d)
             return downloads.update(d) { $0.recordEvent(adopting: adopted) }!
         }
-        switch body {
-        case .restoreStarted, .restoreCompleted, .restoreFailed:
+        if case .restore = body.subject {
             restoreEvents += 1
             return restoreEvents
-        default:
-            catalogEvents += 1
-            return catalogEvents
         }
+        catalogEvents += 1
+        return catalogEvents
     }
 
     /// Events stored so far in the stream of `body`.
     func streamVersion(of body: EventBody) -> Int64 {
         if let t = body.transactionID { return transactions[t]?.events ?? orphanStreamEvents["transaction:" + t] ?? 0 }
         if let d = body.downloadID { return downloads[d]?.events ?? orphanStreamEvents["download:" + d] ?? 0 }
-        switch body {
-        case .restoreStarted, .restoreCompleted, .restoreFailed: return restoreEvents
-        default: return catalogEvents
+        switch body.subject {
+        case .transaction, .download, .catalog: return catalogEvents
+        case .restore: return restoreEvents
         }
     }
 

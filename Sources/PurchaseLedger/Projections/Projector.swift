@@ -41,7 +41,9 @@ enum Projector {
                     downloads.formUnion(record.downloads)
                     products.insert(record.product)
                 }
-            default:
+            case .paymentQueued, .transactionDeferred, .transactionFailed, .transactionRevoked, .downloadStarted, .downloadProgressed,
+                 .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed, .contentCopiedOut,
+                 .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
                 if let t = event.body.transactionID { transactions.insert(t) }
                 if let d = event.body.downloadID { downloads.insert(d) }
             }
@@ -65,7 +67,10 @@ enum Projector {
             return .copied(OwnedContentHistoryEntry(seq: e.seq, owned: owned))
         case .contentDeleted(let product):
             return .deleted(product: product, at: e.event.at)
-        default:
+        case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionPurchased,
+             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .downloadStarted,
+             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
+             .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
             return nil
         }
     }

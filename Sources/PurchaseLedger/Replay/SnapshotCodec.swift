@@ -336,7 +336,7 @@ enum SnapshotCodec {
     private static func transaction(_ t: TransactionRecord, _ w: inout BinaryWriter) {
         w.lengthPrefixed(t.transaction); w.lengthPrefixed(t.product); string(t.user, &w)
         w.varint(UInt64(t.quantity))
-        w.varint(UInt64(TransactionStatus.allCases.firstIndex(of: t.state)!))
+        w.varint(UInt64(t.state.storedCode))
         w.varint((t.finished ? 1 : 0) | (t.revoked ? 2 : 0) | (t.wasDeferred ? 4 : 0) | (t.discardedContent ? 8 : 0))
         string(t.revocationReason, &w); string(t.originalTransaction, &w); string(t.storeTransactionId, &w)
         w.varint(UInt64(t.downloads.count))
@@ -348,7 +348,7 @@ enum SnapshotCodec {
 
     private static func transaction(_ r: inout BinaryReader) throws(Failure) -> TransactionRecord {
         var t = TransactionRecord(transaction: try r.string(), product: try r.string(), user: try string(&r),
-                                  quantity: try r.int(max: 10), state: try pick(TransactionStatus.allCases, &r))
+                                  quantity: try r.int(max: 10), state: try code(TransactionStatus.self, &r))
         let flags = try r.varint()
         t.finished = flags & 1 != 0; t.revoked = flags & 2 != 0; t.wasDeferred = flags & 4 != 0; t.discardedContent = flags & 8 != 0
         t.revocationReason = try string(&r); t.originalTransaction = try string(&r); t.storeTransactionId = try string(&r)
@@ -364,13 +364,13 @@ enum SnapshotCodec {
     private static func download(_ d: DownloadRecord, _ w: inout BinaryWriter) {
         w.lengthPrefixed(d.download); string(d.transaction, &w); string(d.url, &w); string(d.content, &w)
         string(d.contentVersion?.text, &w); int(d.contentLength, &w)
-        w.varint(UInt64(DownloadStatus.allCases.firstIndex(of: d.state)!))
+        w.varint(UInt64(d.state.storedCode))
         w.varint((d.started ? 1 : 0) | (d.copiedOut ? 2 : 0) | (d.discarded ? 4 : 0))
         w.double(d.progress); int(d.bytesWritten, &w)
         if let r = d.timeRemaining { w.varint(1); w.double(r) } else { w.varint(0) }
         string(d.contentURL, &w); string(d.destination, &w); int(d.bytesCopied, &w)
         error(d.error, &w)
-        w.varint(d.cancelReason.map { UInt64(CancelReason.allCases.firstIndex(of: $0)! + 1) } ?? 0)
+        w.varint(d.cancelReason.map { UInt64($0.storedCode) + 1 } ?? 0)
         w.varint(UInt64(d.attempts))
         time(d.startedAt, &w); time(d.lastActivityAt, &w); time(d.finishedAt, &w); time(d.copiedOutAt, &w)
         w.varint(UInt64(d.events))
@@ -383,15 +383,20 @@ enum SnapshotCodec {
             d.contentVersion = v
         }
         d.contentLength = try int(&r)
-        d.state = try pick(DownloadStatus.allCases, &r)
+        d.state = try code(DownloadStatus.self, &r)
         let flags = try r.varint()
         d.started = flags & 1 != 0; d.copiedOut = flags & 2 != 0; d.discarded = flags & 4 != 0
         d.progress = try r.double(); d.bytesWritten = try int(&r)
         d.timeRemaining = try r.varint() == 1 ? try r.double() : nil
         d.contentURL = try string(&r); d.destination = try string(&r); d.bytesCopied = try int(&r)
         d.error = try error(&r)
-        let reason = try r.int(max: CancelReason.allCases.count)
-        d.cancelReason = reason == 0 ? nil : CancelReason.allCases[reason - 1]
+        let reason = try r.varint()
+        if reason == 0 {
+            d.cancelReason = nil
+        } else {
+            guard let decoded = CancelReason(storedCode: reason - 1) else { throw Failure(message: "bad cancel reason") }
+            d.cancelReason = decoded
+        }
         d.attempts = try r.int(max: Int.max)
         d.startedAt = try time(&r); d.lastActivityAt = try time(&r); d.finishedAt = try time(&r); d.copiedOutAt = try time(&r)
         d.events = Int64(try r.int(max: Int(Int64.max)))
@@ -463,7 +468,8 @@ enum SnapshotCodec {
         return v
     }
 
-    private static func pick<T>(_ all: [T], _ r: inout BinaryReader) throws(Failure) -> T {
-        all[try r.int(max: all.count - 1)]
+    private static func code<T: StoredCode>(_ type: T.Type, _ r: inout BinaryReader) throws(Failure) -> T {
+        guard let value = T(storedCode: try r.varint()) else { throw Failure(message: "bad \(T.self) code") }
+        return value
     }
 }

@@ -1,0 +1,63 @@
+/// An enum stored in ledger files by a number of its own, written out case by case: reordering or
+/// adding cases never changes what an existing file means. The numbers are pinned by a test; never
+/// change one.
+protocol StoredCode: CaseIterable {
+    var storedCode: UInt8 { get }
+}
+
+extension StoredCode {
+    /// The case stored as `code`, or nil for a number no case has (damaged or newer data).
+    init?(storedCode code: UInt64) {
+        guard let match = Self.allCases.first(where: { UInt64($0.storedCode) == code }) else { return nil }
+        self = match
+    }
+}
+
+/// In every `productRegistered` payload of the log.
+extension ProductKind: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .consumable: 0
+        case .nonConsumable: 1
+        case .autoRenewable: 2
+        case .nonRenewing: 3
+        }
+    }
+}
+
+/// In snapshot pages.
+extension TransactionStatus: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .purchasing: 0
+        case .deferred: 1
+        case .purchased: 2
+        case .failed: 3
+        case .restored: 4
+        }
+    }
+}
+
+/// In snapshot pages.
+extension DownloadStatus: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .waiting: 0
+        case .active: 1
+        case .paused: 2
+        case .finished: 3
+        case .failed: 4
+        case .cancelled: 5
+        }
+    }
+}
+
+/// In snapshot pages, as the code plus one (0: no reason).
+extension CancelReason: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .user: 0
+        case .transactionFinished: 1
+        }
+    }
+}

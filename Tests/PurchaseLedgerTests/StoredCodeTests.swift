@@ -1,0 +1,54 @@
+import Testing
+@testable import PurchaseLedger
+
+/// The numbers enums are stored by in ledger files. Never change one: an existing file would
+/// change meaning. Before the codes were explicit, the format stored each case's position in its
+/// declaration; the codes equal those positions, so files written then read the same.
+@Suite struct StoredCodeTests {
+    @Test func productKindsInTheLog() {
+        #expect(ProductKind.consumable.storedCode == 0)
+        #expect(ProductKind.nonConsumable.storedCode == 1)
+        #expect(ProductKind.autoRenewable.storedCode == 2)
+        #expect(ProductKind.nonRenewing.storedCode == 3)
+        expectRoundTrips(ProductKind.self)
+    }
+
+    @Test func statesAndReasonsInSnapshots() {
+        #expect(TransactionStatus.allCases.map(\.storedCode) == [0, 1, 2, 3, 4])
+        #expect(TransactionStatus.allCases == [.purchasing, .deferred, .purchased, .failed, .restored])
+        #expect(DownloadStatus.allCases.map(\.storedCode) == [0, 1, 2, 3, 4, 5])
+        #expect(DownloadStatus.allCases == [.waiting, .active, .paused, .finished, .failed, .cancelled])
+        #expect(CancelReason.user.storedCode == 0 && CancelReason.transactionFinished.storedCode == 1)
+        expectRoundTrips(TransactionStatus.self)
+        expectRoundTrips(DownloadStatus.self)
+        expectRoundTrips(CancelReason.self)
+    }
+
+    @Test func aCodeNoCaseHasIsRefused() {
+        #expect(ProductKind(storedCode: 4) == nil)
+        #expect(DownloadStatus(storedCode: 200) == nil)
+        // A payload naming an unknown kind is damage, named as such, not a crash.
+        var w = BinaryWriter()
+        PayloadCodec.encode(.productRegistered(ProductRegistration(product: "p", kind: .nonRenewing, price: "1", currency: "USD", downloadable: false)), into: &w)
+        func decodes(_ bytes: [UInt8]) -> EventBody? {
+            bytes.withUnsafeBytes { buffer in
+                var reader = BinaryReader(buffer)
+                return try? PayloadCodec.decode(.productRegistered, &reader)
+            }
+        }
+        var bytes = w.bytes
+        guard case .productRegistered(let r)? = decodes(bytes) else { Issue.record("does not decode"); return }
+        #expect(r.kind == .nonRenewing)
+        let key = bytes.firstIndex(of: 2 << 3)!   // field 2 (the kind), varint
+        #expect(bytes[key + 1] == 3)
+        bytes[key + 1] = 9
+        #expect(decodes(bytes) == nil)
+    }
+
+    func expectRoundTrips<T: StoredCode & Equatable>(_ type: T.Type) {
+        for value in T.allCases {
+            #expect(T(storedCode: UInt64(value.storedCode)) == value)
+        }
+        #expect(Set(T.allCases.map(\.storedCode)).count == T.allCases.count, "codes are distinct")
+    }
+}

@@ -95,16 +95,33 @@ public enum EventBody: Sendable, Hashable {
         }
     }
 
-    /// The transaction this event is about, if it names one.
+    /// The transaction this event is about, if it names one. (Its own switch, not `subject`: a
+    /// replay asks this of every event, and this way it retains nothing.)
     public var transactionID: String? {
-        if case .transaction(let t) = subject { return t }
-        return nil
+        switch self {
+        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
+             .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+             .transactionFinished(let t, _):
+            t
+        case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
+             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
+             .productRegistered, .contentVersionPublished, .contentDeleted:
+            nil
+        }
     }
 
     /// The download this event is about, if it names one.
     public var downloadID: String? {
-        if case .download(let d) = subject { return d }
-        return nil
+        switch self {
+        case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
+             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            d
+        case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
+             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
+             .productRegistered, .contentVersionPublished, .contentDeleted:
+            nil
+        }
     }
 
     /// The stream the event belongs to: `transaction:<id>`, `download:<id>`, `catalog` or `restore`.

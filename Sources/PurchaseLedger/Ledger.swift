@@ -92,7 +92,10 @@ public final class Ledger: Sendable {
 
     /// The writer's state. Nothing else keeps a reference to its dictionaries between appends:
     /// a second reference would make the next append copy them all.
-    private let writer: Locked<Writer>
+    /// Loaded when the ledger is opened for writing; a read-only ledger loads it on first use
+    /// (``currentState``, ``check(_:)``), so opening one to read a state at a seq or to query the
+    /// projections costs no full load.
+    private let writer: Locked<Writer?>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Locked(0)
     private var commitCount: Int { commits.withLock { $0 } }
@@ -145,22 +148,40 @@ public final class Ledger: Sendable {
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        let initial: (LedgerState, [UInt8])
-        var damage: LedgerError?
-        let pool = self.pool
-        let pageCache = self.pageCache
+        let initial: Writer?
         do {
             try Ledger.prepare(pool, configuration: configuration, path: path)
-            // Through the page cache: a later state at an earlier seq shares most of these pages.
-            initial = try pool.read { db in
-                try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: pageCache, damage: $0) }
-            }
+            initial = configuration.readOnly ? nil : try Ledger.loadWriter(pool, cache: pageCache)
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        writer = Locked(Writer(state: initial.0, lastLink: initial.1, damage: damage))
-        if !configuration.readOnly && damage == nil {
+        writer = Locked(initial)
+        if let initial, initial.damage == nil {
             try catchUpProjections()
+        }
+    }
+
+    /// The state after the last stored event, with the damage found on the way. Through the page
+    /// cache: a later state at an earlier seq shares most of these pages.
+    private static func loadWriter(_ pool: DatabasePool, cache: SnapshotPageCache) throws -> Writer {
+        var damage: LedgerError?
+        let (state, link) = try pool.read { db in
+            try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, damage: $0) }
+        }
+        return Writer(state: state, lastLink: link, damage: damage)
+    }
+
+    /// Runs `body` with the writer's state, loading it first if this read-only ledger has not yet.
+    private func withWriter<T>(_ body: (inout Writer) throws -> T) throws -> T {
+        try writer.withLock { w in
+            if w == nil {
+                do {
+                    w = try Ledger.loadWriter(pool, cache: pageCache)
+                } catch {
+                    throw Ledger.wrap(error, "reading \(path)")
+                }
+            }
+            return try body(&w!)
         }
     }
 
@@ -268,7 +289,7 @@ public final class Ledger: Sendable {
     @discardableResult
     public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
-        let result = try writer.withLock { w throws -> AppendResult in
+        let result = try withWriter { w throws -> AppendResult in
             if let damage = w.damage {
                 throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
             }
@@ -473,7 +494,7 @@ public final class Ledger: Sendable {
     /// Checks events against the rules without writing anything: throws the error `append` would
     /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
     public func check(_ events: [Event]) throws -> [Outcome] {
-        var state = currentState
+        var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
             for event in Reducer.plan(state, input.normalizingIDs()) {
@@ -508,8 +529,11 @@ public final class Ledger: Sendable {
 
     /// The state after the last commit seen by this instance. Waits for an append in progress;
     /// the projection reads (``transactions(user:)``...) never wait.
+    ///
+    /// A read-only ledger reads it on first use; should that read fail (an I/O error), this is an
+    /// empty state and ``state(atSeq:)`` throws the reason.
     public var currentState: LedgerState {
-        writer.withLock { $0.state }
+        (try? withWriter { $0.state }) ?? LedgerState()
     }
 
     func read<T>(_ body: (Database) throws -> T) throws -> T {

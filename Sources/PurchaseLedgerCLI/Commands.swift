@@ -174,14 +174,12 @@ struct ReplayCommand: ParsableCommand {
         } else {
             state = try ledger.state(atSeq: .max)
         }
-        let focus = self.focus
-        if !focus.isEmpty {
-            for id in focus.select(in: state).missing { console.error("note: \(id) is not in the state after seq \(state.seq)") }
-        }
+        let selection = focus.isEmpty ? nil : try ledger.select(focus, in: state)
+        for id in selection?.missing ?? [] { console.error("note: \(id) is not in the state after seq \(state.seq)") }
         if json {
-            console.print(StateJSON.encode(state, focus: focus))
+            console.print(selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state))
         } else {
-            printState(state, focus: focus, ledger: ledger, console: console)
+            printState(state, selection: selection, ledger: ledger, console: console)
         }
     }
 }
@@ -222,8 +220,7 @@ struct Condition {
     }
 }
 
-func printState(_ s: LedgerState, focus: StateFocus = StateFocus(), ledger: Ledger?, console: Console) {
-    let selection = focus.isEmpty ? nil : focus.select(in: s)
+func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger: Ledger?, console: Console) {
     let transactions = selection?.transactions ?? s.transactions.keys.sorted().map { s.transactions[$0]! }
     let downloads = selection?.downloads ?? s.downloads.keys.sorted().map { s.downloads[$0]! }
     let owned = selection?.ownedContent ?? s.ownedContent

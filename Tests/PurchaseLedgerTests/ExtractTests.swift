@@ -149,6 +149,7 @@ struct ExtractTests {
                 (StateFocus(downloads: someDownload.map { [$0] } ?? []), { t in (t["downloads"] as! [String]).contains(someDownload ?? "") }),
             ]
             for (focus, chosen) in cases {
+                #expect(try ledger.select(focus, in: state) == focus.select(in: state), "the user index finds the same records")
                 let focused = try parse(StateJSON.encode(state, focus: focus))
                 let expectedTransactions = allTransactions.filter(chosen)
                 let ids = Set(expectedTransactions.map { $0["transaction"] as! String })

@@ -15,7 +15,7 @@ import GRDBSQLite
 //   ledger-bench profile-replay-loop LEDGER [N]   N full replays, events/s of each
 //   ledger-bench profile-split LEDGER             decode alone, reduce alone, then both
 //   ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
-//   ledger-bench profile-cold-loop LEDGER SEQ [N]       N states at SEQ, each on a new Ledger
+//   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 
 struct Figure {
@@ -366,12 +366,13 @@ case "profile-cold-loop":
     // Cold states at a seq: a new Ledger (so an empty page cache) for every call.
     var c = configuration()
     c.readOnly = true
-    var times: [Double] = []
+    var times: [String] = []
     for _ in 0..<(Int(args[3]) ?? 10) {
-        let ledger = try Ledger(path: args[1], configuration: c)
-        times.append(try time { try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }.1 * 1000)
+        let (ledger, open) = try time { try Ledger(path: args[1], configuration: c) }
+        let state = try time { try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }.1
+        times.append(String(format: "open %.1f + state %.1f ms", open * 1000, state * 1000))
     }
-    print(times.map { String(format: "%.1f", $0) }.joined(separator: " "))
+    print(times.joined(separator: "\n"))
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
 case "crash", "flips", "fuzz":

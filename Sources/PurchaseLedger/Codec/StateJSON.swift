@@ -13,7 +13,11 @@ public enum StateJSON {
     /// shorter lists.
     public static func encode(_ s: LedgerState, focus: StateFocus) -> String {
         guard !focus.isEmpty else { return encode(s) }
-        let selection = focus.select(in: s)
+        return encode(s, selection: focus.select(in: s))
+    }
+
+    /// The state's shape with only the records of `selection`.
+    public static func encode(_ s: LedgerState, selection: StateFocus.Selection) -> String {
         var w = JSONWriter()
         write(s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, to: &w)
         return w.string

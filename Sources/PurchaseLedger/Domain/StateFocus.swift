@@ -34,6 +34,13 @@ public struct StateFocus: Sendable, Hashable {
     }
 
     public func select(in state: LedgerState) -> Selection {
+        select(in: state, userTransactions: nil)
+    }
+
+    /// `userTransactions`: every transaction that names one of the chosen users, at any seq (a
+    /// transaction's user never changes once set), so the users' records are found without
+    /// visiting every transaction of the state. Nil: visit them all.
+    func select(in state: LedgerState, userTransactions: Set<String>?) -> Selection {
         var transactionIDs = Set<String>()
         var downloadIDs = Set<String>()
         var missing: [String] = []
@@ -43,7 +50,8 @@ public struct StateFocus: Sendable, Hashable {
         if !users.isEmpty {
             let wanted = Set(users)
             var found = Set<String>()
-            for t in state.transactions.values {
+            let candidates = userTransactions.map { ids in ids.sorted().compactMap { state.transactions[$0] } } ?? state.transactions.values
+            for t in candidates {
                 if let user = t.user, wanted.contains(user) {
                     transactionIDs.insert(t.transaction)
                     found.insert(user)

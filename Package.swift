@@ -10,6 +10,8 @@ let package = Package(
         .library(name: "PurchaseLedger", targets: ["PurchaseLedger"]),
         // Add beside StoreKit in an app: records payment-queue callbacks, checks finishes first.
         .library(name: "PurchaseLedgerStoreKit", targets: ["PurchaseLedgerStoreKit"]),
+        // For backends: ships ledgers into PostgreSQL and reports over the whole fleet.
+        .library(name: "PurchaseLedgerFleet", targets: ["PurchaseLedgerFleet"]),
         .executable(name: "purchase-ledger", targets: ["purchase-ledger"]),
     ],
     dependencies: [
@@ -17,6 +19,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        // Only the fleet store (and the CLI and tests that use it) link PostgresNIO and SwiftNIO.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         // liblz4 through the system library, on Linux only; only Sources/PurchaseLedger/Compression
@@ -41,17 +47,30 @@ let package = Package(
         // The mapping from StoreKit to events is platform-neutral (tested on Linux); only
         // Sources/PurchaseLedgerStoreKit/Apple imports StoreKit, behind #if canImport(StoreKit).
         .target(name: "PurchaseLedgerStoreKit", dependencies: ["PurchaseLedger"]),
+        // The fleet store: PostgreSQL tables distributable by ledger id (Migrations/postgres).
+        .target(
+            name: "PurchaseLedgerFleet",
+            dependencies: [
+                "PurchaseLedger",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            plugins: ["EmbedMigrations"]
+        ),
         .target(
             name: "PurchaseLedgerCLI",
             dependencies: [
                 "PurchaseLedger",
+                "PurchaseLedgerFleet",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"]),
         .executableTarget(
             name: "ledger-bench",
-            dependencies: ["PurchaseLedger", .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            dependencies: ["PurchaseLedger", "PurchaseLedgerFleet", .product(name: "GRDBSQLite", package: "GRDB.swift")],
             path: "Tools/ledger-bench"
         ),
         .testTarget(
@@ -60,6 +79,7 @@ let package = Package(
                 "PurchaseLedger",
                 "PurchaseLedgerCLI",
                 "PurchaseLedgerStoreKit",
+                "PurchaseLedgerFleet",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),

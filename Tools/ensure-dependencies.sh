@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what purchase-ledger needs to build when it is missing: liblz4-dev, libsqlite3-dev,
-# pkg-config (Debian/Ubuntu). Prints the exact command when it cannot install them itself.
+# pkg-config (Debian/Ubuntu); with --with-postgres, Debian's PostgreSQL server, which the fleet
+# store's tests start in a temporary folder. Prints the exact command when it cannot install them itself.
 set -euo pipefail
 
 missing=()
@@ -8,7 +9,12 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists liblz4 2>/dev/null || missing+=(liblz4-dev)
 { pkg-config --exists sqlite3 2>/dev/null || [ -f /usr/include/sqlite3.h ]; } || missing+=(libsqlite3-dev)
 # --with-chromium: headless Chromium, which the HTML report test renders pages with.
-[ "${1:-}" = "--with-chromium" ] && ! command -v chromium >/dev/null 2>&1 && missing+=(chromium)
+for option in "$@"; do
+  case "$option" in
+    --with-chromium) command -v chromium >/dev/null 2>&1 || missing+=(chromium) ;;
+    --with-postgres) ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql) ;;
+  esac
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "purchase-ledger needs: ${missing[*]}" >&2

@@ -2,7 +2,7 @@
 # The README's test command (and CI's): installs what is missing, builds, runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-Tools/ensure-dependencies.sh --with-chromium
+Tools/ensure-dependencies.sh --with-chromium --with-postgres
 # The CLI and reliability tests run the built binaries, so build them first.
 swift build --product purchase-ledger
 swift build --product ledger-bench

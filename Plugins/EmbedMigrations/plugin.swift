@@ -1,12 +1,14 @@
 import Foundation
 import PackagePlugin
 
-/// Compiles every `Migrations/NNNN_name.sql` file into the target as a Swift constant, so the
+/// Compiles every `Migrations/NNNN_name.sql` file (`Migrations/postgres/` for the fleet store) into the target as a Swift constant, so the
 /// library never looks a migration up in a bundle at run time.
 @main
 struct EmbedMigrations: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
-        let directory = context.package.directoryURL.appending(path: "Migrations")
+        // The SQLite ledger's migrations, or the PostgreSQL fleet store's (Migrations/postgres).
+        var directory = context.package.directoryURL.appending(path: "Migrations")
+        if target.name == "PurchaseLedgerFleet" { directory = directory.appending(path: "postgres") }
         let files = try FileManager.default
             .contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)
             .filter { $0.pathExtension == "sql" }

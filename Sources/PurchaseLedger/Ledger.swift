@@ -73,6 +73,14 @@ public struct AppendResult: Sendable {
 /// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
 /// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
 /// - ``state(atSeq:)``, ``state(at:)``, ``observe(from:pollInterval:)``
+/// A ledger file's stable identity (``Ledger/identity()``).
+public struct LedgerIdentity: Sendable, Hashable {
+    /// A lowercase UUID.
+    public var id: String
+    /// `created`, or `assigned on open at <time>` for a ledger made before identities existed.
+    public var origin: String
+}
+
 public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String
@@ -218,6 +226,7 @@ public final class Ledger: Sendable {
             try migrator.hasCompletedMigrations(db)
                 && Int32.fetchOne(db, sql: "PRAGMA application_id") == Ledger.applicationID
                 && String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") != nil
+                && String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") != nil
         }
         // An up-to-date ledger is opened without writing a byte.
         if !configuration.readOnly && !upToDate {
@@ -225,9 +234,16 @@ public final class Ledger: Sendable {
             try pool.write { db in
                 try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)")
                 try db.execute(sql: "PRAGMA user_version = \(embeddedMigrations.count)")
-                if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil {
+                let created = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil
+                if created {
                     try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?)",
                                    arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
+                }
+                if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") == nil {
+                    // Ledgers made before identities existed get theirs on the first writable open, and say so.
+                    let origin = created ? "created" : "assigned on open at \(configuration.clock())"
+                    try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('ledger_id', ?), ('ledger_id_origin', ?)",
+                                   arguments: [UUID().uuidString.lowercased(), origin])
                 }
             }
         }
@@ -240,6 +256,18 @@ public final class Ledger: Sendable {
             } else if key != nil {
                 throw LedgerError(.keyMismatch, "this ledger's chain has no key; it cannot be given one after creation")
             }
+        }
+    }
+
+    /// This ledger's identity: a random UUID given when the file was created (or, for a ledger
+    /// made before identities existed, on its first writable open), never changed afterwards. Two
+    /// files never share one, so a fleet store (several devices of one user) tells them apart.
+    /// Nil only for an old ledger only ever opened read-only.
+    public func identity() throws -> LedgerIdentity? {
+        try read { db in
+            guard let id = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") else { return nil }
+            let origin = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id_origin'") ?? "created"
+            return LedgerIdentity(id: id, origin: origin)
         }
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PurchaseLedger
+import PurchaseLedgerFleet
 
 /// The `purchase-ledger` command line, as a library: `main` parses, runs and maps every failure
 /// to the contract's exit status (0 success; 1 a rule rejected the input or verify found a
@@ -18,6 +19,9 @@ public enum PurchaseLedgerCLI {
         } catch let error as LedgerError {
             console.error(error.description)
             return status(for: error)
+        } catch let error as FleetError {
+            console.error(error.description)
+            return 3
         } catch {
             let code = Root.exitCode(for: error)
             let message = Root.fullMessage(for: error)
@@ -135,7 +139,7 @@ struct Root: ParsableCommand {
         subcommands: [
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
             TimelineCommand.self, ExtractCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self,
-            StatsCommand.self, DemoCommand.self,
+            ShipCommand.self, StatsCommand.self, DemoCommand.self,
         ]
     )
 }

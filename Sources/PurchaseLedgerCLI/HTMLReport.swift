@@ -4,28 +4,49 @@ import PurchaseLedger
 /// A report as one self-contained HTML page: no network, no scripts. Summary figures, revenue over
 /// time as an SVG chart, the report's table, and each transaction's life drawn as an SVG timeline.
 struct HTMLReport {
-    let ledger: Ledger
     let table: ReportTable
     let from: Timestamp?
     let to: Timestamp?
+    let summary: Summary
     /// Timelines drawn at most (each needs the transaction's events).
     static let maxTimelines = 40
 
-    func render() throws -> String {
-        let revenue = try ledger.revenue(from: from, to: to)
-        let daily = try ledger.dailyRevenue(from: from, to: to)
+    /// The page's figures and charts, from a ledger or from a fleet store.
+    struct Summary {
+        var revenue: [RevenueLine]
+        var daily: [DailyRevenue]
+        var counts: [(String, String)]
+        var timelines: [String: [Ledger.TimelineEntry]] = [:]
+        var source: String
+    }
+
+    init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?) throws {
         let history = try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max))
         let ids = Array(table.transactions.prefix(Self.maxTimelines))
-        let timelines = try ledger.timelines(transactions: Set(ids))
+        self.init(table: table, from: from, to: to, summary: Summary(
+            revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
+            counts: [
+                ("transactions", String(history.count)),
+                ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
+                ("revoked", String(history.filter { $0.transaction.revoked }.count)),
+                ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
+                ("with content lost", String(history.filter(\.contentLost).count)),
+            ],
+            timelines: try ledger.timelines(transactions: Set(ids)), source: "the ledger's projections"))
+    }
 
+    init(table: ReportTable, from: Timestamp?, to: Timestamp?, summary: Summary) {
+        self.table = table
+        self.from = from
+        self.to = to
+        self.summary = summary
+    }
+
+    func render() throws -> String {
+        let revenue = summary.revenue, daily = summary.daily, timelines = summary.timelines
+        let ids = Array(table.transactions.prefix(Self.maxTimelines)).filter { timelines[$0] != nil }
         let totals = RevenueTotal.totals(of: revenue)
-        var figures: [(String, String)] = [
-            ("transactions", String(history.count)),
-            ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
-            ("revoked", String(history.filter { $0.transaction.revoked }.count)),
-            ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
-            ("with content lost", String(history.filter(\.contentLost).count)),
-        ]
+        var figures = summary.counts
         for total in totals { figures += Self.figures(total) }
 
         var html = """
@@ -42,7 +63,7 @@ struct HTMLReport {
             .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
             </style></head><body>
             <h1>\(esc(table.title))</h1>
-            <p class="sub">\(esc(rangeText())) · generated from the ledger's projections; prices are registered prices in currency units</p>
+            <p class="sub">\(esc(rangeText())) · generated from \(esc(summary.source)); prices are registered prices in currency units</p>
             <div class="figures">\(figures.map { "<div class=\"figure\"><b>\(esc($0.1))</b><span>\(esc($0.0))</span></div>" }.joined())</div>
 
             """

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PurchaseLedger
+import PurchaseLedgerFleet
 
 extension ProductKind: ExpressibleByArgument {}
 extension RevenuePeriod: ExpressibleByArgument {}
@@ -44,6 +45,12 @@ struct ReportCommand: ParsableCommand {
               purchase-ledger report user.ledger --view revenue --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z --format csv
               purchase-ledger report user.ledger --view revenue --group-by month --format json | jq .totals
               purchase-ledger report user.ledger --view undelivered --format html > undelivered.html
+
+            Over a fleet store (ledgers shipped with `purchase-ledger ship`), give its URL instead of a \
+            file: the same views, computed by PostgreSQL over every ledger, with a device column where rows \
+            come from several ledgers.
+              purchase-ledger report postgres://ledger@db.internal:5432/fleet --view revenue --group-by month
+              purchase-ledger report postgres://ledger@db.internal:5432/fleet --user u-03322
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -67,27 +74,68 @@ struct ReportCommand: ParsableCommand {
 
     func run() throws {
         let console = Console.current
-        let ledger = try options.open()
         let fromTime = try from.map(Timestamp.parse)
         let toTime = try to.map(Timestamp.parse)
-        let table = try makeTable(ledger, from: fromTime, to: toTime)
+        if FleetAddress.isURL(options.ledger) {
+            return try runFleet(from: fromTime, to: toTime)
+        }
+        let ledger = try options.open()
+        let table = try makeTable(fetch(ledger, from: fromTime, to: toTime))
+        try print(table, from: fromTime, to: toTime) {
+            try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render()
+        }
+        if let user, view == .history, format == .table {
+            let summary = try ledger.userSummary(user)
+            console.print("")
+            console.print(console.bold("\(user)") + " owns: " + (summary.ownedProducts.isEmpty ? "nothing" : summary.ownedProducts.joined(separator: ", ")))
+            for (content, update) in summary.ownedContent {
+                console.print("  \(content.product) \(content.content) \(content.contentVersion) in \(content.destination)\(update ? " (update available)" : "")")
+            }
+            let spent = summary.netSpent.keys.sorted().map { "\(summary.netSpent[$0]!) \($0)" }.joined(separator: ", ")
+            let refunded = summary.refunded.keys.sorted().map { "\(summary.refunded[$0]!) \($0)" }.joined(separator: ", ")
+            console.print("  spent, net of refunds: \(spent.isEmpty ? "nothing" : spent)" + (refunded.isEmpty ? "" : "; refunded: \(refunded)"))
+        }
+    }
+
+    /// The same views over a fleet store, computed by PostgreSQL; rows of several devices say
+    /// which ledger they come from (the `device` column).
+    func runFleet(from: Timestamp?, to: Timestamp?) throws {
+        let url = options.ledger
+        let (data, summary) = try blocking { [self] in
+            let fleet = try await FleetStore.connect(url)
+            do {
+                let data = try await fetch(fleet, from: from, to: to)
+                var summary: HTMLReport.Summary?
+                if format == .html {
+                    let daily = try await fleet.revenue(from: from, to: to, groupBy: .day).map { line in
+                        DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
+                    }
+                    let (ledgers, events) = try await fleet.counts()
+                    summary = HTMLReport.Summary(revenue: try await fleet.revenue(from: from, to: to), daily: daily,
+                                                 counts: [("ledgers", String(ledgers)), ("events", String(events))],
+                                                 source: "the fleet store \(fleet.address)")
+                }
+                await fleet.close()
+                return (data, summary)
+            } catch {
+                await fleet.close()
+                throw error
+            }
+        }
+        let table = makeTable(data)
+        try print(table, from: from, to: to) {
+            try HTMLReport(table: table, from: from, to: to, summary: summary!).render()
+        }
+    }
+
+    func print(_ table: ReportTable, from: Timestamp?, to: Timestamp?, html: () throws -> String) throws {
+        let console = Console.current
         switch format {
         case .table:
             var rows = [table.columns] + table.rows
             if !table.totals.isEmpty { rows += [table.columns.map { String(repeating: "-", count: $0.count) }] + table.totals }
             console.print(textTable(rows, console: console))
             console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
-            if let user, view == .history {
-                let summary = try ledger.userSummary(user)
-                console.print("")
-                console.print(console.bold("\(user)") + " owns: " + (summary.ownedProducts.isEmpty ? "nothing" : summary.ownedProducts.joined(separator: ", ")))
-                for (content, update) in summary.ownedContent {
-                    console.print("  \(content.product) \(content.content) \(content.contentVersion) in \(content.destination)\(update ? " (update available)" : "")")
-                }
-                let spent = summary.netSpent.keys.sorted().map { "\(summary.netSpent[$0]!) \($0)" }.joined(separator: ", ")
-                let refunded = summary.refunded.keys.sorted().map { "\(summary.refunded[$0]!) \($0)" }.joined(separator: ", ")
-                console.print("  spent, net of refunds: \(spent.isEmpty ? "nothing" : spent)" + (refunded.isEmpty ? "" : "; refunded: \(refunded)"))
-            }
         case .csv:
             // A view with totals marks each row in a first column: `row` (a product line) or `total`.
             let marked = table.totalsJSON != nil
@@ -101,34 +149,75 @@ struct ReportCommand: ParsableCommand {
                 console.print("[" + table.json.joined(separator: ",\n") + "]")
             }
         case .html:
-            console.print(try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render())
+            console.print(try html())
         }
     }
 
-    func makeTable(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportTable {
-        func q(_ s: String?) -> String { s.map(jsonString) ?? "null" }
+    /// What a view shows, fetched from a ledger or a fleet store; `devices` (ledger ids, one per
+    /// row) only from a fleet store.
+    enum ReportData {
+        case history([PurchaseHistoryEntry], devices: [String]?)
+        case revenue([RevenueLine])
+        case stuck([DownloadRecord], devices: [String]?)
+        case unfinished([TransactionRecord], devices: [String]?)
+        case failures([FailureRate])
+    }
+
+    func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportData {
+        switch view {
+        case .history: .history(try ledger.purchaseHistory(historyQuery(from: from, to: to)), devices: nil)
+        case .undelivered: .history(try ledger.undelivered(limit: limit), devices: nil)
+        case .revenue: .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy))
+        case .stuck: .stuck(try ledger.stuckDownloads(idle: .seconds(idle)), devices: nil)
+        case .unfinished: .unfinished(try ledger.unfinishedTransactions(), devices: nil)
+        case .failures: .failures(try ledger.failureRates(from: from, to: to))
+        }
+    }
+
+    func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?) async throws -> ReportData {
         switch view {
         case .history, .undelivered:
-            let entries = view == .history
-                ? try ledger.purchaseHistory(PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit))
-                : try ledger.undelivered(limit: limit)
+            let entries = view == .history ? try await fleet.purchaseHistory(historyQuery(from: from, to: to)) : try await fleet.undelivered(limit: limit)
+            return .history(entries.map(\.entry), devices: entries.map(\.ledgerID))
+        case .revenue: return .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy))
+        case .stuck:
+            let downloads = try await fleet.stuckDownloads(idle: .seconds(idle))
+            return .stuck(downloads.map(\.download), devices: downloads.map(\.ledgerID))
+        case .unfinished:
+            let transactions = try await fleet.unfinishedTransactions()
+            return .unfinished(transactions.map(\.transaction), devices: transactions.map(\.ledgerID))
+        case .failures: return .failures(try await fleet.failureRates(from: from, to: to))
+        }
+    }
+
+    func historyQuery(from: Timestamp?, to: Timestamp?) -> PurchaseHistoryQuery {
+        PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit)
+    }
+
+    func makeTable(_ data: ReportData) -> ReportTable {
+        func q(_ s: String?) -> String { s.map(jsonString) ?? "null" }
+        /// The device column and JSON field, first, when rows come from a fleet store.
+        func device(_ devices: [String]?, _ i: Int) -> [String] { devices.map { [$0[i]] } ?? [] }
+        func deviceJSON(_ devices: [String]?, _ i: Int) -> String { devices.map { "\"ledger\":\(q($0[i]))," } ?? "" }
+        let deviceColumn = { (devices: [String]?) in devices == nil ? [] : ["device"] }
+        switch data {
+        case .history(let entries, let devices):
             return ReportTable(
                 title: view == .history ? "Purchase history" : "Paid but never delivered",
-                columns: ["purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
+                columns: deviceColumn(devices) + ["purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
                           "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost"],
-                rows: entries.map { e in
+                rows: entries.enumerated().map { i, e in
                     let t = e.transaction
-                    return [(t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
+                    return device(devices, i) + [(t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
                             t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
                             e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? "",
                             t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", downloadSummary(e), e.contentLost ? "yes" : ""]
                 },
-                json: entries.map { e in
-                    "{\"transaction\":\(StateJSON.encode(e.transaction)),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"deferred\":\(e.transaction.wasDeferred),\"queuedAt\":\(q(e.transaction.queuedAt?.description)),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(e.downloads.map { StateJSON.encode($0) }.joined(separator: ","))]}"
+                json: entries.enumerated().map { i, e in
+                    "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(e.transaction)),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"deferred\":\(e.transaction.wasDeferred),\"queuedAt\":\(q(e.transaction.queuedAt?.description)),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(e.downloads.map { StateJSON.encode($0) }.joined(separator: ","))]}"
                 },
                 transactions: entries.map(\.transaction.transaction))
-        case .revenue:
-            let lines = try ledger.revenue(from: from, to: to, groupBy: groupBy)
+        case .revenue(let lines):
             let totals = RevenueTotal.totals(of: lines)
             let period = groupBy.map { [$0.rawValue] } ?? []
             let blank = groupBy == nil ? [] : [""]
@@ -141,23 +230,22 @@ struct ReportCommand: ParsableCommand {
                 totals: totals.map { blank + ["TOTAL", $0.currency, "", String($0.purchases), String($0.units), String($0.refundedUnits),
                                               "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
                 totalsJSON: totals.map { "{\"currency\":\(q($0.currency)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" })
-        case .stuck:
-            let downloads = try ledger.stuckDownloads(idle: .seconds(idle))
+        case .stuck(let downloads, let devices):
             return ReportTable(
-                title: "Stuck downloads", columns: ["download", "transaction", "content", "state", "progress", "last activity", "attempts"],
-                rows: downloads.map { [$0.download, $0.transaction ?? "", $0.content ?? $0.url ?? "", $0.state.rawValue,
-                                       String(format: "%.0f%%", $0.progress * 100), $0.lastActivityAt?.description ?? "", String($0.attempts)] },
-                json: downloads.map { "{\"download\":\(StateJSON.encode($0)),\"lastActivityAt\":\(q($0.lastActivityAt?.description)),\"attempts\":\($0.attempts)}" },
+                title: "Stuck downloads", columns: deviceColumn(devices) + ["download", "transaction", "content", "state", "progress", "last activity", "attempts"],
+                rows: downloads.enumerated().map { i, d in
+                    device(devices, i) + [d.download, d.transaction ?? "", d.content ?? d.url ?? "", d.state.rawValue,
+                                          String(format: "%.0f%%", d.progress * 100), d.lastActivityAt?.description ?? "", String(d.attempts)] },
+                json: downloads.enumerated().map { i, d in "{\(deviceJSON(devices, i))\"download\":\(StateJSON.encode(d)),\"lastActivityAt\":\(q(d.lastActivityAt?.description)),\"attempts\":\(d.attempts)}" },
                 transactions: downloads.compactMap(\.transaction))
-        case .unfinished:
-            let transactions = try ledger.unfinishedTransactions()
+        case .unfinished(let transactions, let devices):
             return ReportTable(
-                title: "Never finished (redelivered at every launch)", columns: ["transaction", "user", "product", "state", "since", "events"],
-                rows: transactions.map { [$0.transaction, $0.user ?? "", $0.product, $0.state.rawValue, ($0.purchasedAt ?? $0.failedAt)?.description ?? "", String($0.events)] },
-                json: transactions.map { "{\"transaction\":\(StateJSON.encode($0)),\"since\":\(q(($0.purchasedAt ?? $0.failedAt)?.description)),\"events\":\($0.events)}" },
+                title: "Never finished (redelivered at every launch)", columns: deviceColumn(devices) + ["transaction", "user", "product", "state", "since", "events"],
+                rows: transactions.enumerated().map { i, t in
+                    device(devices, i) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)] },
+                json: transactions.enumerated().map { i, t in "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(t)),\"since\":\(q((t.purchasedAt ?? t.failedAt)?.description)),\"events\":\(t.events)}" },
                 transactions: transactions.map(\.transaction))
-        case .failures:
-            let rates = try ledger.failureRates(from: from, to: to)
+        case .failures(let rates):
             return ReportTable(
                 title: "Payment failures", columns: ["domain", "code", "message", "count", "share"],
                 rows: rates.map { [$0.domain, String($0.code), $0.message, String($0.count), String(format: "%.2f%%", $0.share * 100)] },

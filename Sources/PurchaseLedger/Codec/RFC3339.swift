@@ -113,8 +113,8 @@ enum RFC3339 {
         }
     }
 
-    /// Howard Hinnant's days_from_civil.
-    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+    /// Howard Hinnant's days_from_civil: days since 1970-01-01 of a proleptic Gregorian date.
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
         let y = month <= 2 ? year - 1 : year
         let era = (y >= 0 ? y : y - 399) / 400
         let yoe = y - era * 400
@@ -123,7 +123,8 @@ enum RFC3339 {
         return era * 146_097 + doe - 719_468
     }
 
-    private static func civilFromDays(_ z0: Int) -> (Int, Int, Int) {
+    /// Howard Hinnant's civil_from_days: the proleptic Gregorian date (year, month, day) of a day count.
+    static func civilFromDays(_ z0: Int) -> (Int, Int, Int) {
         let z = z0 + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
         let doe = z - era * 146_097

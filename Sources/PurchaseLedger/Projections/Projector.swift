@@ -14,7 +14,7 @@ public struct OwnedContentHistoryEntry: Sendable, Hashable {
 /// Live appends mark what each event touched and write those rows once per append; `rebuild`
 /// writes every row from a state replayed in memory. Both use the same row writers, so the two
 /// can never disagree.
-enum Projector {
+package enum Projector {
     /// Bumped when the projection tables' meaning changes; with ``Reducer/version`` it forms the
     /// stamp a ledger's projections carry. A mismatch rebuilds them on open.
     static let version = 1
@@ -125,10 +125,10 @@ enum Projector {
     // MARK: - Rebuild
 
     /// Collects owned-content history in memory during a replay, as the live path writes it.
-    struct HistoryCollector {
-        var entries: [OwnedContentHistoryEntry] = []
+    package struct HistoryCollector {
+        package var entries: [OwnedContentHistoryEntry] = []
         private var current: [ContentKey: Int] = [:]
-        private(set) var currentSeq: [ContentKey: Int64] = [:]
+        package private(set) var currentSeq: [ContentKey: Int64] = [:]
 
         mutating func apply(_ change: OwnedChange) {
             switch change {
@@ -172,38 +172,95 @@ enum Projector {
     private static func ms(_ t: Timestamp?) -> Int64? { t.map(ms) }
 
     private static func writeProduct(_ product: String, state: LedgerState, _ db: Database) throws {
-        guard let record = state.products[product] else { return }
-        let r = record.registration
-        try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [r.product, r.kind.rawValue, r.price, r.currency, r.downloadable, r.title, ms(record.registeredAt)])
+        guard let rows = productRows(product, state: state) else { return }
+        try insert(into: Table.products, rows.product, db)
         try db.cachedStatement(sql: "DELETE FROM related_products WHERE product = ?").execute(arguments: [product])
-        for related in Set(r.relatedProducts).sorted() {
-            try db.cachedStatement(sql: "INSERT INTO related_products (product, related_product) VALUES (?, ?)")
-                .execute(arguments: [product, related])
-        }
-        for (key, version) in state.publishedVersions where key.product == product {
-            try db.cachedStatement(sql: "INSERT OR REPLACE INTO product_contents (product, content, latest_version) VALUES (?, ?, ?)")
-                .execute(arguments: [key.product, key.content, version.text])
-        }
+        for row in rows.related { try insert(into: Table.relatedProducts, row, db) }
+        for row in rows.contents { try insert(into: Table.productContents, row, db) }
     }
 
     private static func writeTransaction(_ t: TransactionRecord, _ db: Database) throws {
-        try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO transactions (transaction_id, product, user_id, quantity, state, finished, revoked,
-                revocation_reason, original_transaction, store_transaction_id, error_domain, error_code, error_message,
-                was_deferred, discarded_content, queued_at_ms, purchased_at_ms, failed_at_ms, finished_at_ms, revoked_at_ms, events)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [
-                t.transaction, t.product, t.user, t.quantity, t.state.rawValue, t.finished, t.revoked,
-                t.revocationReason, t.originalTransaction, t.storeTransactionId, t.error?.domain, t.error?.code, t.error?.message,
-                t.wasDeferred, t.discardedContent, ms(t.queuedAt), ms(t.purchasedAt), ms(t.failedAt), ms(t.finishedAt), ms(t.revokedAt),
-                t.events,
-            ])
+        try insert(into: Table.transactions, transactionRow(t), db)
     }
 
     private static func writeDownload(_ d: DownloadRecord, state: LedgerState, _ db: Database) throws {
+        try insert(into: Table.downloads, downloadRow(d, state: state), db)
+    }
+
+    private static func insertHistory(_ entry: OwnedContentHistoryEntry, _ db: Database) throws {
+        try insert(into: Table.ownedContentHistory, historyRow(entry), db, replace: false)
+    }
+
+    private static func writeOwned(_ o: OwnedContent, historySeq: Int64, _ db: Database) throws {
+        try insert(into: Table.ownedContent, ownedRow(o, historySeq: historySeq), db)
+    }
+
+    private static func insert(into table: Table, _ row: [DatabaseValue], _ db: Database, replace: Bool = true) throws {
+        try db.cachedStatement(sql: replace ? table.insertOrReplace : table.insert).execute(arguments: StatementArguments(row))
+    }
+
+    // MARK: - The row layout, shared with the fleet store
+
+    /// A projection table and its columns, in the order the row functions give values.
+    package struct Table: Sendable {
+        package let name: String
+        package let columns: [String]
+        let insert: String
+        let insertOrReplace: String
+
+        init(_ name: String, _ columns: [String]) {
+            self.name = name
+            self.columns = columns
+            let values = "(" + columns.joined(separator: ", ") + ") VALUES (" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
+            insert = "INSERT INTO \(name) " + values
+            insertOrReplace = "INSERT OR REPLACE INTO \(name) " + values
+        }
+
+        package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])
+        package static let productContents = Table("product_contents", ["product", "content", "latest_version"])
+        package static let relatedProducts = Table("related_products", ["product", "related_product"])
+        package static let transactions = Table("transactions", [
+            "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
+            "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
+            "discarded_content", "queued_at_ms", "purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms", "events",
+        ])
+        package static let downloads = Table("downloads", [
+            "download_id", "transaction_id", "position", "url", "content", "content_version", "content_length", "state",
+            "started", "progress", "bytes_written", "content_url", "copied_out", "destination", "discarded", "lost",
+            "cancel_reason", "error_domain", "error_code", "error_message", "attempts", "started_at_ms",
+            "last_activity_at_ms", "finished_at_ms", "copied_out_at_ms", "events",
+        ])
+        package static let ownedContent = Table("owned_content", [
+            "product", "content", "content_version", "destination", "transaction_id", "download_id", "copied_at_ms", "history_seq",
+        ])
+        package static let ownedContentHistory = Table("owned_content_history", [
+            "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
+        ])
+    }
+
+    /// A product's row, its related products' rows and its contents' rows.
+    package static func productRows(_ product: String, state: LedgerState) -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])? {
+        guard let record = state.products[product] else { return nil }
+        let r = record.registration
+        let row: [DatabaseValue] = [r.product.databaseValue, r.kind.rawValue.databaseValue, r.price.databaseValue, r.currency.databaseValue,
+                                    r.downloadable.databaseValue, r.title.databaseValue, ms(record.registeredAt).databaseValue]
+        let related = Set(r.relatedProducts).sorted().map { [product.databaseValue, $0.databaseValue] }
+        let contents = state.publishedVersions.filter { $0.key.product == product }.sorted { $0.key.content < $1.key.content }
+            .map { [$0.key.product.databaseValue, $0.key.content.databaseValue, $0.value.text.databaseValue] }
+        return (row, related, contents)
+    }
+
+    package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
+        let values: [(any DatabaseValueConvertible)?] = [
+            t.transaction, t.product, t.user, t.quantity, t.state.rawValue, t.finished, t.revoked,
+            t.revocationReason, t.originalTransaction, t.storeTransactionId, t.error?.domain, t.error?.code, t.error?.message,
+            t.wasDeferred, t.discardedContent, ms(t.queuedAt), ms(t.purchasedAt), ms(t.failedAt), ms(t.finishedAt), ms(t.revokedAt),
+            t.events,
+        ]
+        return values.map { $0?.databaseValue ?? .null }
+    }
+
+    package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [DatabaseValue] {
         let position = d.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: d.download) } ?? 0
         let values: [(any DatabaseValueConvertible)?] = [
             d.download, d.transaction, position, d.url, d.content, d.contentVersion?.text, d.contentLength,
@@ -211,29 +268,39 @@ enum Projector {
             d.destination, d.discarded, d.lost, d.cancelReason?.rawValue, d.error?.domain, d.error?.code, d.error?.message,
             d.attempts, ms(d.startedAt), ms(d.lastActivityAt), ms(d.finishedAt), ms(d.copiedOutAt), d.events,
         ]
-        try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO downloads (download_id, transaction_id, position, url, content, content_version,
-                content_length, state, started, progress, bytes_written, content_url, copied_out, destination, discarded,
-                lost, cancel_reason, error_domain, error_code, error_message, attempts, started_at_ms, last_activity_at_ms,
-                finished_at_ms, copied_out_at_ms, events)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: StatementArguments(values))
+        return values.map { $0?.databaseValue ?? .null }
     }
 
-    private static func insertHistory(_ entry: OwnedContentHistoryEntry, _ db: Database) throws {
+    package static func historyRow(_ entry: OwnedContentHistoryEntry) -> [DatabaseValue] {
         let o = entry.owned
-        try db.cachedStatement(sql: """
-            INSERT INTO owned_content_history (seq, download_id, destination, copied_at_ms, superseded_at_ms, deleted_at_ms)
-            VALUES (?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [entry.seq, o.download, o.destination, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)])
+        let values: [(any DatabaseValueConvertible)?] = [entry.seq, o.download, o.destination, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)]
+        return values.map { $0?.databaseValue ?? .null }
     }
 
-    private static func writeOwned(_ o: OwnedContent, historySeq: Int64, _ db: Database) throws {
-        try db.cachedStatement(sql: """
-            INSERT OR REPLACE INTO owned_content (product, content, content_version, destination, transaction_id,
-                download_id, copied_at_ms, history_seq)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
-                                     ms(o.copiedAt), historySeq])
+    package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
+        let values: [(any DatabaseValueConvertible)?] = [o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
+                                                         ms(o.copiedAt), historySeq]
+        return values.map { $0?.databaseValue ?? .null }
+    }
+
+    /// Every projection row of `state` (with the owned-content `history` its replay collected),
+    /// table by table: what ``rebuild(state:history:_:)`` writes, for a store elsewhere.
+    package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[DatabaseValue]])] {
+        var products: [[DatabaseValue]] = [], related: [[DatabaseValue]] = [], contents: [[DatabaseValue]] = []
+        for product in state.products.keys.sorted() {
+            guard let r = productRows(product, state: state) else { continue }
+            products.append(r.product)
+            related += r.related
+            contents += r.contents
+        }
+        let owned = history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
+            .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
+        return [
+            (Table.products, products), (Table.productContents, contents), (Table.relatedProducts, related),
+            (Table.transactions, state.transactions.values.map(transactionRow)),
+            (Table.downloads, state.downloads.values.map { downloadRow($0, state: state) }),
+            (Table.ownedContent, owned),
+            (Table.ownedContentHistory, history.entries.map(historyRow)),
+        ]
     }
 }

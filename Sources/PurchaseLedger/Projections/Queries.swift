@@ -129,7 +129,8 @@ extension Ledger {
 }
 
 extension TransactionRecord {
-    init(row: Row) {
+    /// A `transactions` projection row (SQLite's, or the fleet store's as a GRDB row).
+    package init(row: Row) {
         self.init(transaction: row["transaction_id"], product: row["product"], user: row["user_id"], quantity: row["quantity"],
                   state: TransactionStatus(rawValue: row["state"]) ?? .purchasing)
         finished = row["finished"]
@@ -150,7 +151,8 @@ extension TransactionRecord {
 }
 
 extension DownloadRecord {
-    init(row: Row) {
+    /// A `downloads` projection row.
+    package init(row: Row) {
         self.init(download: row["download_id"], transaction: row["transaction_id"], url: row["url"], content: row["content"])
         contentVersion = (row["content_version"] as String?).flatMap(ContentVersion.init)
         contentLength = row["content_length"]

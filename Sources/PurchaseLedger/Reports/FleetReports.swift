@@ -21,6 +21,14 @@ public struct FailureRate: Sendable, Hashable {
     public var count: Int
     /// Of all transactions that reached a final state (purchased or failed).
     public var share: Double
+
+    public init(domain: String, code: Int64, message: String, count: Int, share: Double) {
+        self.domain = domain
+        self.code = code
+        self.message = message
+        self.count = count
+        self.share = share
+    }
 }
 
 /// Revenue of one day in one currency.
@@ -28,6 +36,12 @@ public struct DailyRevenue: Sendable, Hashable {
     public var day: Timestamp
     public var currency: String
     public var net: Decimal
+
+    public init(day: Timestamp, currency: String, net: Decimal) {
+        self.day = day
+        self.currency = currency
+        self.net = net
+    }
 }
 
 extension Ledger {
@@ -70,7 +84,7 @@ extension Ledger {
             try String.fetchAll(db, sql: """
                 SELECT DISTINCT t.transaction_id FROM transactions t JOIN downloads d ON d.transaction_id = t.transaction_id
                 WHERE t.state IN ('purchased', 'restored') AND t.revoked = 0 AND d.copied_out = 0
-                ORDER BY t.purchased_at_ms LIMIT ?
+                ORDER BY t.purchased_at_ms, t.transaction_id LIMIT ?
                 """, arguments: [limit])
         }
         return try ids.compactMap { id in try purchaseHistory(transactionID: id) }
@@ -84,7 +98,7 @@ extension Ledger {
             let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
             return try Row.fetchAll(db, sql: """
                 SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
-                ORDER BY last_activity_at_ms
+                ORDER BY last_activity_at_ms, download_id
                 """, arguments: [now - idleMs]).map(DownloadRecord.init(row:))
         }
     }
@@ -95,7 +109,7 @@ extension Ledger {
         try read { db in
             try Row.fetchAll(db, sql: """
                 SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
-                ORDER BY coalesce(purchased_at_ms, failed_at_ms)
+                ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
                 """).map(TransactionRecord.init(row:))
         }
     }
@@ -111,7 +125,7 @@ extension Ledger {
             return try Row.fetchAll(db, sql: """
                 SELECT error_domain, error_code, min(error_message) AS message, count(*) AS n FROM transactions
                 WHERE state = 'failed' AND failed_at_ms >= ? AND failed_at_ms < ?
-                GROUP BY error_domain, error_code ORDER BY n DESC
+                GROUP BY error_domain, error_code ORDER BY n DESC, error_domain, error_code
                 """, arguments: range).map { row in
                 FailureRate(domain: row[0], code: row[1], message: row[2], count: row[3], share: total == 0 ? 0 : Double(row[3] as Int) / Double(total))
             }

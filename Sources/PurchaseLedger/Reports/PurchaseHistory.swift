@@ -35,6 +35,14 @@ public struct PurchaseHistoryEntry: Sendable, Hashable {
     public var currency: String?
     public var downloads: [DownloadRecord]
 
+    public init(transaction: TransactionRecord, kind: ProductKind?, price: String?, currency: String?, downloads: [DownloadRecord]) {
+        self.transaction = transaction
+        self.kind = kind
+        self.price = price
+        self.currency = currency
+        self.downloads = downloads
+    }
+
     /// How it ended: purchased, restored, failed, deferred (still waiting) or purchasing; revoked
     /// transactions say so.
     public var outcome: String {

@@ -60,7 +60,7 @@ public enum RevenuePeriod: String, Sendable, Hashable, CaseIterable {
 
     /// The label of the period holding day `day` (days since 1970-01-01, UTC).
     public func label(ofDay day: Int64) -> String {
-        let (y, m, d) = Self.civil(fromDays: day)
+        let (y, m, d) = RFC3339.civilFromDays(Int(day))
         switch self {
         case .day:
             return String(format: "%04d-%02d-%02d", y, m, d)
@@ -70,33 +70,10 @@ public enum RevenuePeriod: String, Sendable, Hashable, CaseIterable {
             // ISO weekday 1 (Monday)...7; 1970-01-01 was a Thursday.
             let weekday = Int((day % 7 + 7 + 3) % 7) + 1
             let thursday = day - Int64(weekday) + 4
-            let (year, _, _) = Self.civil(fromDays: thursday)
-            let yearStart = Self.days(fromCivil: year, 1, 1)
+            let (year, _, _) = RFC3339.civilFromDays(Int(thursday))
+            let yearStart = Int64(RFC3339.daysFromCivil(year: year, month: 1, day: 1))
             return String(format: "%04d-W%02d", year, Int((thursday - yearStart) / 7) + 1)
         }
-    }
-
-    /// Howard Hinnant's civil-from-days: the proleptic Gregorian date of a day count.
-    static func civil(fromDays z0: Int64) -> (Int, Int, Int) {
-        let z = z0 + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
-        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        return (Int(yoe + era * 400 + (m <= 2 ? 1 : 0)), Int(m), Int(d))
-    }
-
-    static func days(fromCivil y0: Int, _ m: Int, _ d: Int) -> Int64 {
-        let y = Int64(m <= 2 ? y0 - 1 : y0)
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = Int64(m > 2 ? m - 3 : m + 9)
-        let doy = (153 * mp + 2) / 5 + Int64(d) - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468
     }
 }
 
@@ -121,23 +98,51 @@ extension Ledger {
                 GROUP BY day, t.product, p.currency, p.price
                 """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
+        return RevenueLine.lines(rows.map { row in
+            RevenueGroup(day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
+                         purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
+        }, groupBy: groupBy)
+    }
+}
+
+/// One group of purchases as SQL sums them (SQLite or the fleet's PostgreSQL): a day, a product
+/// and a price; the Swift side makes ``RevenueLine``s of them.
+package struct RevenueGroup {
+    package var day: Int64
+    package var product: String
+    package var currency: String
+    package var price: String
+    package var purchases: Int
+    package var units: Int
+    package var refundedUnits: Int
+
+    package init(day: Int64, product: String, currency: String, price: String, purchases: Int, units: Int, refundedUnits: Int) {
+        self.day = day
+        self.product = product
+        self.currency = currency
+        self.price = price
+        self.purchases = purchases
+        self.units = units
+        self.refundedUnits = refundedUnits
+    }
+}
+
+extension RevenueLine {
+    /// Lines from SQL's groups, merged per period when grouped, sorted by period, then currency,
+    /// then net revenue, largest first.
+    package static func lines(_ groups: [RevenueGroup], groupBy: RevenuePeriod?) -> [RevenueLine] {
         var lines: [String: RevenueLine] = [:]
-        for row in rows {
-            let period = groupBy?.label(ofDay: row["day"])
-            let price: String = row["price"]
-            let unitPrice = Decimal(string: price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
-            let units: Int = row["units"]
-            let refunded: Int = row["refunded"]
-            let product: String = row["product"]
-            let currency: String = row["currency"]
-            let key = [period ?? "", product, currency, price].joined(separator: "\u{0}")
-            var line = lines[key] ?? RevenueLine(period: period, product: product, currency: currency, price: price,
+        for group in groups {
+            let period = groupBy?.label(ofDay: group.day)
+            let unitPrice = Decimal(string: group.price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
+            let key = [period ?? "", group.product, group.currency, group.price].joined(separator: "\u{0}")
+            var line = lines[key] ?? RevenueLine(period: period, product: group.product, currency: group.currency, price: group.price,
                                                  purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
-            line.purchases += row["purchases"] as Int
-            line.units += units
-            line.refundedUnits += refunded
-            line.gross += unitPrice * Decimal(units)
-            line.refunds += unitPrice * Decimal(refunded)
+            line.purchases += group.purchases
+            line.units += group.units
+            line.refundedUnits += group.refundedUnits
+            line.gross += unitPrice * Decimal(group.units)
+            line.refunds += unitPrice * Decimal(group.refundedUnits)
             lines[key] = line
         }
         return lines.values.sorted { a, b in

@@ -1,0 +1,78 @@
+import GRDB
+
+/// One stored event as a fleet store receives it: the event, its binary payload (binary payload
+/// v1, docs/format.md) and its full hash chain link.
+package struct ChainedEvent: Sendable {
+    package var event: RecordedEvent
+    package var payload: [UInt8]
+    package var link: [UInt8]
+}
+
+/// What a ledger sends to a fleet store: the events after what the store already holds, and the
+/// projection rows of the state after the last of them, from the same reducer and row layout as
+/// the ledger's own projection tables.
+package struct Shipment: Sendable {
+    package var events: [ChainedEvent]
+    package var lastSeq: Int64
+    package var lastLink: [UInt8]
+    package var projections: [(table: Projector.Table, rows: [[DatabaseValue]])]
+    /// The latest published version of each content, to merge with other ledgers' catalogs.
+    package var publishedVersions: [ContentKey: ContentVersion]
+}
+
+extension Ledger {
+    /// Reads the whole log once, recomputing the hash chain from the first event and checking it
+    /// against every stored link, and replays it with the reducer. Returns the events after
+    /// `shipped` and the projection rows at the end.
+    ///
+    /// Throws ``LedgerError/Code/corruptData`` naming the seq of a block that does not decode or
+    /// of the first event whose stored link differs from the recomputed one (a tampered file), and
+    /// ``LedgerError/Code/chainMismatch`` when the store already holds `shipped` events with a
+    /// different link after the last of them (this file's history was rewritten since it was
+    /// shipped) or more events than this file has.
+    package func shipment(after shipped: Int64, link shippedLink: [UInt8]?) throws -> Shipment {
+        try read { db in
+            var state = LedgerState()
+            var history = Projector.HistoryCollector()
+            var previous = HashChain.genesis
+            var events: [ChainedEvent] = []
+            var expected: Int64 = 1
+            try EventStore.scan(db, integrity: true) { entry in
+                let e = entry.event
+                guard e.seq == expected else {
+                    throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
+                }
+                expected += 1
+                let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
+                let matches: Bool
+                switch entry.link {
+                case .full(let stored): matches = stored == link
+                case .prefix(let prefix, let blockLast): matches = link.starts(with: prefix) && (blockLast == nil || blockLast! == link)
+                case nil: matches = false
+                }
+                guard matches else {
+                    throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
+                }
+                previous = link
+                if e.seq == shipped, let shippedLink, shippedLink != link {
+                    throw LedgerError(.chainMismatch, "the fleet store holds a different event \(e.seq): this ledger's history was rewritten after it was shipped", seq: e.seq)
+                }
+                if case .outcome(let outcome) = Reducer.replay(&state, e.event, seq: e.seq),
+                   let change = Projector.ownedChange(e, outcome: outcome, state: state) {
+                    history.apply(change)
+                }
+                if e.seq > shipped {
+                    events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
+                }
+                return true
+            }
+            let last = expected - 1
+            if last < shipped {
+                throw LedgerError(.chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped", seq: last + 1)
+            }
+            return Shipment(events: events, lastSeq: last, lastLink: previous,
+                            projections: Projector.rows(state: state, history: history),
+                            publishedVersions: state.publishedVersions)
+        }
+    }
+}

@@ -1,0 +1,122 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+import PurchaseLedgerFleet
+
+struct ShipCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ship",
+        abstract: "Send ledgers' new events into a PostgreSQL fleet store, with their projections.",
+        discussion: """
+            Each ledger goes in one PostgreSQL transaction: the events the server does not hold yet, and \
+            the ledger's projections after them, computed by the same reducer. Shipping again sends only \
+            what is new; a ship killed at any moment leaves the server as it was. An empty database is made \
+            a fleet store on the first ship (Migrations/postgres).
+
+            A ledger whose file was tampered with (its hash chain breaks), or whose history differs from \
+            what was shipped before, is refused with the seq, and nothing of it is written; the other \
+            ledgers still go. The password may come from PGPASSWORD instead of the URL.
+
+            Exit status: 0 every ledger shipped; 1 a ledger was refused (the others shipped); 3 the \
+            server is unreachable, refuses the credentials or is not a fleet store.
+
+            Examples:
+              purchase-ledger ship device-a.ledger device-b.ledger --to postgres://ledger@db.internal:5432/fleet
+              purchase-ledger ship exports/*.ledger --to postgres://ledger@localhost/fleet --json
+            """)
+
+    @Argument(help: "The ledger files.", completion: .file(extensions: ["ledger"]))
+    var ledgers: [String]
+
+    @Option(help: "The fleet store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.")
+    var to: String
+
+    @Flag(help: "Print a JSON summary instead of text.")
+    var json = false
+
+    @Option(name: .customLong("key-file"), help: "A file holding the secret key of keyed (HMAC) hash chains.", completion: .file())
+    var keyFile: String?
+
+    func validate() throws {
+        guard !ledgers.isEmpty else { throw ValidationError("give at least one ledger file") }
+        guard FleetAddress.isURL(to) else { throw ValidationError("--to takes a postgres:// URL, not \(to)") }
+    }
+
+    struct Outcome: Sendable {
+        var path: String
+        var result: ShipResult?
+        var error: String?
+    }
+
+    func run() throws {
+        let console = Console.current
+        var configuration = LedgerConfiguration()
+        if let keyFile {
+            guard let key = FileManager.default.contents(atPath: keyFile), !key.isEmpty else { throw LedgerError.io("cannot read the key file \(keyFile)") }
+            configuration.chainKey = [UInt8](key)
+        }
+        let (ledgers, url, showProgress) = (self.ledgers, to, console.stderrIsTerminal && !json)
+        let started = ContinuousClock.now
+        let outcomes: [Outcome] = try blocking { [configuration] in
+            let fleet = try await FleetStore.connect(url, create: true)
+            var outcomes: [Outcome] = []
+            for (i, path) in ledgers.enumerated() {
+                if showProgress { console.error("[\(i + 1)/\(ledgers.count)] \(path)") }
+                do {
+                    guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.io("no ledger at \(path)") }
+                    let ledger = try Ledger(path: path, configuration: configuration)
+                    outcomes.append(Outcome(path: path, result: try await fleet.ship(ledger)))
+                } catch let error as LedgerError {
+                    outcomes.append(Outcome(path: path, error: error.description))
+                } catch let error as FleetError where error.code == .server {
+                    outcomes.append(Outcome(path: path, error: error.description))
+                } catch {
+                    await fleet.close()
+                    throw error
+                }
+            }
+            await fleet.close()
+            return outcomes
+        }
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
+        let shipped = outcomes.compactMap(\.result)
+        let events = shipped.reduce(0) { $0 + $1.shippedEvents }
+        let failed = outcomes.filter { $0.error != nil }
+        if json {
+            let rows = outcomes.map { o in
+                o.result.map { r in
+                    "{\"path\":\(jsonString(o.path)),\"ledger\":\(jsonString(r.ledgerID)),\"shippedEvents\":\(r.shippedEvents),\"alreadyShipped\":\(r.alreadyShipped),\"lastSeq\":\(r.lastSeq)}"
+                } ?? "{\"path\":\(jsonString(o.path)),\"error\":\(jsonString(o.error ?? ""))}"
+            }
+            console.print("{\"ledgers\":[" + rows.joined(separator: ",\n") + "],\n\"shippedEvents\":\(events),\"failed\":\(failed.count),\"seconds\":\(String(format: "%.3f", seconds))}")
+        } else {
+            for o in outcomes {
+                if let r = o.result {
+                    console.print("\(o.path): ledger \(r.ledgerID): " + (r.shippedEvents == 0
+                        ? "up to date at seq \(r.lastSeq)" : "shipped \(r.shippedEvents) event\(r.shippedEvents == 1 ? "" : "s") (seq \(r.alreadyShipped + 1)...\(r.lastSeq))"))
+                }
+            }
+            for o in failed { console.error("\(o.path): refused: \(o.error!)") }
+            console.print("\(shipped.count) of \(outcomes.count) ledger\(outcomes.count == 1 ? "" : "s") shipped, \(events) new events, \(String(format: "%.2f", seconds)) s")
+        }
+        if !failed.isEmpty { throw CommandExit(status: 1) }
+    }
+}
+
+/// Runs async work from a synchronous command and waits for it. The work runs on Swift's
+/// concurrency pool and PostgresNIO's event loop, never on the waiting thread.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    let result = Locked<Result<T, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do {
+            let value = try await body()
+            result.withLock { $0 = .success(value) }
+        } catch {
+            result.withLock { $0 = .failure(error) }
+        }
+        done.signal()
+    }
+    done.wait()
+    return try result.withLock { $0! }.get()
+}

@@ -1,0 +1,264 @@
+import Foundation
+import GRDB
+import NIOCore
+import PostgresNIO
+import PurchaseLedger
+
+/// What shipping one ledger did.
+public struct ShipResult: Sendable, Hashable {
+    public var ledgerID: String
+    public var path: String
+    /// Events the server did not hold before, now stored.
+    public var shippedEvents: Int
+    /// The ledger's last seq, now the server's too.
+    public var lastSeq: Int64
+    /// Events the server already held (left as they were).
+    public var alreadyShipped: Int64
+}
+
+extension FleetStore {
+    /// Sends `ledger`'s events that the server does not hold yet, with the projections after
+    /// them, in one PostgreSQL transaction: a ship killed at any moment leaves the server as it
+    /// was, and shipping again stores each event exactly once.
+    ///
+    /// The whole file is read and its hash chain recomputed first; a tampered file throws
+    /// ``LedgerError`` `corruptData` naming the seq, and a file whose history differs from what
+    /// was shipped before throws `chainMismatch`. Nothing of that ledger is written then.
+    ///
+    /// The ledger must have an identity (``Ledger/identity()``): open it for writing once.
+    public func ship(_ ledger: Ledger) async throws -> ShipResult {
+        guard let identity = try ledger.identity() else {
+            throw LedgerError.make(.io, "\(ledger.path) has no ledger id yet (made by an older version and only opened read-only); open it for writing once")
+        }
+        return try await run {
+            try await transaction {
+                // Locks this ledger's row: two ships of one ledger run one after the other.
+                let rows = try await connection.query("""
+                    INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at)
+                    VALUES (\(identity.id)::uuid, \(identity.origin), 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now())
+                    ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
+                    RETURNING last_seq, last_link
+                    """, logger: logger).collect()
+                guard let row = rows.first else { throw FleetError(.server, "\(address): the ledgers row of \(identity.id) was not returned") }
+                let (shipped, linkBuffer) = try row.decode((Int64, ByteBuffer).self)
+                let shipment: Shipment
+                do {
+                    shipment = try ledger.shipment(after: shipped, link: Array(buffer: linkBuffer))
+                } catch let error as LedgerError {
+                    throw LedgerError.make(error.code, "\(ledger.path) (ledger \(identity.id)): \(error.message)", seq: error.seq)
+                }
+                let result = ShipResult(ledgerID: identity.id, path: ledger.path, shippedEvents: shipment.events.count,
+                                        lastSeq: shipment.lastSeq, alreadyShipped: shipped)
+                guard !shipment.events.isEmpty else { return result }
+                try await copyEvents(shipment.events, ledger: identity.id)
+                try await replaceProjections(shipment, ledger: identity.id)
+                try await mergeCatalog(shipment)
+                try await connection.query("""
+                    UPDATE ledgers SET last_seq = \(shipment.lastSeq), last_link = \(ByteBuffer(bytes: shipment.lastLink)), last_shipped_at = now()
+                    WHERE ledger_id = \(identity.id)::uuid
+                    """, logger: logger)
+                return result
+            }
+        }
+    }
+
+    private func copyEvents(_ events: [ChainedEvent], ledger: String) async throws {
+        try await connection.copyFrom(table: "events", columns: [
+            "ledger_id", "seq", "stream", "version", "type", "at_ns", "recorded_ns", "anomaly", "appended_by_ledger", "payload", "link",
+        ], logger: logger) { writer in
+            var text = CopyText()
+            for chained in events {
+                let e = chained.event
+                text.field(ledger)
+                text.field(e.seq)
+                text.field(e.stream)
+                text.field(e.version)
+                text.field(e.event.type.name)
+                text.field(e.event.at.nanosecondsSinceEpoch)
+                text.field(e.recordedAt.nanosecondsSinceEpoch)
+                text.field(e.anomaly?.name)
+                text.field(e.appendedByLedger ? "t" : "f")
+                text.field(bytes: chained.payload)
+                text.field(bytes: chained.link)
+                text.endRow()
+                if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+            }
+            try await writer.write(text.take())
+        }
+    }
+
+    /// The ledger's projection rows, replaced by those of the state after the shipped events.
+    private func replaceProjections(_ shipment: Shipment, ledger: String) async throws {
+        try await connection.query("""
+            WITH t AS (DELETE FROM transactions WHERE ledger_id = \(ledger)::uuid),
+                 d AS (DELETE FROM downloads WHERE ledger_id = \(ledger)::uuid),
+                 o AS (DELETE FROM owned_content WHERE ledger_id = \(ledger)::uuid),
+                 h AS (DELETE FROM owned_content_history WHERE ledger_id = \(ledger)::uuid)
+            SELECT 1
+            """, logger: logger)
+        for (table, rows) in shipment.projections where FleetStore.perLedgerTables.contains(table.name) && !rows.isEmpty {
+            try await connection.copyFrom(table: table.name, columns: ["ledger_id"] + table.columns, logger: logger) { writer in
+                var text = CopyText()
+                for row in rows {
+                    text.field(ledger)
+                    for value in row { text.field(value) }
+                    text.endRow()
+                    if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+                }
+                try await writer.write(text.take())
+            }
+        }
+    }
+
+    static let perLedgerTables: Set<String> = ["transactions", "downloads", "owned_content", "owned_content_history"]
+
+    /// The catalog is shared by every ledger: a product's newest registration wins (ties: the
+    /// first shipped), related products are those of the winning registration, and each
+    /// content's latest version is the highest any ledger saw (compared as the ledger compares
+    /// versions, in Swift). Skipped when this store already wrote the very same catalog.
+    private func mergeCatalog(_ shipment: Shipment) async throws {
+        let catalog = shipment.projections.filter { !FleetStore.perLedgerTables.contains($0.table.name) }
+        var hasher = Hasher()
+        for (table, rows) in catalog {
+            hasher.combine(table.name)
+            for row in rows { hasher.combine(row.map(\.description)) }
+        }
+        let fingerprint = hasher.finalize()
+        if lastCatalog.withLock({ $0 }) == fingerprint { return }
+        let related = Dictionary(grouping: catalog.first { $0.table.name == "related_products" }?.rows ?? []) { $0[0].description }
+        for row in catalog.first(where: { $0.table.name == "products" })?.rows ?? [] {
+            let product = try String(row[0])
+            let won = try await connection.query("""
+                INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
+                VALUES (\(product), \(try String(row[1])), \(try String(row[2])), \(try String(row[3])), \(try Int64(row[4]) != 0),
+                        \(try String?(row[5])), \(try Int64(row[6])))
+                ON CONFLICT (product) DO UPDATE SET kind = excluded.kind, price = excluded.price, currency = excluded.currency,
+                    downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
+                WHERE products.registered_at_ms < excluded.registered_at_ms
+                RETURNING product
+                """, logger: logger).collect()
+            guard !won.isEmpty else { continue }
+            try await connection.query("DELETE FROM related_products WHERE product = \(product)", logger: logger)
+            for pair in related[row[0].description] ?? [] {
+                try await connection.query("""
+                    INSERT INTO related_products (product, related_product) VALUES (\(product), \(try String(pair[1])))
+                    """, logger: logger)
+            }
+        }
+        for (key, version) in shipment.publishedVersions.sorted(by: { $0.key < $1.key }) {
+            let current = try await connection.query("""
+                SELECT latest_version FROM product_contents WHERE product = \(key.product) AND content = \(key.content) FOR UPDATE
+                """, logger: logger).collect().first.map { try $0.decode(String.self) }
+            if let current, let known = ContentVersion(current), !version.isNewer(than: known) { continue }
+            try await connection.query("""
+                INSERT INTO product_contents (product, content, latest_version) VALUES (\(key.product), \(key.content), \(version.text))
+                ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
+                """, logger: logger)
+        }
+        lastCatalog.withLock { $0 = fingerprint }
+    }
+}
+
+extension Shipment {
+    static let genesis = [UInt8](repeating: 0, count: 32)
+}
+
+extension String {
+    /// A text catalog value, or a clear error (the row layout is the library's own).
+    init(_ value: DatabaseValue) throws {
+        guard case .string(let s) = value.storage else { throw FleetError(.server, "expected text in a catalog row, found \(value)") }
+        self = s
+    }
+}
+
+extension Optional where Wrapped == String {
+    init(_ value: DatabaseValue) throws {
+        self = value.isNull ? nil : try String(value)
+    }
+}
+
+extension Int64 {
+    init(_ value: DatabaseValue) throws {
+        guard case .int64(let n) = value.storage else { throw FleetError(.server, "expected an integer in a catalog row, found \(value)") }
+        self = n
+    }
+}
+
+/// Rows in PostgreSQL's COPY text format: tab-separated fields, `\N` for NULL, backslash escapes
+/// in text, `\\x` hex for bytea.
+struct CopyText {
+    var buffer = ByteBuffer()
+    private var first = true
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    private mutating func separate() {
+        if !first { buffer.writeInteger(UInt8(ascii: "\t")) }
+        first = false
+    }
+
+    mutating func field(_ text: String?) {
+        separate()
+        guard let text else { buffer.writeStaticString("\\N"); return }
+        let utf8 = text.utf8
+        if !utf8.contains(where: { $0 == UInt8(ascii: "\\") || $0 < 0x20 }) {
+            buffer.writeString(text)
+            return
+        }
+        for byte in utf8 {
+            switch byte {
+            case UInt8(ascii: "\\"): buffer.writeStaticString("\\\\")
+            case UInt8(ascii: "\n"): buffer.writeStaticString("\\n")
+            case UInt8(ascii: "\r"): buffer.writeStaticString("\\r")
+            case UInt8(ascii: "\t"): buffer.writeStaticString("\\t")
+            case 0..<0x20:
+                buffer.writeInteger(UInt8(ascii: "\\"))
+                buffer.writeString(String(byte, radix: 8).leftPadded(to: 3))
+            default: buffer.writeInteger(byte)
+            }
+        }
+    }
+
+    mutating func field(_ number: Int64) {
+        separate()
+        buffer.writeString(String(number))
+    }
+
+    mutating func field(bytes: [UInt8]) {
+        separate()
+        buffer.writeStaticString("\\\\x")
+        for byte in bytes {
+            buffer.writeInteger(CopyText.hex[Int(byte >> 4)])
+            buffer.writeInteger(CopyText.hex[Int(byte & 15)])
+        }
+    }
+
+    /// A projection value: integers (and booleans, stored as 0 and 1) as digits, reals in their
+    /// shortest exact form.
+    mutating func field(_ value: DatabaseValue) {
+        switch value.storage {
+        case .null: field(nil as String?)
+        case .int64(let n): field(n)
+        case .double(let d):
+            separate()
+            buffer.writeString("\(d)")
+        case .string(let s): field(s)
+        case .blob(let data): field(bytes: Array(data))
+        }
+    }
+
+    mutating func endRow() {
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        first = true
+    }
+
+    mutating func take() -> ByteBuffer {
+        defer { buffer = ByteBuffer() }
+        return buffer
+    }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String {
+        String(repeating: "0", count: max(0, width - count)) + self
+    }
+}

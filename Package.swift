@@ -54,6 +54,7 @@ let package = Package(
                 "PurchaseLedger",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -80,6 +81,7 @@ let package = Package(
                 "PurchaseLedgerCLI",
                 "PurchaseLedgerStoreKit",
                 "PurchaseLedgerFleet",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]
         ),

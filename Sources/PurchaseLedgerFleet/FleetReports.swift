@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import NIOCore
+import NIOFoundationCompat
 import PostgresNIO
 import PurchaseLedger
 
@@ -203,7 +205,7 @@ extension FleetStore {
         case .bool: return try cell.decode(Bool.self) ? Int64(1) : Int64(0)
         case .float4, .float8: return try cell.decode(Double.self)
         case .uuid: return try cell.decode(UUID.self).uuidString.lowercased()
-        case .bytea: return Data(try cell.decode([UInt8].self))
+        case .bytea: return Data(buffer: try cell.decode(ByteBuffer.self))
         default: return try cell.decode(String.self)
         }
     }

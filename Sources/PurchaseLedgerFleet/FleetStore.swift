@@ -128,8 +128,15 @@ public final class FleetStore: Sendable {
         return store
     }
 
+    /// Closes the connection. A store released without it closes its connection itself.
     public func close() async {
         try? await connection.close()
+    }
+
+    deinit {
+        // PostgresNIO wants every connection closed before it is released: keep it until then.
+        let connection = self.connection
+        connection.close().whenComplete { _ in _ = connection }
     }
 
     // MARK: - Schema
@@ -233,7 +240,7 @@ public final class FleetStore: Sendable {
 
     static func describe(_ error: any Error, address: FleetAddress) -> FleetError {
         guard let error = error as? PSQLError else {
-            return FleetError(.server, "\(address): \(error)")
+            return FleetError(.server, "\(address): \(String(reflecting: error))")
         }
         let state = error.serverInfo?[.sqlState] ?? ""
         let message = error.serverInfo?[.message] ?? ""

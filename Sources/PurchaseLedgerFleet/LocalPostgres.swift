@@ -59,8 +59,15 @@ package final class LocalPostgres: Sendable {
         try run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
     }
 
+    /// Stops the server (immediate shutdown) and deletes its folder. Signals the postmaster
+    /// directly rather than running pg_ctl, so it also works from an `atexit` handler, where
+    /// Foundation can no longer wait for a child process.
     package func stop() {
-        _ = try? run("pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
+        if let text = try? String(contentsOfFile: directory + "/data/postmaster.pid", encoding: .utf8),
+           let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }) {
+            kill(pid, SIGQUIT)
+            for _ in 0..<500 where kill(pid, 0) == 0 { usleep(10_000) }
+        }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -72,21 +79,34 @@ package final class LocalPostgres: Sendable {
         return try LocalPostgres.run(bin + "/" + tool, arguments)
     }
 
+    /// Runs a program and waits for it, its output (stdout and stderr) through a file. With
+    /// posix_spawn and waitpid rather than Foundation's Process: `pg_ctl start` leaves a server
+    /// running that inherits the descriptors Process watches, and Process would wait for it.
     @discardableResult
     private static func run(_ executable: String, _ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: "/tmp")
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "\(executable) \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)): \(text)")
+        let outputPath = NSTemporaryDirectory() + "purchase-ledger-pg-output-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        #if canImport(Glibc)
+        var actions = posix_spawn_file_actions_t()
+        #else
+        var actions: posix_spawn_file_actions_t?
+        #endif
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o666)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        guard spawned == 0 else { throw Failure(description: "cannot run \(executable): error \(spawned)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        let exited = status & 0x7f == 0, code = (status >> 8) & 0xff
+        guard exited && code == 0 else {
+            throw Failure(description: "\(executable) \(arguments.joined(separator: " ")) failed (\(exited ? "status \(code)" : "signal \(status & 0x7f)")): \(text)")
         }
         return text
     }

@@ -236,6 +236,7 @@ package enum Projector {
         package static let ownedContentHistory = Table("owned_content_history", [
             "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
         ])
+        package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
     }
 
     /// A product's row, its related products' rows and its contents' rows.

@@ -110,7 +110,12 @@ extension Ledger {
             try Row.fetchAll(db, sql: """
                 SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
                 ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
-                """).map(TransactionRecord.init(row:))
+                """).map { row in
+                var record = TransactionRecord(row: row)
+                record.downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
+                                                       arguments: [record.transaction])
+                return record
+            }
         }
     }
 

@@ -1,0 +1,94 @@
+import PurchaseLedger
+
+/// Splits one workload (the shared generator's: every user in one log) into per-device logs, as a
+/// fleet would hold them: each user's transactions on their device, a quarter of the users with a
+/// second device that gets some of their purchases and restore sessions. The catalog goes to every
+/// device; downloads follow their transaction; standalone content follows its URL. For the fleet
+/// tests and benchmark: stable across runs (no random seeds, no Swift hash values).
+package enum DeviceSplit {
+    package static func split(_ events: [Event], devices: Int) -> [[Event]] {
+        var logs = Array(repeating: [Event](), count: devices)
+        var transactionDevice: [String: Int] = [:]
+        var downloadDevice: [String: Int] = [:]
+        var productDevice: [String: Int] = [:]
+        var restoreDevice = 0
+        var transactionProduct: [String: String] = [:]
+        var downloadProduct: [String: String] = [:]
+
+        func devicesOf(_ user: String?) -> [Int] {
+            let h = fnv(user ?? "")
+            let first = Int(h % UInt64(devices))
+            return h / UInt64(devices) % 4 == 0 && devices > 1 ? [first, (first + 1) % devices] : [first]
+        }
+        func deviceFor(transaction: String, user: String?) -> Int {
+            if let known = transactionDevice[transaction] { return known }
+            let choices = devicesOf(user)
+            let device = choices[Int(fnv(transaction) % UInt64(choices.count))]
+            transactionDevice[transaction] = device
+            return device
+        }
+        func own(_ downloads: [DownloadSpec]?, _ device: Int, transaction: String) {
+            for d in downloads ?? [] {
+                downloadDevice[d.download] = device
+                downloadProduct[d.download] = transactionProduct[transaction]
+            }
+        }
+
+        for event in events {
+            let device: Int?
+            switch event.body {
+            case .productRegistered, .contentVersionPublished:
+                device = nil
+            case .paymentQueued(let t, let product, _, let user):
+                transactionProduct[t] = product
+                device = deviceFor(transaction: t, user: user)
+            case .transactionPurchased(let t, let product, let user, _, let downloads):
+                if let product { transactionProduct[t] = product }
+                device = deviceFor(transaction: t, user: user)
+                own(downloads, device!, transaction: t)
+            case .transactionRestored(let t, _, let product, _, _, let downloads):
+                transactionProduct[t] = product
+                transactionDevice[t] = restoreDevice
+                device = restoreDevice
+                own(downloads, restoreDevice, transaction: t)
+            case .transactionDeferred(let t), .transactionFailed(let t, _), .transactionRevoked(let t, _), .transactionFinished(let t, _):
+                device = deviceFor(transaction: t, user: nil)
+            case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
+                 .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _):
+                device = downloadDevice[d] ?? Int(fnv(d) % UInt64(devices))
+            case .contentCopiedOut(let d, _, _, _):
+                device = downloadDevice[d] ?? Int(fnv(d) % UInt64(devices))
+                // contentDeleted names a product: it goes where that product's content was copied last.
+                if let product = downloadProduct[d] { productDevice[product] = device }
+            case .contentDeleted(let product):
+                device = productDevice[product] ?? Int(fnv(product) % UInt64(devices))
+            case .restoreStarted(let user):
+                let choices = devicesOf(user)
+                restoreDevice = choices[Int(fnv((user ?? "") + String(events.count)) % UInt64(choices.count))]
+                device = restoreDevice
+            case .restoreCompleted, .restoreFailed:
+                device = restoreDevice
+            case .contentRegistered(let url, let d, _):
+                let chosen = downloadDevice[d] ?? Int(fnv(url) % UInt64(devices))
+                downloadDevice[d] = chosen
+                device = chosen
+            }
+            if let device {
+                logs[device].append(event)
+            } else {
+                for i in logs.indices { logs[i].append(event) }
+            }
+        }
+        return logs
+    }
+
+    /// FNV-1a over UTF-8: the same on every run and platform.
+    static func fnv(_ text: String) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in text.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return hash
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import GRDB
+import PurchaseLedger
+
+/// The kill-and-reship check, for the test suite (short) and `ledger-bench fleet-crash` (long):
+/// `purchase-ledger ship` killed with SIGKILL at random moments, then run to the end; every event
+/// must then be on the server exactly once, each ledger whole or not at all.
+package enum ShipKiller {
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
+    }
+
+    /// Starts `binary ship PATHS --to URL` `kills` times, killing each after a random delay of at
+    /// most `maxDelay` seconds; returns how many were killed while running.
+    package static func run(binary: String, paths: [String], url: String, kills: Int, maxDelay: Double,
+                            seed: UInt64 = 42) throws -> (killed: Int, finished: Int) {
+        var generator = SplitMix(seed: seed)
+        var killed = 0, finished = 0
+        for _ in 0..<kills {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = ["ship"] + paths + ["--to", url]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            Thread.sleep(forTimeInterval: Double(generator.next() % 1000) / 1000 * maxDelay)
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                killed += 1
+            } else {
+                finished += 1
+            }
+            process.waitUntilExit()
+        }
+        return (killed, finished)
+    }
+
+    /// Checks the server against the ledger files: for each ledger, the events 1...last exactly
+    /// once with the file's links, the ledgers row at the same seq, and projections equal to the
+    /// file's (history and revenue); a ledger not on the server must have no row anywhere.
+    package static func check(paths: [String], url: String) async throws {
+        let fleet = try await FleetStore.connect(url)
+        defer { Task { await fleet.close() } }
+        var readOnly = LedgerConfiguration()
+        readOnly.readOnly = true
+        for path in paths {
+            let ledger = try Ledger(path: path, configuration: readOnly)
+            guard let id = try ledger.identity()?.id else { throw Failure(description: "\(path) has no id") }
+            let counts = try await fleet.fetch("""
+                SELECT (SELECT count(*) FROM events WHERE ledger_id = \(id)::uuid) AS n,
+                       (SELECT coalesce(max(seq), 0) FROM events WHERE ledger_id = \(id)::uuid) AS top,
+                       (SELECT last_seq FROM ledgers WHERE ledger_id = \(id)::uuid) AS shipped
+                """).first
+            let n: Int64 = counts?["n"] ?? -1, top: Int64 = counts?["top"] ?? -1, shipped: Int64? = counts?["shipped"]
+            let last = try ledger.lastSeq()
+            guard n == last, top == last, shipped == last else {
+                throw Failure(description: "\(path): the server holds \(n) events up to seq \(top), its ledgers row says \(shipped.map(String.init) ?? "nothing"); the file has \(last)")
+            }
+            let links = try await fleet.fetch("SELECT link FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq").map { $0["link"] as Data }
+            guard links == (try ledger.shipment(after: 0, link: nil)).events.map({ Data($0.link) }) else {
+                throw Failure(description: "\(path): the server's links differ from the file's")
+            }
+            let history = try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max)).filter { $0.ledgerID == id }.map(\.entry)
+            guard history == (try ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max))) else {
+                throw Failure(description: "\(path): the server's projections differ from the file's")
+            }
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64).
+package struct SplitMix: RandomNumberGenerator {
+    private var state: UInt64
+    package init(seed: UInt64) { state = seed }
+    package mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

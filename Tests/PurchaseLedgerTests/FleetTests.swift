@@ -1,0 +1,323 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+@testable import PurchaseLedgerFleet
+import PostgresNIO
+
+/// One real PostgreSQL server for the fleet tests (Debian's binaries, a temporary folder, a free
+/// loopback port), stopped when the test process exits; each test uses a database of its own.
+enum FleetServer {
+    static let shared: Result<LocalPostgres, any Error> = {
+        let result = Result { try LocalPostgres() }
+        if case .success = result { atexit { if case .success(let server) = FleetServer.shared { server.stop() } } }
+        return result
+    }()
+
+    static var available: Bool {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).contains { Int($0) != nil }
+    }
+
+    /// A new empty database's URL.
+    static func database() throws -> (LocalPostgres, String) {
+        let server = try shared.get()
+        let name = "fleet_" + UUID().uuidString.prefix(8).lowercased()
+        try server.createDatabase(name)
+        return (server, server.url(database: name))
+    }
+}
+
+/// The shared workload split into device ledgers (some users on two devices).
+enum FleetFixture {
+    static func ledgers(events: Int, devices: Int, in dir: TemporaryDirectory) throws -> [String] {
+        let lines = try String(contentsOfFile: try Workload.file(events: events), encoding: .utf8).split(separator: "\n")
+        let all = try lines.map { try JSONLines.decode(String($0)) }
+        return try DeviceSplit.split(all, devices: devices).enumerated().map { i, log in
+            let path = dir.path("device-\(i).ledger")
+            _ = try Ledger(path: path).append(contentsOf: log)
+            return path
+        }
+    }
+
+    static func open(_ paths: [String]) throws -> [(id: String, ledger: Ledger)] {
+        var readOnly = LedgerConfiguration()
+        readOnly.readOnly = true
+        return try paths.map { path in
+            let ledger = try Ledger(path: path, configuration: readOnly)
+            return (try #require(try ledger.identity()).id, ledger)
+        }
+    }
+}
+
+@Suite(.serialized, .enabled(if: FleetServer.available && Workload.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres) and the workload generator"))
+struct FleetTests {
+    @Test func everyLedgerGetsAStableIdentityAndOldOnesGetOneOnFirstWritableOpen() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        let created = try #require(try Ledger(path: path).identity())
+        #expect(created.origin == "created")
+        #expect(UUID(uuidString: created.id) != nil)
+        #expect(try Ledger(path: path).identity() == created, "the id never changes")
+        #expect(try Ledger(path: dir.path("b.ledger")).identity()?.id != created.id)
+
+        // A ledger made before identities: none read-only, one (said to be assigned) on a writable open.
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "DELETE FROM ledger_info WHERE key IN ('ledger_id', 'ledger_id_origin')") }
+        var readOnly = LedgerConfiguration()
+        readOnly.readOnly = true
+        #expect(try Ledger(path: path, configuration: readOnly).identity() == nil)
+        let assigned = try #require(try Ledger(path: path).identity())
+        #expect(assigned.origin.hasPrefix("assigned on open at "))
+        #expect(try Ledger(path: path).identity() == assigned)
+    }
+
+    @Test func shippingIsIdempotentSendsOnlyWhatIsNewAndTheServerEqualsTheLedger() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let lines = try String(contentsOfFile: try Workload.file(events: 20_000), encoding: .utf8).split(separator: "\n").prefix(4000)
+        let events = try lines.map { try JSONLines.decode(String($0)) }
+        let path = dir.path("device.ledger")
+        let ledger = try Ledger(path: path)
+        _ = try ledger.append(contentsOf: Array(events.prefix(2500)))
+
+        let fleet = try await FleetStore.connect(url, create: true)
+        let first = try await fleet.ship(ledger)
+        #expect(first.shippedEvents == Int(try ledger.lastSeq()) && first.alreadyShipped == 0)
+        let again = try await fleet.ship(ledger)
+        #expect(again.shippedEvents == 0 && again.lastSeq == first.lastSeq, "shipping again stores nothing")
+
+        _ = try ledger.append(contentsOf: Array(events.dropFirst(2500)))
+        let more = try await fleet.ship(ledger)
+        let last = try ledger.lastSeq()
+        #expect(more.alreadyShipped == first.lastSeq && Int64(more.shippedEvents) == last - first.lastSeq)
+
+        // Every event once, with the ledger's payload bytes and links.
+        let id = try #require(try ledger.identity()).id
+        let stored = try await fleet.fetch("SELECT seq, type, link FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq")
+        #expect(stored.map { $0["seq"] as Int64 } == Array(1...last))
+        let local = try ledger.shipment(after: 0, link: nil)
+        #expect(stored.map { $0["link"] as Data } == local.events.map { Data($0.link) })
+        #expect(stored.map { $0["type"] as String } == local.events.map(\.event.event.type.name))
+        let server = try await fleet.fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
+        #expect(server.first?["last_link"] == Data(local.lastLink))
+
+        // The projections equal the ledger's own, row by row.
+        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
+            let order = table.columns.prefix(table.name == "owned_content" ? 2 : 1).joined(separator: ", ")
+            let columns = table.columns.joined(separator: ", ")
+            let expected = try ledger.read { db in try Row.fetchAll(db, sql: "SELECT \(columns) FROM \(table.name) ORDER BY \(order)") }
+            let actual = try await fleet.fetch(PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(table.name) WHERE ledger_id = '\(id)'::uuid ORDER BY \(order)"))
+            #expect(actual.count == expected.count, "\(table.name)")
+            for (a, e) in zip(actual, expected) {
+                for column in table.columns {
+                    #expect(a[column] as DatabaseValue == e[column] as DatabaseValue, "\(table.name).\(column)")
+                }
+            }
+        }
+        #expect(try await fleet.revenue() == ledger.revenue())
+        #expect(try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max)).map(\.entry) == ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max)))
+        await fleet.close()
+    }
+
+    @Test func fleetReportsEqualTheSameViewsOverTheDeviceLedgersMerged() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let paths = try FleetFixture.ledgers(events: 20_000, devices: 12, in: dir)
+        let shipped = try cli(["ship"] + paths + ["--to", url, "--json"])
+        #expect(shipped.status == 0, "\(shipped.stderr)")
+        let ledgers = try FleetFixture.open(paths)
+        let fleet = try await FleetStore.connect(url)
+
+        // History: every transaction of every device, in the single ledger's order.
+        func historyKey(_ id: String, _ e: PurchaseHistoryEntry) -> Key {
+            Key(time: (e.transaction.purchasedAt ?? e.transaction.queuedAt)?.nanosecondsSinceEpoch, id: e.transaction.transaction, ledger: id)
+        }
+        let history = try ledgers.flatMap { id, ledger in try ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max)).map { (id, $0) } }
+            .sorted { historyKey($0.0, $0.1) < historyKey($1.0, $1.1) }
+        let fleetHistory = try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max))
+        #expect(fleetHistory.count == history.count && history.count > 500)
+        #expect(fleetHistory.map(\.ledgerID) == history.map(\.0))
+        #expect(fleetHistory.map(\.entry) == history.map(\.1))
+
+        // One user's history across their two devices.
+        let twoDevices = Dictionary(grouping: history.filter { $0.1.transaction.user != nil }, by: { $0.1.transaction.user! })
+            .filter { Set($0.value.map(\.0)).count == 2 }
+        let (user, entries) = try #require(twoDevices.max { $0.value.count < $1.value.count })
+        let userHistory = try await fleet.purchaseHistory(PurchaseHistoryQuery(user: user, limit: .max))
+        #expect(userHistory.map(\.entry) == entries.map(\.1) && Set(userHistory.map(\.ledgerID)).count == 2)
+        let filtered = PurchaseHistoryQuery(product: history[history.count / 2].1.transaction.product,
+                                            from: try Timestamp.parse("2024-03-05T00:00:00Z"), to: try Timestamp.parse("2024-03-20T00:00:00Z"),
+                                            kinds: [.nonConsumable, .consumable], limit: .max)
+        #expect(try await fleet.purchaseHistory(filtered).map(\.entry)
+                == ledgers.flatMap { id, l in try l.purchaseHistory(filtered).map { (id, $0) } }.sorted { historyKey($0.0, $0.1) < historyKey($1.0, $1.1) }.map(\.1))
+
+        // Revenue, plain and by month: figure by figure.
+        for groupBy in [nil, RevenuePeriod.month, .week] {
+            var merged: [String: RevenueLine] = [:]
+            for (_, ledger) in ledgers {
+                for line in try ledger.revenue(groupBy: groupBy) {
+                    let key = [line.period ?? "", line.product, line.currency, line.price].joined(separator: "|")
+                    var m = merged[key] ?? RevenueLine(period: line.period, product: line.product, currency: line.currency, price: line.price,
+                                                       purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
+                    m.purchases += line.purchases
+                    m.units += line.units
+                    m.refundedUnits += line.refundedUnits
+                    m.gross += line.gross
+                    m.refunds += line.refunds
+                    merged[key] = m
+                }
+            }
+            let lines = try await fleet.revenue(groupBy: groupBy)
+            #expect(Set(lines) == Set(merged.values) && lines.count == merged.count, "revenue by \(String(describing: groupBy))")
+            #expect(RevenueTotal.totals(of: lines) == RevenueTotal.totals(of: Array(merged.values)))
+        }
+
+        // Undelivered, stuck, unfinished.
+        let undelivered = try ledgers.flatMap { id, l in try l.undelivered(limit: .max).map { (id, $0) } }
+            .sorted { Key(time: $0.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $0.1.transaction.transaction, ledger: $0.0)
+                    < Key(time: $1.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $1.1.transaction.transaction, ledger: $1.0) }
+        let fleetUndelivered = try await fleet.undelivered(limit: 1_000_000)
+        #expect(fleetUndelivered.map(\.entry) == undelivered.map(\.1) && !undelivered.isEmpty)
+
+        let asOf = try ledgers.compactMap { _, l in try l.downloads().compactMap(\.lastActivityAt).max() }.max()
+        let stuck = try ledgers.flatMap { id, l in try l.stuckDownloads(idle: .seconds(600), asOf: asOf).map { (id, $0) } }
+            .sorted { Key(time: $0.1.lastActivityAt?.nanosecondsSinceEpoch, id: $0.1.download, ledger: $0.0)
+                    < Key(time: $1.1.lastActivityAt?.nanosecondsSinceEpoch, id: $1.1.download, ledger: $1.0) }
+        let fleetStuck = try await fleet.stuckDownloads(idle: .seconds(600))
+        #expect(fleetStuck.map(\.download) == stuck.map(\.1) && fleetStuck.map(\.ledgerID) == stuck.map(\.0))
+
+        let unfinished = try ledgers.flatMap { id, l in try l.unfinishedTransactions().map { (id, $0) } }
+            .sorted { Key(time: ($0.1.purchasedAt ?? $0.1.failedAt)?.nanosecondsSinceEpoch, id: $0.1.transaction, ledger: $0.0)
+                    < Key(time: ($1.1.purchasedAt ?? $1.1.failedAt)?.nanosecondsSinceEpoch, id: $1.1.transaction, ledger: $1.0) }
+        let fleetUnfinished = try await fleet.unfinishedTransactions()
+        #expect(fleetUnfinished.map(\.transaction) == unfinished.map(\.1) && !unfinished.isEmpty)
+
+        // Failures: counts summed, shares of the fleet's final transactions.
+        var counts: [String: (FailureRate, Int)] = [:]
+        for (_, ledger) in ledgers {
+            for rate in try ledger.failureRates() {
+                let key = "\(rate.domain) \(rate.code)"
+                let previous = counts[key]
+                var merged = previous?.0 ?? rate
+                merged.message = min(previous?.0.message ?? rate.message, rate.message)
+                counts[key] = (merged, (previous?.1 ?? 0) + rate.count)
+            }
+        }
+        let finals = history.filter { $0.1.transaction.state == .purchased || $0.1.transaction.state == .failed }.count
+        let rates = try await fleet.failureRates()
+        #expect(rates.count == counts.count && !rates.isEmpty)
+        for rate in rates {
+            let expected = try #require(counts["\(rate.domain) \(rate.code)"])
+            #expect(rate.count == expected.1 && rate.message == expected.0.message)
+            #expect(abs(rate.share - Double(expected.1) / Double(finals)) < 1e-12)
+        }
+        #expect(rates.map(\.count) == rates.map(\.count).sorted(by: >))
+
+        // The CLI prints the same views, with the device column.
+        let csv = try cli(["report", url, "--view", "unfinished", "--format", "csv"])
+        #expect(csv.status == 0 && csv.stdout.hasPrefix("device,transaction,"))
+        #expect(csv.stdout.split(separator: "\n").count == unfinished.count + 1)
+        let html = try cli(["report", url, "--view", "revenue", "--format", "html"])
+        #expect(html.status == 0 && html.stdout.contains("<svg") && html.stdout.contains("the fleet store"))
+        await fleet.close()
+    }
+
+    @Test func aTamperedOrRewrittenLedgerIsRefusedWithItsSeqAndTheOthersStillShip() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let paths = try FleetFixture.ledgers(events: 20_000, devices: 3, in: dir)
+
+        // A flipped byte inside a sealed block of the second ledger.
+        let tampered = paths[1]
+        try Self.flipAByte(inABlockOf: tampered)
+        let result = try cli(["ship"] + paths + ["--to", url])
+        #expect(result.status == 1, "one ledger failed: \(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains(tampered) && result.stderr.contains("seq "))
+        #expect(result.stdout.contains("2 of 3 ledgers shipped"))
+        let fleet = try await FleetStore.connect(url)
+        let ids = try FleetFixture.open(paths).map(\.id)
+        let held = try await fleet.fetch("SELECT ledger_id::text AS id, count(*) AS n FROM events GROUP BY 1")
+        #expect(Set(held.map { $0["id"] as String }) == [ids[0], ids[2]], "nothing of the tampered ledger")
+        #expect(try await fleet.fetch("SELECT 1 FROM transactions WHERE ledger_id = \(ids[1])::uuid").isEmpty)
+
+        // A ledger whose shipped history was rewritten (another file with the same id): refused
+        // with the seq, and the server keeps what it had.
+        let other = dir.path("rewritten.ledger")
+        _ = try Ledger(path: other).append(contentsOf: try sampleLog.split(separator: "\n").map { try JSONLines.decode(String($0)) })
+        try Self.setLedgerID(of: other, to: ids[0])
+        let before = try await fleet.counts()
+        let rewritten = try cli(["ship", other, "--to", url, "--json"])
+        #expect(rewritten.status == 1)
+        #expect(rewritten.stdout.contains("rewritten") && rewritten.stdout.contains(ids[0]))
+        #expect(try await fleet.counts() == before)
+        await fleet.close()
+    }
+
+    static func flipAByte(inABlockOf path: String) throws {
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { db in
+            let (first, data) = try #require(try Row.fetchOne(db, sql: "SELECT first_seq, data FROM event_blocks ORDER BY first_seq LIMIT 1 OFFSET 2")
+                .map { ($0[0] as Int64, $0[1] as Data) })
+            var bytes = [UInt8](data)
+            bytes[bytes.count / 2] ^= 0x10
+            try db.execute(sql: "UPDATE event_blocks SET data = ? WHERE first_seq = ?", arguments: [Data(bytes), first])
+        }
+    }
+
+    static func setLedgerID(of path: String, to id: String) throws {
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [id]) }
+    }
+
+    @Test func badServersGiveClearErrorsAndExitStatus3() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        _ = try Ledger(path: path).append(Event(at: Timestamp.parse("2024-03-01T00:00:00Z"), .restoreStarted(user: "u1")))
+        let (server, url) = try FleetServer.database()
+
+        let unreachable = try cli(["ship", path, "--to", "postgres://postgres@127.0.0.1:1/fleet"])
+        #expect(unreachable.status == 3 && unreachable.stderr.contains("cannot reach PostgreSQL"), "\(unreachable.stderr)")
+        let wrongPassword = try cli(["ship", path, "--to", url.replacingOccurrences(of: server.password, with: "wrong")])
+        #expect(wrongPassword.status == 3 && wrongPassword.stderr.contains("refused the credentials"), "\(wrongPassword.stderr)")
+        let noDatabase = try cli(["report", server.url(database: "missing_db"), "--view", "revenue"])
+        #expect(noDatabase.status == 3 && noDatabase.stderr.contains("missing_db"), "\(noDatabase.stderr)")
+
+        // Not a fleet store: a report on an empty database, a ship into someone else's tables.
+        let empty = try cli(["report", url, "--view", "revenue"])
+        #expect(empty.status == 3 && empty.stderr.contains("not a purchase-ledger fleet store"), "\(empty.stderr)")
+        let name = "other_" + UUID().uuidString.prefix(6).lowercased()
+        try server.createDatabase(name)
+        try server.psql("CREATE TABLE invoices (id int)", database: name)
+        let foreign = try cli(["ship", path, "--to", server.url(database: name)])
+        #expect(foreign.status == 3 && foreign.stderr.contains("not a purchase-ledger fleet store"), "\(foreign.stderr)")
+        #expect(try server.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database: name).trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+
+        // A store migrated by a newer version.
+        #expect(try cli(["ship", path, "--to", url]).status == 0)
+        try server.psql("INSERT INTO fleet_migrations (name) VALUES ('9999_from_the_future')", database: String(url.split(separator: "/").last!))
+        let newer = try cli(["report", url, "--view", "revenue"])
+        #expect(newer.status == 3 && newer.stderr.contains("newer purchase-ledger"), "\(newer.stderr)")
+    }
+
+    @Test func shipKilledAtRandomMomentsThenRunAgainStoresEveryEventExactlyOnce() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let paths = try FleetFixture.ledgers(events: 20_000, devices: 8, in: dir)
+        let kills = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: 6, maxDelay: 1.5)
+        #expect(kills.killed > 0)
+        let final = try cli(["ship"] + paths + ["--to", url])
+        #expect(final.status == 0, "\(final.stderr)")
+        try await ShipKiller.check(paths: paths, url: url)
+    }
+}
+
+/// A sort key: time (nil first, as SQLite and the fleet's NULLS FIRST sort it), then id, then ledger.
+struct Key: Comparable {
+    var time: Int64?
+    var id: String
+    var ledger: String
+    static func < (a: Key, b: Key) -> Bool {
+        if a.time != b.time { return (a.time ?? .min) < (b.time ?? .min) }
+        if a.id != b.id { return Array(a.id.utf8).lexicographicallyPrecedes(Array(b.id.utf8)) }
+        return a.ledger < b.ledger
+    }
+}
+

@@ -59,24 +59,21 @@ struct ShipCommand: ParsableCommand {
         let started = ContinuousClock.now
         let outcomes: [Outcome] = try blocking { [configuration] in
             let fleet = try await FleetStore.connect(url, create: true)
-            var outcomes: [Outcome] = []
-            for (i, path) in ledgers.enumerated() {
-                if showProgress { console.error("[\(i + 1)/\(ledgers.count)] \(path)") }
-                do {
-                    guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.io("no ledger at \(path)") }
-                    let ledger = try Ledger(path: path, configuration: configuration)
-                    outcomes.append(Outcome(path: path, result: try await fleet.ship(ledger)))
-                } catch let error as LedgerError {
-                    outcomes.append(Outcome(path: path, error: error.description))
-                } catch let error as FleetError where error.code == .server {
-                    outcomes.append(Outcome(path: path, error: error.description))
-                } catch {
-                    await fleet.close()
-                    throw error
+            do {
+                let shipped = try await fleet.ship(paths: ledgers, configuration: configuration) { done, total in
+                    if showProgress { console.error("shipped \(done) of \(total) ledgers") }
                 }
+                await fleet.close()
+                return shipped.map { outcome in
+                    switch outcome.result {
+                    case .success(let result): Outcome(path: outcome.path, result: result)
+                    case .failure(let error): Outcome(path: outcome.path, error: error.description)
+                    }
+                }
+            } catch {
+                await fleet.close()
+                throw error
             }
-            await fleet.close()
-            return outcomes
         }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         let shipped = outcomes.compactMap(\.result)

@@ -16,14 +16,14 @@ package enum DeviceSplit {
         var downloadProduct: [String: String] = [:]
 
         func devicesOf(_ user: String?) -> [Int] {
-            let h = fnv(user ?? "")
+            let h = Identifier.stableHash(user ?? "")
             let first = Int(h % UInt64(devices))
             return h / UInt64(devices) % 4 == 0 && devices > 1 ? [first, (first + 1) % devices] : [first]
         }
         func deviceFor(transaction: String, user: String?) -> Int {
             if let known = transactionDevice[transaction] { return known }
             let choices = devicesOf(user)
-            let device = choices[Int(fnv(transaction) % UInt64(choices.count))]
+            let device = choices[Int(Identifier.stableHash(transaction) % UInt64(choices.count))]
             transactionDevice[transaction] = device
             return device
         }
@@ -55,21 +55,21 @@ package enum DeviceSplit {
                 device = deviceFor(transaction: t, user: nil)
             case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
                  .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _):
-                device = downloadDevice[d] ?? Int(fnv(d) % UInt64(devices))
+                device = downloadDevice[d] ?? Int(Identifier.stableHash(d) % UInt64(devices))
             case .contentCopiedOut(let d, _, _, _):
-                device = downloadDevice[d] ?? Int(fnv(d) % UInt64(devices))
+                device = downloadDevice[d] ?? Int(Identifier.stableHash(d) % UInt64(devices))
                 // contentDeleted names a product: it goes where that product's content was copied last.
                 if let product = downloadProduct[d] { productDevice[product] = device }
             case .contentDeleted(let product):
-                device = productDevice[product] ?? Int(fnv(product) % UInt64(devices))
+                device = productDevice[product] ?? Int(Identifier.stableHash(product) % UInt64(devices))
             case .restoreStarted(let user):
                 let choices = devicesOf(user)
-                restoreDevice = choices[Int(fnv((user ?? "") + String(events.count)) % UInt64(choices.count))]
+                restoreDevice = choices[Int(Identifier.stableHash((user ?? "") + String(events.count)) % UInt64(choices.count))]
                 device = restoreDevice
             case .restoreCompleted, .restoreFailed:
                 device = restoreDevice
             case .contentRegistered(let url, let d, _):
-                let chosen = downloadDevice[d] ?? Int(fnv(url) % UInt64(devices))
+                let chosen = downloadDevice[d] ?? Int(Identifier.stableHash(url) % UInt64(devices))
                 downloadDevice[d] = chosen
                 device = chosen
             }
@@ -80,15 +80,5 @@ package enum DeviceSplit {
             }
         }
         return logs
-    }
-
-    /// FNV-1a over UTF-8: the same on every run and platform.
-    static func fnv(_ text: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return hash
     }
 }

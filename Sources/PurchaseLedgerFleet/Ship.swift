@@ -27,85 +27,187 @@ extension FleetStore {
     ///
     /// The ledger must have an identity (``Ledger/identity()``): open it for writing once.
     public func ship(_ ledger: Ledger) async throws -> ShipResult {
-        guard let identity = try ledger.identity() else {
-            throw LedgerError.make(.io, "\(ledger.path) has no ledger id yet (made by an older version and only opened read-only); open it for writing once")
-        }
-        return try await run {
-            try await transaction {
-                // Locks this ledger's row: two ships of one ledger run one after the other.
-                let rows = try await connection.query("""
-                    INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at)
-                    VALUES (\(identity.id)::uuid, \(identity.origin), 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now())
-                    ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
-                    RETURNING last_seq, last_link
-                    """, logger: logger).collect()
-                guard let row = rows.first else { throw FleetError(.server, "\(address): the ledgers row of \(identity.id) was not returned") }
-                let (shipped, linkBuffer) = try row.decode((Int64, ByteBuffer).self)
-                let shipment: Shipment
-                do {
-                    shipment = try ledger.shipment(after: shipped, link: Array(buffer: linkBuffer))
-                } catch let error as LedgerError {
-                    throw LedgerError.make(error.code, "\(ledger.path) (ledger \(identity.id)): \(error.message)", seq: error.seq)
-                }
-                let result = ShipResult(ledgerID: identity.id, path: ledger.path, shippedEvents: shipment.events.count,
-                                        lastSeq: shipment.lastSeq, alreadyShipped: shipped)
-                guard !shipment.events.isEmpty else { return result }
-                try await copyEvents(shipment.events, ledger: identity.id)
-                try await replaceProjections(shipment, ledger: identity.id)
-                try await mergeCatalog(shipment)
-                try await connection.query("""
-                    UPDATE ledgers SET last_seq = \(shipment.lastSeq), last_link = \(ByteBuffer(bytes: shipment.lastLink)), last_shipped_at = now()
-                    WHERE ledger_id = \(identity.id)::uuid
-                    """, logger: logger)
-                return result
-            }
-        }
+        let outcome = try await shipBatch([(ledger.path, { ledger })])[0]
+        return try outcome.result.get()
     }
 
-    private func copyEvents(_ events: [ChainedEvent], ledger: String) async throws {
+    /// What shipping one ledger of several gave: its result, or why it was refused.
+    public struct ShipOutcome: Sendable {
+        public var path: String
+        public var result: Result<ShipResult, LedgerError>
+    }
+
+    /// Ships ledger files, opened (with `configuration`) a batch at a time. Each batch of up to
+    /// `batchSize` ledgers goes in one PostgreSQL transaction, with one COPY per table, so each
+    /// ledger is on the server whole (up to its last seq) or not at all, as with
+    /// ``ship(_:)``. A refused ledger (tampered, rewritten, unreadable) gets its error in its
+    /// outcome, writes nothing, and the others still go. Server errors throw.
+    public func ship(paths: [String], configuration: LedgerConfiguration = LedgerConfiguration(), batchSize: Int = 64,
+                     progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> [ShipOutcome] {
+        var outcomes: [ShipOutcome] = []
+        var start = 0
+        while start < paths.count {
+            let batch = paths[start..<min(paths.count, start + max(1, batchSize))]
+            outcomes += try await shipBatch(batch.map { path in
+                (path, {
+                    guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.make(.io, "no ledger at \(path)") }
+                    return try Ledger(path: path, configuration: configuration)
+                })
+            })
+            start += batch.count
+            progress?(start, paths.count)
+        }
+        return outcomes
+    }
+
+    /// One PostgreSQL transaction for several ledgers: lock their rows (in ledger-id order, so
+    /// concurrent shippers never deadlock), read and check each file, then COPY the events and
+    /// projections of all that passed, merge the catalog once and move their rows.
+    private func shipBatch(_ entries: [(path: String, open: () throws -> Ledger)]) async throws -> [ShipOutcome] {
+        var outcomes: [ShipOutcome?] = Array(repeating: nil, count: entries.count)
+        var opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)] = []
+        for (i, entry) in entries.enumerated() {
+            do {
+                let ledger = try entry.open()
+                guard let identity = try ledger.identity() else {
+                    throw LedgerError.make(.io, "\(entry.path) has no ledger id yet (made by an older version and only opened read-only); open it for writing once")
+                }
+                opened.append((i, ledger, identity))
+            } catch let error as LedgerError {
+                outcomes[i] = ShipOutcome(path: entry.path, result: .failure(error))
+            } catch {
+                outcomes[i] = ShipOutcome(path: entry.path, result: .failure(LedgerError.make(.io, "\(entry.path): \(error)")))
+            }
+        }
+        if !opened.isEmpty {
+            try await run {
+                try await transaction {
+                    try await shipLocked(opened, into: &outcomes)
+                }
+            }
+        }
+        return outcomes.map { $0! }
+    }
+
+    private func shipLocked(_ opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)], into outcomes: inout [ShipOutcome?]) async throws {
+        // Lock (or create at seq 0) every ledger's row; a ledger named twice is shipped once.
+        let byID = Dictionary(opened.map { ($0.identity.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let ids = byID.keys.sorted()
+        let rows = try await connection.query("""
+            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at)
+            SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now()
+            FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[]) AS k(id, origin) ORDER BY k.id
+            ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
+            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted
+            """, logger: logger).collect()
+        var server: [String: (seq: Int64, link: [UInt8], inserted: Bool)] = [:]
+        for row in rows {
+            let (id, seq, link, inserted) = try row.decode((String, Int64, ByteBuffer, Bool).self)
+            server[id] = (seq, Array(buffer: link), inserted)
+        }
+        var accepted: [(ledger: String, shipment: Shipment)] = []
+        var refusedNew: [String] = []
+        for entry in opened {
+            let id = entry.identity.id
+            guard byID[id]?.index == entry.index else {
+                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .failure(LedgerError.make(.io, "\(entry.ledger.path) is ledger \(id), already named in this ship")))
+                continue
+            }
+            guard let held = server[id] else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
+            do {
+                let shipment = try entry.ledger.shipment(after: held.seq, link: held.link)
+                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .success(ShipResult(
+                    ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
+                if !shipment.events.isEmpty { accepted.append((id, shipment)) }
+            } catch let error as LedgerError {
+                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .failure(
+                    LedgerError.make(error.code, "\(entry.ledger.path) (ledger \(id)): \(error.message)", seq: error.seq)))
+                if held.inserted { refusedNew.append(id) }
+            }
+        }
+        if !refusedNew.isEmpty {
+            // Nothing of a refused ledger stays, not even the row the lock created.
+            try await connection.query("DELETE FROM ledgers WHERE ledger_id = ANY(\(refusedNew)::text[]::uuid[])", logger: logger)
+        }
+        guard !accepted.isEmpty else { return }
+        let acceptedIDs = accepted.map(\.ledger)
+        try await connection.query("""
+            WITH t AS (DELETE FROM transactions WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 d AS (DELETE FROM downloads WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 o AS (DELETE FROM owned_content WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 h AS (DELETE FROM owned_content_history WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[]))
+            SELECT 1
+            """, logger: logger)
+        try await copyEvents(accepted.map { ($0.ledger, $0.shipment.events) })
+        try await copyProjections(accepted)
+        for (_, shipment) in accepted { try await mergeCatalog(shipment) }
+        try await connection.query("""
+            UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now()
+            FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[]) AS k(id, seq, link)
+            WHERE l.ledger_id = k.id::uuid
+            """, logger: logger)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// COPYs events of one or more ledgers into `events`.
+    private func copyEvents(_ batches: [(ledger: String, events: [ChainedEvent])]) async throws {
         try await connection.copyFrom(table: "events", columns: [
             "ledger_id", "seq", "stream", "version", "type", "at_ns", "recorded_ns", "anomaly", "appended_by_ledger", "payload", "link",
         ], logger: logger) { writer in
             var text = CopyText()
-            for chained in events {
-                let e = chained.event
-                text.field(ledger)
-                text.field(e.seq)
-                text.field(e.stream)
-                text.field(e.version)
-                text.field(e.event.type.name)
-                text.field(e.event.at.nanosecondsSinceEpoch)
-                text.field(e.recordedAt.nanosecondsSinceEpoch)
-                text.field(e.anomaly?.name)
-                text.field(e.appendedByLedger ? "t" : "f")
-                text.field(bytes: chained.payload)
-                text.field(bytes: chained.link)
-                text.endRow()
-                if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+            for (ledger, events) in batches {
+                for chained in events {
+                    let e = chained.event
+                    text.field(ledger)
+                    text.field(e.seq)
+                    text.field(e.stream)
+                    text.field(e.version)
+                    text.field(e.event.type.name)
+                    text.field(e.event.at.nanosecondsSinceEpoch)
+                    text.field(e.recordedAt.nanosecondsSinceEpoch)
+                    text.field(e.anomaly?.name)
+                    text.field(e.appendedByLedger ? "t" : "f")
+                    text.field(bytes: chained.payload)
+                    text.field(bytes: chained.link)
+                    text.endRow()
+                    if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+                }
             }
             try await writer.write(text.take())
         }
     }
 
-    /// The ledger's projection rows, replaced by those of the state after the shipped events.
-    private func replaceProjections(_ shipment: Shipment, ledger: String) async throws {
-        try await connection.query("""
-            WITH t AS (DELETE FROM transactions WHERE ledger_id = \(ledger)::uuid),
-                 d AS (DELETE FROM downloads WHERE ledger_id = \(ledger)::uuid),
-                 o AS (DELETE FROM owned_content WHERE ledger_id = \(ledger)::uuid),
-                 h AS (DELETE FROM owned_content_history WHERE ledger_id = \(ledger)::uuid)
-            SELECT 1
-            """, logger: logger)
-        for (table, rows) in shipment.projections where FleetStore.perLedgerTables.contains(table.name) && !rows.isEmpty {
+    /// COPYs the per-ledger projection rows of one or more shipments, table by table.
+    private func copyProjections(_ batches: [(ledger: String, shipment: Shipment)]) async throws {
+        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
+            let rows = batches.map { ($0.ledger, $0.shipment.projections.first { $0.table.name == table.name }?.rows ?? []) }
+            guard rows.contains(where: { !$0.1.isEmpty }) else { continue }
             try await connection.copyFrom(table: table.name, columns: ["ledger_id"] + table.columns, logger: logger) { writer in
                 var text = CopyText()
-                for row in rows {
-                    text.field(ledger)
-                    for value in row { text.field(value) }
-                    text.endRow()
-                    if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+                for (ledger, rows) in rows {
+                    for row in rows {
+                        text.field(ledger)
+                        for value in row { text.field(value) }
+                        text.endRow()
+                        if text.buffer.readableBytes > 1 << 20 { try await writer.write(text.take()) }
+                    }
                 }
                 try await writer.write(text.take())
+            }
+        }
+    }
+
+    /// The benchmark's ceiling: the same event and projection rows as shipping these ledgers
+    /// writes, COPYed straight in (one COPY per table for all of them, one transaction, nothing
+    /// read from the files, no checks).
+    package func rawCopy(_ shipments: [(ledger: String, shipment: Shipment)]) async throws {
+        try await run {
+            try await transaction {
+                try await copyEvents(shipments.map { ($0.ledger, $0.shipment.events) })
+                try await copyProjections(shipments)
             }
         }
     }

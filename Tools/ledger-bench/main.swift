@@ -392,6 +392,15 @@ case "crash", "flips", "fuzz":
     default: ok = try fuzzHarness(inputs: value("--inputs", 1_000_000))
     }
     exit(ok ? 0 : 1)
+case "fleet":
+    let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3
+    let ledgers = args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000
+    try fleetBenchmark(workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs)
+case "fleet-crash":
+    let kills = args.firstIndex(of: "--kills").map { Int(args[$0 + 1]) ?? 50 } ?? 50
+    let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
+    let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? ".build/release/purchase-ledger"
+    exit(try fleetCrash(workload: workload, kills: kills, binary: binary) ? 0 : 1)
 case "codec":
     var c = configuration()
     c.readOnly = true

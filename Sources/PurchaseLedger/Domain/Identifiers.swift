@@ -15,6 +15,17 @@ import Foundation
 /// Identifier.normalize("cafe\u{301}")   // "café" (one precomposed scalar)
 /// ```
 public enum Identifier {
+    /// FNV-1a of the id's UTF-8 bytes: stable across runs and platforms, unlike `Hasher` (snapshot
+    /// page boundaries, the fleet benchmark's device split).
+    package static func stableHash(_ id: String) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in id.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return hash
+    }
+
     /// `id` in NFC form. ASCII ids (every id a store produces) are returned as they are.
     @inlinable
     public static func normalize(_ id: String) -> String {

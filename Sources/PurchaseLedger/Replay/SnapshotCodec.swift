@@ -151,7 +151,7 @@ enum SnapshotCodec {
             if count == 0 { firstKey = k }
             write(record, &page)
             count += 1
-            if fnv1a(k) & boundaryMask == 0 || page.bytes.count >= maxPageBytes { close() }
+            if Identifier.stableHash(k) & boundaryMask == 0 || page.bytes.count >= maxPageBytes { close() }
         }
         close()
         return pages
@@ -401,16 +401,6 @@ enum SnapshotCodec {
         d.startedAt = try time(&r); d.lastActivityAt = try time(&r); d.finishedAt = try time(&r); d.copiedOutAt = try time(&r)
         d.events = Int64(try r.int(max: Int(Int64.max)))
         return d
-    }
-
-    /// FNV-1a of the key's bytes: stable across runs and platforms, unlike `Hasher`.
-    static func fnv1a(_ key: String) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in key.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return hash
     }
 
     private static func string(_ s: String?, _ w: inout BinaryWriter) {

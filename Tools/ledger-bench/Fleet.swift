@@ -1,0 +1,137 @@
+import Foundation
+import PurchaseLedger
+import PurchaseLedgerFleet
+
+/// `ledger-bench fleet WORKLOAD [--ledgers N] [--runs R]`: the fleet store's figures on this
+/// machine, with a PostgreSQL server started here (fsync on): shipping the workload split into N
+/// device ledgers, against a raw COPY of the same rows from the same client; a fleet revenue
+/// report; one user's history.
+func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
+    let scratch = "bench-results/fleet-\(count)-" + URL(fileURLWithPath: workload).deletingPathExtension().lastPathComponent
+    var paths = (0..<count).map { "\(scratch)/device-\($0).ledger" }
+    if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
+        try? FileManager.default.removeItem(atPath: scratch)
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+        let (logs, split) = time { DeviceSplit.split(input.events, devices: count) }
+        let (_, write) = try time {
+            for (i, log) in logs.enumerated() { _ = try Ledger(path: paths[i]).append(contentsOf: log) }
+        }
+        print(String(format: "split %d events into %d device ledgers in %.1f s, written in %.1f s", input.events.count, count, split, write))
+    }
+    paths = paths.filter { FileManager.default.fileExists(atPath: $0) }
+    var readOnly = LedgerConfiguration()
+    readOnly.readOnly = true
+    let opened = try paths.map { try Ledger(path: $0, configuration: readOnly) }
+    let (shipments, reading) = try time { try opened.map { (ledger: try $0.identity()!.id, shipment: try $0.shipment(after: 0, link: nil)) } }
+    let events = shipments.reduce(0) { $0 + $1.shipment.events.count }
+    print(String(format: "%d ledgers, %d events in all (the catalog is in every ledger); reading, checking and replaying them all: %.2f s", paths.count, events, reading))
+
+    let server = try LocalPostgres(durable: true)
+    defer { server.stop() }
+    var shipRates: [Double] = [], copyRates: [Double] = [], ratios: [Double] = []
+    var lastDatabase = ""
+    for run in 0..<runs {
+        for name in ["ship_\(run)", "copy_\(run)"] { try server.createDatabase(name) }
+        // Ship: the CLI's path (batches of ledgers, one PostgreSQL transaction each), opening,
+        // reading and checking every file.
+        let shipPaths = paths
+        let shipSeconds = try blocking {
+            let start = ContinuousClock.now
+            let fleet = try await FleetStore.connect(server.url(database: "ship_\(run)"), create: true)
+            let outcomes = try await fleet.ship(paths: shipPaths)
+            await fleet.close()
+            for outcome in outcomes { _ = try outcome.result.get() }
+            return (ContinuousClock.now - start) / .seconds(1)
+        }
+        // The ceiling: the same rows COPYed in one go into the same schema.
+        let copySeconds = try blocking {
+            let fleet = try await FleetStore.connect(server.url(database: "copy_\(run)"), create: true)
+            let start = ContinuousClock.now
+            try await fleet.rawCopy(shipments)
+            let seconds = (ContinuousClock.now - start) / .seconds(1)
+            await fleet.close()
+            return seconds
+        }
+        let ship = Double(events) / shipSeconds, copy = Double(events) / copySeconds
+        shipRates.append(ship)
+        copyRates.append(copy)
+        ratios.append(ship / copy)
+        lastDatabase = "ship_\(run)"
+        print(String(format: "run %d: ship %.0f ev/s (%.2f s), raw COPY %.0f ev/s (%.2f s), ratio %.2fx", run + 1, ship, shipSeconds, copy, copySeconds, ship / copy))
+    }
+    func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
+    print(String(format: "ship: median %.0f ev/s (min %.0f, max %.0f); raw COPY median %.0f ev/s; ratio median %.2fx",
+                 median(shipRates), shipRates.min()!, shipRates.max()!, median(copyRates), median(ratios)))
+
+    // Reports over the shipped fleet.
+    let users = Array(Set(try opened.prefix(200).flatMap { try $0.transactions().compactMap(\.user) })).sorted()
+    let shippedURL = server.url(database: lastDatabase)
+    let (revenue, history) = try blocking {
+        let fleet = try await FleetStore.connect(shippedURL)
+        var revenue: [Double] = [], history: [Double] = []
+        for _ in 0..<7 {
+            let start = ContinuousClock.now
+            _ = try await fleet.revenue()
+            revenue.append((ContinuousClock.now - start) / .milliseconds(1))
+        }
+        var generator = SplitMix(seed: 7)
+        for _ in 0..<200 {
+            let user = users[Int(generator.next() % UInt64(users.count))]
+            let start = ContinuousClock.now
+            _ = try await fleet.purchaseHistory(PurchaseHistoryQuery(user: user))
+            history.append((ContinuousClock.now - start) / .milliseconds(1))
+        }
+        await fleet.close()
+        return (revenue, history)
+    }
+    let h = history.sorted()
+    print(String(format: "fleet revenue report: median %.1f ms (min %.1f, max %.1f) over 7 runs", median(revenue), revenue.min()!, revenue.max()!))
+    print(String(format: "one user's history: p50 %.2f ms, p99 %.2f ms, max %.2f ms over 200 random users", h[h.count / 2], h[h.count * 99 / 100], h.last!))
+}
+
+/// `ledger-bench fleet-crash`: `purchase-ledger ship` killed with SIGKILL at random moments,
+/// then run to the end; every event must be on the server exactly once.
+func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
+    let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-fleet-crash-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+    let paths = try DeviceSplit.split(input.events, devices: 50).enumerated().map { i, log in
+        let path = "\(scratch)/device-\(i).ledger"
+        _ = try Ledger(path: path).append(contentsOf: log)
+        return path
+    }
+    let server = try LocalPostgres(durable: true)
+    defer { server.stop() }
+    try server.createDatabase("fleet")
+    let url = server.url(database: "fleet")
+    let (killed, finished) = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: kills, maxDelay: 3)
+    let final = Process()
+    final.executableURL = URL(fileURLWithPath: binary)
+    final.arguments = ["ship"] + paths + ["--to", url]
+    final.standardOutput = FileHandle.nullDevice
+    try final.run()
+    final.waitUntilExit()
+    do {
+        try blocking { try await ShipKiller.check(paths: paths, url: url) }
+    } catch {
+        print("fleet-crash: \(kills) runs of ship (\(killed) killed, \(finished) finished first), then the check FAILED: \(error)")
+        return false
+    }
+    let shipped = try paths.reduce(Int64(0)) { $0 + (try Ledger(path: $1).lastSeq()) }
+    print("fleet-crash: \(kills) runs of ship over \(paths.count) ledgers (\(killed) killed with SIGKILL, \(finished) finished first), then one to the end: \(shipped) events on the server exactly once, every ledger whole, projections equal the files")
+    return final.terminationStatus == 0
+}
+
+/// Runs async work from this synchronous tool and waits for it.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
+    nonisolated(unsafe) var result: Result<T, any Error>?
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        done.signal()
+    }
+    done.wait()
+    return try result!.get()
+}

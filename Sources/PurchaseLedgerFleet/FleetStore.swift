@@ -109,7 +109,10 @@ public final class FleetStore: Sendable {
     /// (pending migrations are applied, in order, each once); without it, the database must
     /// already be one. Throws ``FleetError``.
     public static func connect(_ url: String, create: Bool = false) async throws -> FleetStore {
-        let address = try FleetAddress(url)
+        try await connect(address: try FleetAddress(url), create: create)
+    }
+
+    static func connect(address: FleetAddress, create: Bool) async throws -> FleetStore {
         var logger = Logger(label: "purchase-ledger.fleet")
         logger.logLevel = .critical
         let connection: PostgresConnection

@@ -42,22 +42,64 @@ extension FleetStore {
     /// ledger is on the server whole (up to its last seq) or not at all, as with
     /// ``ship(_:)``. A refused ledger (tampered, rewritten, unreadable) gets its error in its
     /// outcome, writes nothing, and the others still go. Server errors throw.
+    ///
+    /// `connections` batches go at once, each on a connection of its own (this store's and
+    /// more to the same server): one reads and checks its files while PostgreSQL stores another's.
+    /// Outcomes come back in the order of `paths`.
     public func ship(paths: [String], configuration: LedgerConfiguration = LedgerConfiguration(), batchSize: Int = 64,
-                     progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> [ShipOutcome] {
-        var outcomes: [ShipOutcome] = []
-        var start = 0
-        while start < paths.count {
-            let batch = paths[start..<min(paths.count, start + max(1, batchSize))]
-            outcomes += try await shipBatch(batch.map { path in
-                (path, {
-                    guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.make(.io, "no ledger at \(path)") }
-                    return try Ledger(path: path, configuration: configuration)
-                })
-            })
-            start += batch.count
-            progress?(start, paths.count)
+                     connections: Int = 2, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> [ShipOutcome] {
+        let size = max(1, batchSize)
+        let batches = stride(from: 0, to: paths.count, by: size).map { Array(paths[$0..<min(paths.count, $0 + size)]) }
+        var stores = [self]
+        do {
+            for _ in 1..<max(1, min(connections, batches.count)) {
+                stores.append(try await FleetStore.connect(address: address, create: false))
+            }
+        } catch {
+            for store in stores.dropFirst() { await store.close() }
+            throw error
         }
-        return outcomes
+        let done = Locked(0)
+        let total = paths.count
+        let workers = stores
+        do {
+            let results = try await withThrowingTaskGroup(of: [(Int, [ShipOutcome])].self) { group in
+                for (worker, store) in workers.enumerated() {
+                    group.addTask {
+                        var mine: [(Int, [ShipOutcome])] = []
+                        for index in stride(from: worker, to: batches.count, by: workers.count) {
+                            let outcomes = try await store.shipBatch(batches[index].map { path in
+                                (path, { try FleetStore.openForShipping(path, configuration: configuration) })
+                            })
+                            mine.append((index, outcomes))
+                            let count = done.withLock { $0 += outcomes.count; return $0 }
+                            progress?(count, total)
+                        }
+                        return mine
+                    }
+                }
+                var all: [(Int, [ShipOutcome])] = []
+                for try await part in group { all += part }
+                return all
+            }
+            for store in stores.dropFirst() { await store.close() }
+            return results.sorted { $0.0 < $1.0 }.flatMap(\.1)
+        } catch {
+            for store in stores.dropFirst() { await store.close() }
+            throw error
+        }
+    }
+
+    /// Opens a ledger read-only (no state load, nothing written), unless it first needs a
+    /// migration or a ledger id: then once for writing, which gives it both.
+    static func openForShipping(_ path: String, configuration: LedgerConfiguration) throws -> Ledger {
+        guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.make(.io, "no ledger at \(path)") }
+        var readOnly = configuration
+        readOnly.readOnly = true
+        if let ledger = try? Ledger(path: path, configuration: readOnly), try ledger.identity() != nil {
+            return ledger
+        }
+        return try Ledger(path: path, configuration: configuration)
     }
 
     /// One PostgreSQL transaction for several ledgers: lock their rows (in ledger-id order, so
@@ -223,7 +265,7 @@ extension FleetStore {
         var hasher = Hasher()
         for (table, rows) in catalog {
             hasher.combine(table.name)
-            for row in rows { hasher.combine(row.map(\.description)) }
+            for row in rows { hasher.combine(row) }
         }
         let fingerprint = hasher.finalize()
         if lastCatalog.withLock({ $0 }) == fingerprint { return }
@@ -291,7 +333,6 @@ extension Int64 {
 struct CopyText {
     var buffer = ByteBuffer()
     private var first = true
-    private static let hex = Array("0123456789abcdef".utf8)
 
     private mutating func separate() {
         if !first { buffer.writeInteger(UInt8(ascii: "\t")) }
@@ -328,9 +369,18 @@ struct CopyText {
     mutating func field(bytes: [UInt8]) {
         separate()
         buffer.writeStaticString("\\\\x")
-        for byte in bytes {
-            buffer.writeInteger(CopyText.hex[Int(byte >> 4)])
-            buffer.writeInteger(CopyText.hex[Int(byte & 15)])
+        let count = bytes.count * 2
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
+            bytes.withUnsafeBufferPointer { source in
+                var j = 0
+                for byte in source {
+                    let high = byte >> 4, low = byte & 15
+                    out[j] = high < 10 ? 48 + high : 87 + high
+                    out[j + 1] = low < 10 ? 48 + low : 87 + low
+                    j += 2
+                }
+            }
+            return count
         }
     }
 

@@ -11,12 +11,14 @@ package enum ShipKiller {
     }
 
     /// Starts `binary ship PATHS --to URL` `kills` times, killing each after a random delay of at
-    /// most `maxDelay` seconds; returns how many were killed while running.
+    /// most `maxDelay` seconds; returns how many were killed while running. `before(round)` runs
+    /// before each start (to give the ledgers new events, so every round has something to ship).
     package static func run(binary: String, paths: [String], url: String, kills: Int, maxDelay: Double,
-                            seed: UInt64 = 42) throws -> (killed: Int, finished: Int) {
+                            seed: UInt64 = 42, before: ((Int) throws -> Void)? = nil) throws -> (killed: Int, finished: Int) {
         var generator = SplitMix(seed: seed)
         var killed = 0, finished = 0
-        for _ in 0..<kills {
+        for round in 0..<kills {
+            try before?(round)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: binary)
             process.arguments = ["ship"] + paths + ["--to", url]
@@ -64,6 +66,30 @@ package enum ShipKiller {
             guard history == (try ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max))) else {
                 throw Failure(description: "\(path): the server's projections differ from the file's")
             }
+        }
+    }
+}
+
+/// Device ledgers that grow in rounds: the workload split into `devices` logs, each cut into
+/// `rounds` slices; `grow(round)` appends every log's slice of that round to its ledger.
+package struct GrowingDevices {
+    package let paths: [String]
+    private let slices: [[[Event]]]
+
+    package init(events: [Event], devices: Int, rounds: Int, directory: String) {
+        let logs = DeviceSplit.split(events, devices: devices)
+        paths = logs.indices.map { "\(directory)/device-\($0).ledger" }
+        slices = logs.map { log in
+            (0..<rounds).map { r in Array(log[(log.count * r / rounds)..<(log.count * (r + 1) / rounds)]) }
+        }
+    }
+
+    package var rounds: Int { slices.first?.count ?? 0 }
+
+    package func grow(_ round: Int) throws {
+        for (path, slices) in zip(paths, slices) where round < slices.count {
+            let ledger = try Ledger(path: path)
+            if !slices[round].isEmpty { _ = try ledger.append(contentsOf: slices[round]) }
         }
     }
 }

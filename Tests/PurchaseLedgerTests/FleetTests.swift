@@ -300,9 +300,12 @@ struct FleetTests {
     @Test func shipKilledAtRandomMomentsThenRunAgainStoresEveryEventExactlyOnce() async throws {
         let dir = try TemporaryDirectory()
         let (_, url) = try FleetServer.database()
-        let paths = try FleetFixture.ledgers(events: 20_000, devices: 8, in: dir)
-        let kills = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: 6, maxDelay: 1.5)
+        let lines = try String(contentsOfFile: try Workload.file(events: 20_000), encoding: .utf8).split(separator: "\n")
+        let devices = GrowingDevices(events: try lines.map { try JSONLines.decode(String($0)) }, devices: 8, rounds: 7, directory: dir.path(""))
+        let paths = devices.paths
+        let kills = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: 6, maxDelay: 0.8, before: devices.grow)
         #expect(kills.killed > 0)
+        try devices.grow(6)
         let final = try cli(["ship"] + paths + ["--to", url])
         #expect(final.status == 0, "\(final.stderr)")
         try await ShipKiller.check(paths: paths, url: url)

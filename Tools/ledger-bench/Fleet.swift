@@ -97,16 +97,15 @@ func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
-    let paths = try DeviceSplit.split(input.events, devices: 50).enumerated().map { i, log in
-        let path = "\(scratch)/device-\(i).ledger"
-        _ = try Ledger(path: path).append(contentsOf: log)
-        return path
-    }
+    // The ledgers grow between rounds, so every ship has new events to send when it is killed.
+    let devices = GrowingDevices(events: input.events, devices: 50, rounds: kills + 1, directory: scratch)
+    let paths = devices.paths
     let server = try LocalPostgres(durable: true)
     defer { server.stop() }
     try server.createDatabase("fleet")
     let url = server.url(database: "fleet")
-    let (killed, finished) = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: kills, maxDelay: 3)
+    let (killed, finished) = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: kills, maxDelay: 1.5, before: devices.grow)
+    try devices.grow(kills)
     let final = Process()
     final.executableURL = URL(fileURLWithPath: binary)
     final.arguments = ["ship"] + paths + ["--to", url]

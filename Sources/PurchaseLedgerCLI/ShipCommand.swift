@@ -34,6 +34,9 @@ struct ShipCommand: ParsableCommand {
     @Flag(help: "Print a JSON summary instead of text.")
     var json = false
 
+    @Option(help: "Connections shipping batches of ledgers at once (one reads files while PostgreSQL stores another's).")
+    var connections = 2
+
     @Option(name: .customLong("key-file"), help: "A file holding the secret key of keyed (HMAC) hash chains.", completion: .file())
     var keyFile: String?
 
@@ -55,12 +58,12 @@ struct ShipCommand: ParsableCommand {
             guard let key = FileManager.default.contents(atPath: keyFile), !key.isEmpty else { throw LedgerError.io("cannot read the key file \(keyFile)") }
             configuration.chainKey = [UInt8](key)
         }
-        let (ledgers, url, showProgress) = (self.ledgers, to, console.stderrIsTerminal && !json)
+        let (ledgers, url, showProgress, connections) = (self.ledgers, to, console.stderrIsTerminal && !json, max(1, self.connections))
         let started = ContinuousClock.now
         let outcomes: [Outcome] = try blocking { [configuration] in
             let fleet = try await FleetStore.connect(url, create: true)
             do {
-                let shipped = try await fleet.ship(paths: ledgers, configuration: configuration) { done, total in
+                let shipped = try await fleet.ship(paths: ledgers, configuration: configuration, connections: connections) { done, total in
                     if showProgress { console.error("shipped \(done) of \(total) ledgers") }
                 }
                 await fleet.close()

@@ -363,7 +363,19 @@ struct CopyText {
 
     mutating func field(_ number: Int64) {
         separate()
-        buffer.writeString(String(number))
+        // Decimal digits straight into the buffer (String(number) allocates).
+        var magnitude = number.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { raw in
+            var i = raw.count
+            repeat {
+                i -= 1
+                raw[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if number < 0 { i -= 1; raw[i] = UInt8(ascii: "-") }
+            buffer.writeBytes(UnsafeRawBufferPointer(rebasing: raw[i...]))
+        }
     }
 
     mutating func field(bytes: [UInt8]) {

@@ -240,13 +240,16 @@ package enum Projector {
     }
 
     /// A product's row, its related products' rows and its contents' rows.
-    package static func productRows(_ product: String, state: LedgerState) -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])? {
+    /// `published`: the product's published versions, when the caller has grouped them already.
+    package static func productRows(_ product: String, state: LedgerState, published: [(key: ContentKey, value: ContentVersion)]? = nil)
+        -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])? {
         guard let record = state.products[product] else { return nil }
         let r = record.registration
         let row: [DatabaseValue] = [r.product.databaseValue, r.kind.rawValue.databaseValue, r.price.databaseValue, r.currency.databaseValue,
                                     r.downloadable.databaseValue, r.title.databaseValue, ms(record.registeredAt).databaseValue]
         let related = Set(r.relatedProducts).sorted().map { [product.databaseValue, $0.databaseValue] }
-        let contents = state.publishedVersions.filter { $0.key.product == product }.sorted { $0.key.content < $1.key.content }
+        let contents = (published ?? state.publishedVersions.filter { $0.key.product == product }.map { ($0.key, $0.value) })
+            .sorted { $0.key.content < $1.key.content }
             .map { [$0.key.product.databaseValue, $0.key.content.databaseValue, $0.value.text.databaseValue] }
         return (row, related, contents)
     }
@@ -288,8 +291,9 @@ package enum Projector {
     /// table by table: what ``rebuild(state:history:_:)`` writes, for a store elsewhere.
     package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[DatabaseValue]])] {
         var products: [[DatabaseValue]] = [], related: [[DatabaseValue]] = [], contents: [[DatabaseValue]] = []
+        let published = Dictionary(grouping: state.publishedVersions.map { (key: $0.key, value: $0.value) }) { $0.key.product }
         for product in state.products.keys.sorted() {
-            guard let r = productRows(product, state: state) else { continue }
+            guard let r = productRows(product, state: state, published: published[product] ?? []) else { continue }
             products.append(r.product)
             related += r.related
             contents += r.contents

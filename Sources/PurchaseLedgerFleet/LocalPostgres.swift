@@ -21,7 +21,8 @@ package final class LocalPostgres: Sendable {
     }
 
     /// Starts a server. `durable: false` turns fsync off (tests); the benchmark keeps it on.
-    package init(durable: Bool = false) throws {
+    /// `settings` are more `-c name=value` server settings.
+    package init(durable: Bool = false, settings: [String] = []) throws {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         guard let version = versions.compactMap(Int.init).max() else {
             throw Failure(description: "no PostgreSQL server in /usr/lib/postgresql; run Tools/ensure-dependencies.sh --with-postgres")
@@ -40,6 +41,7 @@ package final class LocalPostgres: Sendable {
             try run("initdb", ["-D", directory + "/data", "-U", "postgres", "--auth-host=scram-sha-256", "--auth-local=trust",
                                "--pwfile=\(passwordFile)", "-E", "UTF8", "--locale=C", "--no-sync"])
             let options = "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1" + (durable ? "" : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+                + settings.map { " -c \($0)" }.joined()
             try run("pg_ctl", ["-D", directory + "/data", "-l", directory + "/server.log", "-o", options, "-w", "-t", "60", "start"])
         } catch {
             let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""

@@ -27,8 +27,11 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
     let events = shipments.reduce(0) { $0 + $1.shipment.events.count }
     print(String(format: "%d ledgers, %d events in all (the catalog is in every ledger); reading, checking and replaying them all: %.2f s", paths.count, events, reading))
 
-    let server = try LocalPostgres(durable: true)
+    // fsync on; WAL sized for a bulk load, so no checkpoint lands in the middle of a run.
+    let settings = ProcessInfo.processInfo.environment["FLEET_BENCH_SETTINGS"].map { $0.split(separator: " ").map(String.init) } ?? []
+    let server = try LocalPostgres(durable: true, settings: settings)
     defer { server.stop() }
+    if !settings.isEmpty { print("server settings: \(settings.joined(separator: " "))") }
     var shipRates: [Double] = [], copyRates: [Double] = [], ratios: [Double] = []
     var lastDatabase = ""
     for run in 0..<runs {

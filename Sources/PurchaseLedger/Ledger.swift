@@ -52,6 +52,14 @@ public struct AppendResult: Sendable {
     public var lastSeq: Int64
 }
 
+/// A ledger file's stable identity (``Ledger/identity()``).
+public struct LedgerIdentity: Sendable, Hashable {
+    /// A lowercase UUID.
+    public var id: String
+    /// `created`, or `assigned on open at <time>` for a ledger made before identities existed.
+    public var origin: String
+}
+
 /// An event-sourced ledger of in-app purchases and their downloads, in one SQLite file.
 ///
 /// Open (or create) it, append what the app decides and what the store reports, and read back
@@ -73,14 +81,6 @@ public struct AppendResult: Sendable {
 /// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
 /// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
 /// - ``state(atSeq:)``, ``state(at:)``, ``observe(from:pollInterval:)``
-/// A ledger file's stable identity (``Ledger/identity()``).
-public struct LedgerIdentity: Sendable, Hashable {
-    /// A lowercase UUID.
-    public var id: String
-    /// `created`, or `assigned on open at <time>` for a ledger made before identities existed.
-    public var origin: String
-}
-
 public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String

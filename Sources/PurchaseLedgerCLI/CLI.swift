@@ -155,13 +155,16 @@ struct LedgerOptions: ParsableArguments {
     func configuration(readOnly: Bool) throws -> LedgerConfiguration {
         var configuration = LedgerConfiguration()
         configuration.readOnly = readOnly
-        if let keyFile {
-            guard let key = FileManager.default.contents(atPath: keyFile), !key.isEmpty else {
-                throw LedgerError.io("cannot read the key file \(keyFile)")
-            }
-            configuration.chainKey = [UInt8](key)
-        }
+        configuration.chainKey = try keyFile.map(Self.chainKey(fromFile:))
         return configuration
+    }
+
+    /// The secret key of a keyed (HMAC) hash chain, from a file.
+    static func chainKey(fromFile path: String) throws -> [UInt8] {
+        guard let key = FileManager.default.contents(atPath: path), !key.isEmpty else {
+            throw LedgerError.io("cannot read the key file \(path)")
+        }
+        return [UInt8](key)
     }
 
     /// Opens an existing ledger; `readOnly` ones are never changed, not even caught up.

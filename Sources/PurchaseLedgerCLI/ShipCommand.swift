@@ -54,10 +54,7 @@ struct ShipCommand: ParsableCommand {
     func run() throws {
         let console = Console.current
         var configuration = LedgerConfiguration()
-        if let keyFile {
-            guard let key = FileManager.default.contents(atPath: keyFile), !key.isEmpty else { throw LedgerError.io("cannot read the key file \(keyFile)") }
-            configuration.chainKey = [UInt8](key)
-        }
+        configuration.chainKey = try keyFile.map(LedgerOptions.chainKey(fromFile:))
         let (ledgers, url, showProgress, connections) = (self.ledgers, to, console.stderrIsTerminal && !json, max(1, self.connections))
         let started = ContinuousClock.now
         let outcomes: [Outcome] = try blocking { [configuration] in
@@ -101,22 +98,4 @@ struct ShipCommand: ParsableCommand {
         }
         if !failed.isEmpty { throw CommandExit(status: 1) }
     }
-}
-
-/// Runs async work from a synchronous command and waits for it. The work runs on Swift's
-/// concurrency pool and PostgresNIO's event loop, never on the waiting thread.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Locked<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do {
-            let value = try await body()
-            result.withLock { $0 = .success(value) }
-        } catch {
-            result.withLock { $0 = .failure(error) }
-        }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
 }

@@ -40,8 +40,8 @@ extension FleetStore {
         }
         if let user = query.user { conditions.append("t.user_id = \(bind(Identifier.normalize(user)))") }
         if let product = query.product { conditions.append("t.product = \(bind(Identifier.normalize(product)))") }
-        if let from = query.from { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= \(bind(Self.ms(from)))") }
-        if let to = query.to { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) < \(bind(Self.ms(to)))") }
+        if let from = query.from { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= \(bind(Projector.ms(from)))") }
+        if let to = query.to { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) < \(bind(Projector.ms(to)))") }
         if !query.kinds.isEmpty { conditions.append("p.kind = ANY(\(bind(query.kinds.map(\.rawValue))))") }
         let sql = """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
@@ -74,7 +74,7 @@ extension FleetStore {
                    t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity)::bigint AS units,
                    sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)::bigint AS refunded
             FROM transactions t JOIN products p ON p.product = t.product
-            WHERE t.state = 'purchased' AND t.purchased_at_ms >= \(from.map(Self.ms) ?? Int64.min) AND t.purchased_at_ms < \(to.map(Self.ms) ?? Int64.max)
+            WHERE t.state = 'purchased' AND t.purchased_at_ms >= \(from.map(Projector.ms) ?? Int64.min) AND t.purchased_at_ms < \(to.map(Projector.ms) ?? Int64.max)
             GROUP BY 1, t.product, p.currency, p.price
             """)
         return RevenueLine.lines(rows.map { row in
@@ -87,7 +87,7 @@ extension FleetStore {
     /// download activity), oldest first.
     public func stuckDownloads(idle: Duration = .seconds(3600), asOf: Timestamp? = nil) async throws -> [FleetDownload] {
         let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
-        var now = asOf.map(Self.ms)
+        var now = asOf.map(Projector.ms)
         if now == nil {
             now = try await fetch("SELECT coalesce(max(last_activity_at_ms), 0) AS now FROM downloads").first?["now"] ?? 0
         }
@@ -108,7 +108,7 @@ extension FleetStore {
 
     /// Payment failures by error code across the fleet, most frequent first.
     public func failureRates(from: Timestamp? = nil, to: Timestamp? = nil) async throws -> [FailureRate] {
-        let low = from.map(Self.ms) ?? Int64.min, high = to.map(Self.ms) ?? Int64.max
+        let low = from.map(Projector.ms) ?? Int64.min, high = to.map(Projector.ms) ?? Int64.max
         let total: Int64 = try await fetch("""
             SELECT count(*) AS n FROM transactions WHERE state IN ('purchased', 'failed')
             AND coalesce(purchased_at_ms, failed_at_ms) >= \(low) AND coalesce(purchased_at_ms, failed_at_ms) < \(high)
@@ -131,11 +131,6 @@ extension FleetStore {
     }
 
     // MARK: - Rows
-
-    static func ms(_ t: Timestamp) -> Int64 {
-        let ns = t.nanosecondsSinceEpoch
-        return ns >= 0 ? ns / 1_000_000 : -((-ns + 999_999) / 1_000_000)
-    }
 
     /// History entries from transaction rows joined with their product, with their downloads.
     private func historyEntries(_ query: PostgresQuery) async throws -> [FleetHistoryEntry] {

@@ -269,13 +269,17 @@ extension FleetStore {
         }
         let fingerprint = hasher.finalize()
         if lastCatalog.withLock({ $0 }) == fingerprint { return }
-        let related = Dictionary(grouping: catalog.first { $0.table.name == "related_products" }?.rows ?? []) { $0[0].description }
-        for row in catalog.first(where: { $0.table.name == "products" })?.rows ?? [] {
-            let product = try String(row[0])
+        // The library's own row layout, read by column name as the SQLite projections are.
+        func rows(_ table: Projector.Table) -> [Row] {
+            (catalog.first { $0.table.name == table.name }?.rows ?? []).map { Row(Dictionary(uniqueKeysWithValues: zip(table.columns, $0))) }
+        }
+        let related = Dictionary(grouping: rows(.relatedProducts)) { $0["product"] as String }
+        for row in rows(.products) {
+            let product: String = row["product"]
             let won = try await connection.query("""
                 INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
-                VALUES (\(product), \(try String(row[1])), \(try String(row[2])), \(try String(row[3])), \(try Int64(row[4]) != 0),
-                        \(try String?(row[5])), \(try Int64(row[6])))
+                VALUES (\(product), \(row["kind"] as String), \(row["price"] as String), \(row["currency"] as String),
+                        \(row["downloadable"] as Bool), \(row["title"] as String?), \(row["registered_at_ms"] as Int64))
                 ON CONFLICT (product) DO UPDATE SET kind = excluded.kind, price = excluded.price, currency = excluded.currency,
                     downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
                 WHERE products.registered_at_ms < excluded.registered_at_ms
@@ -283,48 +287,25 @@ extension FleetStore {
                 """, logger: logger).collect()
             guard !won.isEmpty else { continue }
             try await connection.query("DELETE FROM related_products WHERE product = \(product)", logger: logger)
-            for pair in related[row[0].description] ?? [] {
+            for pair in related[product] ?? [] {
                 try await connection.query("""
-                    INSERT INTO related_products (product, related_product) VALUES (\(product), \(try String(pair[1])))
+                    INSERT INTO related_products (product, related_product) VALUES (\(product), \(pair["related_product"] as String))
                     """, logger: logger)
             }
         }
-        for (key, version) in shipment.publishedVersions.sorted(by: { $0.key < $1.key }) {
+        for row in rows(.productContents) {
+            let (product, content): (String, String) = (row["product"], row["content"])
+            guard let version = ContentVersion(row["latest_version"]) else { continue }
             let current = try await connection.query("""
-                SELECT latest_version FROM product_contents WHERE product = \(key.product) AND content = \(key.content) FOR UPDATE
+                SELECT latest_version FROM product_contents WHERE product = \(product) AND content = \(content) FOR UPDATE
                 """, logger: logger).collect().first.map { try $0.decode(String.self) }
             if let current, let known = ContentVersion(current), !version.isNewer(than: known) { continue }
             try await connection.query("""
-                INSERT INTO product_contents (product, content, latest_version) VALUES (\(key.product), \(key.content), \(version.text))
+                INSERT INTO product_contents (product, content, latest_version) VALUES (\(product), \(content), \(version.text))
                 ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
                 """, logger: logger)
         }
         lastCatalog.withLock { $0 = fingerprint }
-    }
-}
-
-extension Shipment {
-    static let genesis = [UInt8](repeating: 0, count: 32)
-}
-
-extension String {
-    /// A text catalog value, or a clear error (the row layout is the library's own).
-    init(_ value: DatabaseValue) throws {
-        guard case .string(let s) = value.storage else { throw FleetError(.server, "expected text in a catalog row, found \(value)") }
-        self = s
-    }
-}
-
-extension Optional where Wrapped == String {
-    init(_ value: DatabaseValue) throws {
-        self = value.isNull ? nil : try String(value)
-    }
-}
-
-extension Int64 {
-    init(_ value: DatabaseValue) throws {
-        guard case .int64(let n) = value.storage else { throw FleetError(.server, "expected an integer in a catalog row, found \(value)") }
-        self = n
     }
 }
 

@@ -125,15 +125,3 @@ func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
     print("fleet-crash: \(kills) runs of ship over \(paths.count) ledgers (\(killed) killed with SIGKILL, \(finished) finished first), then one to the end: \(shipped) events on the server exactly once, every ledger whole, projections equal the files")
     return final.terminationStatus == 0
 }
-
-/// Runs async work from this synchronous tool and waits for it.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    nonisolated(unsafe) var result: Result<T, any Error>?
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do { result = .success(try await body()) } catch { result = .failure(error) }
-        done.signal()
-    }
-    done.wait()
-    return try result!.get()
-}

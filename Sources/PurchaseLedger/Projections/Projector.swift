@@ -20,8 +20,7 @@ package enum Projector {
     static let version = 1
     static var stamp: String { "reducer \(Reducer.version), projections \(version)" }
 
-    static let tables = ["products", "product_contents", "related_products", "transactions", "downloads",
-                         "owned_content", "owned_content_history"]
+    static var tables: [String] { Table.all.map(\.name) }
 
     /// What an append touched.
     struct Dirty {
@@ -151,19 +150,15 @@ package enum Projector {
     /// Replaces every projection row with rows written from `state` and `history`.
     static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
         for table in tables { try db.execute(sql: "DELETE FROM \(table)") }
-        for product in state.products.keys.sorted() { try writeProduct(product, state: state, db) }
-        for record in state.transactions.values { try writeTransaction(record, db) }
-        for record in state.downloads.values { try writeDownload(record, state: state, db) }
-        for entry in history.entries { try insertHistory(entry, db) }
-        for (key, seq) in history.currentSeq {
-            if let owned = state.copiedContent[key] { try writeOwned(owned, historySeq: seq, db) }
+        for (table, rows) in rows(state: state, history: history) {
+            for row in rows { try insert(into: table, row, db) }
         }
         try markUpToDate(seq: state.seq, db)
     }
 
     // MARK: - Rows
 
-    static func ms(_ t: Timestamp) -> Int64 {
+    package static func ms(_ t: Timestamp) -> Int64 {
         // Floor division, so times before 1970 round down like those after.
         let ns = t.nanosecondsSinceEpoch
         return ns >= 0 ? ns / 1_000_000 : -((-ns + 999_999) / 1_000_000)

@@ -16,8 +16,9 @@ package struct Shipment: Sendable {
     package var lastSeq: Int64
     package var lastLink: [UInt8]
     package var projections: [(table: Projector.Table, rows: [[DatabaseValue]])]
-    /// The latest published version of each content, to merge with other ledgers' catalogs.
-    package var publishedVersions: [ContentKey: ContentVersion]
+
+    /// The chain link before the first event: what a store holds for a ledger it has no event of.
+    package static var genesis: [UInt8] { HashChain.genesis }
 }
 
 extension Ledger {
@@ -71,8 +72,7 @@ extension Ledger {
                 throw LedgerError(.chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped", seq: last + 1)
             }
             return Shipment(events: events, lastSeq: last, lastLink: previous,
-                            projections: Projector.rows(state: state, history: history),
-                            publishedVersions: state.publishedVersions)
+                            projections: Projector.rows(state: state, history: history))
         }
     }
 }

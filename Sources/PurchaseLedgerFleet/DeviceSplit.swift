@@ -12,6 +12,7 @@ package enum DeviceSplit {
         var downloadDevice: [String: Int] = [:]
         var productDevice: [String: Int] = [:]
         var restoreDevice = 0
+        var restores = 0
         var transactionProduct: [String: String] = [:]
         var downloadProduct: [String: String] = [:]
 
@@ -64,7 +65,9 @@ package enum DeviceSplit {
                 device = productDevice[product] ?? Int(Identifier.stableHash(product) % UInt64(devices))
             case .restoreStarted(let user):
                 let choices = devicesOf(user)
-                restoreDevice = choices[Int(Identifier.stableHash((user ?? "") + String(events.count)) % UInt64(choices.count))]
+                // Each restore session on one of the user's devices, not always the same one.
+                restores += 1
+                restoreDevice = choices[Int(Identifier.stableHash((user ?? "") + String(restores)) % UInt64(choices.count))]
                 device = restoreDevice
             case .restoreCompleted, .restoreFailed:
                 device = restoreDevice

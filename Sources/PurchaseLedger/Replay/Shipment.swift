@@ -45,13 +45,7 @@ extension Ledger {
                 }
                 expected += 1
                 let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
-                let matches: Bool
-                switch entry.link {
-                case .full(let stored): matches = stored == link
-                case .prefix(let prefix, let blockLast): matches = link.starts(with: prefix) && (blockLast == nil || blockLast! == link)
-                case nil: matches = false
-                }
-                guard matches else {
+                guard entry.link?.matches(link) == true else {
                     throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
                 }
                 previous = link

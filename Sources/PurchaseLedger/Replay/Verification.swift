@@ -118,15 +118,14 @@ private struct Verifier {
             // The chain: recompute from the canonical frame, compare with what is stored.
             let frame = FrameCodec.canonical(e, payload: entry.payload)
             let stored: [UInt8]?
-            let storedPrefix: [UInt8]
             switch entry.link {
-            case .full(let link): stored = link; storedPrefix = link
-            case .prefix(let prefix, let blockLast): stored = blockLast; storedPrefix = prefix
-            case nil: stored = nil; storedPrefix = []
+            case .full(let link): stored = link
+            case .prefix(_, let blockLast): stored = blockLast
+            case nil: stored = nil
             }
             if let prev = previous {
                 let link = chain.link(after: prev, frame: frame)
-                let matches = link.prefix(storedPrefix.count).elementsEqual(storedPrefix) && (stored == nil || stored! == link)
+                let matches = entry.link?.matches(link) ?? true
                 if !matches && !chainReported {
                     chainReported = true
                     try me.problem(.chain, e.seq, "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved")

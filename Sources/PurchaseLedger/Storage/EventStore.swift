@@ -163,6 +163,14 @@ enum EventStore {
         /// A sealed event's link prefix; `blockLast` is the block's full last link, given with the
         /// block's last event.
         case prefix([UInt8], blockLast: [UInt8]?)
+
+        /// Whether a recomputed link agrees with what is stored.
+        func matches(_ link: [UInt8]) -> Bool {
+            switch self {
+            case .full(let stored): stored == link
+            case .prefix(let prefix, let blockLast): link.starts(with: prefix) && (blockLast == nil || blockLast! == link)
+            }
+        }
     }
 
     /// What `scan` hands over for each event.

@@ -85,7 +85,10 @@ public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String
     public let configuration: LedgerConfiguration
+    /// Read-only connections, for every read.
     let pool: DatabasePool
+    /// The one writing connection, once something was written (``writeQueue()``).
+    private let writeConnection: Locked<DatabaseQueue?>
     let chain: HashChain
 
     struct Writer {
@@ -107,8 +110,10 @@ public final class Ledger: Sendable {
     /// Bumped after every commit, so live observers wake up.
     private let commits = Locked(0)
     private var commitCount: Int { commits.withLock { $0 } }
+    /// Wakes live observers after a commit that stored events.
+    func noteCommit() { commits.withLock { $0 += 1 } }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
-    private let pageCache = SnapshotPageCache()
+    let pageCache = SnapshotPageCache()
 
     /// SQLite's `application_id` for ledger files ("PLdg").
     static let applicationID: Int32 = 0x504C_6467
@@ -133,24 +138,23 @@ public final class Ledger: Sendable {
         } else if !FileManager.default.fileExists(atPath: path) {
             throw LedgerError(.io, "no ledger at \(path)")
         }
-        var config = Configuration()
-        config.readonly = configuration.readOnly
-        config.prepareDatabase { db in
-            // Reads of the log and of snapshot pages straight from the mapped file, not copied
-            // through read(2).
-            try db.execute(sql: "PRAGMA mmap_size = 1073741824")
-        }
-        config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
-                                   + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
+        // Reads go through a pool of read-only connections. The one writing connection is
+        // opened by the first write (an append, a migration, a rebuild): until then opening a
+        // ledger writes nothing at all, so an append refused by the rules leaves the file and
+        // its WAL byte for byte as they were.
+        writeConnection = Locked(nil)
+        writer = Locked(nil)
         do {
-            pool = try DatabasePool(path: path, configuration: config)
-            if !configuration.readOnly {
-                // After the pool's own WAL set-up, which sets NORMAL: appends go through this one
-                // writer connection.
-                try pool.writeWithoutTransaction { db in
-                    try db.execute(sql: "PRAGMA synchronous = \(configuration.durability.rawValue)")
-                }
+            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+            if !configuration.readOnly && size == 0 {
+                // A new ledger: in WAL mode from its first write on.
+                let created = try Ledger.openWriteConnection(path, configuration: configuration)
+                try created.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
+                writeConnection.withLock { $0 = created }
             }
+            var config = Ledger.connectionConfiguration(configuration)
+            config.readonly = true
+            pool = try DatabasePool(path: path, configuration: config)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
         } catch {
@@ -158,14 +162,53 @@ public final class Ledger: Sendable {
         }
         let initial: Writer?
         do {
-            try Ledger.prepare(pool, configuration: configuration, path: path)
+            try Ledger.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
             initial = configuration.readOnly ? nil : try Ledger.loadWriter(pool, cache: pageCache)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
+            throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        writer = Locked(initial)
+        writer.withLock { $0 = initial }
         if let initial, initial.damage == nil {
             try catchUpProjections()
+        }
+    }
+
+    /// What every connection to the ledger is opened with.
+    private static func connectionConfiguration(_ configuration: LedgerConfiguration) -> Configuration {
+        var config = Configuration()
+        config.prepareDatabase { db in
+            // Reads of the log and of snapshot pages straight from the mapped file, not copied
+            // through read(2).
+            try db.execute(sql: "PRAGMA mmap_size = 1073741824")
+        }
+        config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
+                                   + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
+        return config
+    }
+
+    /// The writing connection. A queue, not a second pool: a pool's writer makes sure of a
+    /// non-empty WAL file by committing a throw-away table, which would touch the file on every
+    /// open. The ledger is in WAL mode from its creation, and SQLite keeps that mode in the file.
+    private static func openWriteConnection(_ path: String, configuration: LedgerConfiguration) throws -> DatabaseQueue {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
+        var config = connectionConfiguration(configuration)
+        config.journalMode = .default
+        let queue = try DatabaseQueue(path: path, configuration: config)
+        try queue.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = \(configuration.durability.rawValue)")
+        }
+        return queue
+    }
+
+    /// The writing connection, opened on first use.
+    func writeQueue() throws -> DatabaseQueue {
+        try writeConnection.withLock { queue in
+            if let queue { return queue }
+            let opened = try Ledger.openWriteConnection(path, configuration: configuration)
+            queue = opened
+            return opened
         }
     }
 
@@ -180,7 +223,7 @@ public final class Ledger: Sendable {
     }
 
     /// Runs `body` with the writer's state, loading it first if this read-only ledger has not yet.
-    private func withWriter<T>(_ body: (inout Writer) throws -> T) throws -> T {
+    func withWriter<T>(_ body: (inout Writer) throws -> T) throws -> T {
         try writer.withLock { w in
             if w == nil {
                 do {
@@ -206,7 +249,7 @@ public final class Ledger: Sendable {
 
     /// Checks the file is a ledger this version can read, runs pending migrations, and fixes the
     /// chain mode on creation.
-    private static func prepare(_ pool: DatabasePool, configuration: LedgerConfiguration, path: String) throws {
+    private static func prepare(_ pool: DatabasePool, openWriter: () throws -> DatabaseQueue, configuration: LedgerConfiguration, path: String) throws {
         let migrator = Migrations.migrator
         let key = configuration.chainKey
         try pool.read { db in
@@ -230,8 +273,9 @@ public final class Ledger: Sendable {
         }
         // An up-to-date ledger is opened without writing a byte.
         if !configuration.readOnly && !upToDate {
-            try migrator.migrate(pool)
-            try pool.write { db in
+            let writer = try openWriter()
+            try migrator.migrate(writer)
+            try writer.write { db in
                 try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)")
                 try db.execute(sql: "PRAGMA user_version = \(embeddedMigrations.count)")
                 let created = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil
@@ -292,135 +336,6 @@ public final class Ledger: Sendable {
             return true
         }
         return (state, target == .max ? try EventStore.lastLink(db) : [])
-    }
-
-    // MARK: - Appending
-
-    /// Appends one event. See ``append(contentsOf:)``.
-    @discardableResult
-    public func append(_ event: Event) throws -> AppendResult {
-        try append(contentsOf: [event])
-    }
-
-    /// Appends events in one SQLite transaction: all of them, or, when one is malformed or a
-    /// command breaks a rule, none (the error's ``LedgerError/batchIndex`` says which).
-    ///
-    /// Observations that make no sense are stored as anomalies; an early finish also stores one
-    /// `downloadCancelled` (reason `transactionFinished`) per started download, just before it.
-    @discardableResult
-    public func append(contentsOf events: [Event]) throws -> AppendResult {
-        try append(contentsOf: events, progress: nil)
-    }
-
-    /// ``append(contentsOf:)``, calling `progress(done, total)` every 10,000 input events, for
-    /// large imports.
-    @discardableResult
-    public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
-        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
-        let result = try withWriter { w throws -> AppendResult in
-            if let damage = w.damage {
-                throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
-            }
-            if w.stale {
-                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
-                w.stale = false
-            }
-            var mutated = false
-            do {
-                return try pool.writeWithoutTransaction { db in
-                    var result = AppendResult(events: [], ignored: 0, lastSeq: 0)
-                    try db.inTransaction(.immediate) {
-                        mutated = try catchUp(&w, db)
-                        result = try store(events, into: &w, db, mutated: &mutated, progress: progress)
-                        return .commit
-                    }
-                    return result
-                }
-            } catch {
-                // The transaction rolled back: the in-memory state is ahead of the file. Reload it
-                // now, or, if that fails too, before the next append.
-                if mutated {
-                    do {
-                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
-                    } catch {
-                        w.stale = true
-                    }
-                }
-                throw Ledger.wrap(error, "appending")
-            }
-        }
-        if !result.events.isEmpty {
-            commits.withLock { $0 += 1 }
-        }
-        return result
-    }
-
-    /// Applies events another process appended since this one last wrote.
-    private func catchUp(_ w: inout Writer, _ db: Database) throws -> Bool {
-        let last = try EventStore.lastSeq(db)
-        guard last != w.state.seq else { return false }
-        if last < w.state.seq {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache)
-            return true
-        }
-        try EventStore.scan(db, from: w.state.seq + 1) { entry in
-            Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
-            return true
-        }
-        w.lastLink = try EventStore.lastLink(db)
-        return true
-    }
-
-    private func store(_ events: [Event], into w: inout Writer, _ db: Database, mutated: inout Bool,
-                       progress: ((Int, Int) -> Void)?) throws -> AppendResult {
-        var dirty = Projector.Dirty()
-        var stored: [RecordedEvent] = []
-        var frames: [EventStore.Frame] = []
-        var ignored = 0
-        for (index, given) in events.enumerated() {
-            if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
-            let input = given.normalizingIDs()
-            for event in Reducer.plan(w.state, input) {
-                let outcome: Outcome
-                do {
-                    outcome = try Reducer.reduce(&w.state, event)
-                } catch {
-                    var located = error
-                    located.batchIndex = index
-                    throw located
-                }
-                mutated = true
-                guard outcome.isStored else {
-                    ignored += 1
-                    continue
-                }
-                let seq = w.state.seq + 1
-                let version = w.state.recordStreamEvent(event.body)
-                w.state.seq = seq
-                let recorded = RecordedEvent(seq: seq, version: version, event: event, recordedAt: configuration.clock(),
-                                             anomaly: outcome.anomaly, appendedByLedger: event != input)
-                let payload = FrameCodec.payload(event.body)
-                let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
-                frames.append(EventStore.Frame(recorded, payload: payload, link: link))
-                w.lastLink = link
-                if let change = Projector.ownedChange(recorded, outcome: outcome, state: w.state) {
-                    try Projector.apply(change, db)
-                }
-                dirty.touch(event, state: w.state)
-                stored.append(recorded)
-                if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
-                    // At exact multiples of the interval, whatever the batch sizes.
-                    w.state = try Snapshots.write(w.state, keep: configuration.maxSnapshots, db)
-                    pageCache.remember(w.state)
-                }
-            }
-        }
-        if !stored.isEmpty {
-            try EventStore.write(db, frames, blockSize: configuration.blockSize, codec: configuration.blockCodec)
-            try Projector.flush(dirty, state: w.state, db)
-            try Projector.markUpToDate(seq: w.state.seq, db)
-        }
-        return AppendResult(events: stored, ignored: ignored, lastSeq: w.state.seq)
     }
 
     // MARK: - Reading the log
@@ -579,7 +494,7 @@ public final class Ledger: Sendable {
     public func rebuildProjections(progress: ((Int64, Int64) -> Void)? = nil) throws {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         do {
-            try pool.writeWithoutTransaction { db in
+            try writeQueue().writeWithoutTransaction { db in
                 try db.inTransaction(.immediate) {
                     let (state, history) = try Ledger.replayForProjections(db, progress: progress)
                     try Projector.rebuild(state: state, history: history, db)
@@ -597,7 +512,7 @@ public final class Ledger: Sendable {
     public func checkpoint() throws {
         guard !configuration.readOnly else { return }
         do {
-            try pool.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            try writeQueue().writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {
             throw Ledger.wrap(error, "checkpointing")
         }

@@ -175,19 +175,19 @@ struct LedgerOptions: ParsableArguments {
         return try Ledger(path: ledger, configuration: configuration(readOnly: readOnly))
     }
 
-    /// Appends `input`, creating the ledger when missing. An input the rules refuse is refused
-    /// from a read-only open, so an existing file is not touched at all; a ledger this call
-    /// created is removed again when the append fails, so a refused first append leaves nothing.
-    func append(_ input: JSONLinesInput, progress: ((Int, Int) -> Void)? = nil) throws -> AppendResult {
-        if FileManager.default.fileExists(atPath: ledger) {
-            try Ledger(path: ledger, configuration: configuration(readOnly: true)).checkJSONLines(input)
-            return try Ledger(path: ledger, configuration: configuration(readOnly: false)).appendJSONLines(input, progress: progress)
-        }
+    /// Streams `reader` into the ledger in one atomic write, creating the ledger when missing.
+    /// The rules run once, and a refusal writes nothing: an existing file is left exactly as it
+    /// was, and a ledger this call created is removed again, so a refused first append leaves
+    /// nothing.
+    func importJSONLines(_ reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
+        let existed = FileManager.default.fileExists(atPath: ledger)
         do {
-            return try Ledger(path: ledger, configuration: configuration(readOnly: false)).appendJSONLines(input, progress: progress)
+            return try Ledger(path: ledger, configuration: configuration(readOnly: false)).importJSONLines(from: reader, progress: progress)
         } catch {
             // The Ledger is released by now, so its connections are closed.
-            for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: ledger + suffix) }
+            if !existed {
+                for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: ledger + suffix) }
+            }
             throw error
         }
     }

@@ -2,28 +2,25 @@ import ArgumentParser
 import Foundation
 import PurchaseLedger
 
-/// Reads a whole file, or stdin for nil / "-".
-func readInput(_ file: String?) throws -> [UInt8] {
-    if let file, file != "-" {
-        guard let data = FileManager.default.contents(atPath: file) else { throw LedgerError.io("cannot read \(file)") }
-        return [UInt8](data)
-    }
-    return [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+/// A reader of a JSON Lines file, or of stdin for nil / "-".
+func inputReader(_ file: String?) throws -> JSONLinesReader {
+    if let file, file != "-" { return try JSONLinesReader(path: file) }
+    return JSONLinesReader(fileDescriptor: STDIN_FILENO)
 }
 
-func appendSummary(_ result: AppendResult, input: JSONLinesInput, json: Bool, console: Console) {
-    let anomalies = result.events.filter { $0.anomaly != nil }.count
-    let automatic = result.events.filter(\.appendedByLedger).count
+func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
     if json {
-        console.print(#"{"stored":\#(result.events.count),"ignored":\#(result.ignored),"anomalies":\#(anomalies),"appendedByLedger":\#(automatic),"firstSeq":\#(result.events.first.map { String($0.seq) } ?? "null"),"lastSeq":\#(result.lastSeq)}"#)
+        console.print(#"{"stored":\#(result.stored),"ignored":\#(result.ignored),"anomalies":\#(result.anomalies),"appendedByLedger":\#(result.appendedByLedger),"firstSeq":\#(result.firstSeq.map { String($0) } ?? "null"),"lastSeq":\#(result.lastSeq)}"#)
         return
     }
-    var line = "stored \(result.events.count) event\(result.events.count == 1 ? "" : "s")"
-    if let first = result.events.first { line += " (seq \(first.seq)...\(result.lastSeq))" }
+    var line = "stored \(result.stored) event\(result.stored == 1 ? "" : "s")"
+    if let first = result.firstSeq { line += " (seq \(first)...\(result.lastSeq))" }
+    let automatic = result.appendedByLedger, anomalies = result.anomalies
     if automatic > 0 { line += ", \(automatic) automatic cancellation\(automatic == 1 ? "" : "s")" }
     if anomalies > 0 { line += ", \(console.yellow("\(anomalies) anomal\(anomalies == 1 ? "y" : "ies")"))" }
     if result.ignored > 0 { line += ", \(result.ignored) identical repeat\(result.ignored == 1 ? "" : "s") ignored" }
-    if input.skippedLedgerAppended > 0 { line += ", \(input.skippedLedgerAppended) exported automatic cancellation\(input.skippedLedgerAppended == 1 ? "" : "s") left to the ledger" }
+    let skipped = result.skippedLedgerAppended
+    if skipped > 0 { line += ", \(skipped) exported automatic cancellation\(skipped == 1 ? "" : "s") left to the ledger" }
     console.print(line)
 }
 
@@ -45,16 +42,15 @@ struct AppendCommand: ParsableCommand {
     @Flag(help: "Print the summary as JSON.") var json = false
 
     func run() throws {
-        let input = try JSONLinesInput(bytes: try readInput(file))
-        let result = try options.append(input)
-        appendSummary(result, input: input, json: json, console: .current)
+        let result = try options.importJSONLines(try inputReader(file))
+        appendSummary(result, json: json, console: .current)
     }
 }
 
 struct ImportCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
-        abstract: "Import a whole exported log (JSONL) in one atomic write, with progress.",
+        abstract: "Import a whole exported log (JSONL) in one atomic write, streamed, with progress.",
         discussion: """
             Like append, for large files. `seq` keys are ignored; cancellations marked \
             "appendedByLedger" are appended again by the ledger itself, at the same place.
@@ -71,13 +67,13 @@ struct ImportCommand: ParsableCommand {
     func run() throws {
         let console = Console.current
         console.progress("reading \(file)...")
-        let input = try JSONLinesInput(bytes: try readInput(file))
-        console.progress("checking \(input.events.count) events...")
-        let result = try options.append(input) { done, total in
-            console.progress("imported \(done)/\(total) events (\(done * 100 / max(total, 1))%)")
+        let result = try options.importJSONLines(try inputReader(file)) { progress in
+            var line = "checked \(progress.events) events"
+            if let total = progress.totalBytes, total > 0 { line += " (\(progress.bytesRead * 100 / total)% of the file)" }
+            console.progress(line)
         }
         console.endProgress()
-        appendSummary(result, input: input, json: json, console: console)
+        appendSummary(result, json: json, console: console)
     }
 }
 

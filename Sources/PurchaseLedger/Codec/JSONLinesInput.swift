@@ -1,3 +1,5 @@
+import Foundation
+
 /// A JSON Lines document split into events, each with its line number.
 public struct JSONLinesInput: Sendable {
     /// The events, in order.
@@ -13,31 +15,128 @@ public struct JSONLinesInput: Sendable {
     public init(bytes: [UInt8]) throws(LedgerError) {
         events = []
         lines = []
-        skippedLedgerAppended = 0
-        var start = 0
-        var lineNumber = 0
-        let count = bytes.count
-        while start < count {
-            var end = start
-            while end < count && bytes[end] != 0x0A { end += 1 }
+        let reader = JSONLinesReader(bytes: bytes)
+        while let (event, line) = try reader.next() {
+            events.append(event)
+            lines.append(line)
+        }
+        skippedLedgerAppended = reader.skippedLedgerAppended
+    }
+}
+
+/// JSON Lines read a piece at a time, from a file, a file descriptor (standard input) or bytes:
+/// one event per call, so a file of any size is read in flat memory
+/// (``Ledger/importJSONLines(from:progress:)``).
+///
+/// Blank lines are skipped, and so are lines an export marked `appendedByLedger` (automatic
+/// cancellations, which the ledger appends again itself), counted in ``skippedLedgerAppended``.
+public final class JSONLinesReader {
+    private let fd: Int32
+    private let ownsDescriptor: Bool
+    private var buffer: [UInt8]
+    /// Where the unread part of `buffer` starts.
+    private var start = 0
+    private var atEnd: Bool
+    private var lineNumber = 0
+    /// Where `read` puts a chunk before it joins `buffer`.
+    private var piece: [UInt8] = []
+    /// Bytes consumed so far.
+    public private(set) var bytesRead = 0
+    /// The input's size, when it is a regular file or bytes.
+    public let totalBytes: Int?
+    /// Lines marked `appendedByLedger` so far, left out.
+    public private(set) var skippedLedgerAppended = 0
+
+    private static let chunk = 1 << 20
+
+    /// Reads the file at `path`. Throws ``LedgerError/Code/io`` when it cannot be opened.
+    public convenience init(path: String) throws(LedgerError) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw LedgerError.make(.io, "cannot read \(path): \(String(cString: strerror(errno)))") }
+        self.init(fileDescriptor: fd, closeWhenDone: true)
+    }
+
+    /// Reads `fileDescriptor` (for example `STDIN_FILENO`) until its end.
+    public init(fileDescriptor: Int32, closeWhenDone: Bool = false) {
+        fd = fileDescriptor
+        ownsDescriptor = closeWhenDone
+        buffer = []
+        atEnd = false
+        var info = stat()
+        totalBytes = fstat(fileDescriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int(info.st_size) : nil
+    }
+
+    /// Reads `bytes`.
+    public init(bytes: [UInt8]) {
+        fd = -1
+        ownsDescriptor = false
+        buffer = bytes
+        atEnd = true
+        totalBytes = bytes.count
+    }
+
+    deinit {
+        if ownsDescriptor { close(fd) }
+    }
+
+    /// The next event and its 1-based line, or nil at the end. A malformed line throws
+    /// ``LedgerError/Code/malformedInput`` with its ``LedgerError/line``; a read error
+    /// ``LedgerError/Code/io``.
+    public func next() throws(LedgerError) -> (event: Event, line: Int)? {
+        while true {
+            guard let (from, to, next) = try nextLine() else { return nil }
             lineNumber += 1
-            var last = end
-            if last > start && bytes[last - 1] == 0x0D { last -= 1 }
-            let isBlank = bytes[start..<last].allSatisfy { $0 == 0x20 || $0 == 0x09 }
-            if !isBlank {
-                do {
-                    let line = try JSONLines.decodeLine(Array(bytes[start..<last]))
-                    if line.appendedByLedger {
-                        skippedLedgerAppended += 1
-                    } else {
-                        events.append(line.event)
-                        lines.append(lineNumber)
-                    }
-                } catch {
-                    throw error.at(line: lineNumber)
-                }
+            bytesRead += next - start
+            defer { start = next }
+            var last = to
+            if last > from && buffer[last - 1] == 0x0D { last -= 1 }
+            if buffer[from..<last].allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
+            let decoded: JSONLines.Line
+            do {
+                decoded = try JSONLines.decodeLine(Array(buffer[from..<last]))
+            } catch {
+                throw error.at(line: lineNumber)
             }
-            start = end + 1
+            if decoded.appendedByLedger {
+                skippedLedgerAppended += 1
+                continue
+            }
+            return (decoded.event, lineNumber)
+        }
+    }
+
+    /// The next line's bounds in `buffer` (without its newline) and where the line after it
+    /// starts, reading more input as needed.
+    private func nextLine() throws(LedgerError) -> (Int, Int, Int)? {
+        var scanned = start
+        while true {
+            if let newline = buffer[scanned...].firstIndex(of: 0x0A) {
+                return (start, newline, newline + 1)
+            }
+            if atEnd {
+                return start < buffer.count ? (start, buffer.count, buffer.count) : nil
+            }
+            // Keep the unread part, then read the next piece after it.
+            if start > 0 {
+                buffer.removeSubrange(0..<start)
+                start = 0
+            }
+            scanned = buffer.count
+            if try readChunk() == 0 { atEnd = true }
+        }
+    }
+
+    /// Appends up to a chunk of input to `buffer`; 0 at the end of the input.
+    private func readChunk() throws(LedgerError) -> Int {
+        if piece.isEmpty { piece = [UInt8](repeating: 0, count: Self.chunk) }
+        while true {
+            let n = piece.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw LedgerError.make(.io, "reading the input failed: \(String(cString: strerror(errno)))")
+            }
+            buffer.append(contentsOf: piece[0..<n])
+            return n
         }
     }
 }

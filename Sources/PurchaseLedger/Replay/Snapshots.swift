@@ -7,11 +7,45 @@ import GRDB
 /// whose pages do not check out, is ignored: snapshots are a cache of the log, never a source of
 /// truth.
 enum Snapshots {
-    /// Stores a snapshot of `state`, then thins older ones so at most `keep` remain, evenly
-    /// spread over the log. Returns the state as stored: the same records, its transactions and
-    /// downloads now held in the snapshot's pages, so the next snapshot writes only what changed.
-    static func write(_ state: LedgerState, keep: Int, _ db: Database) throws -> LedgerState {
-        let written = try write(state, db)
+    /// A snapshot an append has decided on: its manifest, and the pages it adds, spooled.
+    struct Pending {
+        var seq: Int64
+        var manifest: [UInt8]
+        var pages: [(address: [UInt8], rawSize: Int, data: Spool.Slice)]
+    }
+
+    /// Encodes a snapshot of `state` without writing it. Pages already stored, in the file or by
+    /// an earlier snapshot of the same append (`spooled`), are referred to, not added again.
+    /// Returns the state as it will be stored: the same records, its transactions and downloads
+    /// now held in the snapshot's pages, so the next snapshot adds only what changed.
+    static func encode(_ state: LedgerState, _ db: Database, spooled: inout Set<[UInt8]>, spool: Spool) throws -> (LedgerState, Pending) {
+        let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
+        let known = spooled
+        let encoded = try SnapshotCodec.encode(state) { address in
+            try known.contains(address) || Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
+        }
+        var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [])
+        for page in encoded.pages where spooled.insert(page.address).inserted {
+            pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
+        }
+        var written = state
+        written.transactions.rebase(on: encoded.transactions)
+        written.downloads.rebase(on: encoded.downloads)
+        return (written, pending)
+    }
+
+    /// Writes the snapshots an append decided on, then thins older ones so at most `keep`
+    /// remain, evenly spread over the log.
+    static func write(_ snapshots: [Pending], keep: Int, spool: Spool, _ db: Database) throws {
+        guard !snapshots.isEmpty else { return }
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
+        for snapshot in snapshots {
+            for page in snapshot.pages {
+                try insert.execute(arguments: [Data(page.address), page.rawSize, Data(try spool.read(page.data))])
+            }
+            try db.execute(sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
+                           arguments: [snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest)])
+        }
         // Snapshots another reducer version or format wrote are never read again.
         try db.execute(sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
                        arguments: [Reducer.version, SnapshotCodec.format])
@@ -19,7 +53,7 @@ enum Snapshots {
         let seqs = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
         guard seqs.count > keep, keep >= 2 else {
             if droppedStale { try collectPages(db) }
-            return written
+            return
         }
         // Drop the snapshot whose neighbours are closest together, until `keep` remain.
         var kept = seqs
@@ -34,24 +68,6 @@ enum Snapshots {
             kept.remove(at: best)
         }
         try collectPages(db)
-        return written
-    }
-
-    static func write(_ state: LedgerState, _ db: Database) throws -> LedgerState {
-        let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
-        let encoded = try SnapshotCodec.encode(state) { address in
-            try Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
-        }
-        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
-        for page in encoded.pages {
-            try insert.execute(arguments: [Data(page.address), page.rawSize, Data(page.data)])
-        }
-        try db.execute(sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
-                       arguments: [state.seq, Reducer.version, SnapshotCodec.format, Data(encoded.manifest)])
-        var written = state
-        written.transactions.rebase(on: encoded.transactions)
-        written.downloads.rebase(on: encoded.downloads)
-        return written
     }
 
     /// Deletes pages no snapshot of this format refers to any more.

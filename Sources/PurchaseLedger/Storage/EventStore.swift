@@ -81,37 +81,110 @@ enum EventStore {
         }
     }
 
-    /// Writes `frames` (the next events of the log, in order): full blocks of `blockSize` are
-    /// sealed straight from memory, together with the open tail's rows; what is left stays in
-    /// the tail, one row per event.
-    static func write(_ db: Database, _ frames: [Frame], blockSize: Int, codec: BlockCodec) throws {
-        guard !frames.isEmpty else { return }
-        let tailCount = Int(try lastSeq(db) - lastSealedSeq(db))
-        var pending = frames[...]
-        if tailCount + frames.count >= blockSize {
-            let tail = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
-                """)).map(Frame.init(row:))
-            var all = tail + pending
-            while all.count >= blockSize {
-                try sealBlock(db, Array(all.prefix(blockSize)), codec: codec)
-                all.removeFirst(blockSize)
-            }
-            if !tail.isEmpty { try db.execute(sql: "DELETE FROM events") }
-            pending = all[...]
+    /// The next events of the log on their way in: full blocks of `blockSize` are sealed as
+    /// frames arrive (the open tail's stored rows first), compressed and put in a ``Spool``;
+    /// nothing is written until ``write(_:)``. Reading the tail and the dictionary is all it
+    /// does to the database before then, so an append refused half-way has written nothing.
+    struct BlockWriter {
+        let blockSize: Int
+        let codec: BlockCodec
+        private let spool: Spool
+        /// Rows in the open tail when the append began.
+        private let storedTail: Int
+        /// Frames not sealed yet: the stored tail's (once read) and the new ones after them.
+        private var pending: [Frame] = []
+        private var tailRead = false
+        private var sealed: [(row: SealedRow, data: Spool.Slice)] = []
+        private var dictionary: (id: Int64, bytes: [UInt8], isNew: Bool)?
+
+        init(_ db: Database, blockSize: Int, codec: BlockCodec, spool: Spool) throws {
+            self.blockSize = max(1, blockSize)
+            self.codec = codec
+            self.spool = spool
+            storedTail = Int(try lastSeq(db) - lastSealedSeq(db))
         }
-        let statement = try db.cachedStatement(sql: """
-            INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
-            VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-            """)
-        for f in pending {
-            try statement.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
+
+        /// The next frame of the log.
+        mutating func add(_ frame: Frame, _ db: Database) throws {
+            pending.append(frame)
+            if !tailRead && storedTail + pending.count >= blockSize {
+                if storedTail > 0 {
+                    let tail = try Row.fetchAll(db.cachedStatement(sql: """
+                        SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
+                        """)).map(Frame.init(row:))
+                    pending = tail + pending
+                }
+                tailRead = true
+            }
+            if pending.count >= blockSize {
+                try seal(db)
+            }
+        }
+
+        private mutating func seal(_ db: Database) throws {
+            let frames = pending[..<blockSize]
+            if codec == .lz4Dictionary {
+                if dictionary == nil {
+                    if let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
+                        dictionary = (row[0], [UInt8](row[1] as Data), false)
+                    } else {
+                        // The first block sealed seeds the ledger's dictionary from its own frames.
+                        let raw = EventStore.rawBlock(frames)
+                        dictionary = (1, Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)), true)
+                    }
+                }
+            }
+            var row = try EventStore.seal(frames, codec: codec, dictionary: dictionary.map { ($0.id, $0.bytes) })
+            let slice = try spool.append(row.data)
+            row.data = []
+            sealed.append((row, slice))
+            pending.removeFirst(blockSize)
+        }
+
+        /// Writes what was decided: the dictionary if this append seeded it, the sealed blocks,
+        /// and the frames left over as the open tail's rows.
+        func write(_ db: Database) throws {
+            if let dictionary, dictionary.isNew {
+                try db.execute(sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (?, ?, ?)",
+                               arguments: [dictionary.id, sealed.first?.row.first ?? 1, Data(dictionary.bytes)])
+            }
+            if !sealed.isEmpty && storedTail > 0 {
+                // The first sealed block took in the whole stored tail (it is shorter than a block).
+                try db.execute(sql: "DELETE FROM events")
+            }
+            let insertBlock = try db.cachedStatement(sql: """
+                INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """)
+            for (row, slice) in sealed {
+                try insertBlock.execute(arguments: [row.first, row.last, row.codec.rawValue, row.dictionaryID, row.rawSize,
+                                                    Data(try spool.read(slice)), Data(row.lastLink)])
+            }
+            // The stored tail is read only when a block is sealed at once from it, so the frames
+            // left pending are all new.
+            let insertRow = try db.cachedStatement(sql: """
+                INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                """)
+            for f in pending {
+                try insertRow.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
+            }
         }
     }
 
-    /// Writes one sealed block of consecutive frames.
-    static func sealBlock(_ db: Database, _ frames: [Frame], codec: BlockCodec) throws {
-        guard let first = frames.first, let last = frames.last else { return }
+    /// A sealed block as its row stores it.
+    struct SealedRow {
+        var first: Int64
+        var last: Int64
+        var codec: BlockCodec
+        var dictionaryID: Int64?
+        var rawSize: Int
+        var data: [UInt8]
+        var lastLink: [UInt8]
+    }
+
+    /// The frames of a block, uncompressed, as docs/format.md lays them out.
+    static func rawBlock(_ frames: ArraySlice<Frame>) -> [UInt8] {
         var w = BinaryWriter(capacity: frames.count * 64)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
         for f in frames {
@@ -121,37 +194,25 @@ enum EventStore {
                 type: UInt64(bitPattern: f.type), flags: UInt64(bitPattern: f.flags), at: f.at, recorded: f.recorded,
                 version: UInt64(bitPattern: f.version), payload: f.payload, link: f.link, previous: &previous, to: &w)
         }
-        let raw = w.bytes
-        var dictionaryID: Int64?
+        return w.bytes
+    }
+
+    /// Seals consecutive frames into one compressed block.
+    static func seal(_ frames: ArraySlice<Frame>, codec: BlockCodec, dictionary: (id: Int64, bytes: [UInt8])?) throws -> SealedRow {
+        let first = frames.first!, last = frames.last!
+        let raw = rawBlock(frames)
         let data: [UInt8]
         do {
             switch codec {
-            case .raw:
-                data = raw
-            case .lz4:
-                data = try LZ4.compress(raw)
-            case .lz4Dictionary:
-                let (id, dictionary) = try currentDictionary(db, seeding: raw, at: first.seq)
-                dictionaryID = id
-                data = try LZ4.compress(raw, dictionary: dictionary)
+            case .raw: data = raw
+            case .lz4: data = try LZ4.compress(raw)
+            case .lz4Dictionary: data = try LZ4.compress(raw, dictionary: dictionary!.bytes)
             }
         } catch {
             throw LedgerError.storage("compressing events \(first.seq)...\(last.seq) failed: \(error)")
         }
-        try db.cachedStatement(sql: """
-            INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [first.seq, last.seq, codec.rawValue, dictionaryID, raw.count, Data(data), Data(last.link)])
-    }
-
-    /// The newest dictionary; the first block sealed seeds one from its own frames.
-    private static func currentDictionary(_ db: Database, seeding raw: [UInt8], at seq: Int64) throws -> (Int64, [UInt8]) {
-        if let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
-            return (row[0], [UInt8](row[1] as Data))
-        }
-        let dictionary = Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count))
-        try db.execute(sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (1, ?, ?)", arguments: [seq, Data(dictionary)])
-        return (1, dictionary)
+        return SealedRow(first: first.seq, last: last.seq, codec: codec, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
+                         rawSize: raw.count, data: data, lastLink: last.link)
     }
 
     // MARK: - Reading

@@ -1,0 +1,240 @@
+import Foundation
+import GRDB
+
+/// What ``Ledger/importJSONLines(from:progress:)`` stored: counts, not the events, so a large
+/// import's memory stays flat.
+public struct ImportSummary: Sendable, Hashable {
+    /// Events stored, automatic cancellations included.
+    public var stored: Int
+    /// The seq of the first event stored (nil when nothing was).
+    public var firstSeq: Int64?
+    /// The last seq of the ledger after the import.
+    public var lastSeq: Int64
+    /// Input events accepted without storing anything (identical repeats of a command).
+    public var ignored: Int
+    /// Stored events flagged with the rule they broke (observations that make no sense).
+    public var anomalies: Int
+    /// Cancellations the ledger appended itself (downloads of a transaction finished early).
+    public var appendedByLedger: Int
+    /// Lines an export marked `appendedByLedger`, left for the ledger to append again.
+    public var skippedLedgerAppended: Int
+}
+
+/// How far a streaming import has got.
+public struct ImportProgress: Sendable, Hashable {
+    /// Input events decided so far.
+    public var events: Int
+    /// Input bytes read so far, and the input's size when it is a file.
+    public var bytesRead: Int
+    public var totalBytes: Int?
+}
+
+extension Ledger {
+    /// Appends one event. See ``append(contentsOf:)``.
+    @discardableResult
+    public func append(_ event: Event) throws -> AppendResult {
+        try append(contentsOf: [event])
+    }
+
+    /// Appends events in one SQLite transaction: all of them, or, when one is malformed or a
+    /// command breaks a rule, none (the error's ``LedgerError/batchIndex`` says which).
+    ///
+    /// Observations that make no sense are stored as anomalies; an early finish also stores one
+    /// `downloadCancelled` (reason `transactionFinished`) per started download, just before it.
+    @discardableResult
+    public func append(contentsOf events: [Event]) throws -> AppendResult {
+        try append(contentsOf: events, progress: nil)
+    }
+
+    /// ``append(contentsOf:)``, calling `progress(done, total)` every 10,000 input events, for
+    /// large imports.
+    @discardableResult
+    public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
+        var index = 0
+        var stored: [RecordedEvent] = []
+        let summary = try appendSession(keepEvents: { stored.append($0) }) {
+            guard index < events.count else { return nil }
+            defer { index += 1 }
+            if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
+            return (events[index], index + 1)
+        }
+        return AppendResult(events: stored, ignored: summary.ignored, lastSeq: summary.lastSeq)
+    }
+
+    /// Streams JSON Lines into the ledger in one atomic write, reading, deciding and storing
+    /// them in pieces: memory stays flat whatever the input's size, and each event goes through
+    /// the rules once. All of it is stored, or, at the first malformed line or refused command,
+    /// nothing: the error names the line, and the ledger file and its WAL are left exactly as
+    /// they were.
+    ///
+    /// ```swift
+    /// let summary = try ledger.importJSONLines(from: try JSONLinesReader(path: "export.jsonl"))
+    /// print("stored \(summary.stored) events, last seq \(summary.lastSeq)")
+    /// ```
+    @discardableResult
+    public func importJSONLines(from reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
+        var decided = 0
+        var summary = try appendSession(keepEvents: nil) {
+            guard let (event, line) = try reader.next() else { return nil }
+            decided += 1
+            if let progress, decided % 10_000 == 0 {
+                progress(ImportProgress(events: decided, bytesRead: reader.bytesRead, totalBytes: reader.totalBytes))
+            }
+            return (event, line)
+        }
+        summary.skippedLedgerAppended = reader.skippedLedgerAppended
+        return summary
+    }
+
+    /// Runs one append: takes the write lock, catches up with other processes, decides every
+    /// input event `next` gives (numbered by its line: batch index + 1 for an array), then writes
+    /// what was decided and commits. A refusal rolls back a transaction that wrote nothing.
+    private func appendSession(keepEvents: ((RecordedEvent) -> Void)?, next: () throws -> (Event, Int)?) throws -> ImportSummary {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
+        let summary = try withWriter { w throws -> ImportSummary in
+            if let damage = w.damage {
+                throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
+            }
+            if w.stale {
+                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+                w.stale = false
+            }
+            var mutated = false
+            do {
+                return try writeQueue().writeWithoutTransaction { db in
+                    var summary: ImportSummary!
+                    try db.inTransaction(.immediate) {
+                        mutated = try catchUp(&w, db)
+                        var session = try AppendSession(db, configuration: configuration, chain: chain, cache: pageCache)
+                        while let (event, line) = try next() {
+                            try session.decide(event, line: line, into: &w, db, mutated: &mutated, keep: keepEvents)
+                        }
+                        try session.write(w, db)
+                        summary = session.summary(lastSeq: w.state.seq)
+                        return .commit
+                    }
+                    return summary
+                }
+            } catch {
+                // The transaction rolled back: the in-memory state is ahead of the file. Reload it
+                // now, or, if that fails too, before the next append.
+                if mutated {
+                    do {
+                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+                    } catch {
+                        w.stale = true
+                    }
+                }
+                throw Ledger.wrap(error, "appending")
+            }
+        }
+        if summary.stored > 0 {
+            noteCommit()
+        }
+        return summary
+    }
+
+    /// Applies events another process appended since this one last wrote.
+    private func catchUp(_ w: inout Writer, _ db: Database) throws -> Bool {
+        let last = try EventStore.lastSeq(db)
+        guard last != w.state.seq else { return false }
+        if last < w.state.seq {
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache)
+            return true
+        }
+        try EventStore.scan(db, from: w.state.seq + 1) { entry in
+            Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
+            return true
+        }
+        w.lastLink = try EventStore.lastLink(db)
+        return true
+    }
+}
+
+/// One append, in two steps. ``decide(_:line:into:_:mutated:keep:)`` runs the rules on each input
+/// event and turns what is stored into frames, chain links, sealed blocks and snapshots, spooled,
+/// writing nothing; ``write(_:_:)`` then stores all of it. Between them the caller holds the
+/// write lock, so a refusal at any input event leaves nothing to undo.
+struct AppendSession {
+    private let configuration: LedgerConfiguration
+    private let chain: HashChain
+    private let cache: SnapshotPageCache
+    private let spool = Spool()
+    private var blocks: EventStore.BlockWriter
+    private var snapshots: [Snapshots.Pending] = []
+    private var spooledPages: Set<[UInt8]> = []
+    private var changes: [Projector.OwnedChange] = []
+    private var dirty = Projector.Dirty()
+    private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
+    private var firstSeq: Int64?
+
+    init(_ db: Database, configuration: LedgerConfiguration, chain: HashChain, cache: SnapshotPageCache) throws {
+        self.configuration = configuration
+        self.chain = chain
+        self.cache = cache
+        blocks = try EventStore.BlockWriter(db, blockSize: configuration.blockSize, codec: configuration.blockCodec, spool: spool)
+    }
+
+    /// Runs the rules on one input event (and on what the ledger appends before it), advancing
+    /// the writer's state, seq and chain link. Throws the refusal with the input's `line`.
+    mutating func decide(_ given: Event, line: Int, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
+                         keep: ((RecordedEvent) -> Void)?) throws {
+        let input = given.normalizingIDs()
+        for event in Reducer.plan(w.state, input) {
+            let outcome: Outcome
+            do {
+                outcome = try Reducer.reduce(&w.state, event)
+            } catch {
+                throw error.at(line: line)
+            }
+            mutated = true
+            guard outcome.isStored else {
+                ignored += 1
+                continue
+            }
+            let seq = w.state.seq + 1
+            let version = w.state.recordStreamEvent(event.body)
+            w.state.seq = seq
+            let recorded = RecordedEvent(seq: seq, version: version, event: event, recordedAt: configuration.clock(),
+                                         anomaly: outcome.anomaly, appendedByLedger: event != input)
+            let payload = FrameCodec.payload(event.body)
+            let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
+            try blocks.add(EventStore.Frame(recorded, payload: payload, link: link), db)
+            w.lastLink = link
+            if let change = Projector.ownedChange(recorded, outcome: outcome, state: w.state) {
+                changes.append(change)
+            }
+            dirty.touch(event, state: w.state)
+            stored += 1
+            if firstSeq == nil { firstSeq = seq }
+            if recorded.anomaly != nil { anomalies += 1 }
+            if recorded.appendedByLedger { appendedByLedger += 1 }
+            keep?(recorded)
+            if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
+                // At exact multiples of the interval, whatever the batch sizes.
+                let snapshot: Snapshots.Pending
+                (w.state, snapshot) = try Snapshots.encode(w.state, db, spooled: &spooledPages, spool: spool)
+                snapshots.append(snapshot)
+                cache.remember(w.state)
+            }
+        }
+    }
+
+    /// Stores everything decided: the log's blocks and tail rows, the snapshots, the owned-content
+    /// history in order, and the projection rows of what changed, at the state `w` reached.
+    func write(_ w: Ledger.Writer, _ db: Database) throws {
+        guard stored > 0 else { return }
+        try blocks.write(db)
+        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
+        for change in changes {
+            try Projector.apply(change, db)
+        }
+        try Projector.flush(dirty, state: w.state, db)
+        try Projector.markUpToDate(seq: w.state.seq, db)
+    }
+
+    func summary(lastSeq: Int64) -> ImportSummary {
+        ImportSummary(stored: stored, firstSeq: firstSeq, lastSeq: lastSeq, ignored: ignored, anomalies: anomalies,
+                      appendedByLedger: appendedByLedger, skippedLedgerAppended: 0)
+    }
+}

@@ -351,3 +351,17 @@ import Testing
         }
     }
 }
+
+@Suite struct SpoolTests {
+    /// What an append decides is kept in memory up to a limit, then in an unlinked temporary
+    /// file; either way it reads back exactly.
+    @Test func bytesComeBackFromMemoryAndFromTheFile() throws {
+        let spool = Spool(memoryLimit: 100)
+        var generator = SystemRandomNumberGenerator()
+        let pieces = (0..<50).map { i in (0..<(i * 37 % 300)).map { _ in UInt8.random(in: 0...255, using: &generator) } }
+        let slices = try pieces.map { try spool.append($0) }
+        for (piece, slice) in zip(pieces, slices).reversed() {
+            #expect(try spool.read(slice) == piece)
+        }
+    }
+}

@@ -72,4 +72,69 @@ struct WorkloadTests {
         let problemSeq = verify.stdout.firstMatch(of: /seq (\d+):/).flatMap { Int64($0.1) }
         #expect(problemSeq.map { $0 >= seq && $0 < seq + 1024 } == true, "\(verify.stdout)")
     }
+
+    /// One pass of the rules, nothing written on a refusal: a command refused 25,000 lines into a
+    /// 35,000-line import (past two snapshot points and many sealed blocks, all spooled) leaves
+    /// the main file and the WAL byte for byte as they were, through the CLI and the library.
+    @Test func aRefusalInTheMiddleOfALargeImportLeavesTheFileAndItsWALByteIdentical() throws {
+        let dir = try TemporaryDirectory()
+        let lines = try String(contentsOfFile: Workload.file(events: 100_000), encoding: .utf8).split(separator: "\n").map(String.init)
+        let path = dir.path("w.ledger")
+        try (lines[0..<10_000].joined(separator: "\n") + "\n").write(toFile: dir.path("first.jsonl"), atomically: true, encoding: .utf8)
+        let first = try cli(["import", path, dir.path("first.jsonl")])
+        #expect(first.status == 0, "\(first.stderr)")
+        // While this ledger is open, its last append stays in the WAL.
+        let ledger = try Ledger(path: path)
+        try ledger.append(JSONLines.decode(lines[10_000]))
+        let lastSeq = try ledger.lastSeq()
+        let before = try digests(path)
+        #expect(before.contains("-wal") && !before.contains(emptyDigest))
+
+        var rest = Array(lines[10_001..<45_000])
+        rest.insert(#"{"type":"paymentQueued","at":"2024-06-01T00:00:00Z","transaction":"refused-1","product":"no-such-product"}"#, at: 25_000)
+        let bad = dir.path("bad.jsonl")
+        try (rest.joined(separator: "\n") + "\n").write(toFile: bad, atomically: true, encoding: .utf8)
+        let refused = try cli(["import", path, bad])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("line 25001: unknownProduct"), "\(refused.stderr)")
+        #expect(try digests(path) == before)
+
+        // The library's streaming import, on the open ledger, likewise; the ledger then goes on
+        // from where it was.
+        #expect(throws: LedgerError.self) { try ledger.importJSONLines(from: JSONLinesReader(path: bad)) }
+        #expect(try digests(path) == before)
+        #expect(try ledger.lastSeq() == lastSeq)
+        rest.remove(at: 25_000)
+        let good = dir.path("good.jsonl")
+        try (rest.joined(separator: "\n") + "\n").write(toFile: good, atomically: true, encoding: .utf8)
+        let summary = try ledger.importJSONLines(from: JSONLinesReader(path: good))
+        #expect(summary.firstSeq == lastSeq + 1)
+
+        // The same lines in one import give the same log and state.
+        let whole = dir.path("whole.ledger")
+        try (lines[0..<45_000].joined(separator: "\n") + "\n").write(toFile: dir.path("whole.jsonl"), atomically: true, encoding: .utf8)
+        let reference = try Ledger(path: whole)
+        try reference.importJSONLines(from: JSONLinesReader(path: dir.path("whole.jsonl")))
+        #expect(try reference.lastSeq() == ledger.lastSeq())
+        #expect(try reference.replayFromLog() == ledger.replayFromLog())
+        #expect(try ledger.verify().isValid)
+    }
+
+    /// SHA-256 of the ledger file and its WAL, read by another process: opening and closing the
+    /// file here would drop this process's POSIX locks on it (SQLite's open ledger among them),
+    /// and another process closing the ledger would then fold the WAL into the file.
+    private func digests(_ path: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["sha256sum", path, path + "-wal"]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw LedgerError.make(.io, "sha256sum failed: \(text)") }
+        return text
+    }
+
+    private let emptyDigest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 }

@@ -37,6 +37,8 @@ let package = Package(
             dependencies: [
                 .target(name: "CLZ4", condition: .when(platforms: [.linux])),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // SQLite's C API, for binding projection rows without boxing (Storage/RawBind.swift).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             plugins: ["EmbedMigrations"]

@@ -101,10 +101,11 @@ package enum Projector {
         for product in dirty.products {
             try writeProduct(product, state: state, db)
         }
-        for t in dirty.transactions {
+        // In key order: each insert lands next to the previous one in the table's B-tree.
+        for t in dirty.transactions.sorted(by: Projector.keyOrder) {
             if let record = state.transactions[t] { try writeTransaction(record, db) }
         }
-        for d in dirty.downloads {
+        for d in dirty.downloads.sorted(by: Projector.keyOrder) {
             if let record = state.downloads[d] { try writeDownload(record, state: state, db) }
         }
     }
@@ -148,12 +149,27 @@ package enum Projector {
     }
 
     /// Replaces every projection row with rows written from `state` and `history`.
+    /// Replaces every projection row, in bulk: secondary indexes dropped, rows inserted in the
+    /// order of each table's primary key, indexes built again after them (all in the caller's
+    /// transaction).
     static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
+        let names = tables.map { "'\($0)'" }.joined(separator: ", ")
+        let indexes = try Row.fetchAll(db, sql: """
+            SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN (\(names))
+            """).map { (name: $0[0] as String, sql: $0[1] as String) }
+        for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
         for table in tables { try db.execute(sql: "DELETE FROM \(table)") }
         for (table, rows) in rows(state: state, history: history) {
-            for row in rows { try insert(into: table, row, db) }
+            let statement = try db.cachedStatement(sql: table.insertOrReplace)
+            for row in table.inKeyOrder(rows) { try statement.execute(values: row, db) }
         }
+        for index in indexes { try db.execute(sql: index.sql) }
         try markUpToDate(seq: state.seq, db)
+    }
+
+    /// Text keys in SQLite's BINARY order (their UTF-8 bytes).
+    static func keyOrder(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
     // MARK: - Rows
@@ -191,7 +207,7 @@ package enum Projector {
     }
 
     private static func insert(into table: Table, _ row: [DatabaseValue], _ db: Database, replace: Bool = true) throws {
-        try db.cachedStatement(sql: replace ? table.insertOrReplace : table.insert).execute(arguments: StatementArguments(row))
+        try db.cachedStatement(sql: replace ? table.insertOrReplace : table.insert).execute(values: row, db)
     }
 
     // MARK: - The row layout, shared with the fleet store
@@ -202,18 +218,21 @@ package enum Projector {
         package let columns: [String]
         let insert: String
         let insertOrReplace: String
+        /// How many leading columns make the primary key.
+        let keyColumns: Int
 
-        init(_ name: String, _ columns: [String]) {
+        init(_ name: String, _ columns: [String], key: Int = 1) {
             self.name = name
             self.columns = columns
+            keyColumns = key
             let values = "(" + columns.joined(separator: ", ") + ") VALUES (" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
             insert = "INSERT INTO \(name) " + values
             insertOrReplace = "INSERT OR REPLACE INTO \(name) " + values
         }
 
         package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])
-        package static let productContents = Table("product_contents", ["product", "content", "latest_version"])
-        package static let relatedProducts = Table("related_products", ["product", "related_product"])
+        package static let productContents = Table("product_contents", ["product", "content", "latest_version"], key: 2)
+        package static let relatedProducts = Table("related_products", ["product", "related_product"], key: 2)
         package static let transactions = Table("transactions", [
             "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
             "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
@@ -227,11 +246,27 @@ package enum Projector {
         ])
         package static let ownedContent = Table("owned_content", [
             "product", "content", "content_version", "destination", "transaction_id", "download_id", "copied_at_ms", "history_seq",
-        ])
+        ], key: 2)
         package static let ownedContentHistory = Table("owned_content_history", [
             "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
         ])
         package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
+
+        /// `rows` sorted as SQLite orders this table's primary key (integers, then text by bytes).
+        func inKeyOrder(_ rows: [[DatabaseValue]]) -> [[DatabaseValue]] {
+            rows.sorted { a, b in
+                for i in 0..<keyColumns {
+                    switch (a[i].storage, b[i].storage) {
+                    case (.int64(let x), .int64(let y)) where x != y: return x < y
+                    case (.string(let x), .string(let y)) where x != y: return Projector.keyOrder(x, y)
+                    case (.int64, .string): return true
+                    case (.string, .int64): return false
+                    default: continue
+                    }
+                }
+                return false
+            }
+        }
     }
 
     /// A product's row, its related products' rows and its contents' rows.

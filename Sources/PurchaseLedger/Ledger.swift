@@ -103,9 +103,8 @@ public final class Ledger: Sendable {
 
     /// The writer's state. Nothing else keeps a reference to its dictionaries between appends:
     /// a second reference would make the next append copy them all.
-    /// Loaded when the ledger is opened for writing; a read-only ledger loads it on first use
-    /// (``currentState``, ``check(_:)``), so opening one to read a state at a seq or to query the
-    /// projections costs no full load.
+    /// Loaded on first use (the first append, ``currentState``, ``check(_:)``), so opening a
+    /// ledger to rebuild, to read a state at a seq or to query the projections costs no full load.
     private let writer: Locked<Writer?>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Locked(0)
@@ -160,18 +159,20 @@ public final class Ledger: Sendable {
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        let initial: Writer?
         do {
             try Ledger.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
-            initial = configuration.readOnly ? nil : try Ledger.loadWriter(pool, cache: pageCache)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
-        writer.withLock { $0 = initial }
-        if let initial, initial.damage == nil {
-            try catchUpProjections()
+        if !configuration.readOnly {
+            do {
+                try catchUpProjections()
+            } catch let error as LedgerError where error.code == .corruptData {
+                // A damaged log: the projections stay as they were, reads and verify still work,
+                // and appends are refused once they load the state and meet the damage.
+            }
         }
     }
 

@@ -96,7 +96,7 @@ extension Ledger {
                 throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be appended (\(damage.message)); run verify", seq: damage.seq)
             }
             if w.stale {
-                (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+                try reload(&w)
                 w.stale = false
             }
             var mutated = false
@@ -120,7 +120,7 @@ extension Ledger {
                 // now, or, if that fails too, before the next append.
                 if mutated {
                     do {
-                        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+                        try reload(&w)
                     } catch {
                         w.stale = true
                     }

@@ -147,19 +147,13 @@ public final class Ledger: Sendable {
             let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
             if !configuration.readOnly && size == 0 {
                 // A new ledger: in WAL mode from its first write on.
-                let created = try Ledger.openWriteConnection(path, configuration: configuration)
-                try created.writeWithoutTransaction { db in _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL") }
-                writeConnection.withLock { $0 = created }
+                try Ledger.writeQueue(writeConnection, path: path, configuration: configuration).writeWithoutTransaction { db in
+                    _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+                }
             }
             var config = Ledger.connectionConfiguration(configuration)
             config.readonly = true
             pool = try DatabasePool(path: path, configuration: config)
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
-            throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
-        } catch {
-            throw Ledger.wrap(error, "opening \(path)")
-        }
-        do {
             try Ledger.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
@@ -205,9 +199,13 @@ public final class Ledger: Sendable {
 
     /// The writing connection, opened on first use.
     func writeQueue() throws -> DatabaseQueue {
-        try writeConnection.withLock { queue in
+        try Ledger.writeQueue(writeConnection, path: path, configuration: configuration)
+    }
+
+    private static func writeQueue(_ connection: Locked<DatabaseQueue?>, path: String, configuration: LedgerConfiguration) throws -> DatabaseQueue {
+        try connection.withLock { queue in
             if let queue { return queue }
-            let opened = try Ledger.openWriteConnection(path, configuration: configuration)
+            let opened = try openWriteConnection(path, configuration: configuration)
             queue = opened
             return opened
         }
@@ -223,7 +221,12 @@ public final class Ledger: Sendable {
         return Writer(state: state, lastLink: link, damage: damage)
     }
 
-    /// Runs `body` with the writer's state, loading it first if this read-only ledger has not yet.
+    /// Loads the writer's state and link again from the file (after a rolled-back append).
+    func reload(_ w: inout Writer) throws {
+        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+    }
+
+    /// Runs `body` with the writer's state, loading it on first use.
     func withWriter<T>(_ body: (inout Writer) throws -> T) throws -> T {
         try writer.withLock { w in
             if w == nil {

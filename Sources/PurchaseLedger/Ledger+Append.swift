@@ -142,10 +142,7 @@ extension Ledger {
             (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache)
             return true
         }
-        try EventStore.scan(db, from: w.state.seq + 1) { entry in
-            Reducer.replay(&w.state, entry.event.event, seq: entry.event.seq)
-            return true
-        }
+        try LogReplay.advance(&w.state, db)
         w.lastLink = try EventStore.lastLink(db)
         return true
     }

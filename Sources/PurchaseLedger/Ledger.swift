@@ -335,10 +335,7 @@ public final class Ledger: Sendable {
                           damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
         var state = try Snapshots.latest(db, atOrBefore: target, cache: cache) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
-        try EventStore.scan(db, from: state.seq + 1, through: target, onCorrupt: onCorrupt) { entry in
-            Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
-            return true
-        }
+        try LogReplay.advance(&state, db, through: target, onCorrupt: onCorrupt)
         return (state, target == .max ? try EventStore.lastLink(db) : [])
     }
 
@@ -420,12 +417,11 @@ public final class Ledger: Sendable {
     /// The state after `seq`, replayed from the first event without using snapshots: the
     /// reference the snapshots are checked against, and the benchmark of a full replay.
     public func replayFromLog(through seq: Int64 = .max) throws -> LedgerState {
-        var state = LedgerState()
-        try forEachEvent(through: seq) { e in
-            Reducer.replay(&state, e.event, seq: e.seq)
-            return true
+        try read { db in
+            var replay = LogReplay()
+            try replay.run(db, through: seq)
+            return replay.state
         }
-        return state
     }
 
     /// The state after the last event, in log order, whose `at` is at or before `time`.
@@ -459,16 +455,13 @@ public final class Ledger: Sendable {
 
     /// The first seq after which `predicate` holds for the state and the event just applied.
     public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
-        var state = LedgerState()
         var found: Int64?
         try read { db in
-            try EventStore.scan(db) { entry in
-                Reducer.replay(&state, entry.event.event, seq: entry.event.seq)
-                if try predicate(state, entry.event) {
-                    found = entry.event.seq
-                    return false
-                }
-                return true
+            var replay = LogReplay()
+            try replay.run(db) { step, _, state in
+                guard try predicate(state, step.event) else { return true }
+                found = step.event.seq
+                return false
             }
         }
         return found
@@ -523,18 +516,13 @@ public final class Ledger: Sendable {
     }
 
     static func replayForProjections(_ db: Database, progress: ((Int64, Int64) -> Void)? = nil) throws -> (LedgerState, Projector.HistoryCollector) {
-        var state = LedgerState()
-        var history = Projector.HistoryCollector()
+        var replay = LogReplay(collectingHistory: true)
         let total = try EventStore.lastSeq(db)
-        try EventStore.scan(db) { entry in
-            let outcome = Reducer.replay(&state, entry.event.event, seq: entry.event.seq).outcome
-            if let outcome, let change = Projector.ownedChange(entry.event, outcome: outcome, state: state) {
-                history.apply(change)
-            }
-            if let progress, entry.event.seq % 50_000 == 0 { progress(entry.event.seq, total) }
+        try replay.run(db) { step, _, _ in
+            if let progress, step.event.seq % 50_000 == 0 { progress(step.event.seq, total) }
             return true
         }
-        return (state, history)
+        return (replay.state, replay.history!)
     }
 }
 

@@ -32,6 +32,10 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
     let server = try LocalPostgres(durable: true, settings: settings)
     defer { server.stop() }
     if !settings.isEmpty { print("server settings: \(settings.joined(separator: " "))") }
+    let environment = ProcessInfo.processInfo.environment
+    let connections = environment["FLEET_BENCH_CONNECTIONS"].flatMap { Int($0) } ?? 2
+    let batchSize = environment["FLEET_BENCH_BATCH"].flatMap { Int($0) } ?? 64
+    print("ship: \(connections) connections, batches of \(batchSize) ledgers")
     var shipRates: [Double] = [], copyRates: [Double] = [], ratios: [Double] = []
     var lastDatabase = ""
     for run in 0..<runs {
@@ -42,7 +46,7 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
         let shipSeconds = try blocking {
             let start = ContinuousClock.now
             let fleet = try await FleetStore.connect(server.url(database: "ship_\(run)"), create: true)
-            let outcomes = try await fleet.ship(paths: shipPaths)
+            let outcomes = try await fleet.ship(paths: shipPaths, batchSize: batchSize, connections: connections)
             await fleet.close()
             for outcome in outcomes { _ = try outcome.result.get() }
             return (ContinuousClock.now - start) / .seconds(1)

@@ -49,26 +49,28 @@ extension Ledger {
     /// try Ledger(path: "user.ledger").replay(into: recorder)
     /// ```
     public func replay(into observer: some PaymentQueueReplayObserver, through last: Int64 = .max) throws {
-        var state = LedgerState()
-        try forEachEvent(through: last) { e in
-            Reducer.replay(&state, e.event, seq: e.seq)
-            let step = ReplayStep(event: e, state: state)
-            let body = e.event.body
-            switch body {
-            case .transactionFinished(let t, _):
-                if let record = state.transactions[t] { observer.removedTransactions([record], step: step) }
-            case .restoreCompleted:
-                observer.restoreCompletedTransactionsFinished(step: step)
-            case .restoreFailed(let error):
-                observer.restoreCompletedTransactionsFailed(error: error, step: step)
-            case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored, .transactionRevoked:
-                if let t = body.transactionID, let record = state.transactions[t] { observer.updatedTransactions([record], step: step) }
-            case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed:
-                if let d = body.downloadID, let record = state.downloads[d] { observer.updatedDownloads([record], step: step) }
-            case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
-                break
+        var replay = LogReplay()
+        try read { db in
+            try replay.run(db, through: last) { replayed, _, state in
+                let e = replayed.event
+                let step = ReplayStep(event: e, state: state)
+                let body = e.event.body
+                switch body {
+                case .transactionFinished(let t, _):
+                    if let record = state.transactions[t] { observer.removedTransactions([record], step: step) }
+                case .restoreCompleted:
+                    observer.restoreCompletedTransactionsFinished(step: step)
+                case .restoreFailed(let error):
+                    observer.restoreCompletedTransactionsFailed(error: error, step: step)
+                case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored, .transactionRevoked:
+                    if let t = body.transactionID, let record = state.transactions[t] { observer.updatedTransactions([record], step: step) }
+                case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed:
+                    if let d = body.downloadID, let record = state.downloads[d] { observer.updatedDownloads([record], step: step) }
+                case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
+                    break
+                }
+                return true
             }
-            return true
         }
     }
 }

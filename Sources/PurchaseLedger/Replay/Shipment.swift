@@ -33,13 +33,12 @@ extension Ledger {
     /// shipped) or more events than this file has.
     package func shipment(after shipped: Int64, link shippedLink: [UInt8]?) throws -> Shipment {
         try read { db in
-            var state = LedgerState()
-            var history = Projector.HistoryCollector()
+            var replay = LogReplay(collectingHistory: true)
             var previous = HashChain.genesis
             var events: [ChainedEvent] = []
             var expected: Int64 = 1
-            try EventStore.scan(db, integrity: true) { entry in
-                let e = entry.event
+            try replay.run(db, integrity: true, before: { step, _ in
+                let (e, entry) = (step.event, step.entry)
                 guard e.seq == expected else {
                     throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                 }
@@ -52,21 +51,17 @@ extension Ledger {
                 if e.seq == shipped, let shippedLink, shippedLink != link {
                     throw LedgerError(.chainMismatch, "the fleet store holds a different event \(e.seq): this ledger's history was rewritten after it was shipped", seq: e.seq)
                 }
-                if case .outcome(let outcome) = Reducer.replay(&state, e.event, seq: e.seq),
-                   let change = Projector.ownedChange(e, outcome: outcome, state: state) {
-                    history.apply(change)
-                }
                 if e.seq > shipped {
                     events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
                 }
                 return true
-            }
+            }, after: { _, _, _ in true })
             let last = expected - 1
             if last < shipped {
                 throw LedgerError(.chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped", seq: last + 1)
             }
             return Shipment(events: events, lastSeq: last, lastLink: previous,
-                            projections: Projector.rows(state: state, history: history))
+                            projections: Projector.rows(state: replay.state, history: replay.history!))
         }
     }
 }

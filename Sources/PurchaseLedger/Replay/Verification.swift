@@ -89,8 +89,7 @@ private struct Verifier {
     /// Walks the log once: decoding, sequence, chain and rules. Returns the replayed state and
     /// whether it can be trusted for the projection check (no event was lost on the way).
     private mutating func checkLog(_ db: Database) throws -> (LedgerState, Projector.HistoryCollector, Bool) {
-        var state = LedgerState()
-        var history = Projector.HistoryCollector()
+        var replay = LogReplay(collectingHistory: true)
         var expected: Int64 = 1
         var previous: [UInt8]? = HashChain.genesis
         var chainReported = false
@@ -98,19 +97,19 @@ private struct Verifier {
         let total = try EventStore.lastSeq(db)
         var me = self
         defer { self = me }
-        try EventStore.scan(db, integrity: true, onCorrupt: { error in
+        try replay.run(db, integrity: true, onCorrupt: { error in
             lost = true
             previous = nil
             try me.problem(.corruptData, error.seq, error.message)
-        }) { entry in
-            let e = entry.event
+        }, before: { step, state in
+            let (e, entry) = (step.event, step.entry)
             if e.seq != expected {
                 lost = true
                 let message = e.seq > expected
                     ? (e.seq - 1 == expected ? "event \(expected) is missing" : "events \(expected)...\(e.seq - 1) are missing")
                     : "event \(e.seq) appears again or out of order after \(expected - 1)"
                 try me.problem(.sequence, min(e.seq, expected), message)
-                if e.seq < expected { return true }
+                if e.seq < expected { return false }
             }
             expected = e.seq + 1
             me.report.eventsChecked += 1
@@ -135,25 +134,32 @@ private struct Verifier {
                 previous = stored
             }
             if stored != nil { chainReported = false }
-
-            // The rules: the same reducer, and the outcome must be what was recorded.
-            if !lost {
-                try me.checkRules(e, state: &state, history: &history)
-            }
             if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
+
+            // The rules: the same reducer, and the outcome must be what was recorded. Once an
+            // event is lost, the state after it is unknown: the rules are not checked any more.
+            guard !lost else { return false }
+            try me.checkBefore(e, state: state)
             return true
-        }
-        return (state, history, !lost)
+        }, after: { step, replayed, state in
+            try me.checkAfter(step.event, replayed, state: state)
+            return true
+        })
+        return (replay.state, replay.history!, !lost)
     }
 
-    private mutating func checkRules(_ e: RecordedEvent, state: inout LedgerState, history: inout Projector.HistoryCollector) throws {
+    /// What the rules say of an event before it is applied.
+    private mutating func checkBefore(_ e: RecordedEvent, state: LedgerState) throws {
         if e.appendedByLedger, case .downloadCancelled(_, .transactionFinished) = e.event.body {} else if e.appendedByLedger {
             try problem(.rules, e.seq, "marked as appended by the ledger, but is not an automatic cancellation")
         }
         if case .transactionFinished = e.event.body, Reducer.plan(state, e.event).count > 1 {
             try problem(.rules, e.seq, "this finish left downloads running without the cancellations the ledger appends", rule: nil)
         }
-        let replayed = Reducer.replay(&state, e.event, seq: e.seq)
+    }
+
+    /// What the reducer made of an event, against what was recorded.
+    private mutating func checkAfter(_ e: RecordedEvent, _ replayed: Reducer.Replayed, state: LedgerState) throws {
         let version = state.streamVersion(of: e.event.body)
         if version != e.version {
             try problem(.rules, e.seq, "stored as version \(e.version) of stream \(e.stream), but it is version \(version)")
@@ -162,7 +168,6 @@ private struct Verifier {
             if case .refused(let error) = replayed { try problem(.rules, e.seq, "this event does not fit the ledger: \(error.message)") }
             return
         }
-        if let change = Projector.ownedChange(e, outcome: outcome, state: state) { history.apply(change) }
         switch outcome {
         case .ignored:
             try problem(.rules, e.seq, "an identical repeat of a command was stored; repeats store nothing")

@@ -172,16 +172,18 @@ extension Ledger {
     /// The timelines of several transactions, in one pass over the log.
     public func timelines(transactions ids: Set<String>) throws -> [String: [TimelineEntry]] {
         let ids = Set(ids.map(Identifier.normalize))
-        var state = LedgerState()
         var result: [String: [TimelineEntry]] = [:]
-        try forEachEvent { e in
-            Reducer.replay(&state, e.event, seq: e.seq)
-            let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
-            if let owner, ids.contains(owner) {
-                let t = state.transactions[owner]
-                result[owner, default: []].append(TimelineEntry(event: e, transaction: t, downloads: (t?.downloads ?? []).compactMap { state.downloads[$0] }))
+        var replay = LogReplay()
+        try read { db in
+            try replay.run(db) { step, _, state in
+                let e = step.event
+                let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
+                if let owner, ids.contains(owner) {
+                    let t = state.transactions[owner]
+                    result[owner, default: []].append(TimelineEntry(event: e, transaction: t, downloads: (t?.downloads ?? []).compactMap { state.downloads[$0] }))
+                }
+                return true
             }
-            return true
         }
         return result
     }

@@ -1,0 +1,76 @@
+import GRDB
+
+/// The one loop that folds the stored log into a state with the reducer. Loading a state (from a
+/// snapshot on), time travel, catching up with another process, rebuilding projections,
+/// verification, shipping, the observer replay and timelines all go through it, so "replay the
+/// log" means one thing everywhere.
+///
+/// ```swift
+/// var replay = LogReplay(collectingHistory: true)
+/// try replay.run(db)                      // the whole log
+/// Projector.rows(state: replay.state, history: replay.history!)
+/// ```
+struct LogReplay {
+    /// The state after the last event replayed (its `seq` says which).
+    var state: LedgerState
+    /// The owned-content history as the projections keep it, when asked for at init.
+    var history: Projector.HistoryCollector?
+
+    /// Replays from `state` on (an empty state: from the first event). With `collectingHistory`,
+    /// ``history`` gathers what the owned-content history projection holds.
+    init(from state: LedgerState = LedgerState(), collectingHistory: Bool = false) {
+        self.state = state
+        history = collectingHistory ? Projector.HistoryCollector() : nil
+    }
+
+    /// One stored event as the loop hands it over.
+    struct Step {
+        /// The event, and with `integrity`, its payload bytes and stored link.
+        var entry: EventStore.Entry
+        var event: RecordedEvent { entry.event }
+    }
+
+    /// Replays the stored events after `state.seq` through `last`: ``run(_:through:integrity:onCorrupt:before:after:)``
+    /// with nothing to see on the way.
+    mutating func run(_ db: Database, through last: Int64 = .max, onCorrupt: ((LedgerError) throws -> Void)? = nil) throws {
+        try run(db, through: last, onCorrupt: onCorrupt) { _, _, _ in true }
+    }
+
+    /// Brings `state` forward to `last` (or the end): the events after `state.seq`, replayed in
+    /// place. On a throw, `state` holds the events replayed before it.
+    static func advance(_ state: inout LedgerState, _ db: Database, through last: Int64 = .max,
+                        onCorrupt: ((LedgerError) throws -> Void)? = nil) throws {
+        var replay = LogReplay()
+        swap(&replay.state, &state)  // the state stays uniquely referenced, so it is changed in place
+        defer { swap(&replay.state, &state) }
+        try replay.run(db, through: last, onCorrupt: onCorrupt)
+    }
+
+    /// Replays the stored events after `state.seq` through `last`, in log order, streaming.
+    ///
+    /// - `integrity`: also hand over each event's payload bytes and stored link (verification,
+    ///   shipping).
+    /// - `onCorrupt`: damage found in a block or row; without it, damage throws
+    ///   ``LedgerError/Code/corruptData`` naming the seq.
+    /// - `before`: sees each event and the state before it; return false to leave the event out
+    ///   of the state (verification does, once an event was lost).
+    /// - `after`: sees each event applied, what the reducer made of it, and the state after it;
+    ///   return false to stop.
+    mutating func run(_ db: Database, through last: Int64 = .max, integrity: Bool = false,
+                      onCorrupt: ((LedgerError) throws -> Void)? = nil,
+                      before: (Step, LedgerState) throws -> Bool = { _, _ in true },
+                      after: (Step, Reducer.Replayed, LedgerState) throws -> Bool) throws {
+        guard state.seq < last else { return }
+        try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, onCorrupt: onCorrupt) { entry in
+            let step = Step(entry: entry)
+            guard try before(step, state) else { return true }
+            let e = entry.event
+            let replayed = Reducer.replay(&state, e.event, seq: e.seq)
+            if history != nil, case .outcome(let outcome) = replayed,
+               let change = Projector.ownedChange(e, outcome: outcome, state: state) {
+                history!.apply(change)
+            }
+            return try after(step, replayed, state)
+        }
+    }
+}

@@ -103,8 +103,8 @@ import Testing
     /// The page cache stays within its limit by dropping the least recently used pages.
     @Test func thePageCacheDropsTheLeastRecentlyUsedPages() {
         let cache = SnapshotPageCache(limit: 4)
-        func page(_ name: String) -> RecordPage<TransactionRecord> {
-            RecordPage(address: Array(name.utf8), rawSize: 0, firstID: name, count: 0, storage: .decoded([]))
+        func page(_ name: String) -> StoredRecordPage<TransactionRecord> {
+            StoredRecordPage(address: Array(name.utf8), rawSize: 0, firstID: name, count: 0, storage: .decoded([]))
         }
         var loads: [String] = []
         func get(_ name: String) -> String {

@@ -1,5 +1,3 @@
-import Dispatch
-
 /// The transactions or downloads of a ``LedgerState``, by id: reads like a dictionary, iterates in
 /// id order.
 ///
@@ -164,8 +162,8 @@ extension RecordMap: CustomStringConvertible {
     }
 }
 
-/// The records of one kind as of a snapshot: pages sorted by id, each covering the ids from its
-/// first one up to the next page's.
+/// The records of one kind shared by every state rebuilt from the same snapshot: pages sorted by
+/// id, each covering the ids from its first one up to the next page's.
 final class RecordPages<Value: Sendable>: Sendable {
     let pages: [RecordPage<Value>]
     let firstIDs: [String]
@@ -193,51 +191,30 @@ final class RecordPages<Value: Sendable>: Sendable {
     }
 }
 
-/// One page of records: kept as stored (compressed) and decoded the first time it is read, or
-/// built from records already in memory.
-final class RecordPage<Value: Sendable>: Sendable {
-    /// The SHA-256 of the stored bytes: the page's key in `snapshot_pages`.
-    let address: [UInt8]
-    let rawSize: Int
+/// A run of records sorted by id, shared by every state that holds it. The layer that stores
+/// records in pages subclasses it to read them on first use (`StoredRecordPage`, for snapshots);
+/// nothing here knows how pages are stored.
+class RecordPage<Value: Sendable>: @unchecked Sendable {  // unchecked: immutable here; subclasses guard their own state
     let firstID: String
     let count: Int
-    private let storage: Locked<Storage>
+    private let held: [(key: String, value: Value)]
 
-    enum Storage {
-        case encoded([UInt8], @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: Value)])
-        case decoded([(key: String, value: Value)])
+    /// A page of records already in memory, sorted by id.
+    init(records: [(key: String, value: Value)]) {
+        firstID = records.first?.key ?? ""
+        count = records.count
+        held = records
     }
 
-    init(address: [UInt8], rawSize: Int, firstID: String, count: Int, storage: Storage) {
-        self.address = address
-        self.rawSize = rawSize
+    /// For a subclass that supplies ``records`` itself, later.
+    init(firstID: String, count: Int) {
         self.firstID = firstID
         self.count = count
-        self.storage = Locked(storage)
+        held = []
     }
 
     /// The records, sorted by id.
-    var records: [(key: String, value: Value)] {
-        storage.withLock { storage in
-            switch storage {
-            case .decoded(let records):
-                return records
-            case .encoded(let compressed, let decode):
-                // The stored bytes were checked against `address` when the snapshot was loaded, so
-                // a page that fails here was written wrong: a bug, not damage.
-                let records: [(key: String, value: Value)]
-                do {
-                    let raw = try compressed.withUnsafeBytes { try LZ4.decompress($0, originalSize: rawSize) }
-                    records = try raw.withUnsafeBytes { try decode($0) }
-                } catch {
-                    fatalError("a snapshot page that matched its SHA-256 does not decode (\(error)); please report this")
-                }
-                precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
-                storage = .decoded(records)
-                return records
-            }
-        }
-    }
+    var records: [(key: String, value: Value)] { held }
 
     func value(for id: String) -> Value? {
         let records = self.records
@@ -249,105 +226,5 @@ final class RecordPage<Value: Sendable>: Sendable {
             if key < id { low = mid + 1 } else { high = mid }
         }
         return nil
-    }
-}
-
-/// Transaction and download pages already loaded, by address, so loading another snapshot that
-/// shares them (consecutive snapshots share most pages) neither reads, checks nor decodes them
-/// again. A page's bytes never change under its address, so nothing here goes stale. Bounded:
-/// past `limit` pages, the least recently used half is dropped.
-final class SnapshotPageCache: Sendable {
-    private struct Entry<V: Sendable> {
-        var page: RecordPage<V>
-        var used: UInt64
-    }
-
-    private struct Pages {
-        var transactions: [[UInt8]: Entry<TransactionRecord>] = [:]
-        var downloads: [[UInt8]: Entry<DownloadRecord>] = [:]
-        var clock: UInt64 = 0
-        var count: Int { transactions.count + downloads.count }
-
-        mutating func tick() -> UInt64 {
-            clock += 1
-            return clock
-        }
-
-        /// Drops the least recently used pages until at most `keep` remain, and returns them.
-        mutating func shrink(to keep: Int) -> Dropped {
-            guard count > keep else { return Dropped() }
-            let uses = (transactions.values.map(\.used) + downloads.values.map(\.used)).sorted(by: >)
-            let cutoff = uses[keep]
-            let dropped = Dropped(transactions: transactions.values.filter { $0.used <= cutoff }.map(\.page),
-                                  downloads: downloads.values.filter { $0.used <= cutoff }.map(\.page))
-            transactions = transactions.filter { $0.value.used > cutoff }
-            downloads = downloads.filter { $0.value.used > cutoff }
-            return dropped
-        }
-    }
-
-    /// Pages dropped from the cache. Freeing a decoded page frees its records one by one, which
-    /// for half the cache takes long enough to show in the call that dropped them; so they are
-    /// released on a background queue instead.
-    private struct Dropped: Sendable {
-        var transactions: [RecordPage<TransactionRecord>] = []
-        var downloads: [RecordPage<DownloadRecord>] = []
-
-        consuming func releaseInBackground() {
-            guard !transactions.isEmpty || !downloads.isEmpty else { return }
-            let pages = self
-            DispatchQueue.global(qos: .utility).async { withExtendedLifetime(pages) {} }
-        }
-    }
-
-    private let pages = Locked(Pages())
-    let limit: Int
-
-    init(limit: Int = 4096) {
-        self.limit = limit
-    }
-
-    /// How many pages are cached.
-    var count: Int { pages.withLock { $0.count } }
-
-    func transactionPage(_ address: [UInt8], load: () throws -> RecordPage<TransactionRecord>) rethrows -> RecordPage<TransactionRecord> {
-        try page(address, \.transactions, load)
-    }
-
-    func downloadPage(_ address: [UInt8], load: () throws -> RecordPage<DownloadRecord>) rethrows -> RecordPage<DownloadRecord> {
-        try page(address, \.downloads, load)
-    }
-
-    /// Keeps the pages `state` holds its records in (say, those a snapshot just wrote), so a
-    /// state loaded from that snapshot later finds them here.
-    func remember(_ state: LedgerState) {
-        pages.withLock { p -> Dropped in
-            let now = p.tick()
-            for page in state.transactions.base?.pages ?? [] {
-                p.transactions[page.address, default: Entry(page: page, used: now)].used = now
-            }
-            for page in state.downloads.base?.pages ?? [] {
-                p.downloads[page.address, default: Entry(page: page, used: now)].used = now
-            }
-            return p.count > limit ? p.shrink(to: limit / 2) : Dropped()
-        }.releaseInBackground()
-    }
-
-    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: Entry<V>]>,
-                         _ load: () throws -> RecordPage<V>) rethrows -> RecordPage<V> {
-        let cached = pages.withLock { p -> RecordPage<V>? in
-            let now = p.tick()
-            guard let page = p[keyPath: kind][address]?.page else { return nil }
-            p[keyPath: kind][address]!.used = now
-            return page
-        }
-        if let cached { return cached }
-        let page = try load()
-        pages.withLock { p -> Dropped in
-            let dropped = p.count >= limit ? p.shrink(to: limit / 2) : Dropped()
-            p[keyPath: kind][address] = Entry(page: page, used: p.tick())
-            return dropped
-        }.releaseInBackground()
-        return page
     }
 }

@@ -71,17 +71,17 @@ enum SnapshotCodec {
                 manifest.lengthPrefixed(e.firstKey)
             }
         }
-        var transactions: RecordPages<TransactionRecord>?
-        var downloads: RecordPages<DownloadRecord>?
+        var transactions: [StoredRecordPage<TransactionRecord>] = []
+        var downloads: [StoredRecordPage<DownloadRecord>] = []
         for kind in Kind.allCases {
             switch kind {
             case .transactions:
                 let pages = try paged(s.transactions, write: transaction, decode: decodeTransactions, stored: stored, new: &newPages)
-                list(pages.pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
                 transactions = pages
             case .downloads:
                 let pages = try paged(s.downloads, write: download, decode: decodeDownloads, stored: stored, new: &newPages)
-                list(pages.pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
                 downloads = pages
             default:
                 var entries: [PageEntry] = []
@@ -93,7 +93,7 @@ enum SnapshotCodec {
                 list(entries)
             }
         }
-        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions!, downloads: downloads!)
+        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: RecordPages(transactions), downloads: RecordPages(downloads))
     }
 
     /// The records of a small kind, each with its key and how to write it.
@@ -171,14 +171,14 @@ enum SnapshotCodec {
     /// that are still stored) as they are, and new pages for the rest.
     private static func paged<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
                                  decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-                                 stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]) throws -> RecordPages<V> {
-        var out: [RecordPage<V>] = []
+                                 stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]) throws -> [StoredRecordPage<V>] {
+        var out: [StoredRecordPage<V>] = []
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
             for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.value, &w) }) {
                 let page = try store(raw)
                 new.append(page)
-                out.append(RecordPage(address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
+                out.append(StoredRecordPage(address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
                                       storage: .decoded(Array(records[offset..<(offset + count)]))))
                 offset += count
             }
@@ -189,7 +189,7 @@ enum SnapshotCodec {
             map.forEachUnordered { all.append(($0, $1)) }
             all.sort { $0.key < $1.key }
             try emit(all)
-            return RecordPages(out)
+            return out
         }
         var changedByPage: [Int: [(key: String, value: V)]] = [:]
         for (key, value) in map.changes { changedByPage[base.pageIndex(for: key.id), default: []].append((key.id, value)) }
@@ -197,8 +197,8 @@ enum SnapshotCodec {
         for key in map.removed { removedByPage.insert(base.pageIndex(for: key.id)) }
         for (i, page) in base.pages.enumerated() {
             let changed = changedByPage[i]
-            if changed == nil && !removedByPage.contains(i), try stored(page.address) {
-                out.append(page)
+            if changed == nil && !removedByPage.contains(i), let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+                out.append(kept)
                 continue
             }
             var merged = page.records.filter { map.changes[RecordKey($0.key)] == nil && !map.removed.contains(RecordKey($0.key)) }
@@ -206,7 +206,7 @@ enum SnapshotCodec {
             merged.sort { $0.key < $1.key }
             try emit(merged)
         }
-        return RecordPages(out)
+        return out
     }
 
     static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
@@ -275,10 +275,10 @@ enum SnapshotCodec {
         /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is
         /// escaping only so that it may be called with a closure reading the non-escaping `fetch`.)
         func pages<V>(_ entries: [PageEntry], _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-                      _ cached: @escaping ([UInt8], () throws -> RecordPage<V>) throws -> RecordPage<V>) throws -> RecordPages<V> {
+                      _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>) throws -> RecordPages<V> {
             RecordPages(try entries.map { e in
                 let page = try cached(e.address) {
-                    RecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
+                    StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
                 }
                 guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
                 return page

@@ -1,0 +1,148 @@
+import Dispatch
+
+/// A page of transaction or download records as a snapshot stores it: LZ4-compressed, addressed
+/// by the SHA-256 of the stored bytes, and decoded the first time one of its records is read. A
+/// page the snapshot writer just built keeps the records it was built from.
+final class StoredRecordPage<Value: Sendable>: RecordPage<Value>, @unchecked Sendable {  // unchecked: `storage` is locked
+    /// The SHA-256 of the stored bytes: the page's key in `snapshot_pages`.
+    let address: [UInt8]
+    /// The size of the page before compression.
+    let rawSize: Int
+    private let storage: Locked<Storage>
+
+    enum Storage {
+        /// The stored (compressed) bytes, already checked against `address`, and the decoder.
+        case encoded([UInt8], @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: Value)])
+        case decoded([(key: String, value: Value)])
+    }
+
+    init(address: [UInt8], rawSize: Int, firstID: String, count: Int, storage: Storage) {
+        self.address = address
+        self.rawSize = rawSize
+        self.storage = Locked(storage)
+        super.init(firstID: firstID, count: count)
+    }
+
+    override var records: [(key: String, value: Value)] {
+        storage.withLock { storage in
+            switch storage {
+            case .decoded(let records):
+                return records
+            case .encoded(let compressed, let decode):
+                // The bytes matched `address` when the snapshot was loaded, so they are the bytes
+                // the snapshot writer made: a page that does not decode here is a bug in that
+                // writer (the codec's tests guard it), not damage, and there is no state to give.
+                let records: [(key: String, value: Value)]
+                do {
+                    let raw = try compressed.withUnsafeBytes { try LZ4.decompress($0, originalSize: rawSize) }
+                    records = try raw.withUnsafeBytes { try decode($0) }
+                } catch {
+                    preconditionFailure("a snapshot page that matched its SHA-256 does not decode (\(error)); please report this")
+                }
+                precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
+                storage = .decoded(records)
+                return records
+            }
+        }
+    }
+}
+
+/// Transaction and download pages already loaded, by address, so loading another snapshot that
+/// shares them (consecutive snapshots share most pages) neither reads, checks nor decodes them
+/// again. A page's bytes never change under its address, so nothing here goes stale. Bounded:
+/// past `limit` pages, the least recently used half is dropped.
+final class SnapshotPageCache: Sendable {
+    private struct Entry<V: Sendable> {
+        var page: StoredRecordPage<V>
+        var used: UInt64
+    }
+
+    private struct Pages {
+        var transactions: [[UInt8]: Entry<TransactionRecord>] = [:]
+        var downloads: [[UInt8]: Entry<DownloadRecord>] = [:]
+        var clock: UInt64 = 0
+        var count: Int { transactions.count + downloads.count }
+
+        mutating func tick() -> UInt64 {
+            clock += 1
+            return clock
+        }
+
+        /// Drops the least recently used pages until at most `keep` remain, and returns them.
+        mutating func shrink(to keep: Int) -> Dropped {
+            guard count > keep else { return Dropped() }
+            let uses = (transactions.values.map(\.used) + downloads.values.map(\.used)).sorted(by: >)
+            let cutoff = uses[keep]
+            let dropped = Dropped(transactions: transactions.values.filter { $0.used <= cutoff }.map(\.page),
+                                  downloads: downloads.values.filter { $0.used <= cutoff }.map(\.page))
+            transactions = transactions.filter { $0.value.used > cutoff }
+            downloads = downloads.filter { $0.value.used > cutoff }
+            return dropped
+        }
+    }
+
+    /// Pages dropped from the cache. Freeing a decoded page frees its records one by one, which
+    /// for half the cache takes long enough to show in the call that dropped them; so they are
+    /// released on a background queue instead.
+    private struct Dropped: Sendable {
+        var transactions: [StoredRecordPage<TransactionRecord>] = []
+        var downloads: [StoredRecordPage<DownloadRecord>] = []
+
+        consuming func releaseInBackground() {
+            guard !transactions.isEmpty || !downloads.isEmpty else { return }
+            let pages = self
+            DispatchQueue.global(qos: .utility).async { withExtendedLifetime(pages) {} }
+        }
+    }
+
+    private let pages = Locked(Pages())
+    let limit: Int
+
+    init(limit: Int = 4096) {
+        self.limit = limit
+    }
+
+    /// How many pages are cached.
+    var count: Int { pages.withLock { $0.count } }
+
+    func transactionPage(_ address: [UInt8], load: () throws -> StoredRecordPage<TransactionRecord>) rethrows -> StoredRecordPage<TransactionRecord> {
+        try page(address, \.transactions, load)
+    }
+
+    func downloadPage(_ address: [UInt8], load: () throws -> StoredRecordPage<DownloadRecord>) rethrows -> StoredRecordPage<DownloadRecord> {
+        try page(address, \.downloads, load)
+    }
+
+    /// Keeps the pages `state` holds its records in (say, those a snapshot just wrote), so a
+    /// state loaded from that snapshot later finds them here.
+    func remember(_ state: LedgerState) {
+        pages.withLock { p -> Dropped in
+            let now = p.tick()
+            for case let page as StoredRecordPage<TransactionRecord> in state.transactions.base?.pages ?? [] {
+                p.transactions[page.address, default: Entry(page: page, used: now)].used = now
+            }
+            for case let page as StoredRecordPage<DownloadRecord> in state.downloads.base?.pages ?? [] {
+                p.downloads[page.address, default: Entry(page: page, used: now)].used = now
+            }
+            return p.count > limit ? p.shrink(to: limit / 2) : Dropped()
+        }.releaseInBackground()
+    }
+
+    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: Entry<V>]>,
+                         _ load: () throws -> StoredRecordPage<V>) rethrows -> StoredRecordPage<V> {
+        let cached = pages.withLock { p -> StoredRecordPage<V>? in
+            let now = p.tick()
+            guard let page = p[keyPath: kind][address]?.page else { return nil }
+            p[keyPath: kind][address]!.used = now
+            return page
+        }
+        if let cached { return cached }
+        let page = try load()
+        pages.withLock { p -> Dropped in
+            let dropped = p.count >= limit ? p.shrink(to: limit / 2) : Dropped()
+            p[keyPath: kind][address] = Entry(page: page, used: p.tick())
+            return dropped
+        }.releaseInBackground()
+        return page
+    }
+}

@@ -50,10 +50,19 @@ public enum Reducer {
 
     /// Applies one event. Throws, leaving `state` untouched, when a command breaks a rule or the
     /// event is malformed (it names an unknown transaction or download).
+    ///
+    /// The rules themselves do not ask what kind of event broke them: each throws
+    /// ``LedgerError/Code/ruleViolation`` before changing anything, and this is the one place that
+    /// decides what a broken rule means. A command (``EventType/isCommand``) is the app's decision,
+    /// so it is refused; an observation is what the store reported and is never lost, so it is
+    /// stored as an anomaly flagged with the rule.
     public static func reduce(_ state: inout LedgerState, _ event: Event) throws(LedgerError) -> Outcome {
-        let outcome = try decide(&state, event)
-        if case .anomaly = outcome { state.anomalies += 1 }
-        return outcome
+        do {
+            return try decide(&state, event)
+        } catch where error.code == .ruleViolation && !event.type.isCommand {
+            state.anomalies += 1
+            return .anomaly(error.rule!)
+        }
     }
 
     /// Applies a stored event during a replay; never fails, whatever the log holds. A stored
@@ -95,7 +104,9 @@ public enum Reducer {
             return .applied
 
         case .contentVersionPublished(let product, let content, let version):
-            guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
+            guard s.products[product] != nil else {
+                throw .violation(.unknownProduct, "product \(product) was never registered", e)
+            }
             let key = ContentKey(product: product, content: content)
             if let latest = s.publishedVersions[key], !version.isNewer(than: latest) { return .unchanged }
             s.publishedVersions[key] = version
@@ -126,7 +137,8 @@ public enum Reducer {
                 }
                 return .applied
             case .deferred: return .unchanged
-            default: return .anomaly(.illegalTransactionTransition)
+            case .purchased, .failed, .restored:
+                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(state.rawValue); only a purchasing transaction can be deferred", e)
             }
 
         case .transactionPurchased(let t, let product, let user, let storeID, let specs):
@@ -134,8 +146,10 @@ public enum Reducer {
                 guard let product else {
                     throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
                 }
-                guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
-                if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+                guard s.products[product] != nil else {
+                    throw .violation(.unknownProduct, "product \(product) was never registered", e)
+                }
+                try checkNewDownloads(s, specs, e)
                 var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .purchased)
                 created.storeTransactionId = storeID
                 created.purchasedAt = e.at
@@ -144,11 +158,15 @@ public enum Reducer {
                 s.owners[product, default: 0] += 1
                 return .applied
             }
-            if let product, product != record.product { return .anomaly(.duplicateTransaction) }
-            if let user, let recorded = record.user, user != recorded { return .anomaly(.duplicateTransaction) }
+            if let product, product != record.product {
+                throw .violation(.duplicateTransaction, "transaction \(t) is for product \(record.product), not \(product)", e)
+            }
+            if let user, let recorded = record.user, user != recorded {
+                throw .violation(.duplicateTransaction, "transaction \(t) is user \(recorded)'s, not \(user)'s", e)
+            }
             switch record.state {
             case .purchasing, .deferred:
-                if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+                try checkNewDownloads(s, specs, e)
                 let (owned, revoked) = (record.product, record.revoked)
                 _ = consume record  // so the record below is changed in place, not copied
                 s.transactions.update(t) { record in
@@ -162,11 +180,11 @@ public enum Reducer {
                 return .applied
             case .purchased:
                 guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []) else {
-                    return .anomaly(.duplicateTransaction)
+                    throw .violation(.duplicateTransaction, "transaction \(t) was already purchased with another store id or other downloads", e)
                 }
                 return .unchanged
             case .failed, .restored:
-                return .anomaly(.illegalTransactionTransition)
+                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchasing or deferred transaction can be purchased", e)
             }
 
         case .transactionFailed(let t, let error):
@@ -181,7 +199,8 @@ public enum Reducer {
                 }
                 return .applied
             case .failed where record.error == error: return .unchanged
-            default: return .anomaly(.illegalTransactionTransition)
+            case .failed, .purchased, .restored:
+                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchasing or deferred transaction can fail", e)
             }
 
         case .transactionRestored(let t, let original, let product, let user, let storeID, let specs):
@@ -189,10 +208,15 @@ public enum Reducer {
                 let same = record.state == .restored && record.originalTransaction == original && record.product == product
                     && (user == nil || user == record.user) && storeID == record.storeTransactionId
                     && delivered(s, record) == (specs ?? [])
-                return same ? .unchanged : .anomaly(.duplicateTransaction)
+                guard same else {
+                    throw .violation(.duplicateTransaction, "transaction \(t) is already in the ledger, and not as this restore", e)
+                }
+                return .unchanged
             }
-            guard s.products[product] != nil else { return .anomaly(.unknownProduct) }
-            if let rule = downloadConflict(s, specs ?? []) { return .anomaly(rule) }
+            guard s.products[product] != nil else {
+                throw .violation(.unknownProduct, "product \(product) was never registered", e)
+            }
+            try checkNewDownloads(s, specs, e)
             var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .restored)
             created.originalTransaction = original
             created.storeTransactionId = storeID
@@ -204,9 +228,14 @@ public enum Reducer {
 
         case .transactionRevoked(let t, let reason):
             let record = try transaction(s, t, e)
-            guard record.state == .purchased || record.state == .restored else { return .anomaly(.illegalTransactionTransition) }
+            guard record.state == .purchased || record.state == .restored else {
+                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchased or restored transaction can be revoked", e)
+            }
             if record.revoked {
-                return record.revocationReason == reason ? .unchanged : .anomaly(.illegalTransactionTransition)
+                guard record.revocationReason == reason else {
+                    throw .violation(.illegalTransactionTransition, "transaction \(t) was already revoked for another reason", e)
+                }
+                return .unchanged
             }
             let product = record.product
             _ = consume record
@@ -246,18 +275,14 @@ public enum Reducer {
             return .applied
 
         case .downloadStarted(let d):
-            let (download, owner) = try downloadForCommand(s, d, e)
+            let (download, owner, to) = try downloadForTransition(s, d, e)
             if let owner, !owner.grantsOwnership {
                 throw .violation(.illegalDownloadTransition, "download \(d) belongs to transaction \(owner.transaction), which is \(owner.revoked ? "revoked" : owner.state.rawValue), not purchased or restored", e)
-            }
-            let startable = !download.started || download.state == .failed || download.state == .cancelled
-            guard startable else {
-                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a download never started, failed or cancelled can start", e)
             }
             _ = consume download
             s.downloads.update(d) { next in
                 next.started = true
-                next.state = .waiting
+                next.state = to
                 next.progress = 0
                 next.bytesWritten = nil
                 next.timeRemaining = nil
@@ -270,56 +295,34 @@ public enum Reducer {
             }
             return .applied
 
-        case .downloadPaused(let d):
-            let (download, _) = try downloadForCommand(s, d, e)
-            guard download.started, download.state == .waiting || download.state == .active else {
-                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a waiting (started) or active download can pause", e)
-            }
+        case .downloadPaused(let d), .downloadResumed(let d):
+            let (download, _, to) = try downloadForTransition(s, d, e)
             _ = consume download
             s.downloads.update(d) { next in
-                next.state = .paused
-                next.lastActivityAt = e.at
-            }
-            return .applied
-
-        case .downloadResumed(let d):
-            let (download, _) = try downloadForCommand(s, d, e)
-            guard download.state == .paused else {
-                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a paused download can resume", e)
-            }
-            _ = consume download
-            s.downloads.update(d) { next in
-                next.state = .waiting
+                next.state = to
                 next.lastActivityAt = e.at
             }
             return .applied
 
         case .downloadCancelled(let d, let reason):
-            let (download, _) = try downloadForCommand(s, d, e)
-            guard download.inFlight else {
-                throw .violation(.illegalDownloadTransition, "download \(d) is \(describe(download)); only a started, active or paused download can be cancelled", e)
-            }
+            let (download, _, to) = try downloadForTransition(s, d, e)
             _ = consume download
             s.downloads.update(d) { next in
-                next.state = .cancelled
+                next.state = to
                 next.cancelReason = reason
                 next.lastActivityAt = e.at
             }
             return .applied
 
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
-            let download = try downloadRecord(s, d, e)
-            if finishedOwner(s, download) { return .anomaly(.downloadAfterFinish) }
-            guard download.started, download.state == .waiting || download.state == .active else {
-                return .anomaly(.illegalDownloadTransition)
-            }
+            let (download, _, to) = try downloadForTransition(s, d, e)
             if download.state == .active, download.progress == progress, download.bytesWritten == bytes,
                download.timeRemaining == remaining {
                 return .unchanged
             }
             _ = consume download
             s.downloads.update(d) { next in
-                next.state = .active
+                next.state = to
                 next.progress = progress
                 next.bytesWritten = bytes
                 next.timeRemaining = remaining
@@ -328,14 +331,10 @@ public enum Reducer {
             return .applied
 
         case .downloadFinished(let d, let url):
-            let download = try downloadRecord(s, d, e)
-            if finishedOwner(s, download) { return .anomaly(.contentURLAfterFinish) }
-            guard download.started, download.state == .waiting || download.state == .active else {
-                return .anomaly(.illegalDownloadTransition)
-            }
+            let (download, _, to) = try downloadForTransition(s, d, e)
             _ = consume download
             s.downloads.update(d) { next in
-                next.state = .finished
+                next.state = to
                 next.progress = 1
                 next.timeRemaining = nil
                 next.contentURL = url
@@ -345,14 +344,10 @@ public enum Reducer {
             return .applied
 
         case .downloadFailed(let d, let error):
-            let download = try downloadRecord(s, d, e)
-            if finishedOwner(s, download) { return .anomaly(.downloadAfterFinish) }
-            guard download.started, download.state == .waiting || download.state == .active else {
-                return .anomaly(.illegalDownloadTransition)
-            }
+            let (download, _, to) = try downloadForTransition(s, d, e)
             _ = consume download
             s.downloads.update(d) { next in
-                next.state = .failed
+                next.state = to
                 next.error = error
                 next.timeRemaining = nil
                 next.lastActivityAt = e.at
@@ -399,7 +394,9 @@ public enum Reducer {
             return .applied
 
         case .restoreCompleted, .restoreFailed:
-            guard s.restoreInProgress else { return .anomaly(.noRestoreInProgress) }
+            guard s.restoreInProgress else {
+                throw .violation(.noRestoreInProgress, "no restore is running (restoreStarted was not recorded)", e)
+            }
             s.restoreInProgress = false
             return .applied
 
@@ -460,16 +457,27 @@ public enum Reducer {
         return record
     }
 
-    /// A download for a start / pause / resume / cancel: it must exist and its transaction must
-    /// not be finished (`downloadAfterFinish` comes before the state rules).
-    private static func downloadForCommand(_ s: LedgerState, _ d: String, _ e: Event) throws(LedgerError) -> (DownloadRecord, TransactionRecord?) {
+    /// A download for one of the transitions of ``DownloadMachine``: it must exist, its
+    /// transaction must not be finished (which breaks `downloadAfterFinish`, or for a finish
+    /// `contentURLAfterFinish`, before the state rules), and its phase must be one the table
+    /// allows for the event (else `illegalDownloadTransition`).
+    private static func downloadForTransition(_ s: LedgerState, _ d: String, _ e: Event) throws(LedgerError) -> (DownloadRecord, TransactionRecord?, to: DownloadStatus) {
         let download = try downloadRecord(s, d, e)
-        guard let t = download.transaction else { return (download, nil) }
-        let owner = s.transactions[t]
-        if owner?.finished == true {
-            throw .violation(.downloadAfterFinish, "transaction \(t) of download \(d) is finished; its downloads can no longer be started, paused, resumed or cancelled", e)
+        let owner = download.transaction.flatMap { s.transactions[$0] }
+        if let owner, owner.finished {
+            if e.type == .downloadFinished {
+                throw .violation(.contentURLAfterFinish, "transaction \(owner.transaction) of download \(d) is finished, so the content URL this finish reports is already gone", e)
+            }
+            throw .violation(.downloadAfterFinish, "transaction \(owner.transaction) of download \(d) is finished; its downloads can no longer be started, paused, resumed, cancelled or make progress", e)
         }
-        return (download, owner)
+        guard let transition = DownloadMachine.transition(e.type) else {
+            throw .malformed("\(e.type.name) is not a download transition", event: e)
+        }
+        let phase = DownloadMachine.Phase(download)
+        guard transition.from.contains(phase) else {
+            throw .violation(.illegalDownloadTransition, "download \(d) is \(phase.name); \(transition.requirement)", e)
+        }
+        return (download, owner, transition.to)
     }
 
     private static func finishedOwner(_ s: LedgerState, _ download: DownloadRecord) -> Bool {
@@ -477,13 +485,13 @@ public enum Reducer {
         return s.transactions[t]?.finished == true
     }
 
-    /// A purchase or restore whose downloads reuse an id already in the ledger, or repeat one.
-    private static func downloadConflict(_ s: LedgerState, _ specs: [DownloadSpec]) -> Rule? {
+    /// A purchase or restore whose downloads reuse an id already in the ledger, or repeat one,
+    /// breaks `duplicateDownload`.
+    private static func checkNewDownloads(_ s: LedgerState, _ specs: [DownloadSpec]?, _ e: Event) throws(LedgerError) {
         var seen = Set<String>()
-        for spec in specs where s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
-            return .duplicateDownload
+        for spec in specs ?? [] where s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
+            throw .violation(.duplicateDownload, "download id \(spec.download) is already in the ledger, or named twice", e)
         }
-        return nil
     }
 
     private static func deliver(_ s: inout LedgerState, _ t: String, _ specs: [DownloadSpec]) {

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/ensure-dependencies.sh --with-chromium --with-postgres
+# Formatting and lint first: a file that is not formatted fails here, before the long build.
+Tools/format.sh --check
 # The CLI and reliability tests run the built binaries, so build them first.
 swift build --product purchase-ledger
 swift build --product ledger-bench

@@ -174,8 +174,10 @@ struct AppendSession {
 
     /// Runs the rules on one input event (and on what the ledger appends before it), advancing
     /// the writer's state, seq and chain link. Throws the refusal with the input's `line`.
-    mutating func decide(_ given: Event, line: Int, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
-                         keep: ((RecordedEvent) -> Void)?) throws {
+    mutating func decide(
+        _ given: Event, line: Int, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
+        keep: ((RecordedEvent) -> Void)?
+    ) throws {
         let input = given.normalizingIDs()
         for event in Reducer.plan(w.state, input) {
             let outcome: Outcome
@@ -192,8 +194,9 @@ struct AppendSession {
             let seq = w.state.seq + 1
             let version = w.state.recordStreamEvent(event.body)
             w.state.seq = seq
-            let recorded = RecordedEvent(seq: seq, version: version, event: event, recordedAt: configuration.clock(),
-                                         anomaly: outcome.anomaly, appendedByLedger: event != input)
+            let recorded = RecordedEvent(
+                seq: seq, version: version, event: event, recordedAt: configuration.clock(),
+                anomaly: outcome.anomaly, appendedByLedger: event != input)
             let payload = FrameCodec.payload(event.body)
             let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
             try blocks.add(EventStore.Frame(recorded, payload: payload, link: link), db)
@@ -231,7 +234,8 @@ struct AppendSession {
     }
 
     func summary(lastSeq: Int64) -> ImportSummary {
-        ImportSummary(stored: stored, firstSeq: firstSeq, lastSeq: lastSeq, ignored: ignored, anomalies: anomalies,
-                      appendedByLedger: appendedByLedger, skippedLedgerAppended: 0)
+        ImportSummary(
+            stored: stored, firstSeq: firstSeq, lastSeq: lastSeq, ignored: ignored, anomalies: anomalies,
+            appendedByLedger: appendedByLedger, skippedLedgerAppended: 0)
     }
 }

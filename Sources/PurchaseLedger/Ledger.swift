@@ -178,8 +178,9 @@ public final class Ledger: Sendable {
             // through read(2).
             try db.execute(sql: "PRAGMA mmap_size = 1073741824")
         }
-        config.busyMode = .timeout(TimeInterval(configuration.busyTimeout.components.seconds)
-                                   + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
+        config.busyMode = .timeout(
+            TimeInterval(configuration.busyTimeout.components.seconds)
+                + TimeInterval(configuration.busyTimeout.components.attoseconds) / 1e18)
         return config
     }
 
@@ -263,7 +264,10 @@ public final class Ledger: Sendable {
                 throw LedgerError(.notALedger, "\(path) is an SQLite database but not a ledger")
             }
             if try migrator.hasBeenSuperseded(db) {
-                throw LedgerError(.schemaTooNew, "\(path) was written by a newer purchase-ledger (schema \(try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0), this version knows \(embeddedMigrations.count)); upgrade to read it")
+                throw LedgerError(
+                    .schemaTooNew,
+                    "\(path) was written by a newer purchase-ledger (schema \(try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0), this version knows \(embeddedMigrations.count)); upgrade to read it"
+                )
             }
             if configuration.readOnly, try !migrator.hasCompletedMigrations(db) {
                 throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
@@ -284,14 +288,16 @@ public final class Ledger: Sendable {
                 try db.execute(sql: "PRAGMA user_version = \(embeddedMigrations.count)")
                 let created = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil
                 if created {
-                    try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?)",
-                                   arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
+                    try db.execute(
+                        sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?)",
+                        arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
                 }
                 if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") == nil {
                     // Ledgers made before identities existed get theirs on the first writable open, and say so.
                     let origin = created ? "created" : "assigned on open at \(configuration.clock())"
-                    try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('ledger_id', ?), ('ledger_id_origin', ?)",
-                                   arguments: [UUID().uuidString.lowercased(), origin])
+                    try db.execute(
+                        sql: "INSERT INTO ledger_info (key, value) VALUES ('ledger_id', ?), ('ledger_id_origin', ?)",
+                        arguments: [UUID().uuidString.lowercased(), origin])
                 }
             }
         }
@@ -331,8 +337,10 @@ public final class Ledger: Sendable {
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
-    static func loadState(_ db: Database, upTo target: Int64, cache: SnapshotPageCache,
-                          damage: UnsafeMutablePointer<LedgerError?>? = nil) throws -> (LedgerState, [UInt8]) {
+    static func loadState(
+        _ db: Database, upTo target: Int64, cache: SnapshotPageCache,
+        damage: UnsafeMutablePointer<LedgerError?>? = nil
+    ) throws -> (LedgerState, [UInt8]) {
         var state = try Snapshots.latest(db, atOrBefore: target, cache: cache) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
         try LogReplay.advance(&state, db, through: target, onCorrupt: onCorrupt)

@@ -10,7 +10,9 @@ func inputReader(_ file: String?) throws -> JSONLinesReader {
 
 func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
     if json {
-        console.print(#"{"stored":\#(result.stored),"ignored":\#(result.ignored),"anomalies":\#(result.anomalies),"appendedByLedger":\#(result.appendedByLedger),"firstSeq":\#(result.firstSeq.map { String($0) } ?? "null"),"lastSeq":\#(result.lastSeq)}"#)
+        console.print(
+            #"{"stored":\#(result.stored),"ignored":\#(result.ignored),"anomalies":\#(result.anomalies),"appendedByLedger":\#(result.appendedByLedger),"firstSeq":\#(result.firstSeq.map { String($0) } ?? "null"),"lastSeq":\#(result.lastSeq)}"#
+        )
         return
     }
     var line = "stored \(result.stored) event\(result.stored == 1 ? "" : "s")"
@@ -124,7 +126,10 @@ struct ReplayCommand: ParsableCommand {
     @Option(help: "Replay through this seq.") var at: Int64?
     @Option(help: "Replay through the last event whose time is at or before this RFC 3339 time.") var until: String?
     @Flag(help: "Stop at the first anomaly.") var firstAnomaly = false
-    @Option(help: ArgumentHelp("Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.", valueName: "condition"))
+    @Option(
+        help: ArgumentHelp(
+            "Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.",
+            valueName: "condition"))
     var when: String?
     @Option(name: .customLong("transaction"), help: "Show only this transaction and its downloads (repeat for several).")
     var transactions: [String] = []
@@ -194,7 +199,8 @@ struct Condition {
         isTransaction = parts[0] == "transaction"
         id = String(parts[1][..<colon])
         state = String(parts[1][parts[1].index(after: colon)...])
-        let valid = isTransaction
+        let valid =
+            isTransaction
             ? TransactionStatus.allCases.map(\.rawValue) + ["finished", "revoked"]
             : DownloadStatus.allCases.map(\.rawValue)
         guard valid.contains(state) else {
@@ -222,13 +228,16 @@ func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger
     let owned = selection?.ownedContent ?? s.ownedContent
     var heading = "\(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content"
     if selection != nil { heading = "showing \(transactions.count) of \(s.transactions.count) transactions, \(downloads.count) of \(s.downloads.count) downloads" }
-    console.print(console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
+    console.print(
+        console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
     if !transactions.isEmpty {
         console.print("")
         var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]
         for t in transactions {
-            rows.append([t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
-                         t.revoked ? "yes" : "no", t.downloads.joined(separator: " ")])
+            rows.append([
+                t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
+                t.revoked ? "yes" : "no", t.downloads.joined(separator: " "),
+            ])
         }
         console.print(textTable(rows, console: console))
     }
@@ -237,10 +246,12 @@ func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger
         var rows = [["download", "transaction", "content", "version", "state", "progress", "copied out", "content URL"]]
         for d in downloads {
             let state = d.started ? d.state.rawValue : "waiting (not started)"
-            rows.append([d.download, d.transaction ?? "(standalone)", d.content ?? d.url ?? "-", d.contentVersion?.text ?? "-",
-                         state + (d.lost ? ", content lost" : "") + (d.discarded ? ", discarded" : ""),
-                         String(format: "%.0f%%", d.progress * 100), d.copiedOut ? (d.destination ?? "yes") : "no",
-                         s.contentURL(for: d.download) ?? "-"])
+            rows.append([
+                d.download, d.transaction ?? "(standalone)", d.content ?? d.url ?? "-", d.contentVersion?.text ?? "-",
+                state + (d.lost ? ", content lost" : "") + (d.discarded ? ", discarded" : ""),
+                String(format: "%.0f%%", d.progress * 100), d.copiedOut ? (d.destination ?? "yes") : "no",
+                s.contentURL(for: d.download) ?? "-",
+            ])
         }
         console.print(textTable(rows, console: console))
     }
@@ -248,8 +259,10 @@ func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger
         console.print("")
         var rows = [["product", "content", "version", "destination", "transaction", "update"]]
         for o in owned {
-            rows.append([o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
-                         s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-"])
+            rows.append([
+                o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
+                s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-",
+            ])
         }
         console.print(textTable(rows, console: console))
     }
@@ -390,8 +403,8 @@ struct TimelineCommand: ParsableCommand {
             case .transactionFinished(_, true): what += " (discardContent)"
             case .transactionRevoked(_, let reason): what += " (\(reason))"
             case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
-                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
-                 .contentRegistered:
+                .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
+                .contentRegistered:
                 break
             }
             var after = "-"
@@ -440,12 +453,17 @@ struct VerifyCommand: ParsableCommand {
         } else {
             for p in report.problems { console.print(console.red("problem: ") + p.description) }
             if report.isValid {
-                console.print(console.green("ok") + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, projections equal a fresh rebuild, SQLite integrity ok")
+                console.print(
+                    console.green("ok")
+                        + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, projections equal a fresh rebuild, SQLite integrity ok"
+                )
             }
             if !report.anomalies.isEmpty {
                 var byRule: [String: Int] = [:]
                 for a in report.anomalies { byRule[a.rule.name, default: 0] += 1 }
-                console.print("\(report.anomalies.count) anomal\(report.anomalies.count == 1 ? "y" : "ies") recorded: " + byRule.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+                console.print(
+                    "\(report.anomalies.count) anomal\(report.anomalies.count == 1 ? "y" : "ies") recorded: "
+                        + byRule.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
                 let shown = all ? report.anomalies : Array(report.anomalies.prefix(5))
                 for a in shown { console.print("  seq \(a.seq): \(a.rule.name)") }
                 if !all && report.anomalies.count > 5 { console.print("  ... (--all lists them all)") }
@@ -501,7 +519,8 @@ struct StatsCommand: ParsableCommand {
         if json {
             let counts = EventType.allCases.compactMap { t in s.countsByType[t].map { "\"\(t.name)\":\($0)" } }.joined(separator: ",")
             let anomalies = Rule.all.compactMap { r in s.anomaliesByRule[r].map { "\"\(r.name)\":\($0)" } }.joined(separator: ",")
-            console.print("""
+            console.print(
+                """
                 {"events":\(s.events),"countsByType":{\(counts)},"anomalies":\(s.anomalies),"anomaliesByRule":{\(anomalies)},"appendedByLedger":\(s.appendedByLedger),"fileBytes":\(s.fileBytes),"fileBytesPerEvent":\(String(format: "%.1f", s.fileBytesPerEvent)),"logBytesPerEvent":\(String(format: "%.1f", s.logBytesPerEvent)),"payloadBytesPerEvent":\(String(format: "%.1f", s.payloadBytesPerEvent)),"compressionRatio":\(String(format: "%.2f", s.compressionRatio)),"blocks":\(s.blocks),"tailEvents":\(s.tailEvents),"snapshots":\(s.snapshots),"snapshotBytes":\(s.snapshotBytes),"dictionaries":\(s.dictionaries)}
                 """)
             return
@@ -518,8 +537,9 @@ struct StatsCommand: ParsableCommand {
         }
         console.print("")
         console.print("file: \(s.fileBytes) bytes, \(String(format: "%.1f", s.fileBytesPerEvent)) bytes/event (log, projections, snapshots, indexes)")
-        console.print("log: \(String(format: "%.1f", s.logBytesPerEvent)) bytes/event stored, \(String(format: "%.1f", s.payloadBytesPerEvent)) bytes/event of binary payload; \(s.blocks) sealed blocks compressed \(String(format: "%.2f", s.compressionRatio))x, \(s.tailEvents) events in the open tail")
+        console.print(
+            "log: \(String(format: "%.1f", s.logBytesPerEvent)) bytes/event stored, \(String(format: "%.1f", s.payloadBytesPerEvent)) bytes/event of binary payload; \(s.blocks) sealed blocks compressed \(String(format: "%.2f", s.compressionRatio))x, \(s.tailEvents) events in the open tail"
+        )
         console.print("snapshots: \(s.snapshots) (\(s.snapshotBytes) bytes); dictionaries: \(s.dictionaries)")
     }
 }
-

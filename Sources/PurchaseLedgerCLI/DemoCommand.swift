@@ -71,11 +71,15 @@ struct DemoCommand: ParsableCommand {
         try run(TimelineCommand.self, [ledger, "--transaction", "t5"])
         heading("5. replay --at 49   (before the refund of t3: the atlas is still owned)")
         let early = try store.state(atSeq: 49)
-        console.print("  at seq 49, t3 is \(early.transactions["t3"]!.state.rawValue)\(early.transactions["t3"]!.revoked ? ", revoked" : ""); owned content: "
-                      + early.ownedContent.map { "\($0.content) \($0.contentVersion)" }.joined(separator: ", "))
+        console.print(
+            "  at seq 49, t3 is \(early.transactions["t3"]!.state.rawValue)\(early.transactions["t3"]!.revoked ? ", revoked" : ""); owned content: "
+                + early.ownedContent.map { "\($0.content) \($0.contentVersion)" }.joined(separator: ", "))
         let now = store.currentState
-        console.print("  now, t3 is revoked: \(now.transactions["t3"]!.revoked); owned content: "
-                      + now.ownedContent.map { "\($0.content) \($0.contentVersion)\(now.updateAvailable(for: ContentKey(product: $0.product, content: $0.content)) ? " (update available)" : "")" }.joined(separator: ", "))
+        console.print(
+            "  now, t3 is revoked: \(now.transactions["t3"]!.revoked); owned content: "
+                + now.ownedContent.map {
+                    "\($0.content) \($0.contentVersion)\(now.updateAvailable(for: ContentKey(product: $0.product, content: $0.content)) ? " (update available)" : "")"
+                }.joined(separator: ", "))
         heading("6. report --user u-alice")
         try run(ReportCommand.self, [ledger, "--user", "u-alice"])
         heading("7. verify")
@@ -102,71 +106,95 @@ enum DemoScenario {
 
     static let sessions: [(String, [String])] = [
         ("the catalog is registered", catalog),
-        ("alice buys Book One; a download pauses and resumes", [
-            #"{"type":"paymentQueued","at":"2024-03-01T09:00:00.000Z","transaction":"t1","product":"com.example.book1","user":"u-alice"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-01T09:00:05.000Z","transaction":"t1","storeTransactionId":"2000000001","downloads":[{"download":"t1-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t1-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
-            #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.500Z","download":"t1-d1"}"#,
-            #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.600Z","download":"t1-d2"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-01T09:00:07.000Z","download":"t1-d1","progress":0.5,"bytesWritten":524288,"timeRemaining":2.0}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-01T09:00:07.100Z","download":"t1-d2","progress":0.2,"bytesWritten":419430,"timeRemaining":8.0}"#,
-            #"{"type":"downloadPaused","at":"2024-03-01T09:00:08.000Z","download":"t1-d2"}"#,
-            #"{"type":"downloadFinished","at":"2024-03-01T09:00:09.000Z","download":"t1-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t1/book1-chapter1/Contents/"}"#,
-            #"{"type":"contentCopiedOut","at":"2024-03-01T09:00:09.200Z","download":"t1-d1","destination":"Documents/book1/chapter1","bytesCopied":1048576}"#,
-            #"{"type":"downloadResumed","at":"2024-03-01T09:01:00.000Z","download":"t1-d2"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-01T09:01:02.000Z","download":"t1-d2","progress":0.8,"bytesWritten":1677721,"timeRemaining":1.0}"#,
-            #"{"type":"downloadFinished","at":"2024-03-01T09:01:04.000Z","download":"t1-d2","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t1/book1-chapter2/Contents/"}"#,
-            #"{"type":"contentCopiedOut","at":"2024-03-01T09:01:04.300Z","download":"t1-d2","destination":"Documents/book1/chapter2","bytesCopied":2097152}"#,
-            #"{"type":"transactionFinished","at":"2024-03-01T09:01:04.500Z","transaction":"t1"}"#,
-        ]),
-        ("alice buys 5 x 100 coins; the store redelivers it at the next launch", [
-            #"{"type":"paymentQueued","at":"2024-03-01T10:00:00.000Z","transaction":"t2","product":"com.example.coins100","quantity":5,"user":"u-alice"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-01T10:00:03.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-01T10:05:00.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
-            #"{"type":"transactionFinished","at":"2024-03-01T10:05:00.200Z","transaction":"t2"}"#,
-        ]),
-        ("alice buys the atlas; the download fails and is retried", [
-            #"{"type":"paymentQueued","at":"2024-03-02T11:00:00.000Z","transaction":"t3","product":"com.example.atlas","user":"u-alice"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-02T11:00:04.000Z","transaction":"t3","storeTransactionId":"2000000003","downloads":[{"download":"t3-d1","content":"atlas-maps","contentVersion":"2.1","contentLength":52428800}]}"#,
-            #"{"type":"downloadStarted","at":"2024-03-02T11:00:04.500Z","download":"t3-d1"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-02T11:00:10.000Z","download":"t3-d1","progress":0.3,"bytesWritten":15728640,"timeRemaining":14.0}"#,
-            #"{"type":"downloadFailed","at":"2024-03-02T11:00:12.000Z","download":"t3-d1","error":{"domain":"NSURLErrorDomain","code":-1005,"message":"The network connection was lost."}}"#,
-            #"{"type":"downloadStarted","at":"2024-03-02T11:02:00.000Z","download":"t3-d1"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-02T11:02:20.000Z","download":"t3-d1","progress":0.9,"bytesWritten":47185920,"timeRemaining":2.0}"#,
-            #"{"type":"downloadFinished","at":"2024-03-02T11:02:23.000Z","download":"t3-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t3/atlas-maps/Contents/"}"#,
-            #"{"type":"contentCopiedOut","at":"2024-03-02T11:02:24.000Z","download":"t3-d1","destination":"Documents/atlas","bytesCopied":52428800}"#,
-            #"{"type":"transactionFinished","at":"2024-03-02T11:02:24.100Z","transaction":"t3"}"#,
-        ]),
-        ("bob asks to buy the season pass; a parent approves it the next day", [
-            #"{"type":"paymentQueued","at":"2024-03-02T18:00:00.000Z","transaction":"t4","product":"com.example.season","user":"u-bob"}"#,
-            #"{"type":"transactionDeferred","at":"2024-03-02T18:00:02.000Z","transaction":"t4"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-03T08:30:00.000Z","transaction":"t4","storeTransactionId":"2000000004"}"#,
-            #"{"type":"transactionFinished","at":"2024-03-03T08:30:00.500Z","transaction":"t4"}"#,
-        ]),
-        ("bob buys Book One; a buggy purchase helper finishes it while both downloads run", [
-            #"{"type":"paymentQueued","at":"2024-03-03T12:00:00.000Z","transaction":"t5","product":"com.example.book1","user":"u-bob"}"#,
-            #"{"type":"transactionPurchased","at":"2024-03-03T12:00:04.000Z","transaction":"t5","storeTransactionId":"2000000005","downloads":[{"download":"t5-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t5-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
-            #"{"type":"downloadStarted","at":"2024-03-03T12:00:04.100Z","download":"t5-d1"}"#,
-            #"{"type":"downloadStarted","at":"2024-03-03T12:00:04.200Z","download":"t5-d2"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-03T12:00:05.000Z","download":"t5-d1","progress":0.1,"bytesWritten":104857,"timeRemaining":-1}"#,
-            #"{"type":"transactionFinished","at":"2024-03-03T12:00:05.100Z","transaction":"t5"}"#,
-            #"{"type":"downloadProgressed","at":"2024-03-03T12:00:05.900Z","download":"t5-d1","progress":0.15,"bytesWritten":157286}"#,
-        ]),
-        ("bob cancels a coin purchase", [
-            #"{"type":"paymentQueued","at":"2024-03-03T13:00:00.000Z","transaction":"t6","product":"com.example.coins100","user":"u-bob"}"#,
-            #"{"type":"transactionFailed","at":"2024-03-03T13:00:04.000Z","transaction":"t6","error":{"domain":"SKErrorDomain","code":2,"message":"The payment was cancelled."}}"#,
-            #"{"type":"transactionFinished","at":"2024-03-03T13:00:04.100Z","transaction":"t6"}"#,
-        ]),
-        ("alice is refunded for the atlas; chapter 1 of Book One gets version 1.1", [
-            #"{"type":"transactionRevoked","at":"2024-03-04T09:00:00.000Z","transaction":"t3","reason":"refund"}"#,
-            #"{"type":"contentVersionPublished","at":"2024-03-05T00:00:00.000Z","product":"com.example.book1","content":"book1-chapter1","contentVersion":"1.1"}"#,
-        ]),
-        ("alice reinstalls and restores: the new chapter 1 arrives", [
-            #"{"type":"restoreStarted","at":"2024-03-06T20:00:00.000Z","user":"u-alice"}"#,
-            #"{"type":"transactionRestored","at":"2024-03-06T20:00:03.000Z","transaction":"t7","originalTransaction":"t1","product":"com.example.book1","user":"u-alice","storeTransactionId":"2000000007","downloads":[{"download":"t7-d1","content":"book1-chapter1","contentVersion":"1.1","contentLength":1100000}]}"#,
-            #"{"type":"restoreCompleted","at":"2024-03-06T20:00:03.500Z"}"#,
-            #"{"type":"downloadStarted","at":"2024-03-06T20:00:04.000Z","download":"t7-d1"}"#,
-            #"{"type":"downloadFinished","at":"2024-03-06T20:00:09.000Z","download":"t7-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t7/book1-chapter1/Contents/"}"#,
-        ]),
+        (
+            "alice buys Book One; a download pauses and resumes",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-01T09:00:00.000Z","transaction":"t1","product":"com.example.book1","user":"u-alice"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T09:00:05.000Z","transaction":"t1","storeTransactionId":"2000000001","downloads":[{"download":"t1-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t1-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
+                #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.500Z","download":"t1-d1"}"#,
+                #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.600Z","download":"t1-d2"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-01T09:00:07.000Z","download":"t1-d1","progress":0.5,"bytesWritten":524288,"timeRemaining":2.0}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-01T09:00:07.100Z","download":"t1-d2","progress":0.2,"bytesWritten":419430,"timeRemaining":8.0}"#,
+                #"{"type":"downloadPaused","at":"2024-03-01T09:00:08.000Z","download":"t1-d2"}"#,
+                #"{"type":"downloadFinished","at":"2024-03-01T09:00:09.000Z","download":"t1-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t1/book1-chapter1/Contents/"}"#,
+                #"{"type":"contentCopiedOut","at":"2024-03-01T09:00:09.200Z","download":"t1-d1","destination":"Documents/book1/chapter1","bytesCopied":1048576}"#,
+                #"{"type":"downloadResumed","at":"2024-03-01T09:01:00.000Z","download":"t1-d2"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-01T09:01:02.000Z","download":"t1-d2","progress":0.8,"bytesWritten":1677721,"timeRemaining":1.0}"#,
+                #"{"type":"downloadFinished","at":"2024-03-01T09:01:04.000Z","download":"t1-d2","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t1/book1-chapter2/Contents/"}"#,
+                #"{"type":"contentCopiedOut","at":"2024-03-01T09:01:04.300Z","download":"t1-d2","destination":"Documents/book1/chapter2","bytesCopied":2097152}"#,
+                #"{"type":"transactionFinished","at":"2024-03-01T09:01:04.500Z","transaction":"t1"}"#,
+            ]
+        ),
+        (
+            "alice buys 5 x 100 coins; the store redelivers it at the next launch",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-01T10:00:00.000Z","transaction":"t2","product":"com.example.coins100","quantity":5,"user":"u-alice"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T10:00:03.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T10:05:00.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
+                #"{"type":"transactionFinished","at":"2024-03-01T10:05:00.200Z","transaction":"t2"}"#,
+            ]
+        ),
+        (
+            "alice buys the atlas; the download fails and is retried",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-02T11:00:00.000Z","transaction":"t3","product":"com.example.atlas","user":"u-alice"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-02T11:00:04.000Z","transaction":"t3","storeTransactionId":"2000000003","downloads":[{"download":"t3-d1","content":"atlas-maps","contentVersion":"2.1","contentLength":52428800}]}"#,
+                #"{"type":"downloadStarted","at":"2024-03-02T11:00:04.500Z","download":"t3-d1"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-02T11:00:10.000Z","download":"t3-d1","progress":0.3,"bytesWritten":15728640,"timeRemaining":14.0}"#,
+                #"{"type":"downloadFailed","at":"2024-03-02T11:00:12.000Z","download":"t3-d1","error":{"domain":"NSURLErrorDomain","code":-1005,"message":"The network connection was lost."}}"#,
+                #"{"type":"downloadStarted","at":"2024-03-02T11:02:00.000Z","download":"t3-d1"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-02T11:02:20.000Z","download":"t3-d1","progress":0.9,"bytesWritten":47185920,"timeRemaining":2.0}"#,
+                #"{"type":"downloadFinished","at":"2024-03-02T11:02:23.000Z","download":"t3-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t3/atlas-maps/Contents/"}"#,
+                #"{"type":"contentCopiedOut","at":"2024-03-02T11:02:24.000Z","download":"t3-d1","destination":"Documents/atlas","bytesCopied":52428800}"#,
+                #"{"type":"transactionFinished","at":"2024-03-02T11:02:24.100Z","transaction":"t3"}"#,
+            ]
+        ),
+        (
+            "bob asks to buy the season pass; a parent approves it the next day",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-02T18:00:00.000Z","transaction":"t4","product":"com.example.season","user":"u-bob"}"#,
+                #"{"type":"transactionDeferred","at":"2024-03-02T18:00:02.000Z","transaction":"t4"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-03T08:30:00.000Z","transaction":"t4","storeTransactionId":"2000000004"}"#,
+                #"{"type":"transactionFinished","at":"2024-03-03T08:30:00.500Z","transaction":"t4"}"#,
+            ]
+        ),
+        (
+            "bob buys Book One; a buggy purchase helper finishes it while both downloads run",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-03T12:00:00.000Z","transaction":"t5","product":"com.example.book1","user":"u-bob"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-03T12:00:04.000Z","transaction":"t5","storeTransactionId":"2000000005","downloads":[{"download":"t5-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t5-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
+                #"{"type":"downloadStarted","at":"2024-03-03T12:00:04.100Z","download":"t5-d1"}"#,
+                #"{"type":"downloadStarted","at":"2024-03-03T12:00:04.200Z","download":"t5-d2"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-03T12:00:05.000Z","download":"t5-d1","progress":0.1,"bytesWritten":104857,"timeRemaining":-1}"#,
+                #"{"type":"transactionFinished","at":"2024-03-03T12:00:05.100Z","transaction":"t5"}"#,
+                #"{"type":"downloadProgressed","at":"2024-03-03T12:00:05.900Z","download":"t5-d1","progress":0.15,"bytesWritten":157286}"#,
+            ]
+        ),
+        (
+            "bob cancels a coin purchase",
+            [
+                #"{"type":"paymentQueued","at":"2024-03-03T13:00:00.000Z","transaction":"t6","product":"com.example.coins100","user":"u-bob"}"#,
+                #"{"type":"transactionFailed","at":"2024-03-03T13:00:04.000Z","transaction":"t6","error":{"domain":"SKErrorDomain","code":2,"message":"The payment was cancelled."}}"#,
+                #"{"type":"transactionFinished","at":"2024-03-03T13:00:04.100Z","transaction":"t6"}"#,
+            ]
+        ),
+        (
+            "alice is refunded for the atlas; chapter 1 of Book One gets version 1.1",
+            [
+                #"{"type":"transactionRevoked","at":"2024-03-04T09:00:00.000Z","transaction":"t3","reason":"refund"}"#,
+                #"{"type":"contentVersionPublished","at":"2024-03-05T00:00:00.000Z","product":"com.example.book1","content":"book1-chapter1","contentVersion":"1.1"}"#,
+            ]
+        ),
+        (
+            "alice reinstalls and restores: the new chapter 1 arrives",
+            [
+                #"{"type":"restoreStarted","at":"2024-03-06T20:00:00.000Z","user":"u-alice"}"#,
+                #"{"type":"transactionRestored","at":"2024-03-06T20:00:03.000Z","transaction":"t7","originalTransaction":"t1","product":"com.example.book1","user":"u-alice","storeTransactionId":"2000000007","downloads":[{"download":"t7-d1","content":"book1-chapter1","contentVersion":"1.1","contentLength":1100000}]}"#,
+                #"{"type":"restoreCompleted","at":"2024-03-06T20:00:03.500Z"}"#,
+                #"{"type":"downloadStarted","at":"2024-03-06T20:00:04.000Z","download":"t7-d1"}"#,
+                #"{"type":"downloadFinished","at":"2024-03-06T20:00:09.000Z","download":"t7-d1","contentURL":"file:///var/mobile/Library/Caches/StoreKit/t7/book1-chapter1/Contents/"}"#,
+            ]
+        ),
     ]
 
     static let prematureFinish = #"{"type":"transactionFinished","at":"2024-03-06T20:00:09.100Z","transaction":"t7"}"#

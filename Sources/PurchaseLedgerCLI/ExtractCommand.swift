@@ -23,8 +23,9 @@ struct ExtractCommand: ParsableCommand {
     @Option(name: .customLong("transaction"), help: "A transaction to keep (repeat for several).")
     var transactions: [String] = []
     @Option(help: "Keep every transaction of this user.") var user: String?
-    @Option(name: [.customShort("o"), .customLong("output")], help: "The new ledger (default: the ledger's name with -repro added).",
-            completion: .file(extensions: ["ledger"]))
+    @Option(
+        name: [.customShort("o"), .customLong("output")], help: "The new ledger (default: the ledger's name with -repro added).",
+        completion: .file(extensions: ["ledger"]))
     var output: String?
     @Flag(help: "Replace user ids and destinations with stable pseudonyms, as export --redact does.") var redact = false
     @Flag(help: "Replace the output file when it exists.") var force = false
@@ -48,11 +49,14 @@ struct ExtractCommand: ParsableCommand {
         let s = try ledger.extract(selection, to: path, redact: redact)
         if json {
             let list = { (ids: [String]) in "[" + ids.map(jsonString).joined(separator: ",") + "]" }
-            console.print(#"{"output":\#(jsonString(s.path)),"keptEvents":\#(s.keptEvents),"totalEvents":\#(s.totalEvents),"transactions":\#(list(s.transactions)),"addedTransactions":\#(list(s.addedTransactions)),"downloads":\#(s.downloads.count),"restores":\#(s.restores),"redacted":\#(redact)}"#)
+            console.print(
+                #"{"output":\#(jsonString(s.path)),"keptEvents":\#(s.keptEvents),"totalEvents":\#(s.totalEvents),"transactions":\#(list(s.transactions)),"addedTransactions":\#(list(s.addedTransactions)),"downloads":\#(s.downloads.count),"restores":\#(s.restores),"redacted":\#(redact)}"#
+            )
             return
         }
         var line = "wrote \(s.path): kept \(s.keptEvents) of \(s.totalEvents) events; "
-        line += "\(s.transactions.count) transaction\(s.transactions.count == 1 ? "" : "s"), \(s.downloads.count) download\(s.downloads.count == 1 ? "" : "s"), \(s.restores) restore\(s.restores == 1 ? "" : "s")"
+        line +=
+            "\(s.transactions.count) transaction\(s.transactions.count == 1 ? "" : "s"), \(s.downloads.count) download\(s.downloads.count == 1 ? "" : "s"), \(s.restores) restore\(s.restores == 1 ? "" : "s")"
         if redact { line += "; user ids and destinations redacted" }
         console.print(line)
         if !s.addedTransactions.isEmpty {

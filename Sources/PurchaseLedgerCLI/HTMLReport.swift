@@ -23,16 +23,18 @@ struct HTMLReport {
     init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?) throws {
         let history = try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max))
         let ids = Array(table.transactions.prefix(Self.maxTimelines))
-        self.init(table: table, from: from, to: to, summary: Summary(
-            revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
-            counts: [
-                ("transactions", String(history.count)),
-                ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
-                ("revoked", String(history.filter { $0.transaction.revoked }.count)),
-                ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
-                ("with content lost", String(history.filter(\.contentLost).count)),
-            ],
-            timelines: try ledger.timelines(transactions: Set(ids)), source: "the ledger's projections"))
+        self.init(
+            table: table, from: from, to: to,
+            summary: Summary(
+                revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
+                counts: [
+                    ("transactions", String(history.count)),
+                    ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
+                    ("revoked", String(history.filter { $0.transaction.revoked }.count)),
+                    ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
+                    ("with content lost", String(history.filter(\.contentLost).count)),
+                ],
+                timelines: try ledger.timelines(transactions: Set(ids)), source: "the ledger's projections"))
     }
 
     init(table: ReportTable, from: Timestamp?, to: Timestamp?, summary: Summary) {
@@ -83,7 +85,8 @@ struct HTMLReport {
         html += "</table>\n"
 
         if !ids.isEmpty {
-            html += "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
+            html +=
+                "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
             if table.transactions.count > ids.count {
                 html += "<p class=\"sub\">The first \(ids.count) of \(table.transactions.count) transactions.</p>\n"
             }
@@ -121,14 +124,17 @@ struct HTMLReport {
         for tick in 0...4 {
             let v = maxValue * Double(tick) / 4
             let y = height - bottom - (height - bottom - top) * Double(tick) / 4
-            svg += "<line x1=\"\(left)\" x2=\"\(width)\" y1=\"\(f(y))\" y2=\"\(f(y))\" stroke=\"#eee\"/><text x=\"\(left - 6)\" y=\"\(f(y + 4))\" font-size=\"10\" text-anchor=\"end\" fill=\"#666\">\(String(format: maxValue < 10 ? "%.2f" : "%.0f", v))</text>"
+            svg +=
+                "<line x1=\"\(left)\" x2=\"\(width)\" y1=\"\(f(y))\" y2=\"\(f(y))\" stroke=\"#eee\"/><text x=\"\(left - 6)\" y=\"\(f(y + 4))\" font-size=\"10\" text-anchor=\"end\" fill=\"#666\">\(String(format: maxValue < 10 ? "%.2f" : "%.0f", v))</text>"
         }
         for (i, day) in days.enumerated() {
             let h = (height - bottom - top) * values[i] / maxValue
             let x = left + Double(i) * barWidth
-            svg += "<rect x=\"\(f(x + 1))\" y=\"\(f(height - bottom - h))\" width=\"\(f(max(barWidth - 2, 1)))\" height=\"\(f(h))\" fill=\"#0a84ff\"><title>\(day.day.description.prefix(10)): \(day.net) \(esc(currency))</title></rect>"
+            svg +=
+                "<rect x=\"\(f(x + 1))\" y=\"\(f(height - bottom - h))\" width=\"\(f(max(barWidth - 2, 1)))\" height=\"\(f(h))\" fill=\"#0a84ff\"><title>\(day.day.description.prefix(10)): \(day.net) \(esc(currency))</title></rect>"
             if i == 0 || i == days.count - 1 || i % max(days.count / 5, 1) == 0 {
-                svg += "<text x=\"\(f(x + barWidth / 2))\" y=\"\(f(height - 8))\" font-size=\"10\" text-anchor=\"middle\" fill=\"#666\">\(day.day.description.dropFirst(5).prefix(5))</text>"
+                svg +=
+                    "<text x=\"\(f(x + barWidth / 2))\" y=\"\(f(height - 8))\" font-size=\"10\" text-anchor=\"middle\" fill=\"#666\">\(day.day.description.dropFirst(5).prefix(5))</text>"
             }
         }
         return svg + "</svg>\n"
@@ -144,9 +150,11 @@ struct HTMLReport {
         let height = 28 + rowHeight * Double(downloads.count + 1)
         func x(_ t: Double) -> Double { left + (width - left - 20) * (t - start) / (end - start) }
         let t = last.transaction
-        var svg = "<div class=\"timeline\"><h3>\(esc(id)) · \(esc(t?.product ?? "")) · \(esc(t.map { $0.state.rawValue + ($0.finished ? ", finished" : "") + ($0.revoked ? ", revoked" : "") } ?? ""))</h3>"
+        var svg =
+            "<div class=\"timeline\"><h3>\(esc(id)) · \(esc(t?.product ?? "")) · \(esc(t.map { $0.state.rawValue + ($0.finished ? ", finished" : "") + ($0.revoked ? ", revoked" : "") } ?? ""))</h3>"
         svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(width))\" height=\"\(Int(height))\" role=\"img\"><title>Timeline of \(esc(id))</title>"
-        svg += "<text x=\"4\" y=\"\(f(rowHeight))\" font-size=\"11\">transaction</text><line x1=\"\(left)\" x2=\"\(width - 20)\" y1=\"\(f(rowHeight - 4))\" y2=\"\(f(rowHeight - 4))\" stroke=\"#ccc\"/>"
+        svg +=
+            "<text x=\"4\" y=\"\(f(rowHeight))\" font-size=\"11\">transaction</text><line x1=\"\(left)\" x2=\"\(width - 20)\" y1=\"\(f(rowHeight - 4))\" y2=\"\(f(rowHeight - 4))\" stroke=\"#ccc\"/>"
         // Download state spans.
         for (row, download) in downloads.enumerated() {
             let y = rowHeight * Double(row + 1) + 8
@@ -161,7 +169,8 @@ struct HTMLReport {
                 let changed = current?.state != d.state
                 if changed { current = (d.state, now) }
                 if changed, d.state == .finished || d.state == .failed || d.state == .cancelled {
-                    svg += "<circle cx=\"\(f(x(now)))\" cy=\"\(f(y + 8))\" r=\"4\" fill=\"\(color(d.state))\"><title>\(esc(download)) \(d.state.rawValue)\(d.lost ? ", content lost" : "")</title></circle>"
+                    svg +=
+                        "<circle cx=\"\(f(x(now)))\" cy=\"\(f(y + 8))\" r=\"4\" fill=\"\(color(d.state))\"><title>\(esc(download)) \(d.state.rawValue)\(d.lost ? ", content lost" : "")</title></circle>"
                 }
             }
             if let c = current, [.waiting, .active, .paused].contains(c.state) {
@@ -174,15 +183,18 @@ struct HTMLReport {
             let px = x(times[i])
             if e.event.body.transactionID == id {
                 let finish = e.event.type == .transactionFinished
-                svg += finish
+                svg +=
+                    finish
                     ? "<line x1=\"\(f(px))\" x2=\"\(f(px))\" y1=\"6\" y2=\"\(f(height - 4))\" stroke=\"#1d1d1f\" stroke-dasharray=\"3 2\"><title>finished at \(e.event.at)</title></line>"
                     : "<circle cx=\"\(f(px))\" cy=\"\(f(rowHeight - 4))\" r=\"4\" fill=\"#1d1d1f\"><title>\(e.event.type.name) at \(e.event.at)</title></circle>"
             }
             if let rule = e.anomaly {
-                svg += "<text x=\"\(f(px))\" y=\"\(f(rowHeight - 8))\" font-size=\"14\" font-weight=\"700\" fill=\"#ff9f0a\" text-anchor=\"middle\">!<title>anomaly \(rule.name) at seq \(e.seq)</title></text>"
+                svg +=
+                    "<text x=\"\(f(px))\" y=\"\(f(rowHeight - 8))\" font-size=\"14\" font-weight=\"700\" fill=\"#ff9f0a\" text-anchor=\"middle\">!<title>anomaly \(rule.name) at seq \(e.seq)</title></text>"
             }
             if e.appendedByLedger, let d = e.event.body.downloadID, let row = downloads.firstIndex(of: d) {
-                svg += "<text x=\"\(f(px))\" y=\"\(f(rowHeight * Double(row + 1) + 20))\" font-size=\"13\" fill=\"#ff3b30\" text-anchor=\"middle\">✕<title>cancelled by the ledger: the transaction finished early</title></text>"
+                svg +=
+                    "<text x=\"\(f(px))\" y=\"\(f(rowHeight * Double(row + 1) + 20))\" font-size=\"13\" fill=\"#ff3b30\" text-anchor=\"middle\">✕<title>cancelled by the ledger: the transaction finished early</title></text>"
             }
         }
         return svg + "</svg></div>\n"

@@ -111,9 +111,10 @@ struct ReportCommand: ParsableCommand {
                         DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
                     }
                     let (ledgers, events) = try await fleet.counts()
-                    summary = HTMLReport.Summary(revenue: try await fleet.revenue(from: from, to: to), daily: daily,
-                                                 counts: [("ledgers", String(ledgers)), ("events", String(events))],
-                                                 source: "the fleet store \(fleet.address)")
+                    summary = HTMLReport.Summary(
+                        revenue: try await fleet.revenue(from: from, to: to), daily: daily,
+                        counts: [("ledgers", String(ledgers)), ("events", String(events))],
+                        source: "the fleet store \(fleet.address)")
                 }
                 await fleet.close()
                 return (data, summary)
@@ -204,14 +205,18 @@ struct ReportCommand: ParsableCommand {
         case .history(let entries, let devices):
             return ReportTable(
                 title: view == .history ? "Purchase history" : "Paid but never delivered",
-                columns: deviceColumn(devices) + ["purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
-                          "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost"],
+                columns: deviceColumn(devices) + [
+                    "purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
+                    "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost",
+                ],
                 rows: entries.enumerated().map { i, e in
                     let t = e.transaction
-                    return device(devices, i) + [(t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
-                            t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
-                            e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? "",
-                            t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", downloadSummary(e), e.contentLost ? "yes" : ""]
+                    return device(devices, i) + [
+                        (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
+                        t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
+                        e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? "",
+                        t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", downloadSummary(e), e.contentLost ? "yes" : "",
+                    ]
                 },
                 json: entries.enumerated().map { i, e in
                     "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(e.transaction)),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"deferred\":\(e.transaction.wasDeferred),\"queuedAt\":\(q(e.transaction.queuedAt?.description)),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(e.downloads.map { StateJSON.encode($0) }.joined(separator: ","))]}"
@@ -224,26 +229,46 @@ struct ReportCommand: ParsableCommand {
             return ReportTable(
                 title: groupBy.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
                 columns: period + ["product", "currency", "price", "purchases", "units", "refunded units", "gross", "refunds", "net"],
-                rows: lines.map { (groupBy == nil ? [] : [$0.period ?? ""]) + [$0.product, $0.currency, $0.price, String($0.purchases), String($0.units),
-                                   String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
-                json: lines.map { "{\(groupBy == nil ? "" : "\"period\":\(q($0.period)),")\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" },
-                totals: totals.map { blank + ["TOTAL", $0.currency, "", String($0.purchases), String($0.units), String($0.refundedUnits),
-                                              "\($0.gross)", "\($0.refunds)", "\($0.net)"] },
-                totalsJSON: totals.map { "{\"currency\":\(q($0.currency)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}" })
+                rows: lines.map {
+                    (groupBy == nil ? [] : [$0.period ?? ""]) + [
+                        $0.product, $0.currency, $0.price, String($0.purchases), String($0.units),
+                        String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)",
+                    ]
+                },
+                json: lines.map {
+                    "{\(groupBy == nil ? "" : "\"period\":\(q($0.period)),")\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}"
+                },
+                totals: totals.map {
+                    blank + [
+                        "TOTAL", $0.currency, "", String($0.purchases), String($0.units), String($0.refundedUnits),
+                        "\($0.gross)", "\($0.refunds)", "\($0.net)",
+                    ]
+                },
+                totalsJSON: totals.map {
+                    "{\"currency\":\(q($0.currency)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}"
+                })
         case .stuck(let downloads, let devices):
             return ReportTable(
                 title: "Stuck downloads", columns: deviceColumn(devices) + ["download", "transaction", "content", "state", "progress", "last activity", "attempts"],
                 rows: downloads.enumerated().map { i, d in
-                    device(devices, i) + [d.download, d.transaction ?? "", d.content ?? d.url ?? "", d.state.rawValue,
-                                          String(format: "%.0f%%", d.progress * 100), d.lastActivityAt?.description ?? "", String(d.attempts)] },
-                json: downloads.enumerated().map { i, d in "{\(deviceJSON(devices, i))\"download\":\(StateJSON.encode(d)),\"lastActivityAt\":\(q(d.lastActivityAt?.description)),\"attempts\":\(d.attempts)}" },
+                    device(devices, i) + [
+                        d.download, d.transaction ?? "", d.content ?? d.url ?? "", d.state.rawValue,
+                        String(format: "%.0f%%", d.progress * 100), d.lastActivityAt?.description ?? "", String(d.attempts),
+                    ]
+                },
+                json: downloads.enumerated().map { i, d in
+                    "{\(deviceJSON(devices, i))\"download\":\(StateJSON.encode(d)),\"lastActivityAt\":\(q(d.lastActivityAt?.description)),\"attempts\":\(d.attempts)}"
+                },
                 transactions: downloads.compactMap(\.transaction))
         case .unfinished(let transactions, let devices):
             return ReportTable(
                 title: "Never finished (redelivered at every launch)", columns: deviceColumn(devices) + ["transaction", "user", "product", "state", "since", "events"],
                 rows: transactions.enumerated().map { i, t in
-                    device(devices, i) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)] },
-                json: transactions.enumerated().map { i, t in "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(t)),\"since\":\(q((t.purchasedAt ?? t.failedAt)?.description)),\"events\":\(t.events)}" },
+                    device(devices, i) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)]
+                },
+                json: transactions.enumerated().map { i, t in
+                    "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(t)),\"since\":\(q((t.purchasedAt ?? t.failedAt)?.description)),\"events\":\(t.events)}"
+                },
                 transactions: transactions.map(\.transaction))
         case .failures(let rates):
             return ReportTable(

@@ -85,12 +85,16 @@ struct ShipCommand: ParsableCommand {
                     "{\"path\":\(jsonString(o.path)),\"ledger\":\(jsonString(r.ledgerID)),\"shippedEvents\":\(r.shippedEvents),\"alreadyShipped\":\(r.alreadyShipped),\"lastSeq\":\(r.lastSeq)}"
                 } ?? "{\"path\":\(jsonString(o.path)),\"error\":\(jsonString(o.error ?? ""))}"
             }
-            console.print("{\"ledgers\":[" + rows.joined(separator: ",\n") + "],\n\"shippedEvents\":\(events),\"failed\":\(failed.count),\"seconds\":\(String(format: "%.3f", seconds))}")
+            console.print(
+                "{\"ledgers\":[" + rows.joined(separator: ",\n") + "],\n\"shippedEvents\":\(events),\"failed\":\(failed.count),\"seconds\":\(String(format: "%.3f", seconds))}")
         } else {
             for o in outcomes {
                 if let r = o.result {
-                    console.print("\(o.path): ledger \(r.ledgerID): " + (r.shippedEvents == 0
-                        ? "up to date at seq \(r.lastSeq)" : "shipped \(r.shippedEvents) event\(r.shippedEvents == 1 ? "" : "s") (seq \(r.alreadyShipped + 1)...\(r.lastSeq))"))
+                    console.print(
+                        "\(o.path): ledger \(r.ledgerID): "
+                            + (r.shippedEvents == 0
+                                ? "up to date at seq \(r.lastSeq)"
+                                : "shipped \(r.shippedEvents) event\(r.shippedEvents == 1 ? "" : "s") (seq \(r.alreadyShipped + 1)...\(r.lastSeq))"))
                 }
             }
             for o in failed { console.error("\(o.path): refused: \(o.error!)") }

@@ -55,7 +55,7 @@ package enum DeviceSplit {
             case .transactionDeferred(let t), .transactionFailed(let t, _), .transactionRevoked(let t, _), .transactionFinished(let t, _):
                 device = deviceFor(transaction: t, user: nil)
             case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
-                 .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _):
+                .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _):
                 device = downloadDevice[d] ?? Int(Identifier.stableHash(d) % UInt64(devices))
             case .contentCopiedOut(let d, _, _, _):
                 device = downloadDevice[d] ?? Int(Identifier.stableHash(d) % UInt64(devices))

@@ -56,7 +56,8 @@ extension FleetStore {
     /// Paid but never delivered, across the fleet: purchased or restored, not revoked, with
     /// hosted content never copied out.
     public func undelivered(limit: Int = 1000) async throws -> [FleetHistoryEntry] {
-        try await historyEntries("""
+        try await historyEntries(
+            """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
             FROM transactions t LEFT JOIN products p ON p.product = t.product
             WHERE t.state IN ('purchased', 'restored') AND NOT t.revoked
@@ -69,7 +70,8 @@ extension FleetStore {
     /// Revenue per product and currency over the fleet (``Ledger/revenue(from:to:groupBy:)``):
     /// summed per day, product and price in SQL, made into lines by the same Swift code.
     public func revenue(from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil) async throws -> [RevenueLine] {
-        let rows = try await fetch("""
+        let rows = try await fetch(
+            """
             SELECT CASE WHEN \(groupBy != nil) THEN floor(t.purchased_at_ms / 86400000.0)::bigint ELSE 0 END AS day,
                    t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity)::bigint AS units,
                    sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)::bigint AS refunded
@@ -77,10 +79,12 @@ extension FleetStore {
             WHERE t.state = 'purchased' AND t.purchased_at_ms >= \(from.map(Projector.ms) ?? Int64.min) AND t.purchased_at_ms < \(to.map(Projector.ms) ?? Int64.max)
             GROUP BY 1, t.product, p.currency, p.price
             """)
-        return RevenueLine.lines(rows.map { row in
-            RevenueGroup(day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
-                         purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
-        }, groupBy: groupBy)
+        return RevenueLine.lines(
+            rows.map { row in
+                RevenueGroup(
+                    day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
+                    purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
+            }, groupBy: groupBy)
     }
 
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the fleet's latest
@@ -91,15 +95,18 @@ extension FleetStore {
         if now == nil {
             now = try await fetch("SELECT coalesce(max(last_activity_at_ms), 0) AS now FROM downloads").first?["now"] ?? 0
         }
-        return try await fetch("""
+        return try await fetch(
+            """
             SELECT * FROM downloads WHERE started AND state IN ('waiting', 'active') AND last_activity_at_ms <= \(now! - idleMs)
             ORDER BY last_activity_at_ms, download_id COLLATE "C", ledger_id
-            """).map { FleetDownload(ledgerID: $0["ledger_id"], download: DownloadRecord(row: $0)) }
+            """
+        ).map { FleetDownload(ledgerID: $0["ledger_id"], download: DownloadRecord(row: $0)) }
     }
 
     /// Transactions that reached a final state but were never finished, across the fleet.
     public func unfinishedTransactions() async throws -> [FleetTransaction] {
-        let rows = try await fetch("""
+        let rows = try await fetch(
+            """
             SELECT * FROM transactions WHERE NOT finished AND state IN ('purchased', 'restored', 'failed')
             ORDER BY coalesce(purchased_at_ms, failed_at_ms) NULLS FIRST, transaction_id COLLATE "C", ledger_id
             """)
@@ -109,18 +116,24 @@ extension FleetStore {
     /// Payment failures by error code across the fleet, most frequent first.
     public func failureRates(from: Timestamp? = nil, to: Timestamp? = nil) async throws -> [FailureRate] {
         let low = from.map(Projector.ms) ?? Int64.min, high = to.map(Projector.ms) ?? Int64.max
-        let total: Int64 = try await fetch("""
-            SELECT count(*) AS n FROM transactions WHERE state IN ('purchased', 'failed')
-            AND coalesce(purchased_at_ms, failed_at_ms) >= \(low) AND coalesce(purchased_at_ms, failed_at_ms) < \(high)
-            """).first?["n"] ?? 0
-        return try await fetch("""
+        let total: Int64 =
+            try await fetch(
+                """
+                SELECT count(*) AS n FROM transactions WHERE state IN ('purchased', 'failed')
+                AND coalesce(purchased_at_ms, failed_at_ms) >= \(low) AND coalesce(purchased_at_ms, failed_at_ms) < \(high)
+                """
+            ).first?["n"] ?? 0
+        return try await fetch(
+            """
             SELECT error_domain, error_code, min(error_message COLLATE "C") AS message, count(*) AS n FROM transactions
             WHERE state = 'failed' AND failed_at_ms >= \(low) AND failed_at_ms < \(high)
             GROUP BY error_domain, error_code ORDER BY n DESC, error_domain COLLATE "C", error_code
-            """).map { row in
+            """
+        ).map { row in
             let count: Int = row["n"]
-            return FailureRate(domain: row["error_domain"], code: row["error_code"], message: row["message"], count: count,
-                               share: total == 0 ? 0 : Double(count) / Double(total))
+            return FailureRate(
+                domain: row["error_domain"], code: row["error_code"], message: row["message"], count: count,
+                share: total == 0 ? 0 : Double(count) / Double(total))
         }
     }
 
@@ -141,9 +154,11 @@ extension FleetStore {
             var record = t.transaction
             let own = downloads[DownloadOwner(ledger: t.ledgerID, transaction: record.transaction)] ?? []
             record.downloads = own.map(\.download)
-            return FleetHistoryEntry(ledgerID: t.ledgerID, entry: PurchaseHistoryEntry(
-                transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
-                price: row["product_price"], currency: row["product_currency"], downloads: own))
+            return FleetHistoryEntry(
+                ledgerID: t.ledgerID,
+                entry: PurchaseHistoryEntry(
+                    transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
+                    price: row["product_price"], currency: row["product_currency"], downloads: own))
         }
     }
 
@@ -164,7 +179,8 @@ extension FleetStore {
     /// The downloads of these transactions, in delivery order: one query.
     private func downloads(of transactions: [FleetTransaction]) async throws -> [DownloadOwner: [DownloadRecord]] {
         guard !transactions.isEmpty else { return [:] }
-        let rows = try await fetch("""
+        let rows = try await fetch(
+            """
             SELECT d.* FROM downloads d
             JOIN unnest(\(transactions.map(\.ledgerID))::text[], \(transactions.map(\.transaction.transaction))::text[]) AS k(ledger_id, transaction_id)
               ON d.ledger_id = k.ledger_id::uuid AND d.transaction_id = k.transaction_id

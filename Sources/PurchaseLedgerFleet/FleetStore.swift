@@ -149,17 +149,23 @@ public final class FleetStore: Sendable {
 
     private func prepare(create: Bool) async throws {
         try await run {
-            let hasMigrations = try await connection.query(
-                "SELECT to_regclass('public.fleet_migrations') IS NOT NULL", logger: logger).collect().first?.decode(Bool.self) ?? false
+            let hasMigrations =
+                try await connection.query(
+                    "SELECT to_regclass('public.fleet_migrations') IS NOT NULL", logger: logger
+                ).collect().first?.decode(Bool.self) ?? false
             if !hasMigrations {
-                let tables = try await connection.query("""
-                    SELECT count(*) FROM pg_tables WHERE schemaname = 'public'
-                    """, logger: logger).collect().first?.decode(Int64.self) ?? 0
+                let tables =
+                    try await connection.query(
+                        """
+                        SELECT count(*) FROM pg_tables WHERE schemaname = 'public'
+                        """, logger: logger
+                    ).collect().first?.decode(Int64.self) ?? 0
                 guard create else {
                     throw FleetError(.notAFleetStore, "\(address) is not a purchase-ledger fleet store (no fleet_migrations table); ship a ledger into it first")
                 }
                 guard tables == 0 else {
-                    throw FleetError(.notAFleetStore, "\(address) holds \(tables) other table\(tables == 1 ? "" : "s") and is not a purchase-ledger fleet store; give an empty database")
+                    throw FleetError(
+                        .notAFleetStore, "\(address) holds \(tables) other table\(tables == 1 ? "" : "s") and is not a purchase-ledger fleet store; give an empty database")
                 }
             }
             try await migrate(create: create)
@@ -169,7 +175,8 @@ public final class FleetStore: Sendable {
     /// Applies pending migrations under an advisory lock (two shippers starting together migrate
     /// once); refuses a database migrated by a newer version.
     private func migrate(create: Bool) async throws {
-        try await connection.query("""
+        try await connection.query(
+            """
             CREATE TABLE IF NOT EXISTS fleet_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
             """, logger: logger)
         try await transaction {
@@ -180,7 +187,10 @@ public final class FleetStore: Sendable {
             }
             let known = Set(FleetStore.migrationNames)
             if let unknown = applied.subtracting(known).sorted().last {
-                throw FleetError(.schemaTooNew, "\(address) was migrated by a newer purchase-ledger (it has \(unknown); this version knows up to \(FleetStore.migrationNames.last ?? "none")); upgrade to use it")
+                throw FleetError(
+                    .schemaTooNew,
+                    "\(address) was migrated by a newer purchase-ledger (it has \(unknown); this version knows up to \(FleetStore.migrationNames.last ?? "none")); upgrade to use it"
+                )
             }
             let pending = embeddedMigrations.filter { !applied.contains($0.name) }
             if !pending.isEmpty && !create {

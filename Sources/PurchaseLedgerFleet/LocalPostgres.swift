@@ -38,9 +38,14 @@ package final class LocalPostgres: Sendable {
             try LocalPostgres.run("/bin/chown", ["-R", "postgres:postgres", directory])
         }
         do {
-            try run("initdb", ["-D", directory + "/data", "-U", "postgres", "--auth-host=scram-sha-256", "--auth-local=trust",
-                               "--pwfile=\(passwordFile)", "-E", "UTF8", "--locale=C", "--no-sync"])
-            let options = "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1" + (durable ? "" : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+            try run(
+                "initdb",
+                [
+                    "-D", directory + "/data", "-U", "postgres", "--auth-host=scram-sha-256", "--auth-local=trust",
+                    "--pwfile=\(passwordFile)", "-E", "UTF8", "--locale=C", "--no-sync",
+                ])
+            let options =
+                "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1" + (durable ? "" : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
                 + settings.map { " -c \($0)" }.joined()
             try run("pg_ctl", ["-D", directory + "/data", "-l", directory + "/server.log", "-o", options, "-w", "-t", "60", "start"])
         } catch {
@@ -66,7 +71,8 @@ package final class LocalPostgres: Sendable {
     /// Foundation can no longer wait for a child process.
     package func stop() {
         if let text = try? String(contentsOfFile: directory + "/data/postmaster.pid", encoding: .utf8),
-           let pid = text.split(separator: "\n").first.flatMap({ Int32($0) }) {
+            let pid = text.split(separator: "\n").first.flatMap({ Int32($0) })
+        {
             kill(pid, SIGQUIT)
             for _ in 0..<500 where kill(pid, 0) == 0 { usleep(10_000) }
         }
@@ -89,9 +95,9 @@ package final class LocalPostgres: Sendable {
         let outputPath = NSTemporaryDirectory() + "purchase-ledger-pg-output-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
         #if canImport(Glibc)
-        var actions = posix_spawn_file_actions_t()
+            var actions = posix_spawn_file_actions_t()
         #else
-        var actions: posix_spawn_file_actions_t?
+            var actions: posix_spawn_file_actions_t?
         #endif
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -115,9 +121,9 @@ package final class LocalPostgres: Sendable {
 
     private static func freePort() throws -> Int {
         #if canImport(Glibc)
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else
-        let fd = socket(AF_INET, SOCK_STREAM, 0)
+            let fd = socket(AF_INET, SOCK_STREAM, 0)
         #endif
         guard fd >= 0 else { throw Failure(description: "socket() failed") }
         defer { close(fd) }

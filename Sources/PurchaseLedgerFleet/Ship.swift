@@ -46,8 +46,10 @@ extension FleetStore {
     /// `connections` batches go at once, each on a connection of its own (this store's and
     /// more to the same server): one reads and checks its files while PostgreSQL stores another's.
     /// Outcomes come back in the order of `paths`.
-    public func ship(paths: [String], configuration: LedgerConfiguration = LedgerConfiguration(), batchSize: Int = 64,
-                     connections: Int = 2, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil) async throws -> [ShipOutcome] {
+    public func ship(
+        paths: [String], configuration: LedgerConfiguration = LedgerConfiguration(), batchSize: Int = 64,
+        connections: Int = 2, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+    ) async throws -> [ShipOutcome] {
         let size = max(1, batchSize)
         let batches = stride(from: 0, to: paths.count, by: size).map { Array(paths[$0..<min(paths.count, $0 + size)]) }
         var stores = [self]
@@ -68,11 +70,14 @@ extension FleetStore {
                     group.addTask {
                         var mine: [(Int, [ShipOutcome])] = []
                         for index in stride(from: worker, to: batches.count, by: workers.count) {
-                            let outcomes = try await store.shipBatch(batches[index].map { path in
-                                (path, { try FleetStore.openForShipping(path, configuration: configuration) })
-                            })
+                            let outcomes = try await store.shipBatch(
+                                batches[index].map { path in
+                                    (path, { try FleetStore.openForShipping(path, configuration: configuration) })
+                                })
                             mine.append((index, outcomes))
-                            let count = done.withLock { $0 += outcomes.count; return $0 }
+                            let count = done.withLock {
+                                $0 += outcomes.count; return $0
+                            }
                             progress?(count, total)
                         }
                         return mine
@@ -135,13 +140,15 @@ extension FleetStore {
         // Lock (or create at seq 0) every ledger's row; a ledger named twice is shipped once.
         let byID = Dictionary(opened.map { ($0.identity.id, $0) }, uniquingKeysWith: { first, _ in first })
         let ids = byID.keys.sorted()
-        let rows = try await connection.query("""
+        let rows = try await connection.query(
+            """
             INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at)
             SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now()
             FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[]) AS k(id, origin) ORDER BY k.id
             ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
             RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted
-            """, logger: logger).collect()
+            """, logger: logger
+        ).collect()
         var server: [String: (seq: Int64, link: [UInt8], inserted: Bool)] = [:]
         for row in rows {
             let (id, seq, link, inserted) = try row.decode((String, Int64, ByteBuffer, Bool).self)
@@ -152,18 +159,24 @@ extension FleetStore {
         for entry in opened {
             let id = entry.identity.id
             guard byID[id]?.index == entry.index else {
-                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .failure(LedgerError.make(.io, "\(entry.ledger.path) is ledger \(id), already named in this ship")))
+                outcomes[entry.index] = ShipOutcome(
+                    path: entry.ledger.path, result: .failure(LedgerError.make(.io, "\(entry.ledger.path) is ledger \(id), already named in this ship")))
                 continue
             }
             guard let held = server[id] else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
             do {
                 let shipment = try entry.ledger.shipment(after: held.seq, link: held.link)
-                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .success(ShipResult(
-                    ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
+                outcomes[entry.index] = ShipOutcome(
+                    path: entry.ledger.path,
+                    result: .success(
+                        ShipResult(
+                            ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
                 if !shipment.events.isEmpty { accepted.append((id, shipment)) }
             } catch let error as LedgerError {
-                outcomes[entry.index] = ShipOutcome(path: entry.ledger.path, result: .failure(
-                    LedgerError.make(error.code, "\(entry.ledger.path) (ledger \(id)): \(error.message)", seq: error.seq)))
+                outcomes[entry.index] = ShipOutcome(
+                    path: entry.ledger.path,
+                    result: .failure(
+                        LedgerError.make(error.code, "\(entry.ledger.path) (ledger \(id)): \(error.message)", seq: error.seq)))
                 if held.inserted { refusedNew.append(id) }
             }
         }
@@ -173,7 +186,8 @@ extension FleetStore {
         }
         guard !accepted.isEmpty else { return }
         let acceptedIDs = accepted.map(\.ledger)
-        try await connection.query("""
+        try await connection.query(
+            """
             WITH t AS (DELETE FROM transactions WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  d AS (DELETE FROM downloads WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  o AS (DELETE FROM owned_content WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
@@ -183,7 +197,8 @@ extension FleetStore {
         try await copyEvents(accepted.map { ($0.ledger, $0.shipment.events) })
         try await copyProjections(accepted)
         for (_, shipment) in accepted { try await mergeCatalog(shipment) }
-        try await connection.query("""
+        try await connection.query(
+            """
             UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now()
             FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[]) AS k(id, seq, link)
             WHERE l.ledger_id = k.id::uuid
@@ -196,9 +211,12 @@ extension FleetStore {
 
     /// COPYs events of one or more ledgers into `events`.
     private func copyEvents(_ batches: [(ledger: String, events: [ChainedEvent])]) async throws {
-        try await connection.copyFrom(table: "events", columns: [
-            "ledger_id", "seq", "stream", "version", "type", "at_ns", "recorded_ns", "anomaly", "appended_by_ledger", "payload", "link",
-        ], logger: logger) { writer in
+        try await connection.copyFrom(
+            table: "events",
+            columns: [
+                "ledger_id", "seq", "stream", "version", "type", "at_ns", "recorded_ns", "anomaly", "appended_by_ledger", "payload", "link",
+            ], logger: logger
+        ) { writer in
             var text = CopyText()
             for (ledger, events) in batches {
                 for chained in events {
@@ -276,7 +294,8 @@ extension FleetStore {
         let related = Dictionary(grouping: rows(.relatedProducts)) { $0["product"] as String }
         for row in rows(.products) {
             let product: String = row["product"]
-            let won = try await connection.query("""
+            let won = try await connection.query(
+                """
                 INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
                 VALUES (\(product), \(row["kind"] as String), \(row["price"] as String), \(row["currency"] as String),
                         \(row["downloadable"] as Bool), \(row["title"] as String?), \(row["registered_at_ms"] as Int64))
@@ -284,11 +303,13 @@ extension FleetStore {
                     downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
                 WHERE products.registered_at_ms < excluded.registered_at_ms
                 RETURNING product
-                """, logger: logger).collect()
+                """, logger: logger
+            ).collect()
             guard !won.isEmpty else { continue }
             try await connection.query("DELETE FROM related_products WHERE product = \(product)", logger: logger)
             for pair in related[product] ?? [] {
-                try await connection.query("""
+                try await connection.query(
+                    """
                     INSERT INTO related_products (product, related_product) VALUES (\(product), \(pair["related_product"] as String))
                     """, logger: logger)
             }
@@ -296,11 +317,14 @@ extension FleetStore {
         for row in rows(.productContents) {
             let (product, content): (String, String) = (row["product"], row["content"])
             guard let version = ContentVersion(row["latest_version"]) else { continue }
-            let current = try await connection.query("""
+            let current = try await connection.query(
+                """
                 SELECT latest_version FROM product_contents WHERE product = \(product) AND content = \(content) FOR UPDATE
-                """, logger: logger).collect().first.map { try $0.decode(String.self) }
+                """, logger: logger
+            ).collect().first.map { try $0.decode(String.self) }
             if let current, let known = ContentVersion(current), !version.isNewer(than: known) { continue }
-            try await connection.query("""
+            try await connection.query(
+                """
                 INSERT INTO product_contents (product, content, latest_version) VALUES (\(product), \(content), \(version.text))
                 ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
                 """, logger: logger)

@@ -13,8 +13,10 @@ package enum ShipKiller {
     /// Starts `binary ship PATHS --to URL` `kills` times, killing each after a random delay of at
     /// most `maxDelay` seconds; returns how many were killed while running. `before(round)` runs
     /// before each start (to give the ledgers new events, so every round has something to ship).
-    package static func run(binary: String, paths: [String], url: String, kills: Int, maxDelay: Double,
-                            seed: UInt64 = 42, before: ((Int) throws -> Void)? = nil) throws -> (killed: Int, finished: Int) {
+    package static func run(
+        binary: String, paths: [String], url: String, kills: Int, maxDelay: Double,
+        seed: UInt64 = 42, before: ((Int) throws -> Void)? = nil
+    ) throws -> (killed: Int, finished: Int) {
         var generator = SplitMix(seed: seed)
         var killed = 0, finished = 0
         for round in 0..<kills {
@@ -48,15 +50,18 @@ package enum ShipKiller {
         for path in paths {
             let ledger = try Ledger(path: path, configuration: readOnly)
             guard let id = try ledger.identity()?.id else { throw Failure(description: "\(path) has no id") }
-            let counts = try await fleet.fetch("""
+            let counts = try await fleet.fetch(
+                """
                 SELECT (SELECT count(*) FROM events WHERE ledger_id = \(id)::uuid) AS n,
                        (SELECT coalesce(max(seq), 0) FROM events WHERE ledger_id = \(id)::uuid) AS top,
                        (SELECT last_seq FROM ledgers WHERE ledger_id = \(id)::uuid) AS shipped
-                """).first
+                """
+            ).first
             let n: Int64 = counts?["n"] ?? -1, top: Int64 = counts?["top"] ?? -1, shipped: Int64? = counts?["shipped"]
             let last = try ledger.lastSeq()
             guard n == last, top == last, shipped == last else {
-                throw Failure(description: "\(path): the server holds \(n) events up to seq \(top), its ledgers row says \(shipped.map(String.init) ?? "nothing"); the file has \(last)")
+                throw Failure(
+                    description: "\(path): the server holds \(n) events up to seq \(top), its ledgers row says \(shipped.map(String.init) ?? "nothing"); the file has \(last)")
             }
             let links = try await fleet.fetch("SELECT link FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq").map { $0["link"] as Data }
             guard links == (try ledger.shipment(after: 0, link: nil)).events.map({ Data($0.link) }) else {

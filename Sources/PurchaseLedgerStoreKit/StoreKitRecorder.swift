@@ -36,8 +36,10 @@ public final class StoreKitRecorder: Sendable {
     ///   - onError: called with each callback the ledger could not record (a malformed value, an
     ///     event a rule refuses), so the app can log it; the callback itself never fails.
     ///   - clock: the time given to events StoreKit reports without one.
-    public init(ledger: Ledger, onError: @escaping @Sendable (LedgerError) -> Void = { _ in },
-                clock: @escaping @Sendable () -> Timestamp = { Timestamp.now }) {
+    public init(
+        ledger: Ledger, onError: @escaping @Sendable (LedgerError) -> Void = { _ in },
+        clock: @escaping @Sendable () -> Timestamp = { Timestamp.now }
+    ) {
         self.ledger = ledger
         self.onError = onError
         self.clock = clock
@@ -61,12 +63,15 @@ public final class StoreKitRecorder: Sendable {
         var contents: [ContentSpec] = []
         if p.isDownloadable, let text = p.contentVersion, let version = ContentVersion(text) {
             for (i, length) in p.contentLengths.enumerated() {
-                contents.append(ContentSpec(content: i == 0 ? p.productIdentifier : "\(p.productIdentifier).\(i + 1)",
-                                            contentVersion: version, contentLength: length))
+                contents.append(
+                    ContentSpec(
+                        content: i == 0 ? p.productIdentifier : "\(p.productIdentifier).\(i + 1)",
+                        contentVersion: version, contentLength: length))
             }
         }
-        return ProductRegistration(product: Identifier.normalize(p.productIdentifier), kind: p.kind, price: "\(p.price)",
-                                   currency: p.currencyCode, downloadable: p.isDownloadable, contents: contents, title: p.title)
+        return ProductRegistration(
+            product: Identifier.normalize(p.productIdentifier), kind: p.kind, price: "\(p.price)",
+            currency: p.currencyCode, downloadable: p.isDownloadable, contents: contents, title: p.title)
     }
 
     // MARK: - StoreKit 1: the app's calls
@@ -74,8 +79,10 @@ public final class StoreKitRecorder: Sendable {
     /// Records a payment the app is about to add to the queue; returns its transaction id. Throws
     /// (`unknownProduct`...) before the payment reaches StoreKit.
     @discardableResult
-    public func addPayment(productIdentifier: String, quantity: Int = 1, applicationUsername: String? = nil,
-                           transactionID: String? = nil) throws -> String {
+    public func addPayment(
+        productIdentifier: String, quantity: Int = 1, applicationUsername: String? = nil,
+        transactionID: String? = nil
+    ) throws -> String {
         let id = Identifier.normalize(transactionID ?? UUID().uuidString.lowercased())
         try ledger.append(Event(at: clock(), .paymentQueued(transaction: id, product: productIdentifier, quantity: quantity, user: applicationUsername)))
         return id
@@ -238,17 +245,26 @@ public final class StoreKitRecorder: Sendable {
         case .deferred:
             events.append(Event(at: at, .transactionDeferred(transaction: id)))
         case .purchased:
-            events.append(Event(at: at, .transactionPurchased(transaction: id, product: t.productIdentifier, user: t.applicationUsername,
-                                                            storeTransactionId: t.transactionIdentifier, downloads: try specs(id, t.downloads))))
+            events.append(
+                Event(
+                    at: at,
+                    .transactionPurchased(
+                        transaction: id, product: t.productIdentifier, user: t.applicationUsername,
+                        storeTransactionId: t.transactionIdentifier, downloads: try specs(id, t.downloads))))
         case .failed:
             let error = t.error ?? StoreError(domain: "SKErrorDomain", code: 0, message: "unknown error")
             events.append(Event(at: at, .transactionFailed(transaction: id, error: error)))
         case .restored:
-            let original = lookUp(storeID: t.originalTransactionIdentifier)
+            let original =
+                lookUp(storeID: t.originalTransactionIdentifier)
                 ?? "sk1-" + (t.originalTransactionIdentifier ?? t.transactionIdentifier ?? "unknown")
-            events.append(Event(at: at, .transactionRestored(transaction: id, originalTransaction: original, product: t.productIdentifier,
-                                                           user: t.applicationUsername, storeTransactionId: t.transactionIdentifier,
-                                                           downloads: try specs(id, t.downloads))))
+            events.append(
+                Event(
+                    at: at,
+                    .transactionRestored(
+                        transaction: id, originalTransaction: original, product: t.productIdentifier,
+                        user: t.applicationUsername, storeTransactionId: t.transactionIdentifier,
+                        downloads: try specs(id, t.downloads))))
         }
         return events
     }
@@ -265,9 +281,12 @@ public final class StoreKitRecorder: Sendable {
             // the oldest unbound one of the same product, quantity and user still in progress.
             let product = Identifier.normalize(t.productIdentifier)
             let user = t.applicationUsername.map(Identifier.normalize)
-            id = state.transactions.values
-                .filter { ($0.state == .purchasing || $0.state == .deferred) && !$0.finished && $0.product == product
-                    && $0.quantity == t.quantity && $0.user == user && !bound.contains($0.transaction) }
+            id =
+                state.transactions.values
+                .filter {
+                    ($0.state == .purchasing || $0.state == .deferred) && !$0.finished && $0.product == product
+                        && $0.quantity == t.quantity && $0.user == user && !bound.contains($0.transaction)
+                }
                 .min { ($0.queuedAt ?? Timestamp(nanosecondsSinceEpoch: .max), $0.transaction) < ($1.queuedAt ?? Timestamp(nanosecondsSinceEpoch: .max), $1.transaction) }?
                 .transaction
         }
@@ -308,8 +327,9 @@ public final class StoreKitRecorder: Sendable {
             guard let version = ContentVersion(d.contentVersion) else {
                 throw LedgerError.make(.malformedInput, "download \(d.contentIdentifier) has the content version \"\(d.contentVersion)\", which is not dotted integers")
             }
-            return DownloadSpec(download: Self.downloadID(transaction: transaction, content: d.contentIdentifier), content: d.contentIdentifier,
-                                contentVersion: version, contentLength: max(0, d.contentLength))
+            return DownloadSpec(
+                download: Self.downloadID(transaction: transaction, content: d.contentIdentifier), content: d.contentIdentifier,
+                contentVersion: version, contentLength: max(0, d.contentLength))
         }
     }
 
@@ -325,8 +345,13 @@ public final class StoreKitRecorder: Sendable {
         case .active:
             let progress = min(1, max(0, d.progress))
             if recorded?.state == .active && recorded?.progress == progress { return [] }
-            return [Event(at: at, .downloadProgressed(download: id, progress: progress, bytesWritten: nil,
-                                                     timeRemaining: d.timeRemaining < 0 ? -1 : d.timeRemaining))]
+            return [
+                Event(
+                    at: at,
+                    .downloadProgressed(
+                        download: id, progress: progress, bytesWritten: nil,
+                        timeRemaining: d.timeRemaining < 0 ? -1 : d.timeRemaining))
+            ]
         case .paused:
             return recorded?.state == .paused ? [] : [Event(at: at, .downloadPaused(download: id))]
         case .finished:
@@ -378,20 +403,31 @@ public final class StoreKitRecorder: Sendable {
         var events: [Event] = []
         if recorded == nil {
             if t.originalID != t.id && !t.isRenewal {
-                events.append(Event(at: bought, .transactionRestored(
-                    transaction: id, originalTransaction: Self.transactionID(storeKit2: t.originalID), product: t.productID,
-                    user: user, storeTransactionId: String(t.id), downloads: nil)))
+                events.append(
+                    Event(
+                        at: bought,
+                        .transactionRestored(
+                            transaction: id, originalTransaction: Self.transactionID(storeKit2: t.originalID), product: t.productID,
+                            user: user, storeTransactionId: String(t.id), downloads: nil)))
             } else {
                 // The quantity lives on the payment; an unregistered product can only be observed.
                 if state.products[Identifier.normalize(t.productID)] != nil {
                     events.append(Event(at: bought, .paymentQueued(transaction: id, product: t.productID, quantity: max(1, min(10, t.purchasedQuantity)), user: user)))
                 }
-                events.append(Event(at: bought, .transactionPurchased(transaction: id, product: t.productID, user: user,
-                                                                      storeTransactionId: String(t.id), downloads: nil)))
+                events.append(
+                    Event(
+                        at: bought,
+                        .transactionPurchased(
+                            transaction: id, product: t.productID, user: user,
+                            storeTransactionId: String(t.id), downloads: nil)))
             }
         } else if let recorded, recorded.state == .purchasing || recorded.state == .deferred {
-            events.append(Event(at: bought, .transactionPurchased(transaction: id, product: t.productID, user: user,
-                                                                  storeTransactionId: String(t.id), downloads: nil)))
+            events.append(
+                Event(
+                    at: bought,
+                    .transactionPurchased(
+                        transaction: id, product: t.productID, user: user,
+                        storeTransactionId: String(t.id), downloads: nil)))
         }
         if let revoked = t.revocationDate, recorded?.revoked != true {
             events.append(Event(at: Timestamp(revoked), .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked")))

@@ -43,9 +43,11 @@ public struct PaymentTransactionValue: Sendable, Hashable {
     /// Set in `purchased` (and, in practice, `restored`).
     public var downloads: [DownloadValue]
 
-    public init(handle: Int, state: PaymentTransactionState, productIdentifier: String, quantity: Int = 1,
-                applicationUsername: String? = nil, transactionIdentifier: String? = nil,
-                originalTransactionIdentifier: String? = nil, error: StoreError? = nil, downloads: [DownloadValue] = []) {
+    public init(
+        handle: Int, state: PaymentTransactionState, productIdentifier: String, quantity: Int = 1,
+        applicationUsername: String? = nil, transactionIdentifier: String? = nil,
+        originalTransactionIdentifier: String? = nil, error: StoreError? = nil, downloads: [DownloadValue] = []
+    ) {
         self.handle = handle
         self.state = state
         self.productIdentifier = productIdentifier
@@ -75,9 +77,11 @@ public struct DownloadValue: Sendable, Hashable {
     public var contentURL: URL?
     public var error: StoreError?
 
-    public init(transactionHandle: Int, contentIdentifier: String, contentVersion: String, contentLength: Int64,
-                state: DownloadState = .waiting, progress: Double = 0, timeRemaining: Double = -1,
-                contentURL: URL? = nil, error: StoreError? = nil) {
+    public init(
+        transactionHandle: Int, contentIdentifier: String, contentVersion: String, contentLength: Int64,
+        state: DownloadState = .waiting, progress: Double = 0, timeRemaining: Double = -1,
+        contentURL: URL? = nil, error: StoreError? = nil
+    ) {
         self.transactionHandle = transactionHandle
         self.contentIdentifier = contentIdentifier
         self.contentVersion = contentVersion
@@ -105,8 +109,10 @@ public struct ProductValue: Sendable, Hashable {
     public var contentLengths: [Int64]
     public var title: String?
 
-    public init(productIdentifier: String, kind: ProductKind, price: Decimal, currencyCode: String,
-                isDownloadable: Bool = false, contentVersion: String? = nil, contentLengths: [Int64] = [], title: String? = nil) {
+    public init(
+        productIdentifier: String, kind: ProductKind, price: Decimal, currencyCode: String,
+        isDownloadable: Bool = false, contentVersion: String? = nil, contentLengths: [Int64] = [], title: String? = nil
+    ) {
         self.productIdentifier = productIdentifier
         self.kind = kind
         self.price = price
@@ -138,9 +144,11 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     public var revocationReason: String?
     public var reason: Reason?
 
-    public init(id: UInt64, originalID: UInt64, productID: String, productKind: ProductKind? = nil, purchasedQuantity: Int = 1,
-                purchaseDate: Date, appAccountToken: UUID? = nil, revocationDate: Date? = nil, revocationReason: String? = nil,
-                reason: Reason? = nil) {
+    public init(
+        id: UInt64, originalID: UInt64, productID: String, productKind: ProductKind? = nil, purchasedQuantity: Int = 1,
+        purchaseDate: Date, appAccountToken: UUID? = nil, revocationDate: Date? = nil, revocationReason: String? = nil,
+        reason: Reason? = nil
+    ) {
         self.id = id
         self.originalID = originalID
         self.productID = productID

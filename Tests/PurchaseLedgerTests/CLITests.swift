@@ -105,10 +105,12 @@ let sampleLog = """
     @Test func aMalformedLineExits2AndChangesNothing() throws {
         _ = try populated()
         let before = try fileBytes(ledger)
-        let r = try cli(["append", ledger], stdin: """
-            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
-            {"type":"downloadProgressed","at":"2024-03-02T00:00:01Z","download":"t1-d1","progress":1.5}
-            """)
+        let r = try cli(
+            ["append", ledger],
+            stdin: """
+                {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+                {"type":"downloadProgressed","at":"2024-03-02T00:00:01Z","download":"t1-d1","progress":1.5}
+                """)
         #expect(r.status == 2)
         #expect(r.stderr.contains("line 2: malformed: field `progress` must be a number in 0...1"), "\(r.stderr)")
         #expect(try fileBytes(ledger) == before)
@@ -117,14 +119,16 @@ let sampleLog = """
     @Test func aBrokenRuleExits1NamingTheLineAndChangesNothing() throws {
         _ = try populated()
         let before = try fileBytes(ledger)
-        let r = try cli(["append", ledger], stdin: """
-            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
-            {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+        let r = try cli(
+            ["append", ledger],
+            stdin: """
+                {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+                {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
 
-            {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
-            {"type":"downloadFinished","at":"2024-03-02T00:00:03Z","download":"t2-d1","contentURL":"file:///c/"}
-            {"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t2"}
-            """)
+                {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
+                {"type":"downloadFinished","at":"2024-03-02T00:00:03Z","download":"t2-d1","contentURL":"file:///c/"}
+                {"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t2"}
+                """)
         #expect(r.status == 1)
         #expect(r.stderr.contains("line 6: finishBeforeCopyOut: download t2-d1 finished but its content was never copied out; finishing now would delete it"), "\(r.stderr)")
         #expect(try fileBytes(ledger) == before)
@@ -229,12 +233,14 @@ let sampleLog = """
 
     @Test func exportRedactImportRoundTrip() throws {
         _ = try populated()
-        try cli(["append", ledger], stdin: """
-            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book","user":"bob"}
-            {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
-            {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
-            {"type":"transactionFinished","at":"2024-03-02T00:00:03Z","transaction":"t2"}
-            """)
+        try cli(
+            ["append", ledger],
+            stdin: """
+                {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book","user":"bob"}
+                {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+                {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
+                {"type":"transactionFinished","at":"2024-03-02T00:00:03Z","transaction":"t2"}
+                """)
         let exported = try cli(["export", ledger])
         #expect(exported.stdout.contains(#""appendedByLedger":true"#))
         let file = dir.path("export.jsonl")

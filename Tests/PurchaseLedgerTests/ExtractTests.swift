@@ -51,7 +51,9 @@ struct ExtractTests {
         var reproEvents: [[RecordedEvent]] = []
         for (_, repro) in repros {
             var events: [RecordedEvent] = []
-            try repro.forEachEvent { events.append($0); return true }
+            try repro.forEachEvent {
+                events.append($0); return true
+            }
             reproEvents.append(events)
         }
         var original = LedgerState()
@@ -67,8 +69,9 @@ struct ExtractTests {
                 let kept = cursors[i] < summary.originalSeqs.count && summary.originalSeqs[cursors[i]] == e.seq
                 if kept {
                     let copy = reproEvents[i][cursors[i]]
-                    #expect(copy.event == e.event && copy.appendedByLedger == e.appendedByLedger && copy.anomaly == e.anomaly,
-                            "repro seq \(copy.seq) differs from original seq \(e.seq)")
+                    #expect(
+                        copy.event == e.event && copy.appendedByLedger == e.appendedByLedger && copy.anomaly == e.anomaly,
+                        "repro seq \(copy.seq) differs from original seq \(e.seq)")
                     Reducer.replay(&states[i], copy.event, seq: copy.seq)
                     cursors[i] += 1
                 }
@@ -180,7 +183,9 @@ struct ExtractTests {
         #expect(try repro.transactions(user: user).isEmpty)
         #expect(try repro.transactions(user: Redaction.pseudonym(user: user)).count == original.count)
         var exported = ""
-        try repro.forEachEvent { e in exported += JSONLines.encode(e.event) + "\n"; return true }
+        try repro.forEachEvent { e in
+            exported += JSONLines.encode(e.event) + "\n"; return true
+        }
         #expect(!exported.contains("\"\(user)\""))
         let kept = Set(summary.downloads)
         let destinations = try ledger.downloads().filter { kept.contains($0.download) }.compactMap(\.destination)
@@ -197,7 +202,7 @@ struct ExtractTests {
         try ledger.append(contentsOf: [
             E.product("p1", contents: [("c1", "1.0")]), E.product("p2"),
             E.queued("t1"), E.purchased("t1", downloads: ["d1"]),
-            E.queued("t2", "p2", user: "u2"), E.purchased("t2", downloads: ["d1"]),   // duplicateDownload: an anomaly
+            E.queued("t2", "p2", user: "u2"), E.purchased("t2", downloads: ["d1"]),  // duplicateDownload: an anomaly
             E.start("d1"), E.done("d1"), E.copied("d1"), E.finished("t1"),
             E.restoreStarted(at: 20), E.restored("t3", original: "t1", downloads: ["d3"], at: 21), E.restoreCompleted(at: 22),
         ])

@@ -144,10 +144,12 @@ struct FleetTests {
         let (user, entries) = try #require(twoDevices.max { $0.value.count < $1.value.count })
         let userHistory = try await fleet.purchaseHistory(PurchaseHistoryQuery(user: user, limit: .max))
         #expect(userHistory.map(\.entry) == entries.map(\.1) && Set(userHistory.map(\.ledgerID)).count == 2)
-        let filtered = PurchaseHistoryQuery(product: history[history.count / 2].1.transaction.product,
-                                            from: try Timestamp.parse("2024-03-05T00:00:00Z"), to: try Timestamp.parse("2024-03-20T00:00:00Z"),
-                                            kinds: [.nonConsumable, .consumable], limit: .max)
-        #expect(try await fleet.purchaseHistory(filtered).map(\.entry)
+        let filtered = PurchaseHistoryQuery(
+            product: history[history.count / 2].1.transaction.product,
+            from: try Timestamp.parse("2024-03-05T00:00:00Z"), to: try Timestamp.parse("2024-03-20T00:00:00Z"),
+            kinds: [.nonConsumable, .consumable], limit: .max)
+        #expect(
+            try await fleet.purchaseHistory(filtered).map(\.entry)
                 == ledgers.flatMap { id, l in try l.purchaseHistory(filtered).map { (id, $0) } }.sorted { historyKey($0.0, $0.1) < historyKey($1.0, $1.1) }.map(\.1))
 
         // Revenue, plain and by month: figure by figure.
@@ -156,8 +158,11 @@ struct FleetTests {
             for (_, ledger) in ledgers {
                 for line in try ledger.revenue(groupBy: groupBy) {
                     let key = [line.period ?? "", line.product, line.currency, line.price].joined(separator: "|")
-                    var m = merged[key] ?? RevenueLine(period: line.period, product: line.product, currency: line.currency, price: line.price,
-                                                       purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
+                    var m =
+                        merged[key]
+                        ?? RevenueLine(
+                            period: line.period, product: line.product, currency: line.currency, price: line.price,
+                            purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
                     m.purchases += line.purchases
                     m.units += line.units
                     m.refundedUnits += line.refundedUnits
@@ -173,21 +178,27 @@ struct FleetTests {
 
         // Undelivered, stuck, unfinished.
         let undelivered = try ledgers.flatMap { id, l in try l.undelivered(limit: .max).map { (id, $0) } }
-            .sorted { Key(time: $0.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $0.1.transaction.transaction, ledger: $0.0)
-                    < Key(time: $1.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $1.1.transaction.transaction, ledger: $1.0) }
+            .sorted {
+                Key(time: $0.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $0.1.transaction.transaction, ledger: $0.0)
+                    < Key(time: $1.1.transaction.purchasedAt?.nanosecondsSinceEpoch, id: $1.1.transaction.transaction, ledger: $1.0)
+            }
         let fleetUndelivered = try await fleet.undelivered(limit: 1_000_000)
         #expect(fleetUndelivered.map(\.entry) == undelivered.map(\.1) && !undelivered.isEmpty)
 
         let asOf = try ledgers.compactMap { _, l in try l.downloads().compactMap(\.lastActivityAt).max() }.max()
         let stuck = try ledgers.flatMap { id, l in try l.stuckDownloads(idle: .seconds(600), asOf: asOf).map { (id, $0) } }
-            .sorted { Key(time: $0.1.lastActivityAt?.nanosecondsSinceEpoch, id: $0.1.download, ledger: $0.0)
-                    < Key(time: $1.1.lastActivityAt?.nanosecondsSinceEpoch, id: $1.1.download, ledger: $1.0) }
+            .sorted {
+                Key(time: $0.1.lastActivityAt?.nanosecondsSinceEpoch, id: $0.1.download, ledger: $0.0)
+                    < Key(time: $1.1.lastActivityAt?.nanosecondsSinceEpoch, id: $1.1.download, ledger: $1.0)
+            }
         let fleetStuck = try await fleet.stuckDownloads(idle: .seconds(600))
         #expect(fleetStuck.map(\.download) == stuck.map(\.1) && fleetStuck.map(\.ledgerID) == stuck.map(\.0))
 
         let unfinished = try ledgers.flatMap { id, l in try l.unfinishedTransactions().map { (id, $0) } }
-            .sorted { Key(time: ($0.1.purchasedAt ?? $0.1.failedAt)?.nanosecondsSinceEpoch, id: $0.1.transaction, ledger: $0.0)
-                    < Key(time: ($1.1.purchasedAt ?? $1.1.failedAt)?.nanosecondsSinceEpoch, id: $1.1.transaction, ledger: $1.0) }
+            .sorted {
+                Key(time: ($0.1.purchasedAt ?? $0.1.failedAt)?.nanosecondsSinceEpoch, id: $0.1.transaction, ledger: $0.0)
+                    < Key(time: ($1.1.purchasedAt ?? $1.1.failedAt)?.nanosecondsSinceEpoch, id: $1.1.transaction, ledger: $1.0)
+            }
         let fleetUnfinished = try await fleet.unfinishedTransactions()
         #expect(fleetUnfinished.map(\.transaction) == unfinished.map(\.1) && !unfinished.isEmpty)
 
@@ -255,8 +266,9 @@ struct FleetTests {
     static func flipAByte(inABlockOf path: String) throws {
         let queue = try DatabaseQueue(path: path)
         try queue.write { db in
-            let (first, data) = try #require(try Row.fetchOne(db, sql: "SELECT first_seq, data FROM event_blocks ORDER BY first_seq LIMIT 1 OFFSET 2")
-                .map { ($0[0] as Int64, $0[1] as Data) })
+            let (first, data) = try #require(
+                try Row.fetchOne(db, sql: "SELECT first_seq, data FROM event_blocks ORDER BY first_seq LIMIT 1 OFFSET 2")
+                    .map { ($0[0] as Int64, $0[1] as Data) })
             var bytes = [UInt8](data)
             bytes[bytes.count / 2] ^= 0x10
             try db.execute(sql: "UPDATE event_blocks SET data = ? WHERE first_seq = ?", arguments: [Data(bytes), first])
@@ -323,4 +335,3 @@ struct Key: Comparable {
         return a.ledger < b.ledger
     }
 }
-

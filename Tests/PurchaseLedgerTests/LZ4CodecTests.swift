@@ -46,8 +46,9 @@ import Testing
             Result { () throws(LZ4.Failure) -> [UInt8] in
                 guard size > 0 else { return try LZ4.decompress(bytes, originalSize: size, dictionary: dictionary) }
                 guard !bytes.isEmpty else { throw LZ4.Failure(description: "empty or oversized block") }
-                return swift ? try LZ4.swiftDecompress(bytes, originalSize: size, dictionary: dictionary)
-                             : try LZ4.liblz4Decompress(bytes, originalSize: size, dictionary: dictionary)
+                return swift
+                    ? try LZ4.swiftDecompress(bytes, originalSize: size, dictionary: dictionary)
+                    : try LZ4.liblz4Decompress(bytes, originalSize: size, dictionary: dictionary)
             }
         }
     }
@@ -145,22 +146,22 @@ import Testing
         for round in 0..<28_000 {
             var (block, size) = bases[round % bases.count]
             switch round % 7 {
-            case 6: // synthetic sequences at the end-of-block limits
+            case 6:  // synthetic sequences at the end-of-block limits
                 (block, size) = Self.synthetic(&rng)
-            case 0: // flip bits
+            case 0:  // flip bits
                 for _ in 0..<Int.random(in: 1...3, using: &rng) {
                     let i = Int.random(in: 0..<block.count, using: &rng)
                     block[i] ^= 1 << UInt8.random(in: 0...7, using: &rng)
                 }
-            case 1: // overwrite a byte
+            case 1:  // overwrite a byte
                 block[Int.random(in: 0..<block.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
-            case 2: // cut the end
+            case 2:  // cut the end
                 block.removeLast(Int.random(in: 0...min(block.count - 1, 20), using: &rng))
-            case 3: // claim another size
+            case 3:  // claim another size
                 size = max(1, size + Int.random(in: -40...40, using: &rng))
-            case 4: // append bytes
+            case 4:  // append bytes
                 block += (0..<Int.random(in: 1...8, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
-            default: // random bytes
+            default:  // random bytes
                 block = (0..<Int.random(in: 1...300, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
                 size = Int.random(in: 1...2000, using: &rng)
             }
@@ -189,8 +190,12 @@ enum ExtractTestsData {
     static let jsonl: String = {
         var lines: [String] = []
         for i in 0..<400 {
-            lines.append(#"{"type":"paymentQueued","at":"2024-03-01T09:\#(String(format: "%02d", i % 60)):00Z","transaction":"t\#(i)","product":"com.example.book\#(i % 7)","user":"u-\#(String(format: "%05d", i * 37 % 1000))"}"#)
-            lines.append(#"{"type":"downloadProgressed","at":"2024-03-01T09:\#(String(format: "%02d", i % 60)):01.137Z","download":"t\#(i)-d1","progress":0.\#(i % 10),"bytesWritten":\#(i * 1024)}"#)
+            lines.append(
+                #"{"type":"paymentQueued","at":"2024-03-01T09:\#(String(format: "%02d", i % 60)):00Z","transaction":"t\#(i)","product":"com.example.book\#(i % 7)","user":"u-\#(String(format: "%05d", i * 37 % 1000))"}"#
+            )
+            lines.append(
+                #"{"type":"downloadProgressed","at":"2024-03-01T09:\#(String(format: "%02d", i % 60)):01.137Z","download":"t\#(i)-d1","progress":0.\#(i % 10),"bytesWritten":\#(i * 1024)}"#
+            )
         }
         return lines.joined(separator: "\n")
     }()

@@ -17,8 +17,10 @@ import Testing
         let path = dir.path("p.ledger")
         let ledger = try Ledger(path: path, configuration: testConfiguration())
         for e in StorageTests.everyType { try ledger.append(e) }
-        try ledger.append(contentsOf: [E.queued("t5", "p1"), E.purchased("t5", downloads: ["d5"], version: "1.2"), E.start("d5"), E.done("d5"),
-                                       E.copied("d5", to: "v2"), E.finished("t5")])
+        try ledger.append(contentsOf: [
+            E.queued("t5", "p1"), E.purchased("t5", downloads: ["d5"], version: "1.2"), E.start("d5"), E.done("d5"),
+            E.copied("d5", to: "v2"), E.finished("t5"),
+        ])
         let live = try Self.dump(path)
         #expect(live["owned_content_history"]?.count == 2)
         try ledger.rebuildProjections()
@@ -74,12 +76,14 @@ import Testing
         #expect(try !ledger.owns(product: "book-ipad"))
         // The projections agree with the reducer's state.
         let state = ledger.currentState
-        #expect(try ledger.transactions() == state.transactions.values.sorted { $0.transaction < $1.transaction }.map { t in
-            var t = t
-            // Projections keep milliseconds.
-            t.queuedAt = t.queuedAt.map { Timestamp(millisecondsSinceEpoch: Projector.ms($0)) }
-            return t
-        })
+        #expect(
+            try ledger.transactions()
+                == state.transactions.values.sorted { $0.transaction < $1.transaction }.map { t in
+                    var t = t
+                    // Projections keep milliseconds.
+                    t.queuedAt = t.queuedAt.map { Timestamp(millisecondsSinceEpoch: Projector.ms($0)) }
+                    return t
+                })
     }
 
     @Test func largeAppendsReportProgress() throws {

@@ -40,10 +40,11 @@ import Testing
         ])
         let observer = AppObserver()
         try ledger.replay(into: observer)
-        #expect(observer.log == [
-            "2 transaction t1 purchasing", "3 transaction t1 purchased", "4 download t1-d1 waiting", "5 download t1-d1 active",
-            "6 download t1-d1 cancelled (by the ledger)", "7 removed t1", "9 restore finished",
-        ])
+        #expect(
+            observer.log == [
+                "2 transaction t1 purchasing", "3 transaction t1 purchased", "4 download t1-d1 waiting", "5 download t1-d1 active",
+                "6 download t1-d1 cancelled (by the ledger)", "7 removed t1", "9 restore finished",
+            ])
         #expect(observer.lostContent == ["t1-d1"])
 
         // Stopping at any seq: the state the observer had seen by then.
@@ -57,12 +58,18 @@ import Testing
         let ledger = try Ledger(path: dir.path("purchases.ledger"))
         func at(_ text: String) throws -> Timestamp { try Timestamp.parse(text) }
         try ledger.append(contentsOf: [
-            Event(at: try at("2024-03-01T08:00:00Z"), .productRegistered(ProductRegistration(
-                product: "com.example.book1", kind: .nonConsumable, price: "4.99", currency: "USD", downloadable: true,
-                contents: [ContentSpec(content: "book1-chapter1", contentVersion: ContentVersion("1.0")!, contentLength: 1_048_576)]))),
+            Event(
+                at: try at("2024-03-01T08:00:00Z"),
+                .productRegistered(
+                    ProductRegistration(
+                        product: "com.example.book1", kind: .nonConsumable, price: "4.99", currency: "USD", downloadable: true,
+                        contents: [ContentSpec(content: "book1-chapter1", contentVersion: ContentVersion("1.0")!, contentLength: 1_048_576)]))),
             Event(at: try at("2024-03-01T09:00:00Z"), .paymentQueued(transaction: "t1", product: "com.example.book1", quantity: 1, user: "u1")),
-            Event(at: try at("2024-03-01T09:00:05Z"), .transactionPurchased(transaction: "t1", product: nil, user: nil, storeTransactionId: "1000000001",
-                downloads: [DownloadSpec(download: "t1-d1", content: "book1-chapter1", contentVersion: ContentVersion("1.0")!, contentLength: 1_048_576)])),
+            Event(
+                at: try at("2024-03-01T09:00:05Z"),
+                .transactionPurchased(
+                    transaction: "t1", product: nil, user: nil, storeTransactionId: "1000000001",
+                    downloads: [DownloadSpec(download: "t1-d1", content: "book1-chapter1", contentVersion: ContentVersion("1.0")!, contentLength: 1_048_576)])),
             Event(at: try at("2024-03-01T09:00:06Z"), .downloadStarted(download: "t1-d1")),
             Event(at: try at("2024-03-01T09:00:09Z"), .downloadFinished(download: "t1-d1", contentURL: "file:///.../Contents/")),
         ])

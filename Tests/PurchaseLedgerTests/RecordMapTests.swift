@@ -72,7 +72,7 @@ import Testing
         ledger = nil
         c.snapshotInterval = 6002
         ledger = try Ledger(path: path, configuration: c)
-        try ledger!.append(E.queued("t3000"))          // seq 6002: the first snapshot, every page new
+        try ledger!.append(E.queued("t3000"))  // seq 6002: the first snapshot, every page new
         let first = try pageCount(path)
         for i in 3001..<3005 { try ledger!.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
         try ledger!.append(contentsOf: [E.purchased("t3000"), E.finished("t5")])
@@ -108,7 +108,9 @@ import Testing
         }
         var loads: [String] = []
         func get(_ name: String) -> String {
-            cache.transactionPage(Array(name.utf8)) { loads.append(name); return page(name) }.firstID
+            cache.transactionPage(Array(name.utf8)) {
+                loads.append(name); return page(name)
+            }.firstID
         }
         for name in ["a", "b", "c", "d"] { #expect(get(name) == name) }
         #expect(get("a") == "a" && get("d") == "d", "cached")

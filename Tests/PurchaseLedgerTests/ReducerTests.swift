@@ -7,11 +7,12 @@ import Testing
     /// A catalog: p1 with content c1 (related to p1-ipad), a consumable, and p1-ipad.
     func catalog() throws -> LedgerState {
         var s = LedgerState()
-        try reduceAll([
-            E.product("p1", contents: [("c1", "1.0")], related: ["p1-ipad"]),
-            E.product("p1-ipad", contents: [("c1", "1.0")]),
-            E.product("coins", kind: .consumable),
-        ], into: &s)
+        try reduceAll(
+            [
+                E.product("p1", contents: [("c1", "1.0")], related: ["p1-ipad"]),
+                E.product("p1-ipad", contents: [("c1", "1.0")]),
+                E.product("coins", kind: .consumable),
+            ], into: &s)
         return s
     }
 
@@ -256,8 +257,10 @@ import Testing
         #expect(ContentVersion("1.10")!.isNewer(than: ContentVersion("1.9")!))
         #expect(ContentVersion("1")!.compare(ContentVersion("1.0")!) == 0)
         #expect(ContentVersion("2.0.13")!.compare(ContentVersion("2.0.9")!) > 0)
-        let ordered = [("0.9", "1"), ("1", "1.0.1"), ("1.2", "1.10"), ("9", "10"), ("1.2.3", "1.3"),
-                       ("123456789012345678901234567889", "123456789012345678901234567890"), ("0.0.1", "0.1")]
+        let ordered = [
+            ("0.9", "1"), ("1", "1.0.1"), ("1.2", "1.10"), ("9", "10"), ("1.2.3", "1.3"),
+            ("123456789012345678901234567889", "123456789012345678901234567890"), ("0.0.1", "0.1"),
+        ]
         for (older, newer) in ordered {
             #expect(ContentVersion(older)!.compare(ContentVersion(newer)!) < 0, "\(older) < \(newer)")
             #expect(ContentVersion(newer)!.compare(ContentVersion(older)!) > 0, "\(newer) > \(older)")

@@ -37,10 +37,13 @@ import Testing
         let giant = String(repeating: "x", count: 1_000_000)
         try ledger.append(try JSONLines.decode(#"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":"\#(giant)"}"#))
         try ledger.append(E.product("p1", contents: [("c1", "1.0")]))
-        try ledger.append(contentsOf: [E.queued("t1"), E.purchased("t1", downloads: ["d1"]), E.start("d1"), E.done("d1"),
-                                       E.copied("d1", to: "../../../etc/passwd; DROP TABLE events"), E.finished("t1")])
-        #expect(try ledger.downloads(transaction: "t1").first?.destination == "../../../etc/passwd; DROP TABLE events",
-                "a destination is data: stored as given, never used as a path")
+        try ledger.append(contentsOf: [
+            E.queued("t1"), E.purchased("t1", downloads: ["d1"]), E.start("d1"), E.done("d1"),
+            E.copied("d1", to: "../../../etc/passwd; DROP TABLE events"), E.finished("t1"),
+        ])
+        #expect(
+            try ledger.downloads(transaction: "t1").first?.destination == "../../../etc/passwd; DROP TABLE events",
+            "a destination is data: stored as given, never used as a path")
         let many = (0..<5000).flatMap { [E.queued("b\($0)"), E.purchased("b\($0)")] }
         let result = try ledger.append(contentsOf: many)
         #expect(result.events.count == 10_000)
@@ -95,22 +98,28 @@ import Testing
     /// In one read transaction: where the log ends, and the seq the projections reflect.
     static func positions(_ reader: DatabaseQueue) throws -> (Int64, Int64) {
         try reader.read { db in
-            (try Int64.fetchOne(db, sql: "SELECT max((SELECT coalesce(max(seq), 0) FROM events), (SELECT coalesce(max(last_seq), 0) FROM event_blocks))") ?? 0,
-             try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_seq'") ?? 0)
+            (
+                try Int64.fetchOne(db, sql: "SELECT max((SELECT coalesce(max(seq), 0) FROM events), (SELECT coalesce(max(last_seq), 0) FROM event_blocks))") ?? 0,
+                try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_seq'") ?? 0
+            )
         }
     }
 
     @Test func twoWritingProcessesAndAReader() async throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("shared.ledger")
-        try cli(["append", path], stdin: #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}"#)
+        try cli(
+            ["append", path],
+            stdin: #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}"#)
         var files: [String] = []
         for writer in ["a", "b"] {
             for round in 0..<6 {
                 let lines = (0..<40).flatMap { i -> [String] in
                     let t = "\(writer)\(round)-\(i)"
-                    return [#"{"type":"paymentQueued","at":"2024-03-01T00:00:01Z","transaction":"\#(t)","product":"p"}"#,
-                            #"{"type":"transactionPurchased","at":"2024-03-01T00:00:02Z","transaction":"\#(t)"}"#]
+                    return [
+                        #"{"type":"paymentQueued","at":"2024-03-01T00:00:01Z","transaction":"\#(t)","product":"p"}"#,
+                        #"{"type":"transactionPurchased","at":"2024-03-01T00:00:02Z","transaction":"\#(t)"}"#,
+                    ]
                 }
                 let file = dir.path("\(writer)\(round).jsonl")
                 try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)

@@ -43,13 +43,17 @@ import Testing
         for from in Int64(1)...(count + 2) {
             for through in (from - 2)...(count + 2) {
                 var seen: [RecordedEvent] = []
-                try ledger.forEachEvent(from: from, through: through) { seen.append($0); return true }
+                try ledger.forEachEvent(from: from, through: through) {
+                    seen.append($0); return true
+                }
                 let expected = from > through ? [] : stored.filter { $0.seq >= from && $0.seq <= through }
                 #expect(seen == expected, "events \(from)...\(through)")
             }
         }
         var firstFive: [Int64] = []
-        try ledger.forEachEvent { firstFive.append($0.seq); return firstFive.count < 5 }
+        try ledger.forEachEvent {
+            firstFive.append($0.seq); return firstFive.count < 5
+        }
         #expect(firstFive == [1, 2, 3, 4, 5], "a scan stops when asked")
         #expect(stored.contains { $0.appendedByLedger }, "the early finish of t4 appended a cancellation")
         // Versions within streams count from 1.
@@ -128,7 +132,10 @@ import Testing
         #expect(try firstProblem(reordered)?.seq == 7)
         // Inserted: a copy of event 3 pushed in as 4, later ones moved up.
         let inserted = try fresh("inserted.ledger")
-        try tamper(inserted, "UPDATE events SET seq = seq + 100 WHERE seq >= 4; UPDATE events SET seq = seq - 99 WHERE seq >= 104; INSERT INTO events SELECT 4, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events WHERE seq = 3")
+        try tamper(
+            inserted,
+            "UPDATE events SET seq = seq + 100 WHERE seq >= 4; UPDATE events SET seq = seq - 99 WHERE seq >= 104; INSERT INTO events SELECT 4, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events WHERE seq = 3"
+        )
         #expect(try firstProblem(inserted)?.seq == 4)
         // Edited with every later link recomputed by plain SHA-256... is caught when the chain is keyed (KeyedChainTests).
     }
@@ -292,8 +299,9 @@ import Testing
                     var reader = BinaryReader(buffer)
                     return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader)
                 }
-                let e = RecordedEvent(seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
-                                      recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: nil, appendedByLedger: false)
+                let e = RecordedEvent(
+                    seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
+                    recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: nil, appendedByLedger: false)
                 previous = plain.link(after: previous, frame: FrameCodec.canonical(e, payload: payload))
                 try db.execute(sql: "UPDATE events SET link = ? WHERE seq = ?", arguments: [Data(previous), e.seq])
             }
@@ -337,8 +345,10 @@ import Testing
         try ledger.append(E.product("p1"))
         for i in 0..<40 { try ledger.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
         let (snapshots, pages, referenced) = try DatabaseQueue(path: path).read { db in
-            (try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshots")!, try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
-             try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots").map(\.count).reduce(0, +))
+            (
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshots")!, try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
+                try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots").map(\.count).reduce(0, +)
+            )
         }
         #expect(snapshots == 3)
         #expect(pages > 0 && referenced > 0)

@@ -27,8 +27,9 @@ import Testing
         let errors = self.errors
         let r = StoreKitRecorder(ledger: ledger, onError: { errors.add($0) })
         try r.register([
-            ProductValue(productIdentifier: "com.example.book", kind: .nonConsumable, price: Decimal(string: "4.99")!, currencyCode: "USD",
-                         isDownloadable: true, contentVersion: "1.0", contentLengths: [1000]),
+            ProductValue(
+                productIdentifier: "com.example.book", kind: .nonConsumable, price: Decimal(string: "4.99")!, currencyCode: "USD",
+                isDownloadable: true, contentVersion: "1.0", contentLengths: [1000]),
             ProductValue(productIdentifier: "com.example.coins", kind: .consumable, price: Decimal(string: "0.99")!, currencyCode: "USD"),
             ProductValue(productIdentifier: "com.example.season", kind: .autoRenewable, price: Decimal(string: "2.99")!, currencyCode: "EUR"),
         ])
@@ -37,20 +38,26 @@ import Testing
 
     static let cancelled = StoreError(domain: "SKErrorDomain", code: 2, message: "Cannot connect to iTunes Store")
 
-    func tx(_ handle: Int, _ state: PaymentTransactionState, _ product: String = "com.example.book", store: String? = nil,
-            original: String? = nil, user: String? = nil, quantity: Int = 1, downloads: [DownloadValue] = [], error: StoreError? = nil) -> PaymentTransactionValue {
-        PaymentTransactionValue(handle: handle, state: state, productIdentifier: product, quantity: quantity, applicationUsername: user,
-                                transactionIdentifier: store, originalTransactionIdentifier: original, error: error, downloads: downloads)
+    func tx(
+        _ handle: Int, _ state: PaymentTransactionState, _ product: String = "com.example.book", store: String? = nil,
+        original: String? = nil, user: String? = nil, quantity: Int = 1, downloads: [DownloadValue] = [], error: StoreError? = nil
+    ) -> PaymentTransactionValue {
+        PaymentTransactionValue(
+            handle: handle, state: state, productIdentifier: product, quantity: quantity, applicationUsername: user,
+            transactionIdentifier: store, originalTransactionIdentifier: original, error: error, downloads: downloads)
     }
 
     func download(_ handle: Int, _ state: DownloadState = .waiting, progress: Double = 0, url: URL? = nil, error: StoreError? = nil) -> DownloadValue {
-        DownloadValue(transactionHandle: handle, contentIdentifier: "com.example.book", contentVersion: "1.0", contentLength: 1000,
-                      state: state, progress: progress, timeRemaining: 12, contentURL: url, error: error)
+        DownloadValue(
+            transactionHandle: handle, contentIdentifier: "com.example.book", contentVersion: "1.0", contentLength: 1000,
+            state: state, progress: progress, timeRemaining: 12, contentURL: url, error: error)
     }
 
     func types() throws -> [String] {
         var types: [String] = []
-        try ledger.forEachEvent { types.append($0.event.type.name); return true }
+        try ledger.forEachEvent {
+            types.append($0.event.type.name); return true
+        }
         return types
     }
 
@@ -198,8 +205,10 @@ import Testing
 
         // The app relaunches: new objects, new handles; StoreKit redelivers what is unfinished.
         let relaunched = StoreKitRecorder(ledger: ledger)
-        relaunched.updatedTransactions([tx(101, .purchased, store: "4242", downloads: [download(101)]),
-                                        tx(102, .purchasing, "com.example.coins", user: "u2")])
+        relaunched.updatedTransactions([
+            tx(101, .purchased, store: "4242", downloads: [download(101)]),
+            tx(102, .purchasing, "com.example.coins", user: "u2"),
+        ])
         let after = ledger.currentState
         #expect(after.transactions.count == before.transactions.count)
         #expect(after.transactions[paid]?.state == .purchased)
@@ -277,8 +286,9 @@ import Testing
         let r = try recorder()
         let token = UUID()
         let bought = Date(timeIntervalSince1970: 1_709_280_000)
-        let coins = StoreKit2TransactionValue(id: 9001, originalID: 9001, productID: "com.example.coins", productKind: .consumable,
-                                              purchasedQuantity: 4, purchaseDate: bought, appAccountToken: token, reason: .purchase)
+        let coins = StoreKit2TransactionValue(
+            id: 9001, originalID: 9001, productID: "com.example.coins", productKind: .consumable,
+            purchasedQuantity: 4, purchaseDate: bought, appAccountToken: token, reason: .purchase)
         r.record([coins], from: .purchase)
         let recorded = try #require(ledger.currentState.transactions["sk2-9001"])
         #expect(recorded.state == .purchased && recorded.quantity == 4 && recorded.user == token.uuidString.lowercased())
@@ -301,10 +311,12 @@ import Testing
         #expect(try ledger.events(inStream: "transaction:sk2-9001").filter { $0.event.type == .transactionRevoked }.count == 1)
 
         // A renewal is a purchase of its own; a restore names its original.
-        let renewal = StoreKit2TransactionValue(id: 9100, originalID: 9050, productID: "com.example.season", productKind: .autoRenewable,
-                                                purchaseDate: bought, reason: .renewal)
-        let restore = StoreKit2TransactionValue(id: 9200, originalID: 8000, productID: "com.example.book", productKind: .nonConsumable,
-                                                purchaseDate: bought, reason: .purchase)
+        let renewal = StoreKit2TransactionValue(
+            id: 9100, originalID: 9050, productID: "com.example.season", productKind: .autoRenewable,
+            purchaseDate: bought, reason: .renewal)
+        let restore = StoreKit2TransactionValue(
+            id: 9200, originalID: 8000, productID: "com.example.book", productKind: .nonConsumable,
+            purchaseDate: bought, reason: .purchase)
         r.record([renewal, restore], from: .updates)
         #expect(ledger.currentState.transactions["sk2-9100"]?.state == .purchased)
         #expect(ledger.currentState.transactions["sk2-9200"]?.state == .restored)

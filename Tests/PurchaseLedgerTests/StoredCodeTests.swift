@@ -39,7 +39,7 @@ import Testing
         var bytes = w.bytes
         guard case .productRegistered(let r)? = decodes(bytes) else { Issue.record("does not decode"); return }
         #expect(r.kind == .nonRenewing)
-        let key = bytes.firstIndex(of: 2 << 3)!   // field 2 (the kind), varint
+        let key = bytes.firstIndex(of: 2 << 3)!  // field 2 (the kind), varint
         #expect(bytes[key + 1] == 3)
         bytes[key + 1] = 9
         #expect(decodes(bytes) == nil)

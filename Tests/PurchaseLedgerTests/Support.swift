@@ -43,10 +43,13 @@ enum E {
     static func at(_ second: Int) -> Timestamp { Timestamp(millisecondsSinceEpoch: 1_709_280_000_000 + Int64(second) * 1000) }
 
     static func product(_ id: String, kind: ProductKind = .nonConsumable, contents: [(String, String)] = [], related: [String] = [], t: Int = 0) -> Event {
-        Event(at: at(t), .productRegistered(ProductRegistration(
-            product: id, kind: kind, price: "4.99", currency: "USD", downloadable: !contents.isEmpty,
-            contents: contents.map { ContentSpec(content: $0.0, contentVersion: ContentVersion($0.1)!, contentLength: 1000) },
-            relatedProducts: related)))
+        Event(
+            at: at(t),
+            .productRegistered(
+                ProductRegistration(
+                    product: id, kind: kind, price: "4.99", currency: "USD", downloadable: !contents.isEmpty,
+                    contents: contents.map { ContentSpec(content: $0.0, contentVersion: ContentVersion($0.1)!, contentLength: 1000) },
+                    relatedProducts: related)))
     }
 
     static func queued(_ t: String, _ product: String = "p1", quantity: Int = 1, user: String? = "u1", at s: Int = 1) -> Event {
@@ -54,17 +57,27 @@ enum E {
     }
 
     static func purchased(_ t: String, product: String? = nil, downloads: [String] = [], content: String = "c1", version: String = "1.0", at s: Int = 2) -> Event {
-        Event(at: at(s), .transactionPurchased(transaction: t, product: product, user: nil, storeTransactionId: "s-\(t)",
-                                              downloads: downloads.isEmpty ? nil : downloads.map {
-                                                  DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
-                                              }))
+        Event(
+            at: at(s),
+            .transactionPurchased(
+                transaction: t, product: product, user: nil, storeTransactionId: "s-\(t)",
+                downloads: downloads.isEmpty
+                    ? nil
+                    : downloads.map {
+                        DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
+                    }))
     }
 
     static func restored(_ t: String, original: String, product: String = "p1", downloads: [String] = [], content: String = "c1", version: String = "1.0", at s: Int = 2) -> Event {
-        Event(at: at(s), .transactionRestored(transaction: t, originalTransaction: original, product: product, user: "u1", storeTransactionId: "s-\(t)",
-                                             downloads: downloads.isEmpty ? nil : downloads.map {
-                                                 DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
-                                             }))
+        Event(
+            at: at(s),
+            .transactionRestored(
+                transaction: t, originalTransaction: original, product: product, user: "u1", storeTransactionId: "s-\(t)",
+                downloads: downloads.isEmpty
+                    ? nil
+                    : downloads.map {
+                        DownloadSpec(download: $0, content: content, contentVersion: ContentVersion(version)!, contentLength: 1000)
+                    }))
     }
 
     static func deferred(_ t: String, at s: Int = 2) -> Event { Event(at: at(s), .transactionDeferred(transaction: t)) }

@@ -7,8 +7,8 @@ import ArgumentParser
 /// One id, two byte sequences: precomposed (NFC) and decomposed (NFD). Each event below names the
 /// ids in one form or the other; the ledger must treat them as one id everywhere.
 @Suite struct IdentifierTests {
-    static let nfc = "\u{E9}"          // é
-    static let nfd = "e\u{301}"        // e + combining acute accent
+    static let nfc = "\u{E9}"  // é
+    static let nfd = "e\u{301}"  // e + combining acute accent
 
     static func id(_ base: String, _ form: String) -> String { base + form }
 
@@ -17,23 +17,35 @@ import ArgumentParser
     static var log: [Event] {
         let (c, d) = (nfc, nfd)
         return [
-            Event(at: E.at(0), .productRegistered(ProductRegistration(
-                product: "livr" + c, kind: .nonConsumable, price: "4.99", currency: "EUR", downloadable: true,
-                contents: [ContentSpec(content: "chapitr" + d, contentVersion: ContentVersion("1.0")!, contentLength: 10)],
-                relatedProducts: ["livr" + d + "-ipad"]))),
-            Event(at: E.at(0), .productRegistered(ProductRegistration(
-                product: "livr" + c + "-ipad", kind: .nonConsumable, price: "5.99", currency: "EUR", downloadable: false))),
+            Event(
+                at: E.at(0),
+                .productRegistered(
+                    ProductRegistration(
+                        product: "livr" + c, kind: .nonConsumable, price: "4.99", currency: "EUR", downloadable: true,
+                        contents: [ContentSpec(content: "chapitr" + d, contentVersion: ContentVersion("1.0")!, contentLength: 10)],
+                        relatedProducts: ["livr" + d + "-ipad"]))),
+            Event(
+                at: E.at(0),
+                .productRegistered(
+                    ProductRegistration(
+                        product: "livr" + c + "-ipad", kind: .nonConsumable, price: "5.99", currency: "EUR", downloadable: false))),
             Event(at: E.at(1), .paymentQueued(transaction: "t" + d, product: "livr" + d, quantity: 1, user: "ren" + d + "e")),
-            Event(at: E.at(2), .transactionPurchased(transaction: "t" + c, product: nil, user: "ren" + c + "e", storeTransactionId: "s" + d,
-                                                    downloads: [DownloadSpec(download: "d" + d, content: "chapitr" + c, contentVersion: ContentVersion("1.0")!, contentLength: 10)])),
+            Event(
+                at: E.at(2),
+                .transactionPurchased(
+                    transaction: "t" + c, product: nil, user: "ren" + c + "e", storeTransactionId: "s" + d,
+                    downloads: [DownloadSpec(download: "d" + d, content: "chapitr" + c, contentVersion: ContentVersion("1.0")!, contentLength: 10)])),
             Event(at: E.at(3), .downloadStarted(download: "d" + c)),
             Event(at: E.at(4), .downloadFinished(download: "d" + d, contentURL: "file:///cache/d/")),
             Event(at: E.at(5), .contentCopiedOut(download: "d" + c, destination: "Documents/caf" + d, checksum: nil, bytesCopied: 10)),
             Event(at: E.at(6), .contentVersionPublished(product: "livr" + d, content: "chapitr" + d, contentVersion: ContentVersion("1.1")!)),
             Event(at: E.at(7), .transactionFinished(transaction: "t" + d, discardContent: false)),
             Event(at: E.at(8), .restoreStarted(user: "ren" + d + "e")),
-            Event(at: E.at(9), .transactionRestored(transaction: "r" + d, originalTransaction: "t" + d, product: "livr" + c, user: "ren" + c + "e",
-                                                   storeTransactionId: nil, downloads: nil)),
+            Event(
+                at: E.at(9),
+                .transactionRestored(
+                    transaction: "r" + d, originalTransaction: "t" + d, product: "livr" + c, user: "ren" + c + "e",
+                    storeTransactionId: nil, downloads: nil)),
             Event(at: E.at(10), .restoreCompleted),
             Event(at: E.at(11), .contentRegistered(url: "https://cdn.example/caf" + d, download: "k" + d, contentLength: 5)),
             Event(at: E.at(12), .contentRegistered(url: "https://cdn.example/caf" + c, download: "k" + c, contentLength: 5)),
@@ -72,10 +84,13 @@ import ArgumentParser
 
         // The log and export: every id stored as NFC bytes, the destination as given.
         var exported = ""
-        try ledger.forEachEvent { e in exported += JSONLines.encode(e.event) + "\n"; return true }
+        try ledger.forEachEvent { e in
+            exported += JSONLines.encode(e.event) + "\n"; return true
+        }
         #expect(exported.unicodeScalars.contains("\u{301}"), "the destination keeps its decomposed form")
-        #expect(exported.components(separatedBy: "\n").filter { !$0.contains("destination") }.allSatisfy { !$0.unicodeScalars.contains("\u{301}") },
-                "no decomposed id in the log: \(exported)")
+        #expect(
+            exported.components(separatedBy: "\n").filter { !$0.contains("destination") }.allSatisfy { !$0.unicodeScalars.contains("\u{301}") },
+            "no decomposed id in the log: \(exported)")
 
         // The projections, queried in either form: the download joins its transaction.
         for form in [c, d] {

@@ -68,8 +68,10 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
         print(String(format: "run %d: ship %.0f ev/s (%.2f s), raw COPY %.0f ev/s (%.2f s), ratio %.2fx", run + 1, ship, shipSeconds, copy, copySeconds, ship / copy))
     }
     func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
-    print(String(format: "ship: median %.0f ev/s (min %.0f, max %.0f); raw COPY median %.0f ev/s; ratio median %.2fx",
-                 median(shipRates), shipRates.min()!, shipRates.max()!, median(copyRates), median(ratios)))
+    print(
+        String(
+            format: "ship: median %.0f ev/s (min %.0f, max %.0f); raw COPY median %.0f ev/s; ratio median %.2fx",
+            median(shipRates), shipRates.min()!, shipRates.max()!, median(copyRates), median(ratios)))
 
     // Reports over the shipped fleet.
     let users = Array(Set(try opened.prefix(200).flatMap { try $0.transactions().compactMap(\.user) })).sorted()
@@ -126,6 +128,8 @@ func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
         return false
     }
     let shipped = try paths.reduce(Int64(0)) { $0 + (try Ledger(path: $1).lastSeq()) }
-    print("fleet-crash: \(kills) runs of ship over \(paths.count) ledgers (\(killed) killed with SIGKILL, \(finished) finished first), then one to the end: \(shipped) events on the server exactly once, every ledger whole, projections equal the files")
+    print(
+        "fleet-crash: \(kills) runs of ship over \(paths.count) ledgers (\(killed) killed with SIGKILL, \(finished) finished first), then one to the end: \(shipped) events on the server exactly once, every ledger whole, projections equal the files"
+    )
     return final.terminationStatus == 0
 }

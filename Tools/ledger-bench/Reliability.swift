@@ -8,7 +8,8 @@ import GRDBSQLite
 /// Deterministic batches for the crash writer: each batch stores exactly its events (no
 /// automatic cancellations, no ignored repeats), so every batch boundary is a known seq.
 enum CrashWorkload {
-    static let catalog = #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"nonConsumable","price":"1.99","currency":"USD","downloadable":true,"contents":[{"content":"c","contentVersion":"1.0","contentLength":100}]}"#
+    static let catalog =
+        #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"nonConsumable","price":"1.99","currency":"USD","downloadable":true,"contents":[{"content":"c","contentVersion":"1.0","contentLength":100}]}"#
 
     /// Batch `k`: one transaction's life, whole (a batch) or a single event of it.
     static func batch(_ k: Int) -> [String] {
@@ -122,7 +123,9 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
             print("  round \(round): \(report.problems.first!)")
         }
     }
-    print("crash: \(kills) kills (\(importKills) during 2,100-event imports, \(rebuildKills) during a rebuild), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)")
+    print(
+        "crash: \(kills) kills (\(importKills) during 2,100-event imports, \(rebuildKills) during a rebuild), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)"
+    )
     return lost == 0 && partial == 0 && invalid == 0
 }
 
@@ -172,7 +175,9 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
             detected += 1  // refused at open, or a typed error while reading: also detected
         }
     }
-    print("flips: \(trials) single-bit flips inside stored event data (blocks and tail payloads), detected: \(detected), events unchanged by the flip: \(harmless), missed: \(missed)")
+    print(
+        "flips: \(trials) single-bit flips inside stored event data (blocks and tail payloads), detected: \(detected), events unchanged by the flip: \(harmless), missed: \(missed)"
+    )
     return missed == 0
 }
 

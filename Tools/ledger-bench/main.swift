@@ -131,7 +131,8 @@ func childPeak(_ arguments: [String]) throws -> Double {
 /// /proc/stat; (0, 0) where there is none.
 func cpuTicks() -> (steal: Int, total: Int) {
     guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
-          let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return (0, 0) }
+        let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") })
+    else { return (0, 0) }
     let fields = line.split(separator: " ").dropFirst().compactMap { Int($0) }
     return (fields.count > 7 ? fields[7] : 0, fields.reduce(0, +))
 }
@@ -200,7 +201,9 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         }
         let sortedStates = stateTimes.sorted()
         report(size, Figure(name: "state at a random seq, p50", unit: "ms", samples: [sortedStates[sortedStates.count / 2]], target: "< 50"))
-        report(size, Figure(name: "state at a random seq, p99", unit: "ms", samples: [sortedStates[min(sortedStates.count - 1, Int(Double(sortedStates.count) * 0.99))]], target: "< 50"))
+        report(
+            size,
+            Figure(name: "state at a random seq, p99", unit: "ms", samples: [sortedStates[min(sortedStates.count - 1, Int(Double(sortedStates.count) * 0.99))]], target: "< 50"))
 
         // 5. Rebuild of every projection.
         var rebuilds: [Double] = []
@@ -265,13 +268,17 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
                 let (_, rawSeconds) = time { raw.insert(payloads, transactionPerRow: true) }
                 raws.append(Double(count) / rawSeconds)
             }
-            report(0, Figure(name: "per-event append (\(durability.rawValue))", unit: "events/s", samples: appends, ceiling: raws,
-                             target: ">= 80% of raw"))
+            report(
+                0,
+                Figure(
+                    name: "per-event append (\(durability.rawValue))", unit: "events/s", samples: appends, ceiling: raws,
+                    target: ">= 80% of raw"))
         }
     }
 
     // The JSON file.
-    var json = "{\n  \"machine\": {\"cores\": \(ProcessInfo.processInfo.activeProcessorCount), \"memoryGB\": \(ProcessInfo.processInfo.physicalMemory / 1_073_741_824)},\n  \"runs\": \(runs),\n  \"figures\": [\n"
+    var json =
+        "{\n  \"machine\": {\"cores\": \(ProcessInfo.processInfo.activeProcessorCount), \"memoryGB\": \(ProcessInfo.processInfo.physicalMemory / 1_073_741_824)},\n  \"runs\": \(runs),\n  \"figures\": [\n"
     json += figures.map { size, f in
         let s = f.sorted
         var item = "    {\"size\": \(size), \"name\": \"\(f.name)\", \"unit\": \"\(f.unit)\", \"median\": \(f.median), \"min\": \(s.first!), \"max\": \(s.last!), \"samples\": \(s)"
@@ -327,8 +334,9 @@ case "profile-state":
             slowest.append((try time { try ledger.state(atSeq: seq) }.1 * 1000, seq))
         }
         slowest.sort { $0.0 > $1.0 }
-        print("200 random seqs, slowest:", slowest.prefix(6).map { String(format: "%.1f ms at %lld", $0.0, $0.1) }.joined(separator: ", "),
-              String(format: "; p99 %.1f ms, p50 %.1f ms", slowest[1].0, slowest[100].0))
+        print(
+            "200 random seqs, slowest:", slowest.prefix(6).map { String(format: "%.1f ms at %lld", $0.0, $0.1) }.joined(separator: ", "),
+            String(format: "; p99 %.1f ms, p50 %.1f ms", slowest[1].0, slowest[100].0))
         let (_, full) = try time { try ledger.replayFromLog() }
         print(String(format: "snapshot %lld: %.1f ms; + an interval of events: %.1f ms; full replay: %.0f ev/s", atSnapshot, decode * 1000, withTail * 1000, Double(last) / full))
     }
@@ -353,7 +361,11 @@ case "profile-split":
     for _ in 0..<3 {
         var events: [RecordedEvent] = []
         events.reserveCapacity(Int(try ledger.lastSeq()))
-        let (_, decode) = try time { try ledger.forEachEvent { events.append($0); return true } }
+        let (_, decode) = try time {
+            try ledger.forEachEvent {
+                events.append($0); return true
+            }
+        }
         let (_, reduce) = time {
             var state = LedgerState()
             for e in events { _ = try? Reducer.reduce(&state, e.event) }
@@ -411,10 +423,11 @@ case "run":
         guard let i = args.firstIndex(of: name), i + 1 < args.count else { return fallback }
         return args[i + 1]
     }
-    try run(workloads: option("--workloads", "bench-results"),
-            sizes: option("--sizes", "100000,1000000").split(separator: ",").compactMap { Int($0) },
-            runs: Int(option("--runs", "3")) ?? 3,
-            out: option("--out", "bench-results/results.json"))
+    try run(
+        workloads: option("--workloads", "bench-results"),
+        sizes: option("--sizes", "100000,1000000").split(separator: ",").compactMap { Int($0) },
+        runs: Int(option("--runs", "3")) ?? 3,
+        out: option("--out", "bench-results/results.json"))
 default:
     print("usage: ledger-bench run [--workloads DIR] [--sizes 100000,1000000] [--runs 3] [--out FILE]")
     exit(2)
@@ -434,10 +447,12 @@ struct CodecComparison {
     var summary: String {
         func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.isEmpty ? 0 : s[s.count / 2] }
         let ratios = zip(swiftMBs, liblz4MBs).map { $0 / $1 }
-        return String(format: "%d blocks, %.1f MB raw\ndecompression: Swift median %.0f MB/s (min %.0f, max %.0f), liblz4 median %.0f MB/s (min %.0f, max %.0f); Swift/liblz4 %.2fx (per-run median)\ncompression: Swift %d bytes, liblz4 HC level 3 %d bytes (%.3fx); ratio raw/compressed %.2f vs %.2f",
-                      blocks, Double(rawBytes) / 1e6, median(swiftMBs), swiftMBs.min() ?? 0, swiftMBs.max() ?? 0,
-                      median(liblz4MBs), liblz4MBs.min() ?? 0, liblz4MBs.max() ?? 0, median(ratios),
-                      swiftBytes, liblz4Bytes, sizeRatio, Double(rawBytes) / Double(max(swiftBytes, 1)), Double(rawBytes) / Double(max(liblz4Bytes, 1)))
+        return String(
+            format:
+                "%d blocks, %.1f MB raw\ndecompression: Swift median %.0f MB/s (min %.0f, max %.0f), liblz4 median %.0f MB/s (min %.0f, max %.0f); Swift/liblz4 %.2fx (per-run median)\ncompression: Swift %d bytes, liblz4 HC level 3 %d bytes (%.3fx); ratio raw/compressed %.2f vs %.2f",
+            blocks, Double(rawBytes) / 1e6, median(swiftMBs), swiftMBs.min() ?? 0, swiftMBs.max() ?? 0,
+            median(liblz4MBs), liblz4MBs.min() ?? 0, liblz4MBs.max() ?? 0, median(ratios),
+            swiftBytes, liblz4Bytes, sizeRatio, Double(rawBytes) / Double(max(swiftBytes, 1)), Double(rawBytes) / Double(max(liblz4Bytes, 1)))
     }
 }
 

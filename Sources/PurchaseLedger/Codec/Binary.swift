@@ -6,7 +6,9 @@ struct BinaryWriter {
     init(capacity: Int = 128) { bytes.reserveCapacity(capacity) }
 
     enum Wire: UInt64 {
-        case varint = 0, fixed64 = 1, bytes = 2
+        case varint = 0
+        case fixed64 = 1
+        case bytes = 2
     }
 
     @inline(__always) mutating func varint(_ value: UInt64) {

@@ -60,38 +60,45 @@ public enum JSONLines {
             var contents: [ContentSpec] = []
             for (k, item) in try f.optionalArray("contents").enumerated() {
                 let g = try f.object(item, "contents[\(k)]")
-                contents.append(ContentSpec(content: try g.string("content"), contentVersion: try g.version("contentVersion"),
-                                            contentLength: try g.length("contentLength")))
+                contents.append(
+                    ContentSpec(
+                        content: try g.string("content"), contentVersion: try g.version("contentVersion"),
+                        contentLength: try g.length("contentLength")))
             }
             var related: [String] = []
             for (k, item) in try f.optionalArray("relatedProducts").enumerated() {
                 guard case .string(let s) = item else { throw .malformed("field `relatedProducts[\(k)]` must be a string") }
                 related.append(s)
             }
-            return .productRegistered(ProductRegistration(
-                product: try f.string("product"), kind: kind, price: price, currency: currency,
-                downloadable: try f.bool("downloadable"), contents: contents, relatedProducts: related,
-                title: try f.optionalString("title")))
+            return .productRegistered(
+                ProductRegistration(
+                    product: try f.string("product"), kind: kind, price: price, currency: currency,
+                    downloadable: try f.bool("downloadable"), contents: contents, relatedProducts: related,
+                    title: try f.optionalString("title")))
         case .contentVersionPublished:
-            return .contentVersionPublished(product: try f.string("product"), content: try f.string("content"),
-                                            contentVersion: try f.version("contentVersion"))
+            return .contentVersionPublished(
+                product: try f.string("product"), content: try f.string("content"),
+                contentVersion: try f.version("contentVersion"))
         case .paymentQueued:
             let quantity = try f.optionalInt("quantity") ?? 1
             guard (1...10).contains(quantity) else { throw .malformed("field `quantity` must be an integer in 1...10") }
-            return .paymentQueued(transaction: try f.string("transaction"), product: try f.string("product"),
-                                  quantity: Int(quantity), user: try f.optionalString("user"))
+            return .paymentQueued(
+                transaction: try f.string("transaction"), product: try f.string("product"),
+                quantity: Int(quantity), user: try f.optionalString("user"))
         case .transactionDeferred:
             return .transactionDeferred(transaction: try f.string("transaction"))
         case .transactionPurchased:
-            return .transactionPurchased(transaction: try f.string("transaction"), product: try f.optionalString("product"),
-                                         user: try f.optionalString("user"), storeTransactionId: try f.optionalString("storeTransactionId"),
-                                         downloads: try downloads(f))
+            return .transactionPurchased(
+                transaction: try f.string("transaction"), product: try f.optionalString("product"),
+                user: try f.optionalString("user"), storeTransactionId: try f.optionalString("storeTransactionId"),
+                downloads: try downloads(f))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string("transaction"), error: try f.storeError("error"))
         case .transactionRestored:
-            return .transactionRestored(transaction: try f.string("transaction"), originalTransaction: try f.string("originalTransaction"),
-                                        product: try f.string("product"), user: try f.optionalString("user"),
-                                        storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f))
+            return .transactionRestored(
+                transaction: try f.string("transaction"), originalTransaction: try f.string("originalTransaction"),
+                product: try f.string("product"), user: try f.optionalString("user"),
+                storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f))
         case .transactionRevoked:
             return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"))
         case .transactionFinished:
@@ -128,8 +135,9 @@ public enum JSONLines {
         case .contentCopiedOut:
             let bytes = try f.optionalInt("bytesCopied")
             if let bytes, bytes < 0 { throw .malformed("field `bytesCopied` must not be negative") }
-            return .contentCopiedOut(download: try f.string("download"), destination: try f.string("destination"),
-                                     checksum: try f.optionalString("checksum"), bytesCopied: bytes)
+            return .contentCopiedOut(
+                download: try f.string("download"), destination: try f.string("destination"),
+                checksum: try f.optionalString("checksum"), bytesCopied: bytes)
         case .contentDeleted:
             return .contentDeleted(product: try f.string("product"))
         case .restoreStarted:
@@ -150,8 +158,10 @@ public enum JSONLines {
         var specs: [DownloadSpec] = []
         for (k, item) in items.enumerated() {
             let g = try f.object(item, "downloads[\(k)]")
-            specs.append(DownloadSpec(download: try g.string("download"), content: try g.string("content"),
-                                      contentVersion: try g.version("contentVersion"), contentLength: try g.length("contentLength")))
+            specs.append(
+                DownloadSpec(
+                    download: try g.string("download"), content: try g.string("content"),
+                    contentVersion: try g.version("contentVersion"), contentLength: try g.length("contentLength")))
         }
         return specs
     }

@@ -80,7 +80,9 @@ enum PayloadCodec {
     }
 
     private static func error(_ e: StoreError, _ w: inout BinaryWriter) {
-        w.message(2) { m in m.field(1, e.domain); m.field(2, signed: e.code); m.field(3, e.message) }
+        w.message(2) { m in
+            m.field(1, e.domain); m.field(2, signed: e.code); m.field(3, e.message)
+        }
     }
 
     private static func downloads(_ specs: [DownloadSpec]?, _ w: inout BinaryWriter) {
@@ -192,8 +194,10 @@ enum PayloadCodec {
             var m = reader
             let g = try read(&m)
             guard let length = g.signed(4) else { throw Failure(message: "missing contentLength") }
-            specs.append(DownloadSpec(download: try g.string(1, "download"), content: try g.string(2, "content"),
-                                      contentVersion: try g.version(3), contentLength: length))
+            specs.append(
+                DownloadSpec(
+                    download: try g.string(1, "download"), content: try g.string(2, "content"),
+                    contentVersion: try g.version(3), contentLength: length))
         }
         if specs.isEmpty && f.ints[7] != 1 { return nil }
         return specs
@@ -221,14 +225,15 @@ enum PayloadCodec {
             guard let download, let progress else { throw Failure(message: "missing download or progress") }
             return .downloadProgressed(download: download, progress: progress, bytesWritten: bytes, timeRemaining: remaining)
         }
-        let nested: UInt64? = switch type {
-        case .productRegistered, .transactionPurchased, .transactionRestored: 6
-        case .transactionFailed, .downloadFailed, .restoreFailed: 2
-        case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
-             .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
-             .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered:
-            nil
-        }
+        let nested: UInt64? =
+            switch type {
+            case .productRegistered, .transactionPurchased, .transactionRestored: 6
+            case .transactionFailed, .downloadFailed, .restoreFailed: 2
+            case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
+                .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
+                .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered:
+                nil
+            }
         let f = try read(&r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil)
         switch type {
         case .downloadProgressed:
@@ -242,17 +247,20 @@ enum PayloadCodec {
                 guard let length = g.signed(3) else { throw Failure(message: "missing contentLength") }
                 contents.append(ContentSpec(content: try g.string(1, "content"), contentVersion: try g.version(2), contentLength: length))
             }
-            return .productRegistered(ProductRegistration(
-                product: try f.string(1, "product"), kind: kind, price: try f.string(3, "price"),
-                currency: try f.string(4, "currency"), downloadable: f.ints[5] == 1, contents: contents,
-                relatedProducts: f.repeatedStrings, title: f.strings[8]))
+            return .productRegistered(
+                ProductRegistration(
+                    product: try f.string(1, "product"), kind: kind, price: try f.string(3, "price"),
+                    currency: try f.string(4, "currency"), downloadable: f.ints[5] == 1, contents: contents,
+                    relatedProducts: f.repeatedStrings, title: f.strings[8]))
         case .transactionPurchased:
-            return .transactionPurchased(transaction: try f.string(1, "transaction"), product: f.strings[2], user: f.strings[4],
-                                         storeTransactionId: f.strings[5], downloads: try downloads(f))
+            return .transactionPurchased(
+                transaction: try f.string(1, "transaction"), product: f.strings[2], user: f.strings[4],
+                storeTransactionId: f.strings[5], downloads: try downloads(f))
         case .transactionRestored:
-            return .transactionRestored(transaction: try f.string(1, "transaction"), originalTransaction: try f.string(3, "originalTransaction"),
-                                        product: try f.string(2, "product"), user: f.strings[4], storeTransactionId: f.strings[5],
-                                        downloads: try downloads(f))
+            return .transactionRestored(
+                transaction: try f.string(1, "transaction"), originalTransaction: try f.string(3, "originalTransaction"),
+                product: try f.string(2, "product"), user: f.strings[4], storeTransactionId: f.strings[5],
+                downloads: try downloads(f))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f))
         case .downloadFailed:
@@ -264,8 +272,9 @@ enum PayloadCodec {
         case .paymentQueued:
             let quantity = f.ints[3] ?? 1
             guard (1...10).contains(quantity) else { throw Failure(message: "bad quantity") }
-            return .paymentQueued(transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
-                                  quantity: Int(quantity), user: f.strings[4])
+            return .paymentQueued(
+                transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
+                quantity: Int(quantity), user: f.strings[4])
         case .transactionDeferred:
             return .transactionDeferred(transaction: try f.string(1, "transaction"))
         case .transactionRevoked:
@@ -283,8 +292,9 @@ enum PayloadCodec {
         case .downloadFinished:
             return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.string(2, "contentURL"))
         case .contentCopiedOut:
-            return .contentCopiedOut(download: try f.string(1, "download"), destination: try f.string(2, "destination"),
-                                     checksum: f.strings[3], bytesCopied: f.signed(4))
+            return .contentCopiedOut(
+                download: try f.string(1, "download"), destination: try f.string(2, "destination"),
+                checksum: f.strings[3], bytesCopied: f.signed(4))
         case .contentDeleted:
             return .contentDeleted(product: try f.string(1, "product"))
         case .restoreStarted:

@@ -22,11 +22,11 @@ enum RFC3339 {
             return true
         }
         guard let year = digits(4), expect(45), let month = digits(2), expect(45), let day = digits(2),
-              expect(84, 116, 32), let hour = digits(2), expect(58), let minute = digits(2), expect(58),
-              let second = digits(2)
+            expect(84, 116, 32), let hour = digits(2), expect(58), let minute = digits(2), expect(58),
+            let second = digits(2)
         else { return nil }
         guard (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
-              hour < 24, minute < 60, second < 60
+            hour < 24, minute < 60, second < 60
         else { return nil }
         var nanos: Int64 = 0
         if i < s.endIndex && s[i] == 46 {

@@ -32,8 +32,8 @@ public enum Redaction {
             e.body = .contentCopiedOut(download: d, destination: pseudonym(destination: destination), checksum: c, bytesCopied: b)
         // Listed one by one: a new event with a user id or a destination must be added above.
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked,
-             .transactionFinished, .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled,
-             .downloadFinished, .downloadFailed, .contentDeleted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .transactionFinished, .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled,
+            .downloadFinished, .downloadFailed, .contentDeleted, .restoreCompleted, .restoreFailed, .contentRegistered:
             break
         }
         return e

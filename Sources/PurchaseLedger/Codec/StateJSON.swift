@@ -24,12 +24,15 @@ public enum StateJSON {
     }
 
     static func write(_ s: LedgerState, to w: inout JSONWriter) {
-        write(s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
-              downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, to: &w)
+        write(
+            s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
+            downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, to: &w)
     }
 
-    private static func write(_ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
-                              owned ownedContent: [OwnedContent], to w: inout JSONWriter) {
+    private static func write(
+        _ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
+        owned ownedContent: [OwnedContent], to w: inout JSONWriter
+    ) {
         w.beginObject()
         w.field("seq", s.seq)
         w.key("transactions"); w.beginArray()

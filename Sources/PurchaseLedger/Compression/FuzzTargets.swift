@@ -39,9 +39,9 @@ public enum CodecBenchmark {
     /// Whether this build can compare with liblz4 (it is linked on Linux only).
     public static var hasLiblz4: Bool {
         #if canImport(CLZ4)
-        true
+            true
         #else
-        false
+            false
         #endif
     }
 
@@ -74,9 +74,9 @@ public enum CodecBenchmark {
                     out = try? LZ4.swiftDecompress(bytes, originalSize: s.raw.count, dictionary: s.dictionary)
                 } else {
                     #if canImport(CLZ4)
-                    out = try? LZ4.liblz4Decompress(bytes, originalSize: s.raw.count, dictionary: s.dictionary)
+                        out = try? LZ4.liblz4Decompress(bytes, originalSize: s.raw.count, dictionary: s.dictionary)
                     #else
-                    out = nil
+                        out = nil
                     #endif
                 }
                 return out?.count == s.raw.count
@@ -95,10 +95,10 @@ public enum CodecBenchmark {
                 total += LZ4.swiftCompress(s.raw, dictionary: s.dictionary).count
             } else {
                 #if canImport(CLZ4)
-                guard let block = try? LZ4.liblz4Compress(s.raw, dictionary: s.dictionary) else { return nil }
-                total += block.count
+                    guard let block = try? LZ4.liblz4Compress(s.raw, dictionary: s.dictionary) else { return nil }
+                    total += block.count
                 #else
-                return nil
+                    return nil
                 #endif
             }
         }

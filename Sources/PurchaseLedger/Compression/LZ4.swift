@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(CLZ4)
-import CLZ4
+    import CLZ4
 #endif
 
 /// LZ4 block compression, optionally with a dictionary: liblz4 where the package links it
@@ -24,9 +24,9 @@ enum LZ4 {
     /// read ledgers with it and check them against liblz4 in another process.
     static let implementation: Implementation = {
         #if canImport(CLZ4)
-        return ProcessInfo.processInfo.environment["PURCHASE_LEDGER_LZ4"] == "swift" ? .swift : .liblz4
+            return ProcessInfo.processInfo.environment["PURCHASE_LEDGER_LZ4"] == "swift" ? .swift : .liblz4
         #else
-        return .swift
+            return .swift
         #endif
     }()
 
@@ -43,9 +43,9 @@ enum LZ4 {
             return swiftCompress(input, dictionary: dictionary)
         case .liblz4:
             #if canImport(CLZ4)
-            return try liblz4Compress(input, dictionary: dictionary, level: level)
+                return try liblz4Compress(input, dictionary: dictionary, level: level)
             #else
-            return swiftCompress(input, dictionary: dictionary)
+                return swiftCompress(input, dictionary: dictionary)
             #endif
         }
     }
@@ -64,9 +64,9 @@ enum LZ4 {
             return try swiftDecompress(input, originalSize: originalSize, dictionary: dictionary)
         case .liblz4:
             #if canImport(CLZ4)
-            return try liblz4Decompress(input, originalSize: originalSize, dictionary: dictionary)
+                return try liblz4Decompress(input, originalSize: originalSize, dictionary: dictionary)
             #else
-            return try swiftDecompress(input, originalSize: originalSize, dictionary: dictionary)
+                return try swiftDecompress(input, originalSize: originalSize, dictionary: dictionary)
             #endif
         }
     }
@@ -100,51 +100,52 @@ enum LZ4 {
     // MARK: - liblz4
 
     #if canImport(CLZ4)
-    static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = 3) throws(Failure) -> [UInt8] {
-        if input.isEmpty { return [] }
-        let bound = Int(LZ4_compressBound(Int32(input.count)))
-        var output = [UInt8](repeating: 0, count: bound)
-        let written: Int32 = input.withUnsafeBufferPointer { src in
-            output.withUnsafeMutableBufferPointer { dst in
-                let srcPtr = UnsafeRawPointer(src.baseAddress!).assumingMemoryBound(to: CChar.self)
+        static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = 3) throws(Failure) -> [UInt8] {
+            if input.isEmpty { return [] }
+            let bound = Int(LZ4_compressBound(Int32(input.count)))
+            var output = [UInt8](repeating: 0, count: bound)
+            let written: Int32 = input.withUnsafeBufferPointer { src in
+                output.withUnsafeMutableBufferPointer { dst in
+                    let srcPtr = UnsafeRawPointer(src.baseAddress!).assumingMemoryBound(to: CChar.self)
+                    let dstPtr = UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self)
+                    guard let dictionary, !dictionary.isEmpty else {
+                        return LZ4_compress_HC(srcPtr, dstPtr, Int32(input.count), Int32(bound), level)
+                    }
+                    guard let stream = LZ4_createStreamHC() else { return 0 }
+                    defer { LZ4_freeStreamHC(stream) }
+                    LZ4_resetStreamHC_fast(stream, level)
+                    return dictionary.withUnsafeBufferPointer { dict in
+                        let dictPtr = UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self)
+                        LZ4_loadDictHC(stream, dictPtr, Int32(dict.count))
+                        return LZ4_compress_HC_continue(stream, srcPtr, dstPtr, Int32(input.count), Int32(bound))
+                    }
+                }
+            }
+            guard written > 0 else { throw Failure(description: "LZ4 compression failed") }
+            output.removeSubrange(Int(written)...)
+            return output
+        }
+
+        static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
+            guard originalSize > 0, !input.isEmpty else {
+                if originalSize == 0 && input.isEmpty { return [] }
+                throw undecodable(-1, originalSize)
+            }
+            var output = [UInt8](repeating: 0, count: originalSize)
+            let produced: Int32 = output.withUnsafeMutableBufferPointer { dst in
+                let srcPtr = input.baseAddress!.assumingMemoryBound(to: CChar.self)
                 let dstPtr = UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self)
                 guard let dictionary, !dictionary.isEmpty else {
-                    return LZ4_compress_HC(srcPtr, dstPtr, Int32(input.count), Int32(bound), level)
+                    return LZ4_decompress_safe(srcPtr, dstPtr, Int32(input.count), Int32(originalSize))
                 }
-                guard let stream = LZ4_createStreamHC() else { return 0 }
-                defer { LZ4_freeStreamHC(stream) }
-                LZ4_resetStreamHC_fast(stream, level)
                 return dictionary.withUnsafeBufferPointer { dict in
-                    let dictPtr = UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self)
-                    LZ4_loadDictHC(stream, dictPtr, Int32(dict.count))
-                    return LZ4_compress_HC_continue(stream, srcPtr, dstPtr, Int32(input.count), Int32(bound))
+                    LZ4_decompress_safe_usingDict(
+                        srcPtr, dstPtr, Int32(input.count), Int32(originalSize),
+                        UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(dict.count))
                 }
             }
+            guard Int(produced) == originalSize else { throw undecodable(produced < 0 ? -1 : Int(produced), originalSize) }
+            return output
         }
-        guard written > 0 else { throw Failure(description: "LZ4 compression failed") }
-        output.removeSubrange(Int(written)...)
-        return output
-    }
-
-    static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
-        guard originalSize > 0, !input.isEmpty else {
-            if originalSize == 0 && input.isEmpty { return [] }
-            throw undecodable(-1, originalSize)
-        }
-        var output = [UInt8](repeating: 0, count: originalSize)
-        let produced: Int32 = output.withUnsafeMutableBufferPointer { dst in
-            let srcPtr = input.baseAddress!.assumingMemoryBound(to: CChar.self)
-            let dstPtr = UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self)
-            guard let dictionary, !dictionary.isEmpty else {
-                return LZ4_decompress_safe(srcPtr, dstPtr, Int32(input.count), Int32(originalSize))
-            }
-            return dictionary.withUnsafeBufferPointer { dict in
-                LZ4_decompress_safe_usingDict(srcPtr, dstPtr, Int32(input.count), Int32(originalSize),
-                                              UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(dict.count))
-            }
-        }
-        guard Int(produced) == originalSize else { throw undecodable(produced < 0 ? -1 : Int(produced), originalSize) }
-        return output
-    }
     #endif
 }

@@ -32,7 +32,8 @@ enum LZ4Block {
         if oend == 0 { return (iend == 1 && src[0] == 0) ? 0 : -1 }
         if iend == 0 { return -1 }
         guard let s = src.baseAddress?.assumingMemoryBound(to: UInt8.self),
-              let d = dst.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return -1 }
+            let d = dst.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        else { return -1 }
         let dictSize = dict.count
         let checkOffset = dictSize < 65536
         var ip = 0, op = 0
@@ -95,8 +96,11 @@ enum LZ4Block {
                     length += extra
                 }
                 length += minMatch
-                guard let next = safeMatch(s: s, d: d, dict: dict, ip: ip, op: op, offset: offset, length: length,
-                                           oend: oend, checkOffset: checkOffset) else { return -1 }
+                guard
+                    let next = safeMatch(
+                        s: s, d: d, dict: dict, ip: ip, op: op, offset: offset, length: length,
+                        oend: oend, checkOffset: checkOffset)
+                else { return -1 }
                 op = next
                 continue
             } else if length == 15 {
@@ -147,8 +151,11 @@ enum LZ4Block {
                 }
                 length += minMatch
             }
-            guard let next = safeMatch(s: s, d: d, dict: dict, ip: ip, op: op, offset: offset, length: length,
-                                       oend: oend, checkOffset: checkOffset) else { return -1 }
+            guard
+                let next = safeMatch(
+                    s: s, d: d, dict: dict, ip: ip, op: op, offset: offset, length: length,
+                    oend: oend, checkOffset: checkOffset)
+            else { return -1 }
             op = next
         }
     }
@@ -157,14 +164,17 @@ enum LZ4Block {
     /// or one inside the block that must leave the last 5 bytes to literals. Returns the new
     /// output position, or nil for an error.
     @inline(__always)
-    private static func safeMatch(s: UnsafePointer<UInt8>, d: UnsafeMutablePointer<UInt8>, dict: UnsafeRawBufferPointer,
-                                  ip: Int, op: Int, offset: Int, length: Int, oend: Int, checkOffset: Bool) -> Int? {
+    private static func safeMatch(
+        s: UnsafePointer<UInt8>, d: UnsafeMutablePointer<UInt8>, dict: UnsafeRawBufferPointer,
+        ip: Int, op: Int, offset: Int, length: Int, oend: Int, checkOffset: Bool
+    ) -> Int? {
         let dictSize = dict.count
         if checkOffset && offset > op + dictSize { return nil }
         if offset > op {
             // Starts in the dictionary (only possible with one, given the check above).
             guard dictSize > 0, let dictBase = dict.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                  offset - op <= dictSize else { return nil }
+                offset - op <= dictSize
+            else { return nil }
             if op + length > oend - lastLiterals { return nil }
             let fromDict = offset - op
             if length <= fromDict {

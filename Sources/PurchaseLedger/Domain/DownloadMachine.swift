@@ -71,8 +71,8 @@ enum DownloadMachine {
         case .downloadFailed:
             Transition(from: [.waiting, .active], to: .failed, requirement: "only a started or active download can fail")
         case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionPurchased,
-             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .contentCopiedOut,
-             .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .contentCopiedOut,
+            .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
             nil
         }
     }

@@ -81,12 +81,12 @@ public enum EventBody: Sendable, Hashable {
     public var subject: Subject {
         switch self {
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-             .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
-             .transactionFinished(let t, _):
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFinished(let t, _):
             .transaction(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
-             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
-             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+            .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
             .download(d)
         case .restoreStarted, .restoreCompleted, .restoreFailed:
             .restore
@@ -100,12 +100,12 @@ public enum EventBody: Sendable, Hashable {
     public var transactionID: String? {
         switch self {
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-             .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
-             .transactionFinished(let t, _):
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFinished(let t, _):
             t
         case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
-             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
-             .productRegistered, .contentVersionPublished, .contentDeleted:
+            .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
+            .productRegistered, .contentVersionPublished, .contentDeleted:
             nil
         }
     }
@@ -114,12 +114,12 @@ public enum EventBody: Sendable, Hashable {
     public var downloadID: String? {
         switch self {
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
-             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
-             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+            .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
             d
         case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
-             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
-             .productRegistered, .contentVersionPublished, .contentDeleted:
+            .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
+            .productRegistered, .contentVersionPublished, .contentDeleted:
             nil
         }
     }
@@ -202,11 +202,11 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     public var isCommand: Bool {
         switch self {
         case .paymentQueued, .transactionFinished, .downloadStarted, .downloadPaused, .downloadResumed,
-             .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
+            .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
             true
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionPurchased, .transactionFailed,
-             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
-             .restoreCompleted, .restoreFailed:
+            .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
+            .restoreCompleted, .restoreFailed:
             false
         }
     }

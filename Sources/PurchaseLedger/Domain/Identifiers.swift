@@ -70,8 +70,9 @@ extension EventBody {
         case .transactionFailed(let t, let error):
             return .transactionFailed(transaction: n(t), error: error)
         case .transactionRestored(let t, let original, let p, let u, let s, let d):
-            return .transactionRestored(transaction: n(t), originalTransaction: n(original), product: n(p), user: o(u),
-                                        storeTransactionId: o(s), downloads: d.map(Self.normalizing))
+            return .transactionRestored(
+                transaction: n(t), originalTransaction: n(original), product: n(p), user: o(u),
+                storeTransactionId: o(s), downloads: d.map(Self.normalizing))
         case .transactionRevoked(let t, let reason):
             return .transactionRevoked(transaction: n(t), reason: reason)
         case .transactionFinished(let t, let discard):
@@ -109,8 +110,9 @@ extension EventBody {
         // The common case allocates nothing: every id already ASCII.
         if specs.allSatisfy({ $0.download.utf8.allSatisfy { $0 < 0x80 } && $0.content.utf8.allSatisfy { $0 < 0x80 } }) { return specs }
         return specs.map {
-            DownloadSpec(download: Identifier.normalize($0.download), content: Identifier.normalize($0.content),
-                         contentVersion: $0.contentVersion, contentLength: $0.contentLength)
+            DownloadSpec(
+                download: Identifier.normalize($0.download), content: Identifier.normalize($0.content),
+                contentVersion: $0.contentVersion, contentLength: $0.contentLength)
         }
     }
 }

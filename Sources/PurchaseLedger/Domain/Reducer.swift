@@ -37,8 +37,8 @@ public enum Reducer {
     /// (reason `transactionFinished`) per such download, at the finish's time.
     public static func plan(_ state: LedgerState, _ event: Event) -> [Event] {
         guard case .transactionFinished(let t, let discard) = event.body,
-              let transaction = state.transactions[t],
-              (try? checkFinish(state, transaction, discard: discard, event)) != nil
+            let transaction = state.transactions[t],
+            (try? checkFinish(state, transaction, discard: discard, event)) != nil
         else { return [event] }
         var events = transaction.downloads.compactMap { id -> Event? in
             guard state.downloads[id]?.inFlight == true else { return nil }
@@ -59,7 +59,7 @@ public enum Reducer {
     public static func reduce(_ state: inout LedgerState, _ event: Event) throws(LedgerError) -> Outcome {
         do {
             return try decide(&state, event)
-        } catch where error.code == .ruleViolation && !event.type.isCommand {
+        } catch  where error.code == .ruleViolation && !event.type.isCommand {
             state.anomalies += 1
             return .anomaly(error.rule!)
         }
@@ -74,7 +74,7 @@ public enum Reducer {
         let result: Replayed
         do {
             result = .outcome(try reduce(&state, event))
-        } catch where error.code == .ruleViolation {
+        } catch  where error.code == .ruleViolation {
             state.anomalies += 1
             result = .outcome(.anomaly(error.rule!))
         } catch {
@@ -205,7 +205,8 @@ public enum Reducer {
 
         case .transactionRestored(let t, let original, let product, let user, let storeID, let specs):
             if let record = s.transactions[t] {
-                let same = record.state == .restored && record.originalTransaction == original && record.product == product
+                let same =
+                    record.state == .restored && record.originalTransaction == original && record.product == product
                     && (user == nil || user == record.user) && storeID == record.storeTransactionId
                     && delivered(s, record) == (specs ?? [])
                 guard same else {
@@ -277,7 +278,9 @@ public enum Reducer {
         case .downloadStarted(let d):
             let (download, owner, to) = try downloadForTransition(s, d, e)
             if let owner, !owner.grantsOwnership {
-                throw .violation(.illegalDownloadTransition, "download \(d) belongs to transaction \(owner.transaction), which is \(owner.revoked ? "revoked" : owner.state.rawValue), not purchased or restored", e)
+                throw .violation(
+                    .illegalDownloadTransition,
+                    "download \(d) belongs to transaction \(owner.transaction), which is \(owner.revoked ? "revoked" : owner.state.rawValue), not purchased or restored", e)
             }
             _ = consume download
             s.downloads.update(d) { next in
@@ -317,7 +320,8 @@ public enum Reducer {
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
             let (download, _, to) = try downloadForTransition(s, d, e)
             if download.state == .active, download.progress == progress, download.bytesWritten == bytes,
-               download.timeRemaining == remaining {
+                download.timeRemaining == remaining
+            {
                 return .unchanged
             }
             _ = consume download
@@ -357,7 +361,9 @@ public enum Reducer {
         case .contentCopiedOut(let d, let destination, _, let bytes):
             let download = try downloadRecord(s, d, e)
             if finishedOwner(s, download) {
-                throw .violation(.contentURLAfterFinish, "transaction \(download.transaction!) is finished, so the content URL of download \(d) is gone; content must be copied out before the finish", e)
+                throw .violation(
+                    .contentURLAfterFinish,
+                    "transaction \(download.transaction!) is finished, so the content URL of download \(d) is gone; content must be copied out before the finish", e)
             }
             guard download.state == .finished else {
                 throw .violation(.copyOutBeforeFinished, "download \(d) is \(describe(download)); content can be copied out only once the download has finished", e)
@@ -438,7 +444,8 @@ public enum Reducer {
             if !uncopied.isEmpty {
                 let list = uncopied.joined(separator: ", ")
                 let noun = uncopied.count == 1 ? "download \(list) finished but its content was" : "downloads \(list) finished but their content was"
-                throw .violation(.finishBeforeCopyOut, "\(noun) never copied out; finishing now would delete it (copy it out first, or finish with discardContent)", e, downloads: uncopied)
+                throw .violation(
+                    .finishBeforeCopyOut, "\(noun) never copied out; finishing now would delete it (copy it out first, or finish with discardContent)", e, downloads: uncopied)
             }
         }
     }
@@ -468,7 +475,9 @@ public enum Reducer {
             if e.type == .downloadFinished {
                 throw .violation(.contentURLAfterFinish, "transaction \(owner.transaction) of download \(d) is finished, so the content URL this finish reports is already gone", e)
             }
-            throw .violation(.downloadAfterFinish, "transaction \(owner.transaction) of download \(d) is finished; its downloads can no longer be started, paused, resumed, cancelled or make progress", e)
+            throw .violation(
+                .downloadAfterFinish,
+                "transaction \(owner.transaction) of download \(d) is finished; its downloads can no longer be started, paused, resumed, cancelled or make progress", e)
         }
         guard let transition = DownloadMachine.transition(e.type) else {
             throw .malformed("\(e.type.name) is not a download transition", event: e)
@@ -500,10 +509,14 @@ public enum Reducer {
                 download: spec.download, transaction: t, content: spec.content,
                 contentVersion: spec.contentVersion, contentLength: spec.contentLength)
         }
-        guard !specs.isEmpty, let product = s.transactions.update(t, { record in
-            record.downloads = specs.map(\.download)
-            return record.product
-        }) else { return }
+        guard !specs.isEmpty,
+            let product = s.transactions.update(
+                t,
+                { record in
+                    record.downloads = specs.map(\.download)
+                    return record.product
+                })
+        else { return }
         publish(&s, product, specs.map { ($0.content, $0.contentVersion) })
     }
 

@@ -69,9 +69,10 @@ public struct StateFocus: Sendable, Hashable {
         }
         let chosen = transactionIDs.sorted().compactMap { state.transactions[$0] }
         for t in chosen { downloadIDs.formUnion(t.downloads) }
-        return Selection(transactions: chosen,
-                         downloads: downloadIDs.sorted().compactMap { state.downloads[$0] },
-                         ownedContent: state.ownedContent.filter { transactionIDs.contains($0.transaction) },
-                         missing: missing)
+        return Selection(
+            transactions: chosen,
+            downloads: downloadIDs.sorted().compactMap { state.downloads[$0] },
+            ownedContent: state.ownedContent.filter { transactionIDs.contains($0.transaction) },
+            missing: missing)
     }
 }

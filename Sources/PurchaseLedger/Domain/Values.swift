@@ -169,8 +169,10 @@ public struct ProductRegistration: Sendable, Hashable, Codable {
     public var relatedProducts: [String]
     public var title: String?
 
-    public init(product: String, kind: ProductKind, price: String, currency: String, downloadable: Bool,
-                contents: [ContentSpec] = [], relatedProducts: [String] = [], title: String? = nil) {
+    public init(
+        product: String, kind: ProductKind, price: String, currency: String, downloadable: Bool,
+        contents: [ContentSpec] = [], relatedProducts: [String] = [], title: String? = nil
+    ) {
         self.product = product
         self.kind = kind
         self.price = price

@@ -16,8 +16,10 @@ extension Ledger {
             let (projected, current) = try Projector.status(db)
             guard current, projected == (try EventStore.lastSeq(db)) else { return nil }
             let marks = Array(repeating: "?", count: focus.users.count).joined(separator: ", ")
-            return Set(try String.fetchAll(db, sql: "SELECT transaction_id FROM transactions WHERE user_id IN (\(marks))",
-                                           arguments: StatementArguments(focus.users)))
+            return Set(
+                try String.fetchAll(
+                    db, sql: "SELECT transaction_id FROM transactions WHERE user_id IN (\(marks))",
+                    arguments: StatementArguments(focus.users)))
         }
         return focus.select(in: state, userTransactions: candidates)
     }

@@ -41,8 +41,8 @@ package enum Projector {
                     products.insert(record.product)
                 }
             case .paymentQueued, .transactionDeferred, .transactionFailed, .transactionRevoked, .downloadStarted, .downloadProgressed,
-                 .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed, .contentCopiedOut,
-                 .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+                .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed, .contentCopiedOut,
+                .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
                 if let t = event.body.transactionID { transactions.insert(t) }
                 if let d = event.body.downloadID { downloads.insert(d) }
             }
@@ -60,16 +60,16 @@ package enum Projector {
         switch e.event.body {
         case .contentCopiedOut(let d, _, _, _):
             guard let download = state.downloads[d], let t = download.transaction, let content = download.content,
-                  let product = state.transactions[t]?.product,
-                  let owned = state.copiedContent[ContentKey(product: product, content: content)]
+                let product = state.transactions[t]?.product,
+                let owned = state.copiedContent[ContentKey(product: product, content: content)]
             else { return nil }
             return .copied(OwnedContentHistoryEntry(seq: e.seq, owned: owned))
         case .contentDeleted(let product):
             return .deleted(product: product, at: e.event.at)
         case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionPurchased,
-             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .downloadStarted,
-             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
-             .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .downloadStarted,
+            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
+            .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
             return nil
         }
     }
@@ -81,17 +81,21 @@ package enum Projector {
         switch change {
         case .copied(let entry):
             let o = entry.owned
-            try db.cachedStatement(sql: """
-                UPDATE owned_content_history SET superseded_at_ms = ?
-                WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
-                """).execute(arguments: [ms(o.copiedAt), o.product, o.content])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE owned_content_history SET superseded_at_ms = ?
+                    WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
+                    """
+            ).execute(arguments: [ms(o.copiedAt), o.product, o.content])
             try insertHistory(entry, db)
             try writeOwned(o, historySeq: entry.seq, db)
         case .deleted(let product, let at):
-            try db.cachedStatement(sql: """
-                UPDATE owned_content_history SET deleted_at_ms = ?
-                WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
-                """).execute(arguments: [ms(at), product])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE owned_content_history SET deleted_at_ms = ?
+                    WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
+                    """
+            ).execute(arguments: [ms(at), product])
             try db.cachedStatement(sql: "DELETE FROM owned_content WHERE product = ?").execute(arguments: [product])
         }
     }
@@ -154,9 +158,12 @@ package enum Projector {
     /// transaction).
     static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
         let names = tables.map { "'\($0)'" }.joined(separator: ", ")
-        let indexes = try Row.fetchAll(db, sql: """
-            SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN (\(names))
-            """).map { (name: $0[0] as String, sql: $0[1] as String) }
+        let indexes = try Row.fetchAll(
+            db,
+            sql: """
+                SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN (\(names))
+                """
+        ).map { (name: $0[0] as String, sql: $0[1] as String) }
         for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
         for table in tables { try db.execute(sql: "DELETE FROM \(table)") }
         for (table, rows) in rows(state: state, history: history) {
@@ -233,23 +240,31 @@ package enum Projector {
         package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])
         package static let productContents = Table("product_contents", ["product", "content", "latest_version"], key: 2)
         package static let relatedProducts = Table("related_products", ["product", "related_product"], key: 2)
-        package static let transactions = Table("transactions", [
-            "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
-            "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
-            "discarded_content", "queued_at_ms", "purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms", "events",
-        ])
-        package static let downloads = Table("downloads", [
-            "download_id", "transaction_id", "position", "url", "content", "content_version", "content_length", "state",
-            "started", "progress", "bytes_written", "content_url", "copied_out", "destination", "discarded", "lost",
-            "cancel_reason", "error_domain", "error_code", "error_message", "attempts", "started_at_ms",
-            "last_activity_at_ms", "finished_at_ms", "copied_out_at_ms", "events",
-        ])
-        package static let ownedContent = Table("owned_content", [
-            "product", "content", "content_version", "destination", "transaction_id", "download_id", "copied_at_ms", "history_seq",
-        ], key: 2)
-        package static let ownedContentHistory = Table("owned_content_history", [
-            "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
-        ])
+        package static let transactions = Table(
+            "transactions",
+            [
+                "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
+                "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
+                "discarded_content", "queued_at_ms", "purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms", "events",
+            ])
+        package static let downloads = Table(
+            "downloads",
+            [
+                "download_id", "transaction_id", "position", "url", "content", "content_version", "content_length", "state",
+                "started", "progress", "bytes_written", "content_url", "copied_out", "destination", "discarded", "lost",
+                "cancel_reason", "error_domain", "error_code", "error_message", "attempts", "started_at_ms",
+                "last_activity_at_ms", "finished_at_ms", "copied_out_at_ms", "events",
+            ])
+        package static let ownedContent = Table(
+            "owned_content",
+            [
+                "product", "content", "content_version", "destination", "transaction_id", "download_id", "copied_at_ms", "history_seq",
+            ], key: 2)
+        package static let ownedContentHistory = Table(
+            "owned_content_history",
+            [
+                "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
+            ])
         package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
 
         /// `rows` sorted as SQLite orders this table's primary key (integers, then text by bytes).
@@ -272,11 +287,14 @@ package enum Projector {
     /// A product's row, its related products' rows and its contents' rows.
     /// `published`: the product's published versions, when the caller has grouped them already.
     package static func productRows(_ product: String, state: LedgerState, published: [(key: ContentKey, value: ContentVersion)]? = nil)
-        -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])? {
+        -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])?
+    {
         guard let record = state.products[product] else { return nil }
         let r = record.registration
-        let row: [DatabaseValue] = [r.product.databaseValue, r.kind.rawValue.databaseValue, r.price.databaseValue, r.currency.databaseValue,
-                                    r.downloadable.databaseValue, r.title.databaseValue, ms(record.registeredAt).databaseValue]
+        let row: [DatabaseValue] = [
+            r.product.databaseValue, r.kind.rawValue.databaseValue, r.price.databaseValue, r.currency.databaseValue,
+            r.downloadable.databaseValue, r.title.databaseValue, ms(record.registeredAt).databaseValue,
+        ]
         let related = Set(r.relatedProducts).sorted().map { [product.databaseValue, $0.databaseValue] }
         let contents = (published ?? state.publishedVersions.filter { $0.key.product == product }.map { ($0.key, $0.value) })
             .sorted { $0.key.content < $1.key.content }
@@ -312,8 +330,10 @@ package enum Projector {
     }
 
     package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
-        let values: [(any DatabaseValueConvertible)?] = [o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
-                                                         ms(o.copiedAt), historySeq]
+        let values: [(any DatabaseValueConvertible)?] = [
+            o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
+            ms(o.copiedAt), historySeq,
+        ]
         return values.map { $0?.databaseValue ?? .null }
     }
 

@@ -7,13 +7,16 @@ extension Ledger {
     public func transactions(user: String? = nil) throws -> [TransactionRecord] {
         let user = Identifier.normalize(user)
         return try read { db in
-            let rows = try Row.fetchAll(db, sql: user == nil
-                ? "SELECT * FROM transactions ORDER BY transaction_id"
-                : "SELECT * FROM transactions WHERE user_id = ? ORDER BY transaction_id", arguments: user.map { [$0] } ?? [])
+            let rows = try Row.fetchAll(
+                db,
+                sql: user == nil
+                    ? "SELECT * FROM transactions ORDER BY transaction_id"
+                    : "SELECT * FROM transactions WHERE user_id = ? ORDER BY transaction_id", arguments: user.map { [$0] } ?? [])
             var records = rows.map(TransactionRecord.init(row:))
             for i in records.indices {
-                records[i].downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
-                                                           arguments: [records[i].transaction])
+                records[i].downloads = try String.fetchAll(
+                    db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
+                    arguments: [records[i].transaction])
             }
             return records
         }
@@ -34,9 +37,11 @@ extension Ledger {
     public func downloads(transaction: String? = nil) throws -> [DownloadRecord] {
         let transaction = Identifier.normalize(transaction)
         return try read { db in
-            let rows = try Row.fetchAll(db, sql: transaction == nil
-                ? "SELECT * FROM downloads ORDER BY download_id"
-                : "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: transaction.map { [$0] } ?? [])
+            let rows = try Row.fetchAll(
+                db,
+                sql: transaction == nil
+                    ? "SELECT * FROM downloads ORDER BY download_id"
+                    : "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position", arguments: transaction.map { [$0] } ?? [])
             return rows.map(DownloadRecord.init(row:))
         }
     }
@@ -48,13 +53,15 @@ extension Ledger {
     }
 
     static func owns(_ product: String, _ db: Database) throws -> Bool {
-        try Bool.fetchOne(db, sql: """
-            SELECT EXISTS (SELECT 1 FROM transactions
-                WHERE state IN ('purchased', 'restored') AND revoked = 0
-                  AND (product = :p
-                       OR product IN (SELECT related_product FROM related_products WHERE product = :p)
-                       OR product IN (SELECT product FROM related_products WHERE related_product = :p)))
-            """, arguments: ["p": product]) ?? false
+        try Bool.fetchOne(
+            db,
+            sql: """
+                SELECT EXISTS (SELECT 1 FROM transactions
+                    WHERE state IN ('purchased', 'restored') AND revoked = 0
+                      AND (product = :p
+                           OR product IN (SELECT related_product FROM related_products WHERE product = :p)
+                           OR product IN (SELECT product FROM related_products WHERE related_product = :p)))
+                """, arguments: ["p": product]) ?? false
     }
 
     /// The owned content versions: the latest copy-out of each product the user owns, sorted by
@@ -68,9 +75,11 @@ extension Ledger {
                 let product: String = row["product"]
                 if owns[product] == nil { owns[product] = try Ledger.owns(product, db) }
                 guard owns[product] == true, let version = ContentVersion(row["content_version"]) else { continue }
-                owned.append(OwnedContent(product: product, content: row["content"], contentVersion: version,
-                                          destination: row["destination"], transaction: row["transaction_id"],
-                                          download: row["download_id"], copiedAt: Timestamp(millisecondsSinceEpoch: row["copied_at_ms"])))
+                owned.append(
+                    OwnedContent(
+                        product: product, content: row["content"], contentVersion: version,
+                        destination: row["destination"], transaction: row["transaction_id"],
+                        download: row["download_id"], copiedAt: Timestamp(millisecondsSinceEpoch: row["copied_at_ms"])))
             }
             return owned
         }
@@ -89,11 +98,14 @@ extension Ledger {
     public func updateAvailable(product: String, content: String) throws -> Bool {
         let (product, content) = (Identifier.normalize(product), Identifier.normalize(content))
         return try read { db in
-            guard let row = try Row.fetchOne(db, sql: """
-                SELECT o.content_version, c.latest_version FROM owned_content o
-                JOIN product_contents c ON c.product = o.product AND c.content = o.content
-                WHERE o.product = ? AND o.content = ?
-                """, arguments: [product, content]),
+            guard
+                let row = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT o.content_version, c.latest_version FROM owned_content o
+                        JOIN product_contents c ON c.product = o.product AND c.content = o.content
+                        WHERE o.product = ? AND o.content = ?
+                        """, arguments: [product, content]),
                 let owned = ContentVersion(row[0]), let latest = ContentVersion(row[1])
             else { return false }
             return latest.isNewer(than: owned)
@@ -131,8 +143,9 @@ extension Ledger {
 extension TransactionRecord {
     /// A `transactions` projection row (SQLite's, or the fleet store's as a GRDB row).
     package init(row: Row) {
-        self.init(transaction: row["transaction_id"], product: row["product"], user: row["user_id"], quantity: row["quantity"],
-                  state: TransactionStatus(rawValue: row["state"]) ?? .purchasing)
+        self.init(
+            transaction: row["transaction_id"], product: row["product"], user: row["user_id"], quantity: row["quantity"],
+            state: TransactionStatus(rawValue: row["state"]) ?? .purchasing)
         finished = row["finished"]
         revoked = row["revoked"]
         revocationReason = row["revocation_reason"]

@@ -48,8 +48,10 @@ extension Ledger {
     /// Throws ``LedgerError`` with code `malformedInput` for a transaction or user not in this
     /// ledger, and `io` when `path` already exists; on any error nothing is left at `path`.
     @discardableResult
-    public func extract(_ selection: ExtractSelection, to path: String, redact: Bool = false,
-                        configuration: LedgerConfiguration = LedgerConfiguration()) throws -> ExtractSummary {
+    public func extract(
+        _ selection: ExtractSelection, to path: String, redact: Bool = false,
+        configuration: LedgerConfiguration = LedgerConfiguration()
+    ) throws -> ExtractSummary {
         var plan = try extractPlan(selection)
         if FileManager.default.fileExists(atPath: path) {
             throw LedgerError(.io, "\(path) already exists; extract writes a new ledger")
@@ -101,11 +103,11 @@ extension Ledger {
 
     /// One pass over the log: which transactions, downloads, products and restores to keep.
     private func extractPlan(_ selection: ExtractSelection) throws -> ExtractPlan {
-        var downloadsOf: [String: Set<String>] = [:]   // transaction -> its download ids, from its purchase / restore
-        var ownersOf: [String: Set<String>] = [:]      // download id -> transactions naming it
-        var productsOf: [String: Set<String>] = [:]    // transaction -> products it names
-        var usersOf: [String: Set<String>] = [:]       // transaction -> users it names
-        var related: [String: Set<String>] = [:]       // product -> related products, both ways
+        var downloadsOf: [String: Set<String>] = [:]  // transaction -> its download ids, from its purchase / restore
+        var ownersOf: [String: Set<String>] = [:]  // download id -> transactions naming it
+        var productsOf: [String: Set<String>] = [:]  // transaction -> products it names
+        var usersOf: [String: Set<String>] = [:]  // transaction -> users it names
+        var related: [String: Set<String>] = [:]  // product -> related products, both ways
         struct Restore { var start: Int64; var end: Int64?; var user: String?; var transactions: Set<String> }
         var restores: [Restore] = []
         var open: Int?
@@ -146,8 +148,8 @@ extension Ledger {
                     open = nil
                 }
             case .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked, .transactionFinished,
-                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
-                 .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered:
+                .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
+                .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered:
                 break
             }
             return true
@@ -191,9 +193,10 @@ extension Ledger {
         }
         return ExtractPlan(
             transactions: kept, downloads: downloads, products: products, restoreSeqs: restoreSeqs,
-            summary: ExtractSummary(path: "", keptEvents: 0, totalEvents: total, transactions: kept.sorted(),
-                                    addedTransactions: kept.subtracting(chosen).sorted(), downloads: downloads.sorted(),
-                                    restores: restoreCount, originalSeqs: []))
+            summary: ExtractSummary(
+                path: "", keptEvents: 0, totalEvents: total, transactions: kept.sorted(),
+                addedTransactions: kept.subtracting(chosen).sorted(), downloads: downloads.sorted(),
+                restores: restoreCount, originalSeqs: []))
     }
 }
 
@@ -210,12 +213,12 @@ private struct ExtractPlan {
         case .productRegistered(let r): products.contains(r.product)
         case .contentVersionPublished(let p, _, _), .contentDeleted(let p): products.contains(p)
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-             .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
-             .transactionFinished(let t, _):
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFinished(let t, _):
             transactions.contains(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
-             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
-             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
+            .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
+            .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
             downloads.contains(d)
         case .restoreStarted, .restoreCompleted, .restoreFailed:
             restoreSeqs.contains(e.seq)

@@ -38,8 +38,10 @@ struct LogReplay {
 
     /// Brings `state` forward to `last` (or the end): the events after `state.seq`, replayed in
     /// place. On a throw, `state` holds the events replayed before it.
-    static func advance(_ state: inout LedgerState, _ db: Database, through last: Int64 = .max,
-                        onCorrupt: ((LedgerError) throws -> Void)? = nil) throws {
+    static func advance(
+        _ state: inout LedgerState, _ db: Database, through last: Int64 = .max,
+        onCorrupt: ((LedgerError) throws -> Void)? = nil
+    ) throws {
         var replay = LogReplay()
         swap(&replay.state, &state)  // the state stays uniquely referenced, so it is changed in place
         defer { swap(&replay.state, &state) }
@@ -56,10 +58,12 @@ struct LogReplay {
     ///   of the state (verification does, once an event was lost).
     /// - `after`: sees each event applied, what the reducer made of it, and the state after it;
     ///   return false to stop.
-    mutating func run(_ db: Database, through last: Int64 = .max, integrity: Bool = false,
-                      onCorrupt: ((LedgerError) throws -> Void)? = nil,
-                      before: (Step, LedgerState) throws -> Bool = { _, _ in true },
-                      after: (Step, Reducer.Replayed, LedgerState) throws -> Bool) throws {
+    mutating func run(
+        _ db: Database, through last: Int64 = .max, integrity: Bool = false,
+        onCorrupt: ((LedgerError) throws -> Void)? = nil,
+        before: (Step, LedgerState) throws -> Bool = { _, _ in true },
+        after: (Step, Reducer.Replayed, LedgerState) throws -> Bool
+    ) throws {
         guard state.seq < last else { return }
         try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, onCorrupt: onCorrupt) { entry in
             let step = Step(entry: entry)
@@ -67,7 +71,8 @@ struct LogReplay {
             let e = entry.event
             let replayed = Reducer.replay(&state, e.event, seq: e.seq)
             if history != nil, case .outcome(let outcome) = replayed,
-               let change = Projector.ownedChange(e, outcome: outcome, state: state) {
+                let change = Projector.ownedChange(e, outcome: outcome, state: state)
+            {
                 history!.apply(change)
             }
             return try after(step, replayed, state)

@@ -37,31 +37,36 @@ extension Ledger {
             var previous = HashChain.genesis
             var events: [ChainedEvent] = []
             var expected: Int64 = 1
-            try replay.run(db, integrity: true, before: { step, _ in
-                let (e, entry) = (step.event, step.entry)
-                guard e.seq == expected else {
-                    throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
-                }
-                expected += 1
-                let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
-                guard entry.link?.matches(link) == true else {
-                    throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
-                }
-                previous = link
-                if e.seq == shipped, let shippedLink, shippedLink != link {
-                    throw LedgerError(.chainMismatch, "the fleet store holds a different event \(e.seq): this ledger's history was rewritten after it was shipped", seq: e.seq)
-                }
-                if e.seq > shipped {
-                    events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
-                }
-                return true
-            }, after: { _, _, _ in true })
+            try replay.run(
+                db, integrity: true,
+                before: { step, _ in
+                    let (e, entry) = (step.event, step.entry)
+                    guard e.seq == expected else {
+                        throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
+                    }
+                    expected += 1
+                    let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
+                    guard entry.link?.matches(link) == true else {
+                        throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
+                    }
+                    previous = link
+                    if e.seq == shipped, let shippedLink, shippedLink != link {
+                        throw LedgerError(.chainMismatch, "the fleet store holds a different event \(e.seq): this ledger's history was rewritten after it was shipped", seq: e.seq)
+                    }
+                    if e.seq > shipped {
+                        events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
+                    }
+                    return true
+                }, after: { _, _, _ in true })
             let last = expected - 1
             if last < shipped {
-                throw LedgerError(.chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped", seq: last + 1)
+                throw LedgerError(
+                    .chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped",
+                    seq: last + 1)
             }
-            return Shipment(events: events, lastSeq: last, lastLink: previous,
-                            projections: Projector.rows(state: replay.state, history: replay.history!))
+            return Shipment(
+                events: events, lastSeq: last, lastLink: previous,
+                projections: Projector.rows(state: replay.state, history: replay.history!))
         }
     }
 }

@@ -101,28 +101,64 @@ enum SnapshotCodec {
         var records: [(key: String, write: (inout BinaryWriter) -> Void)]
         switch kind {
         case .products:
-            records = s.products.map { key, p in (key, { w in
-                var inner = BinaryWriter()
-                PayloadCodec.encode(.productRegistered(p.registration), into: &inner)
-                w.lengthPrefixed(inner.bytes)
-                w.zigzag(p.registeredAt.nanosecondsSinceEpoch)
-            }) }
+            records = s.products.map { key, p in
+                (
+                    key,
+                    { w in
+                        var inner = BinaryWriter()
+                        PayloadCodec.encode(.productRegistered(p.registration), into: &inner)
+                        w.lengthPrefixed(inner.bytes)
+                        w.zigzag(p.registeredAt.nanosecondsSinceEpoch)
+                    }
+                )
+            }
         case .publishedVersions:
-            records = s.publishedVersions.map { key, v in (key.product + "\u{0}" + key.content, { w in
-                w.lengthPrefixed(key.product); w.lengthPrefixed(key.content); w.lengthPrefixed(v.text)
-            }) }
+            records = s.publishedVersions.map { key, v in
+                (
+                    key.product + "\u{0}" + key.content,
+                    { w in
+                        w.lengthPrefixed(key.product); w.lengthPrefixed(key.content); w.lengthPrefixed(v.text)
+                    }
+                )
+            }
         case .copiedContent:
-            records = s.copiedContent.map { key, o in (key.product + "\u{0}" + key.content, { w in
-                w.lengthPrefixed(o.product); w.lengthPrefixed(o.content); w.lengthPrefixed(o.contentVersion.text)
-                w.lengthPrefixed(o.destination); w.lengthPrefixed(o.transaction); w.lengthPrefixed(o.download)
-                w.zigzag(o.copiedAt.nanosecondsSinceEpoch)
-            }) }
+            records = s.copiedContent.map { key, o in
+                (
+                    key.product + "\u{0}" + key.content,
+                    { w in
+                        w.lengthPrefixed(o.product); w.lengthPrefixed(o.content); w.lengthPrefixed(o.contentVersion.text)
+                        w.lengthPrefixed(o.destination); w.lengthPrefixed(o.transaction); w.lengthPrefixed(o.download)
+                        w.zigzag(o.copiedAt.nanosecondsSinceEpoch)
+                    }
+                )
+            }
         case .registeredURLs:
-            records = s.registeredURLs.map { url, d in (url, { w in w.lengthPrefixed(url); w.lengthPrefixed(d) }) }
+            records = s.registeredURLs.map { url, d in
+                (
+                    url,
+                    { w in
+                        w.lengthPrefixed(url); w.lengthPrefixed(d)
+                    }
+                )
+            }
         case .owners:
-            records = s.owners.map { p, n in (p, { w in w.lengthPrefixed(p); w.zigzag(Int64(n)) }) }
+            records = s.owners.map { p, n in
+                (
+                    p,
+                    { w in
+                        w.lengthPrefixed(p); w.zigzag(Int64(n))
+                    }
+                )
+            }
         case .orphanStreams:
-            records = s.orphanStreamEvents.map { stream, n in (stream, { w in w.lengthPrefixed(stream); w.varint(UInt64(n)) }) }
+            records = s.orphanStreamEvents.map { stream, n in
+                (
+                    stream,
+                    { w in
+                        w.lengthPrefixed(stream); w.varint(UInt64(n))
+                    }
+                )
+            }
         case .transactions, .downloads:
             records = []
         }
@@ -169,17 +205,21 @@ enum SnapshotCodec {
 
     /// The pages of a transaction or download map: the pages of its base that nothing changed (and
     /// that are still stored) as they are, and new pages for the rest.
-    private static func paged<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
-                                 decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-                                 stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]) throws -> [StoredRecordPage<V>] {
+    private static func paged<V>(
+        _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
+        decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
+        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
+    ) throws -> [StoredRecordPage<V>] {
         var out: [StoredRecordPage<V>] = []
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
             for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.value, &w) }) {
                 let page = try store(raw)
                 new.append(page)
-                out.append(StoredRecordPage(address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
-                                      storage: .decoded(Array(records[offset..<(offset + count)]))))
+                out.append(
+                    StoredRecordPage(
+                        address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
+                        storage: .decoded(Array(records[offset..<(offset + count)]))))
                 offset += count
             }
         }
@@ -210,16 +250,22 @@ enum SnapshotCodec {
     }
 
     static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
-        try decodePage(buffer) { r throws(Failure) in let t = try transaction(&r); return (t.transaction, t) }
+        try decodePage(buffer) { r throws(Failure) in
+            let t = try transaction(&r); return (t.transaction, t)
+        }
     }
 
     static let decodeDownloads: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: DownloadRecord)] = { buffer in
-        try decodePage(buffer) { r throws(Failure) in let d = try download(&r); return (d.download, d) }
+        try decodePage(buffer) { r throws(Failure) in
+            let d = try download(&r); return (d.download, d)
+        }
     }
 
     /// The records of one raw page, each with its id.
-    private static func decodePage<V>(_ buffer: UnsafeRawBufferPointer,
-                                      _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)) throws(Failure) -> [(key: String, value: V)] {
+    private static func decodePage<V>(
+        _ buffer: UnsafeRawBufferPointer,
+        _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)
+    ) throws(Failure) -> [(key: String, value: V)] {
         var r = BinaryReader(buffer)
         let count = try r.int(max: buffer.count)
         var records: [(key: String, value: V)] = []
@@ -243,8 +289,10 @@ enum SnapshotCodec {
                     guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
                     let address = Array(buffer[r.offset..<(r.offset + 32)])
                     r.offset += 32
-                    entries.append(PageEntry(address: address, rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
-                                             firstKey: try r.string()))
+                    entries.append(
+                        PageEntry(
+                            address: address, rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
+                            firstKey: try r.string()))
                 }
                 kinds.append(entries)
             }
@@ -274,15 +322,18 @@ enum SnapshotCodec {
         }
         /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is
         /// escaping only so that it may be called with a closure reading the non-escaping `fetch`.)
-        func pages<V>(_ entries: [PageEntry], _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-                      _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>) throws -> RecordPages<V> {
-            RecordPages(try entries.map { e in
-                let page = try cached(e.address) {
-                    StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
-                }
-                guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
-                return page
-            })
+        func pages<V>(
+            _ entries: [PageEntry], _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
+            _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>
+        ) throws -> RecordPages<V> {
+            RecordPages(
+                try entries.map { e in
+                    let page = try cached(e.address) {
+                        StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
+                    }
+                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
+                    return page
+                })
         }
         for kind in Kind.allCases {
             let entries = kinds[kind.rawValue]
@@ -318,9 +369,10 @@ enum SnapshotCodec {
             let key = ContentKey(product: try r.string(), content: try r.string())
             s.publishedVersions[key] = try version(&r)
         case .copiedContent:
-            let o = OwnedContent(product: try r.string(), content: try r.string(), contentVersion: try version(&r),
-                                 destination: try r.string(), transaction: try r.string(), download: try r.string(),
-                                 copiedAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
+            let o = OwnedContent(
+                product: try r.string(), content: try r.string(), contentVersion: try version(&r),
+                destination: try r.string(), transaction: try r.string(), download: try r.string(),
+                copiedAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
             s.copiedContent[ContentKey(product: o.product, content: o.content)] = o
         case .registeredURLs:
             s.registeredURLs[try r.string()] = try r.string()
@@ -347,8 +399,9 @@ enum SnapshotCodec {
     }
 
     private static func transaction(_ r: inout BinaryReader) throws(Failure) -> TransactionRecord {
-        var t = TransactionRecord(transaction: try r.string(), product: try r.string(), user: try string(&r),
-                                  quantity: try r.int(max: 10), state: try code(TransactionStatus.self, &r))
+        var t = TransactionRecord(
+            transaction: try r.string(), product: try r.string(), user: try string(&r),
+            quantity: try r.int(max: 10), state: try code(TransactionStatus.self, &r))
         let flags = try r.varint()
         t.finished = flags & 1 != 0; t.revoked = flags & 2 != 0; t.wasDeferred = flags & 4 != 0; t.discardedContent = flags & 8 != 0
         t.revocationReason = try string(&r); t.originalTransaction = try string(&r); t.storeTransactionId = try string(&r)

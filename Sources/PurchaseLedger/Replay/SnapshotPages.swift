@@ -73,8 +73,9 @@ final class SnapshotPageCache: Sendable {
             guard count > keep else { return Dropped() }
             let uses = (transactions.values.map(\.used) + downloads.values.map(\.used)).sorted(by: >)
             let cutoff = uses[keep]
-            let dropped = Dropped(transactions: transactions.values.filter { $0.used <= cutoff }.map(\.page),
-                                  downloads: downloads.values.filter { $0.used <= cutoff }.map(\.page))
+            let dropped = Dropped(
+                transactions: transactions.values.filter { $0.used <= cutoff }.map(\.page),
+                downloads: downloads.values.filter { $0.used <= cutoff }.map(\.page))
             transactions = transactions.filter { $0.value.used > cutoff }
             downloads = downloads.filter { $0.value.used > cutoff }
             return dropped
@@ -128,8 +129,10 @@ final class SnapshotPageCache: Sendable {
         }.releaseInBackground()
     }
 
-    private func page<V>(_ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: Entry<V>]>,
-                         _ load: () throws -> StoredRecordPage<V>) rethrows -> StoredRecordPage<V> {
+    private func page<V>(
+        _ address: [UInt8], _ kind: WritableKeyPath<Pages, [[UInt8]: Entry<V>]>,
+        _ load: () throws -> StoredRecordPage<V>
+    ) rethrows -> StoredRecordPage<V> {
         let cached = pages.withLock { p -> StoredRecordPage<V>? in
             let now = p.tick()
             guard let page = p[keyPath: kind][address]?.page else { return nil }

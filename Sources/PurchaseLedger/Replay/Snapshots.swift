@@ -43,12 +43,14 @@ enum Snapshots {
             for page in snapshot.pages {
                 try insert.execute(arguments: [Data(page.address), page.rawSize, Data(try spool.read(page.data))])
             }
-            try db.execute(sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
-                           arguments: [snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest)])
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
+                arguments: [snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest)])
         }
         // Snapshots another reducer version or format wrote are never read again.
-        try db.execute(sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
-                       arguments: [Reducer.version, SnapshotCodec.format])
+        try db.execute(
+            sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
+            arguments: [Reducer.version, SnapshotCodec.format])
         let droppedStale = db.changesCount > 0
         let seqs = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
         guard seqs.count > keep, keep >= 2 else {
@@ -85,10 +87,12 @@ enum Snapshots {
 
     /// The newest usable snapshot at or before `seq`.
     static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache) throws -> LedgerState? {
-        let rows = try Row.fetchCursor(db, sql: """
-            SELECT seq, manifest FROM snapshots
-            WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
-            """, arguments: [seq, Reducer.version, SnapshotCodec.format])
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT seq, manifest FROM snapshots
+                WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
+                """, arguments: [seq, Reducer.version, SnapshotCodec.format])
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         while let row = try rows.next() {
             let manifest: Data = row[1]

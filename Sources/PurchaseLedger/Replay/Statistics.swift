@@ -51,7 +51,8 @@ extension Ledger {
             s.tailEvents = try Int64.fetchOne(db, sql: "SELECT count(*) FROM events") ?? 0
             s.logBytes = s.sealedStoredBytes + tailBytes
             s.snapshots = try Int64.fetchOne(db, sql: "SELECT count(*) FROM snapshots") ?? 0
-            s.snapshotBytes = (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(manifest)), 0) FROM snapshots") ?? 0)
+            s.snapshotBytes =
+                (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(manifest)), 0) FROM snapshots") ?? 0)
                 + (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(data) + 32), 0) FROM snapshot_pages") ?? 0)
             s.dictionaries = try Int64.fetchOne(db, sql: "SELECT count(*) FROM dictionaries") ?? 0
         }

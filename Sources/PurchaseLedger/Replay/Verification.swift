@@ -97,60 +97,66 @@ private struct Verifier {
         let total = try EventStore.lastSeq(db)
         var me = self
         defer { self = me }
-        try replay.run(db, integrity: true, onCorrupt: { error in
-            lost = true
-            previous = nil
-            try me.problem(.corruptData, error.seq, error.message)
-        }, before: { step, state in
-            let (e, entry) = (step.event, step.entry)
-            if e.seq != expected {
+        try replay.run(
+            db, integrity: true,
+            onCorrupt: { error in
                 lost = true
-                let message = e.seq > expected
-                    ? (e.seq - 1 == expected ? "event \(expected) is missing" : "events \(expected)...\(e.seq - 1) are missing")
-                    : "event \(e.seq) appears again or out of order after \(expected - 1)"
-                try me.problem(.sequence, min(e.seq, expected), message)
-                if e.seq < expected { return false }
-            }
-            expected = e.seq + 1
-            me.report.eventsChecked += 1
-
-            // The chain: recompute from the canonical frame, compare with what is stored.
-            let frame = FrameCodec.canonical(e, payload: entry.payload)
-            let stored: [UInt8]?
-            switch entry.link {
-            case .full(let link): stored = link
-            case .prefix(_, let blockLast): stored = blockLast
-            case nil: stored = nil
-            }
-            if let prev = previous {
-                let link = chain.link(after: prev, frame: frame)
-                let matches = entry.link?.matches(link) ?? true
-                if !matches && !chainReported {
-                    chainReported = true
-                    try me.problem(.chain, e.seq, "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved")
+                previous = nil
+                try me.problem(.corruptData, error.seq, error.message)
+            },
+            before: { step, state in
+                let (e, entry) = (step.event, step.entry)
+                if e.seq != expected {
+                    lost = true
+                    let message =
+                        e.seq > expected
+                        ? (e.seq - 1 == expected ? "event \(expected) is missing" : "events \(expected)...\(e.seq - 1) are missing")
+                        : "event \(e.seq) appears again or out of order after \(expected - 1)"
+                    try me.problem(.sequence, min(e.seq, expected), message)
+                    if e.seq < expected { return false }
                 }
-                previous = matches ? link : stored
-            } else {
-                previous = stored
-            }
-            if stored != nil { chainReported = false }
-            if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
+                expected = e.seq + 1
+                me.report.eventsChecked += 1
 
-            // The rules: the same reducer, and the outcome must be what was recorded. Once an
-            // event is lost, the state after it is unknown: the rules are not checked any more.
-            guard !lost else { return false }
-            try me.checkBefore(e, state: state)
-            return true
-        }, after: { step, replayed, state in
-            try me.checkAfter(step.event, replayed, state: state)
-            return true
-        })
+                // The chain: recompute from the canonical frame, compare with what is stored.
+                let frame = FrameCodec.canonical(e, payload: entry.payload)
+                let stored: [UInt8]?
+                switch entry.link {
+                case .full(let link): stored = link
+                case .prefix(_, let blockLast): stored = blockLast
+                case nil: stored = nil
+                }
+                if let prev = previous {
+                    let link = chain.link(after: prev, frame: frame)
+                    let matches = entry.link?.matches(link) ?? true
+                    if !matches && !chainReported {
+                        chainReported = true
+                        try me.problem(.chain, e.seq, "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved")
+                    }
+                    previous = matches ? link : stored
+                } else {
+                    previous = stored
+                }
+                if stored != nil { chainReported = false }
+                if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
+
+                // The rules: the same reducer, and the outcome must be what was recorded. Once an
+                // event is lost, the state after it is unknown: the rules are not checked any more.
+                guard !lost else { return false }
+                try me.checkBefore(e, state: state)
+                return true
+            },
+            after: { step, replayed, state in
+                try me.checkAfter(step.event, replayed, state: state)
+                return true
+            })
         return (replay.state, replay.history!, !lost)
     }
 
     /// What the rules say of an event before it is applied.
     private mutating func checkBefore(_ e: RecordedEvent, state: LedgerState) throws {
-        if e.appendedByLedger, case .downloadCancelled(_, .transactionFinished) = e.event.body {} else if e.appendedByLedger {
+        if e.appendedByLedger, case .downloadCancelled(_, .transactionFinished) = e.event.body {
+        } else if e.appendedByLedger {
             try problem(.rules, e.seq, "marked as appended by the ledger, but is not an automatic cancellation")
         }
         if case .transactionFinished = e.event.body, Reducer.plan(state, e.event).count > 1 {
@@ -189,7 +195,10 @@ private struct Verifier {
     private mutating func checkProjections(_ db: Database, state: LedgerState, history: Projector.HistoryCollector) throws {
         let (projectedSeq, current) = try Projector.status(db)
         if !current {
-            try problem(.projections, nil, "the projections were written by another version (\(try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_stamp'") ?? "none")); run rebuild")
+            try problem(
+                .projections, nil,
+                "the projections were written by another version (\(try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_stamp'") ?? "none")); run rebuild"
+            )
         }
         if projectedSeq != state.seq {
             try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
@@ -204,7 +213,9 @@ private struct Verifier {
             if expected != actual {
                 let index = zip(expected, actual).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(expected.count, actual.count)
                 let key = (index < actual.count ? actual[index] : expected[index])[0] as DatabaseValue
-                try problem(.projections, nil, "table \(table) differs from a fresh rebuild (\(actual.count) rows, \(expected.count) expected; first difference at \(key.description)); run rebuild")
+                try problem(
+                    .projections, nil,
+                    "table \(table) differs from a fresh rebuild (\(actual.count) rows, \(expected.count) expected; first difference at \(key.description)); run rebuild")
             }
         }
     }

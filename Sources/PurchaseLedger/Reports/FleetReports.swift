@@ -62,7 +62,8 @@ extension Ledger {
                 for (a, b) in related where a == t.product || b == t.product { owned.insert(a == t.product ? b : a) }
             }
             guard t.state == .purchased, let currency = entry.currency,
-                  let price = Decimal(string: entry.price ?? "", locale: Locale(identifier: "en_US_POSIX")) else { continue }
+                let price = Decimal(string: entry.price ?? "", locale: Locale(identifier: "en_US_POSIX"))
+            else { continue }
             let amount = price * Decimal(t.quantity)
             net[currency, default: 0] += amount
             if t.revoked {
@@ -72,20 +73,23 @@ extension Ledger {
         }
         let transactions = Set(history.map(\.transaction.transaction))
         let content = try ownedContent().filter { transactions.contains($0.transaction) }
-        return UserSummary(user: user, ownedProducts: owned.sorted(),
-                           ownedContent: try content.map { ($0, try updateAvailable(product: $0.product, content: $0.content)) },
-                           netSpent: net, refunded: refunded)
+        return UserSummary(
+            user: user, ownedProducts: owned.sorted(),
+            ownedContent: try content.map { ($0, try updateAvailable(product: $0.product, content: $0.content)) },
+            netSpent: net, refunded: refunded)
     }
 
     /// Paid but never delivered: purchased or restored, not revoked, with hosted content never
     /// copied out (lost to an early finish, discarded, failed, or still pending).
     public func undelivered(limit: Int = 1000) throws -> [PurchaseHistoryEntry] {
         let ids = try read { db in
-            try String.fetchAll(db, sql: """
-                SELECT DISTINCT t.transaction_id FROM transactions t JOIN downloads d ON d.transaction_id = t.transaction_id
-                WHERE t.state IN ('purchased', 'restored') AND t.revoked = 0 AND d.copied_out = 0
-                ORDER BY t.purchased_at_ms, t.transaction_id LIMIT ?
-                """, arguments: [limit])
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT DISTINCT t.transaction_id FROM transactions t JOIN downloads d ON d.transaction_id = t.transaction_id
+                    WHERE t.state IN ('purchased', 'restored') AND t.revoked = 0 AND d.copied_out = 0
+                    ORDER BY t.purchased_at_ms, t.transaction_id LIMIT ?
+                    """, arguments: [limit])
         }
         return try ids.compactMap { id in try purchaseHistory(transactionID: id) }
     }
@@ -96,10 +100,13 @@ extension Ledger {
         try read { db in
             let now = try asOf.map(Projector.ms) ?? Int64.fetchOne(db, sql: "SELECT max(last_activity_at_ms) FROM downloads") ?? 0
             let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
-            return try Row.fetchAll(db, sql: """
-                SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
-                ORDER BY last_activity_at_ms, download_id
-                """, arguments: [now - idleMs]).map(DownloadRecord.init(row:))
+            return try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
+                    ORDER BY last_activity_at_ms, download_id
+                    """, arguments: [now - idleMs]
+            ).map(DownloadRecord.init(row:))
         }
     }
 
@@ -107,13 +114,17 @@ extension Ledger {
     /// at every launch. Oldest first.
     public func unfinishedTransactions() throws -> [TransactionRecord] {
         try read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
-                ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
-                """).map { row in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
+                    ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
+                    """
+            ).map { row in
                 var record = TransactionRecord(row: row)
-                record.downloads = try String.fetchAll(db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
-                                                       arguments: [record.transaction])
+                record.downloads = try String.fetchAll(
+                    db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
+                    arguments: [record.transaction])
                 return record
             }
         }
@@ -123,15 +134,21 @@ extension Ledger {
     public func failureRates(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [FailureRate] {
         try read { db in
             let range: StatementArguments = [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max]
-            let total = try Int.fetchOne(db, sql: """
-                SELECT count(*) FROM transactions WHERE state IN ('purchased', 'failed')
-                AND coalesce(purchased_at_ms, failed_at_ms) >= ? AND coalesce(purchased_at_ms, failed_at_ms) < ?
-                """, arguments: range) ?? 0
-            return try Row.fetchAll(db, sql: """
-                SELECT error_domain, error_code, min(error_message) AS message, count(*) AS n FROM transactions
-                WHERE state = 'failed' AND failed_at_ms >= ? AND failed_at_ms < ?
-                GROUP BY error_domain, error_code ORDER BY n DESC, error_domain, error_code
-                """, arguments: range).map { row in
+            let total =
+                try Int.fetchOne(
+                    db,
+                    sql: """
+                        SELECT count(*) FROM transactions WHERE state IN ('purchased', 'failed')
+                        AND coalesce(purchased_at_ms, failed_at_ms) >= ? AND coalesce(purchased_at_ms, failed_at_ms) < ?
+                        """, arguments: range) ?? 0
+            return try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT error_domain, error_code, min(error_message) AS message, count(*) AS n FROM transactions
+                    WHERE state = 'failed' AND failed_at_ms >= ? AND failed_at_ms < ?
+                    GROUP BY error_domain, error_code ORDER BY n DESC, error_domain, error_code
+                    """, arguments: range
+            ).map { row in
                 FailureRate(domain: row[0], code: row[1], message: row[2], count: row[3], share: total == 0 ? 0 : Double(row[3] as Int) / Double(total))
             }
         }
@@ -140,21 +157,22 @@ extension Ledger {
     /// Net revenue per day and currency, for charts.
     public func dailyRevenue(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [DailyRevenue] {
         try read { db in
-            let rows = try Row.fetchAll(db, sql: """
-                SELECT t.purchased_at_ms / 86400000 AS day, p.currency, p.price,
-                       sum(CASE WHEN t.revoked THEN 0 ELSE t.quantity END) AS units
-                FROM transactions t JOIN products p ON p.product = t.product
-                WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                GROUP BY day, p.currency, p.price ORDER BY day
-                """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT t.purchased_at_ms / 86400000 AS day, p.currency, p.price,
+                           sum(CASE WHEN t.revoked THEN 0 ELSE t.quantity END) AS units
+                    FROM transactions t JOIN products p ON p.product = t.product
+                    WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
+                    GROUP BY day, p.currency, p.price ORDER BY day
+                    """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
             var totals: [String: DailyRevenue] = [:]
             for row in rows {
                 let day: Int64 = row[0]
                 let currency: String = row[1]
                 let price = Decimal(string: row[2], locale: Locale(identifier: "en_US_POSIX")) ?? 0
                 let key = "\(day) \(currency)"
-                totals[key, default: DailyRevenue(day: Timestamp(millisecondsSinceEpoch: day * 86_400_000), currency: currency, net: 0)].net
-                    += price * Decimal(row[3] as Int)
+                totals[key, default: DailyRevenue(day: Timestamp(millisecondsSinceEpoch: day * 86_400_000), currency: currency, net: 0)].net += price * Decimal(row[3] as Int)
             }
             return totals.values.sorted { ($0.day, $0.currency) < ($1.day, $1.currency) }
         }
@@ -165,8 +183,9 @@ extension Ledger {
         let id = Identifier.normalize(id)
         guard let t = try transaction(id) else { return nil }
         let product = try read { db in try Row.fetchOne(db, sql: "SELECT kind, price, currency FROM products WHERE product = ?", arguments: [t.product]) }
-        return PurchaseHistoryEntry(transaction: t, kind: (product?[0] as String?).flatMap(ProductKind.init(rawValue:)),
-                                    price: product?[1], currency: product?[2], downloads: try downloads(transaction: id))
+        return PurchaseHistoryEntry(
+            transaction: t, kind: (product?[0] as String?).flatMap(ProductKind.init(rawValue:)),
+            price: product?[1], currency: product?[2], downloads: try downloads(transaction: id))
     }
 
     /// The timelines of several transactions, in one pass over the log.

@@ -14,8 +14,10 @@ public struct PurchaseHistoryQuery: Sendable, Hashable {
     public var limit: Int = 1000
     public var offset: Int = 0
 
-    public init(user: String? = nil, product: String? = nil, from: Timestamp? = nil, to: Timestamp? = nil,
-                kinds: [ProductKind] = [], limit: Int = 1000, offset: Int = 0) {
+    public init(
+        user: String? = nil, product: String? = nil, from: Timestamp? = nil, to: Timestamp? = nil,
+        kinds: [ProductKind] = [], limit: Int = 1000, offset: Int = 0
+    ) {
         self.user = user
         self.product = product
         self.from = from
@@ -85,11 +87,14 @@ extension Ledger {
                 """
             return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
                 var record = TransactionRecord(row: row)
-                let downloads = try Row.fetchAll(db, sql: "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position",
-                                                 arguments: [record.transaction]).map(DownloadRecord.init(row:))
+                let downloads = try Row.fetchAll(
+                    db, sql: "SELECT * FROM downloads WHERE transaction_id = ? ORDER BY position",
+                    arguments: [record.transaction]
+                ).map(DownloadRecord.init(row:))
                 record.downloads = downloads.map(\.download)
-                return PurchaseHistoryEntry(transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
-                                            price: row["product_price"], currency: row["product_currency"], downloads: downloads)
+                return PurchaseHistoryEntry(
+                    transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
+                    price: row["product_price"], currency: row["product_currency"], downloads: downloads)
             }
         }
     }

@@ -89,19 +89,23 @@ extension Ledger {
     /// ```
     public func revenue(from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil) throws -> [RevenueLine] {
         let rows = try read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT \(groupBy == nil ? "0" : "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)") AS day,
-                       t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity) AS units,
-                       sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END) AS refunded
-                FROM transactions t JOIN products p ON p.product = t.product
-                WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                GROUP BY day, t.product, p.currency, p.price
-                """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT \(groupBy == nil ? "0" : "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)") AS day,
+                           t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity) AS units,
+                           sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END) AS refunded
+                    FROM transactions t JOIN products p ON p.product = t.product
+                    WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
+                    GROUP BY day, t.product, p.currency, p.price
+                    """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
-        return RevenueLine.lines(rows.map { row in
-            RevenueGroup(day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
-                         purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
-        }, groupBy: groupBy)
+        return RevenueLine.lines(
+            rows.map { row in
+                RevenueGroup(
+                    day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
+                    purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
+            }, groupBy: groupBy)
     }
 }
 
@@ -136,8 +140,11 @@ extension RevenueLine {
             let period = groupBy?.label(ofDay: group.day)
             let unitPrice = Decimal(string: group.price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
             let key = [period ?? "", group.product, group.currency, group.price].joined(separator: "\u{0}")
-            var line = lines[key] ?? RevenueLine(period: period, product: group.product, currency: group.currency, price: group.price,
-                                                 purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
+            var line =
+                lines[key]
+                ?? RevenueLine(
+                    period: period, product: group.product, currency: group.currency, price: group.price,
+                    purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
             line.purchases += group.purchases
             line.units += group.units
             line.refundedUnits += group.refundedUnits

@@ -109,9 +109,12 @@ enum EventStore {
             pending.append(frame)
             if !tailRead && storedTail + pending.count >= blockSize {
                 if storedTail > 0 {
-                    let tail = try Row.fetchAll(db.cachedStatement(sql: """
-                        SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
-                        """)).map(Frame.init(row:))
+                    let tail = try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
+                                """)
+                    ).map(Frame.init(row:))
                     pending = tail + pending
                 }
                 tailRead = true
@@ -145,27 +148,32 @@ enum EventStore {
         /// and the frames left over as the open tail's rows.
         func write(_ db: Database) throws {
             if let dictionary, dictionary.isNew {
-                try db.execute(sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (?, ?, ?)",
-                               arguments: [dictionary.id, sealed.first?.row.first ?? 1, Data(dictionary.bytes)])
+                try db.execute(
+                    sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (?, ?, ?)",
+                    arguments: [dictionary.id, sealed.first?.row.first ?? 1, Data(dictionary.bytes)])
             }
             if !sealed.isEmpty && storedTail > 0 {
                 // The first sealed block took in the whole stored tail (it is shorter than a block).
                 try db.execute(sql: "DELETE FROM events")
             }
-            let insertBlock = try db.cachedStatement(sql: """
-                INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
+            let insertBlock = try db.cachedStatement(
+                sql: """
+                    INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """)
             for (row, slice) in sealed {
-                try insertBlock.execute(arguments: [row.first, row.last, row.codec.rawValue, row.dictionaryID, row.rawSize,
-                                                    Data(try spool.read(slice)), Data(row.lastLink)])
+                try insertBlock.execute(arguments: [
+                    row.first, row.last, row.codec.rawValue, row.dictionaryID, row.rawSize,
+                    Data(try spool.read(slice)), Data(row.lastLink),
+                ])
             }
             // The stored tail is read only when a block is sealed at once from it, so the frames
             // left pending are all new.
-            let insertRow = try db.cachedStatement(sql: """
-                INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
-                VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-                """)
+            let insertRow = try db.cachedStatement(
+                sql: """
+                    INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+                    """)
             for f in pending {
                 try insertRow.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
             }
@@ -211,8 +219,9 @@ enum EventStore {
         } catch {
             throw LedgerError.storage("compressing events \(first.seq)...\(last.seq) failed: \(error)")
         }
-        return SealedRow(first: first.seq, last: last.seq, codec: codec, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
-                         rawSize: raw.count, data: data, lastLink: last.link)
+        return SealedRow(
+            first: first.seq, last: last.seq, codec: codec, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
+            rawSize: raw.count, data: data, lastLink: last.link)
     }
 
     // MARK: - Reading
@@ -246,21 +255,28 @@ enum EventStore {
     /// flat whatever the log's size. Return false from `body` to stop. A block or row that does
     /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
     /// given, which is then called and the scan goes on with the next block or row.
-    static func scan(_ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
-                     onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool) throws {
+    static func scan(
+        _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
+        onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
+    ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
-        let blocks = try Row.fetchCursor(db, sql: """
-            SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
-            WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
-            """, arguments: [seq, last])
-        let keepGoing = integrity
+        let blocks = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
+                WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
+                """, arguments: [seq, last])
+        let keepGoing =
+            integrity
             ? try scanWithLinks(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
             : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
         guard keepGoing else { return }
-        let rows = try Row.fetchCursor(db, sql: """
-            SELECT seq, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events
-            WHERE seq >= ? AND seq <= ? ORDER BY seq
-            """, arguments: [seq, last])
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT seq, version, type, at_ns, recorded_ns, flags, codec, payload, link FROM events
+                WHERE seq >= ? AND seq <= ? ORDER BY seq
+                """, arguments: [seq, last])
         while let row = try rows.next() {
             let s: Int64 = row[0]
             let entry: Entry
@@ -270,8 +286,9 @@ enum EventStore {
                 let (appended, anomaly) = try decodeFlags(row[5], seq: s)
                 let type = try decodeType(row[2], seq: s)
                 let body = try decodePayload(type, payload, seq: s)
-                let event = RecordedEvent(seq: s, version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
-                                          recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
+                let event = RecordedEvent(
+                    seq: s, version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
+                    recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
                 entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil)
             } catch let error as LedgerError {
                 try report(error, to: onCorrupt)
@@ -299,8 +316,10 @@ enum EventStore {
         var failure: LedgerError? = nil
     }
 
-    private static func sealedBlock(_ db: Database, _ block: Row, from seq: Int64, through last: Int64,
-                                    dictionaries: inout [Int64: [UInt8]]) throws -> SealedBlock {
+    private static func sealedBlock(
+        _ db: Database, _ block: Row, from seq: Int64, through last: Int64,
+        dictionaries: inout [Int64: [UInt8]]
+    ) throws -> SealedBlock {
         let first: Int64 = block[0]
         let blockLast: Int64 = block[1]
         var sealed = SealedBlock(first: first, last: blockLast, from: seq, through: last)
@@ -372,8 +391,10 @@ enum EventStore {
     /// a frame that does not decode (the frames before it were visited), or a block holding
     /// another number of events than its range says.
     @inline(__always)
-    private static func forEachFrame(in raw: [UInt8], of block: SealedBlock,
-                                     _ visit: (consuming FrameCodec.BlockEntry, UnsafeRawBufferPointer) throws -> Bool) rethrows -> (stopped: Bool, failure: LedgerError?) {
+    private static func forEachFrame(
+        in raw: [UInt8], of block: SealedBlock,
+        _ visit: (consuming FrameCodec.BlockEntry, UnsafeRawBufferPointer) throws -> Bool
+    ) rethrows -> (stopped: Bool, failure: LedgerError?) {
         try raw.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
             var previous: (at: Int64, recorded: Int64) = (0, 0)
@@ -397,9 +418,11 @@ enum EventStore {
 
     /// The sealed blocks' events with their payload bytes and chain links (for `verify` and
     /// statistics), decoded here, in order. Returns false when `body` asked to stop.
-    private static func scanWithLinks(_ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
-                                      dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
-                                      _ body: (Entry) throws -> Bool) throws -> Bool {
+    private static func scanWithLinks(
+        _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
+        dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+        _ body: (Entry) throws -> Bool
+    ) throws -> Bool {
         while let row = try blocks.next() {
             let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries)
             let raw: [UInt8]
@@ -411,8 +434,10 @@ enum EventStore {
             }
             let lastLink = [UInt8](row[6] as Data)
             let (stopped, failure) = try forEachFrame(in: raw, of: block) { entry, buffer in
-                try body(Entry(event: entry.event, payload: Array(buffer[entry.payload]),
-                               link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil)))
+                try body(
+                    Entry(
+                        event: entry.event, payload: Array(buffer[entry.payload]),
+                        link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil)))
             }
             if stopped { return false }
             if let failure { try report(failure, to: onCorrupt) }
@@ -440,9 +465,11 @@ enum EventStore {
     /// another thread, so decoding and the caller's work (a replay's reducer) overlap. Rows are
     /// still read here, on the database's thread, and `body` and `onCorrupt` are called here, in
     /// log order. Returns false when `body` asked to stop.
-    private static func scanPipelined(_ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
-                                      dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
-                                      _ body: (Entry) throws -> Bool) throws -> Bool {
+    private static func scanPipelined(
+        _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
+        dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+        _ body: (Entry) throws -> Bool
+    ) throws -> Bool {
         let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
         var pending: [PendingBlock] = []
         var exhausted = false
@@ -495,10 +522,9 @@ enum EventStore {
 
 /// Byte strings common in any purchase ledger, placed at the start of every dictionary.
 enum DictionarySeed {
-    static let common: [UInt8] = Array((
-        "file:///var/mobile/Containers/Data/Application//Library/Caches/StoreKit//Contents/"
+    static let common: [UInt8] = Array(
+        ("file:///var/mobile/Containers/Data/Application//Library/Caches/StoreKit//Contents/"
             + "Library/Application Support/Documents/SKErrorDomainNSURLErrorDomainNSCocoaErrorDomain"
             + "The payment was cancelled.An unknown error occurredThe request timed out."
-            + "The network connection was lost.The Internet connection appears to be offline.sha256:"
-    ).utf8)
+            + "The network connection was lost.The Internet connection appears to be offline.sha256:").utf8)
 }

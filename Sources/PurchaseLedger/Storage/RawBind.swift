@@ -17,12 +17,14 @@ extension Statement {
             case .int64(let n): code = sqlite3_bind_int64(statement, index, n)
             case .double(let d): code = sqlite3_bind_double(statement, index, d)
             case .string(let text):
-                code = text.utf8.withContiguousStorageIfAvailable { bytes in
-                    sqlite3_bind_text(statement, index, bytes.baseAddress, Int32(bytes.count), SQLITE_TRANSIENT)
-                } ?? {
-                    var copy = text
-                    return copy.withUTF8 { sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
-                }()
+                code =
+                    text.utf8.withContiguousStorageIfAvailable { bytes in
+                        sqlite3_bind_text(statement, index, bytes.baseAddress, Int32(bytes.count), SQLITE_TRANSIENT)
+                    }
+                    ?? {
+                        var copy = text
+                        return copy.withUTF8 { sqlite3_bind_text(statement, index, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+                    }()
             case .blob(let data):
                 code = data.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
             }

@@ -67,8 +67,10 @@ enum FrameCodec {
     static let linkPrefixSize = 4
 
     /// Appends one block frame to `w`.
-    static func appendBlockFrame(type: UInt64, flags: UInt64, at: Int64, recorded: Int64, version: UInt64, payload: [UInt8],
-                                 link: [UInt8], previous: inout (at: Int64, recorded: Int64), to w: inout BinaryWriter) {
+    static func appendBlockFrame(
+        type: UInt64, flags: UInt64, at: Int64, recorded: Int64, version: UInt64, payload: [UInt8],
+        link: [UInt8], previous: inout (at: Int64, recorded: Int64), to w: inout BinaryWriter
+    ) {
         w.varint(type)
         w.varint(flags)
         timeDelta(at &- previous.at, &w)
@@ -143,8 +145,9 @@ enum FrameCodec {
         let prefix = r.offset..<(r.offset + linkPrefixSize)
         r.offset += linkPrefixSize
         previous = (at, recorded)
-        let event = RecordedEvent(seq: seq, version: version, event: Event(at: Timestamp(nanosecondsSinceEpoch: at), body),
-                                  recordedAt: Timestamp(nanosecondsSinceEpoch: recorded), anomaly: anomaly, appendedByLedger: appended)
+        let event = RecordedEvent(
+            seq: seq, version: version, event: Event(at: Timestamp(nanosecondsSinceEpoch: at), body),
+            recordedAt: Timestamp(nanosecondsSinceEpoch: recorded), anomaly: anomaly, appendedByLedger: appended)
         return BlockEntry(event: event, payload: span, linkPrefix: prefix)
     }
 }

@@ -3,144 +3,148 @@
 // them. Everything it decides is in StoreKitRecorder, tested on Linux; this file is parsed there
 // (swiftc -parse) but compiled only where StoreKit exists. SKDownload does not exist on watchOS.
 #if canImport(StoreKit) && !os(watchOS)
-import Foundation
-import PurchaseLedger
-import StoreKit
+    import Foundation
+    import PurchaseLedger
+    import StoreKit
 
-/// The payment queue, recorded in a ledger: add it as the queue's observer at launch, and make the
-/// app's payment, download, copy-out, finish and restore calls through it.
-///
-/// ```swift
-/// let recorder = PaymentQueueRecorder(ledger: ledger)
-/// recorder.install()                                   // SKPaymentQueue.default().add(recorder)
-/// try recorder.add(SKPayment(product: product))
-/// try recorder.finish(transaction)                     // refused while content is not copied out
-/// ```
-public final class PaymentQueueRecorder: NSObject, SKPaymentTransactionObserver, @unchecked Sendable {
-    public let recorder: StoreKitRecorder
-    public let queue: SKPaymentQueue
+    /// The payment queue, recorded in a ledger: add it as the queue's observer at launch, and make the
+    /// app's payment, download, copy-out, finish and restore calls through it.
+    ///
+    /// ```swift
+    /// let recorder = PaymentQueueRecorder(ledger: ledger)
+    /// recorder.install()                                   // SKPaymentQueue.default().add(recorder)
+    /// try recorder.add(SKPayment(product: product))
+    /// try recorder.finish(transaction)                     // refused while content is not copied out
+    /// ```
+    public final class PaymentQueueRecorder: NSObject, SKPaymentTransactionObserver, @unchecked Sendable {
+        public let recorder: StoreKitRecorder
+        public let queue: SKPaymentQueue
 
-    public init(ledger: Ledger, queue: SKPaymentQueue = .default(), onError: @escaping @Sendable (LedgerError) -> Void = { _ in }) {
-        recorder = StoreKitRecorder(ledger: ledger, onError: onError)
-        self.queue = queue
-        super.init()
-    }
+        public init(ledger: Ledger, queue: SKPaymentQueue = .default(), onError: @escaping @Sendable (LedgerError) -> Void = { _ in }) {
+            recorder = StoreKitRecorder(ledger: ledger, onError: onError)
+            self.queue = queue
+            super.init()
+        }
 
-    /// Observes the queue. Call it once, early at launch, before StoreKit redelivers transactions.
-    public func install() {
-        queue.add(self)
-    }
+        /// Observes the queue. Call it once, early at launch, before StoreKit redelivers transactions.
+        public func install() {
+            queue.add(self)
+        }
 
-    /// Registers products fetched with `SKProductsRequest` (StoreKit 1 does not say a product's
-    /// kind: give it).
-    public func register(_ products: [SKProduct], kind: (SKProduct) -> ProductKind) throws {
-        try recorder.register(products.map { ProductValue($0, kind: kind($0)) })
-    }
+        /// Registers products fetched with `SKProductsRequest` (StoreKit 1 does not say a product's
+        /// kind: give it).
+        public func register(_ products: [SKProduct], kind: (SKProduct) -> ProductKind) throws {
+            try recorder.register(products.map { ProductValue($0, kind: kind($0)) })
+        }
 
-    // MARK: - The app's calls: the ledger first, then StoreKit
+        // MARK: - The app's calls: the ledger first, then StoreKit
 
-    /// Records the payment, then adds it to the queue. Returns its ledger transaction id.
-    @discardableResult
-    public func add(_ payment: SKPayment) throws -> String {
-        let id = try recorder.addPayment(productIdentifier: payment.productIdentifier, quantity: payment.quantity,
-                                         applicationUsername: payment.applicationUsername)
-        queue.add(payment)
-        return id
-    }
+        /// Records the payment, then adds it to the queue. Returns its ledger transaction id.
+        @discardableResult
+        public func add(_ payment: SKPayment) throws -> String {
+            let id = try recorder.addPayment(
+                productIdentifier: payment.productIdentifier, quantity: payment.quantity,
+                applicationUsername: payment.applicationUsername)
+            queue.add(payment)
+            return id
+        }
 
-    public func start(_ downloads: [SKDownload]) throws {
-        try recorder.start(downloads.map(DownloadValue.init))
-        queue.start(downloads)
-    }
+        public func start(_ downloads: [SKDownload]) throws {
+            try recorder.start(downloads.map(DownloadValue.init))
+            queue.start(downloads)
+        }
 
-    public func pause(_ downloads: [SKDownload]) throws {
-        try recorder.pause(downloads.map(DownloadValue.init))
-        queue.pause(downloads)
-    }
+        public func pause(_ downloads: [SKDownload]) throws {
+            try recorder.pause(downloads.map(DownloadValue.init))
+            queue.pause(downloads)
+        }
 
-    public func resume(_ downloads: [SKDownload]) throws {
-        try recorder.resume(downloads.map(DownloadValue.init))
-        queue.resume(downloads)
-    }
+        public func resume(_ downloads: [SKDownload]) throws {
+            try recorder.resume(downloads.map(DownloadValue.init))
+            queue.resume(downloads)
+        }
 
-    public func cancel(_ downloads: [SKDownload]) throws {
-        try recorder.cancel(downloads.map(DownloadValue.init))
-        queue.cancel(downloads)
-    }
+        public func cancel(_ downloads: [SKDownload]) throws {
+            try recorder.cancel(downloads.map(DownloadValue.init))
+            queue.cancel(downloads)
+        }
 
-    /// Copies a finished download's content out of StoreKit's cache, and records it.
-    @discardableResult
-    public func copyContent(of download: SKDownload, to destination: URL) throws -> Int64 {
-        try recorder.copyContent(of: DownloadValue(download), to: destination)
-    }
+        /// Copies a finished download's content out of StoreKit's cache, and records it.
+        @discardableResult
+        public func copyContent(of download: SKDownload, to destination: URL) throws -> Int64 {
+            try recorder.copyContent(of: DownloadValue(download), to: destination)
+        }
 
-    /// Finishes the transaction if the ledger allows it; a refusal (say `finishBeforeCopyOut`)
-    /// throws and StoreKit never sees the finish, so it deletes nothing.
-    public func finish(_ transaction: SKPaymentTransaction, discardContent: Bool = false) throws {
-        try recorder.finish(PaymentTransactionValue(transaction), discardContent: discardContent)
-        queue.finishTransaction(transaction)
-    }
+        /// Finishes the transaction if the ledger allows it; a refusal (say `finishBeforeCopyOut`)
+        /// throws and StoreKit never sees the finish, so it deletes nothing.
+        public func finish(_ transaction: SKPaymentTransaction, discardContent: Bool = false) throws {
+            try recorder.finish(PaymentTransactionValue(transaction), discardContent: discardContent)
+            queue.finishTransaction(transaction)
+        }
 
-    public func restoreCompletedTransactions(applicationUsername: String? = nil) throws {
-        try recorder.restoreStarted(applicationUsername: applicationUsername)
-        if let applicationUsername {
-            queue.restoreCompletedTransactions(withApplicationUsername: applicationUsername)
-        } else {
-            queue.restoreCompletedTransactions()
+        public func restoreCompletedTransactions(applicationUsername: String? = nil) throws {
+            try recorder.restoreStarted(applicationUsername: applicationUsername)
+            if let applicationUsername {
+                queue.restoreCompletedTransactions(withApplicationUsername: applicationUsername)
+            } else {
+                queue.restoreCompletedTransactions()
+            }
+        }
+
+        // MARK: - SKPaymentTransactionObserver
+
+        public func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction]) {
+            recorder.updatedTransactions(transactions.map(PaymentTransactionValue.init))
+        }
+
+        public func paymentQueue(_ queue: SKPaymentQueue, removedTransactions transactions: [SKPaymentTransaction]) {
+            recorder.removedTransactions(transactions.map(PaymentTransactionValue.init))
+        }
+
+        public func paymentQueue(_ queue: SKPaymentQueue, updatedDownloads downloads: [SKDownload]) {
+            recorder.updatedDownloads(downloads.map(DownloadValue.init))
+        }
+
+        public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue) {
+            recorder.restoreCompleted()
+        }
+
+        public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error) {
+            recorder.restoreFailed(StoreError(error))
         }
     }
 
-    // MARK: - SKPaymentTransactionObserver
-
-    public func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction]) {
-        recorder.updatedTransactions(transactions.map(PaymentTransactionValue.init))
+    extension PaymentTransactionValue {
+        /// What the recorder reads of a transaction.
+        public init(_ t: SKPaymentTransaction) {
+            self.init(
+                handle: Int(bitPattern: ObjectIdentifier(t)),
+                state: PaymentTransactionState(rawValue: t.transactionState.rawValue) ?? .purchasing,
+                productIdentifier: t.payment.productIdentifier, quantity: t.payment.quantity,
+                applicationUsername: t.payment.applicationUsername, transactionIdentifier: t.transactionIdentifier,
+                originalTransactionIdentifier: t.original?.transactionIdentifier, error: t.error.map(StoreError.init),
+                downloads: t.downloads.map(DownloadValue.init))
+        }
     }
 
-    public func paymentQueue(_ queue: SKPaymentQueue, removedTransactions transactions: [SKPaymentTransaction]) {
-        recorder.removedTransactions(transactions.map(PaymentTransactionValue.init))
+    extension DownloadValue {
+        /// What the recorder reads of a download.
+        public init(_ d: SKDownload) {
+            self.init(
+                transactionHandle: Int(bitPattern: ObjectIdentifier(d.transaction)), contentIdentifier: d.contentIdentifier,
+                contentVersion: d.contentVersion, contentLength: d.expectedContentLength,
+                state: DownloadState(rawValue: d.state.rawValue) ?? .waiting, progress: Double(d.progress),
+                timeRemaining: d.timeRemaining, contentURL: d.contentURL, error: d.error.map(StoreError.init))
+        }
     }
 
-    public func paymentQueue(_ queue: SKPaymentQueue, updatedDownloads downloads: [SKDownload]) {
-        recorder.updatedDownloads(downloads.map(DownloadValue.init))
+    extension ProductValue {
+        public init(_ p: SKProduct, kind: ProductKind) {
+            self.init(
+                productIdentifier: p.productIdentifier, kind: kind, price: p.price.decimalValue,
+                currencyCode: p.priceLocale.currency?.identifier ?? "XXX", isDownloadable: p.isDownloadable,
+                contentVersion: p.downloadContentVersion, contentLengths: p.downloadContentLengths.map(\.int64Value),
+                title: p.localizedTitle)
+        }
     }
-
-    public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue) {
-        recorder.restoreCompleted()
-    }
-
-    public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error) {
-        recorder.restoreFailed(StoreError(error))
-    }
-}
-
-extension PaymentTransactionValue {
-    /// What the recorder reads of a transaction.
-    public init(_ t: SKPaymentTransaction) {
-        self.init(handle: Int(bitPattern: ObjectIdentifier(t)),
-                  state: PaymentTransactionState(rawValue: t.transactionState.rawValue) ?? .purchasing,
-                  productIdentifier: t.payment.productIdentifier, quantity: t.payment.quantity,
-                  applicationUsername: t.payment.applicationUsername, transactionIdentifier: t.transactionIdentifier,
-                  originalTransactionIdentifier: t.original?.transactionIdentifier, error: t.error.map(StoreError.init),
-                  downloads: t.downloads.map(DownloadValue.init))
-    }
-}
-
-extension DownloadValue {
-    /// What the recorder reads of a download.
-    public init(_ d: SKDownload) {
-        self.init(transactionHandle: Int(bitPattern: ObjectIdentifier(d.transaction)), contentIdentifier: d.contentIdentifier,
-                  contentVersion: d.contentVersion, contentLength: d.expectedContentLength,
-                  state: DownloadState(rawValue: d.state.rawValue) ?? .waiting, progress: Double(d.progress),
-                  timeRemaining: d.timeRemaining, contentURL: d.contentURL, error: d.error.map(StoreError.init))
-    }
-}
-
-extension ProductValue {
-    public init(_ p: SKProduct, kind: ProductKind) {
-        self.init(productIdentifier: p.productIdentifier, kind: kind, price: p.price.decimalValue,
-                  currencyCode: p.priceLocale.currency?.identifier ?? "XXX", isDownloadable: p.isDownloadable,
-                  contentVersion: p.downloadContentVersion, contentLengths: p.downloadContentLengths.map(\.int64Value),
-                  title: p.localizedTitle)
-    }
-}
 #endif

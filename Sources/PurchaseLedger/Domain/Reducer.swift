@@ -276,7 +276,7 @@ public enum Reducer {
             return .applied
 
         case .downloadStarted(let d):
-            let (download, owner, to) = try downloadForTransition(s, d, e)
+            let (download, owner, to) = try downloadForTransition(s, d, e, DownloadMachine.start)
             if let owner, !owner.grantsOwnership {
                 throw .violation(
                     .illegalDownloadTransition,
@@ -299,7 +299,7 @@ public enum Reducer {
             return .applied
 
         case .downloadPaused(let d), .downloadResumed(let d):
-            let (download, _, to) = try downloadForTransition(s, d, e)
+            let (download, _, to) = try downloadForTransition(s, d, e, e.type == .downloadPaused ? DownloadMachine.pause : DownloadMachine.resume)
             _ = consume download
             s.downloads.update(d) { next in
                 next.state = to
@@ -308,7 +308,7 @@ public enum Reducer {
             return .applied
 
         case .downloadCancelled(let d, let reason):
-            let (download, _, to) = try downloadForTransition(s, d, e)
+            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.cancel)
             _ = consume download
             s.downloads.update(d) { next in
                 next.state = to
@@ -318,7 +318,7 @@ public enum Reducer {
             return .applied
 
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
-            let (download, _, to) = try downloadForTransition(s, d, e)
+            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.progress)
             if download.state == .active, download.progress == progress, download.bytesWritten == bytes,
                 download.timeRemaining == remaining
             {
@@ -335,7 +335,7 @@ public enum Reducer {
             return .applied
 
         case .downloadFinished(let d, let url):
-            let (download, _, to) = try downloadForTransition(s, d, e)
+            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.finish)
             _ = consume download
             s.downloads.update(d) { next in
                 next.state = to
@@ -348,7 +348,7 @@ public enum Reducer {
             return .applied
 
         case .downloadFailed(let d, let error):
-            let (download, _, to) = try downloadForTransition(s, d, e)
+            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.fail)
             _ = consume download
             s.downloads.update(d) { next in
                 next.state = to
@@ -468,7 +468,9 @@ public enum Reducer {
     /// transaction must not be finished (which breaks `downloadAfterFinish`, or for a finish
     /// `contentURLAfterFinish`, before the state rules), and its phase must be one the table
     /// allows for the event (else `illegalDownloadTransition`).
-    private static func downloadForTransition(_ s: LedgerState, _ d: String, _ e: Event) throws(LedgerError) -> (DownloadRecord, TransactionRecord?, to: DownloadStatus) {
+    private static func downloadForTransition(
+        _ s: LedgerState, _ d: String, _ e: Event, _ transition: DownloadMachine.Transition
+    ) throws(LedgerError) -> (DownloadRecord, TransactionRecord?, to: DownloadStatus) {
         let download = try downloadRecord(s, d, e)
         let owner = download.transaction.flatMap { s.transactions[$0] }
         if let owner, owner.finished {
@@ -478,9 +480,6 @@ public enum Reducer {
             throw .violation(
                 .downloadAfterFinish,
                 "transaction \(owner.transaction) of download \(d) is finished; its downloads can no longer be started, paused, resumed, cancelled or make progress", e)
-        }
-        guard let transition = DownloadMachine.transition(e.type) else {
-            throw .malformed("\(e.type.name) is not a download transition", event: e)
         }
         let phase = DownloadMachine.Phase(download)
         guard transition.from.contains(phase) else {

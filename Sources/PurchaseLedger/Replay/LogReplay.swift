@@ -32,6 +32,7 @@ struct LogReplay {
 
     /// Replays the stored events after `state.seq` through `last`: ``run(_:through:integrity:onCorrupt:before:after:)``
     /// with nothing to see on the way.
+    @inline(__always)
     mutating func run(_ db: Database, through last: Int64 = .max, onCorrupt: ((LedgerError) throws -> Void)? = nil) throws {
         try run(db, through: last, onCorrupt: onCorrupt) { _, _, _ in true }
     }
@@ -58,16 +59,27 @@ struct LogReplay {
     ///   of the state (verification does, once an event was lost).
     /// - `after`: sees each event applied, what the reducer made of it, and the state after it;
     ///   return false to stop.
+    @inline(__always)
     mutating func run(
         _ db: Database, through last: Int64 = .max, integrity: Bool = false,
         onCorrupt: ((LedgerError) throws -> Void)? = nil,
-        before: (Step, LedgerState) throws -> Bool = { _, _ in true },
-        after: (Step, Reducer.Replayed, LedgerState) throws -> Bool
+        before: (Step, inout LedgerState) throws -> Bool = { _, _ in true },
+        after: (Step, Reducer.Replayed, inout LedgerState) throws -> Bool
     ) throws {
         guard state.seq < last else { return }
+        // The loop works on locals, not on `self`: a stored property handed to a closure is
+        // copied first (every field of the state retained, per event); a local is lent as it is.
+        var state = LedgerState()
+        var history = self.history
+        swap(&state, &self.state)
+        self.history = nil
+        defer {
+            swap(&state, &self.state)
+            self.history = history
+        }
         try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, onCorrupt: onCorrupt) { entry in
             let step = Step(entry: entry)
-            guard try before(step, state) else { return true }
+            guard try before(step, &state) else { return true }
             let e = entry.event
             let replayed = Reducer.replay(&state, e.event, seq: e.seq)
             if history != nil, case .outcome(let outcome) = replayed,
@@ -75,7 +87,7 @@ struct LogReplay {
             {
                 history!.apply(change)
             }
-            return try after(step, replayed, state)
+            return try after(step, replayed, &state)
         }
     }
 }

@@ -19,6 +19,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        // Tests only: whole-state assertions that print a readable diff when they fail.
+        .package(url: "https://github.com/pointfreeco/swift-custom-dump", from: "1.7.3"),
+        // Routes custom-dump's failures to Swift Testing (without it they only print).
+        .package(url: "https://github.com/pointfreeco/xctest-dynamic-overlay", from: "1.13.1"),
         // Only the fleet store (and the CLI and tests that use it) link PostgresNIO and SwiftNIO.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -85,6 +89,8 @@ let package = Package(
                 "PurchaseLedgerFleet",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "CustomDump", package: "swift-custom-dump"),
+                .product(name: "IssueReportingTestSupport", package: "xctest-dynamic-overlay"),
             ]
         ),
     ],

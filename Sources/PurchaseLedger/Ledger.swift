@@ -260,7 +260,8 @@ public final class Ledger: Sendable {
         try pool.read { db in
             let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
             let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
-            if applicationID != Ledger.applicationID && tables > 0 {
+            let interrupted = try interruptedCreation(db, applicationID: applicationID)
+            if applicationID != Ledger.applicationID && tables > 0 && !interrupted {
                 throw LedgerError(.notALedger, "\(path) is an SQLite database but not a ledger")
             }
             if try migrator.hasBeenSuperseded(db) {
@@ -282,6 +283,9 @@ public final class Ledger: Sendable {
         // An up-to-date ledger is opened without writing a byte.
         if !configuration.readOnly && !upToDate {
             let writer = try openWriter()
+            // The file says it is a ledger before the first table exists: a creation killed
+            // half-way is finished by the next open instead of leaving a file nobody can open.
+            try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)") }
             try migrator.migrate(writer)
             try writer.write { db in
                 try db.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)")
@@ -311,6 +315,15 @@ public final class Ledger: Sendable {
                 throw LedgerError(.keyMismatch, "this ledger's chain has no key; it cannot be given one after creation")
             }
         }
+    }
+
+    /// A ledger whose creation was killed after its first migration and before it was marked as
+    /// a ledger (earlier builds marked it last): no application id, and every migration
+    /// recorded is one of ours. No event can be in it: events are appended after the mark.
+    private static func interruptedCreation(_ db: Database, applicationID: Int32) throws -> Bool {
+        guard applicationID == 0, try db.tableExists("grdb_migrations") else { return false }
+        let recorded = try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations")
+        return Set(recorded).isSubset(of: embeddedMigrations.map(\.name))
     }
 
     /// This ledger's identity: a random UUID given when the file was created (or, for a ledger

@@ -1,3 +1,4 @@
+import CustomDump
 import Foundation
 import Testing
 
@@ -82,12 +83,12 @@ import Testing
             let error = #expect(throws: LedgerError.self, "\(row.event) from \(phase) is refused") { try Reducer.reduce(&after, event) }
             #expect(error?.rule == .illegalDownloadTransition)
             #expect(error?.message.contains("download t1-d1 is \(phase)") == true, "the refusal names the phase: \(error?.message ?? "")")
-            #expect(after == before, "a refused command changes nothing")
+            expectNoDifference(after, before, "a refused command changes nothing")
         } else {
             #expect(try Reducer.reduce(&after, event) == .anomaly(.illegalDownloadTransition), "\(row.event) from \(phase) is flagged")
             var expected = before
             expected.anomalies += 1
-            #expect(after == expected, "a flagged observation changes nothing but the anomaly count")
+            expectNoDifference(after, expected, "a flagged observation changes nothing but the anomaly count")
         }
     }
 }

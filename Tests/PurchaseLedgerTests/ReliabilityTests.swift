@@ -63,25 +63,32 @@ import Testing
         process.currentDirectoryURL = packageRoot
         let out = Pipe()
         process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
+        // Its stderr goes to a file (two pipes could fill while one is read): a failure shows why.
+        let errPath = FileManager.default.temporaryDirectory.appending(path: "ledger-bench-stderr-\(UUID().uuidString)").path
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: errPath) }
+        process.standardError = FileHandle(forWritingAtPath: errPath)
         try process.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return CLIResult(status: process.terminationStatus, stdout: String(decoding: data, as: UTF8.self), stderr: "")
+        let stderr = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
+        // A signal (a trap is SIGILL, 4) is not an exit status: say which.
+        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        return CLIResult(status: status, stdout: String(decoding: data, as: UTF8.self), stderr: stderr)
     }
 
     @Test(.enabled(if: FileManager.default.fileExists(atPath: ReliabilityTests.bench), "needs ledger-bench (Tools/test.sh builds it)"))
     func killedWritersLoseNothing() throws {
         let r = try harness(["crash", "--kills", "6"])
-        #expect(r.status == 0, "\(r.stdout)")
-        #expect(r.stdout.contains("lost: 0, partial batches: 0, ledgers failing verify: 0"), "\(r.stdout)")
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)")
+        #expect(r.stdout.contains("lost: 0, partial batches: 0, ledgers failing verify: 0"), "\(r.stdout)\n\(r.stderr)")
     }
 
     @Test(.enabled(if: FileManager.default.fileExists(atPath: ReliabilityTests.bench) && Workload.available, "needs ledger-bench and the workload generator"))
     func everyFlippedBitInEventDataIsDetected() throws {
         let workload = try Workload.file(events: 100_000)
         let r = try harness(["flips", "--trials", "12", "--workload", workload])
-        #expect(r.status == 0, "\(r.stdout)")
+        #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)")
         #expect(r.stdout.contains("missed: 0"))
     }
 

@@ -211,6 +211,33 @@ import Testing
         #expect { try Ledger(path: other) } throws: { ($0 as? LedgerError)?.code == .notALedger }
     }
 
+    /// A creation killed after some migrations and before the file was marked as a ledger (found
+    /// by the crash harness under load: earlier builds set the application id last) is finished by
+    /// the next open, not refused as "not a ledger" forever.
+    @Test func aCreationKilledHalfWayIsFinishedByTheNextOpen() throws {
+        let dir = try TemporaryDirectory()
+        for migrated in 1...Migrations.names.count {
+            let path = dir.path("half-\(migrated).ledger")
+            let queue = try DatabaseQueue(path: path)
+            try queue.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
+            try Migrations.migrator(upTo: migrated).migrate(queue)
+            try queue.close()
+            let ledger = try Ledger(path: path, configuration: testConfiguration())
+            try ledger.append(E.product("p1"))
+            #expect(try ledger.lastSeq() == 1)
+            #expect(try ledger.identity() != nil)
+            #expect(try ledger.verify().isValid)
+        }
+        // A foreign database that happens to have GRDB's migration table is still not a ledger.
+        let foreign = dir.path("foreign.sqlite")
+        let queue = try DatabaseQueue(path: foreign)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { try $0.execute(sql: "CREATE TABLE t (x)") }
+        try migrator.migrate(queue)
+        try queue.close()
+        #expect { try Ledger(path: foreign) } throws: { ($0 as? LedgerError)?.code == .notALedger }
+    }
+
     @Test func filesAreReadableByTheirOwnerOnly() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("private.ledger")

@@ -1,3 +1,4 @@
+import CustomDump
 import Foundation
 import Testing
 @testable import PurchaseLedger
@@ -135,6 +136,18 @@ func expectViolation(_ rule: Rule, sourceLocation: SourceLocation = #_sourceLoca
     } catch {
         Issue.record("unexpected error \(error)", sourceLocation: sourceLocation)
     }
+}
+
+/// Applies a command the reducer must refuse for `rule`: the refusal names the rule, and the
+/// state is left as it was (a whole-state comparison, printed as a diff when it fails).
+func expectRefused(
+    _ rule: Rule, _ event: Event, in state: LedgerState,
+    fileID: StaticString = #fileID, filePath: StaticString = #filePath, line: UInt = #line, column: UInt = #column
+) {
+    var after = state
+    let location = SourceLocation(fileID: "\(fileID)", filePath: "\(filePath)", line: Int(line), column: Int(column))
+    expectViolation(rule, sourceLocation: location) { _ = try Reducer.reduce(&after, event) }
+    expectNoDifference(after, state, "a refused \(event.type.name) changes nothing", fileID: fileID, filePath: filePath, line: line, column: column)
 }
 
 /// The package root, from this file's path.

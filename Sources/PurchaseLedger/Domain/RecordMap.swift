@@ -134,6 +134,14 @@ extension RecordMap: Sequence {
     public var underestimatedCount: Int { count }
 }
 
+// Reflects as a dictionary in id order, whether its records are in snapshot pages or changed
+// since: two equal maps look the same in a debugger, in `dump` and in a test's diff.
+extension RecordMap: CustomReflectable {
+    public var customMirror: Mirror {
+        Mirror(self, unlabeledChildren: sortedElements.map { (key: $0.key, value: $0.value) }, displayStyle: .dictionary)
+    }
+}
+
 extension RecordMap: Hashable {
     public static func == (a: RecordMap, b: RecordMap) -> Bool {
         guard a.count == b.count else { return false }

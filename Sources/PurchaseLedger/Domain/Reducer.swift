@@ -94,7 +94,7 @@ public enum Reducer {
 
     // MARK: - The rules
 
-    private static func decide(_ s: inout LedgerState, _ e: Event) throws(LedgerError) -> Outcome {
+    static func decide(_ s: inout LedgerState, _ e: Event) throws(LedgerError) -> Outcome {
         switch e.body {
         case .productRegistered(let registration):
             let previous = s.products[registration.product]
@@ -128,17 +128,14 @@ public enum Reducer {
             return .applied
 
         case .transactionDeferred(let t):
-            let state = try transaction(s, t, e).state
-            switch state {
-            case .purchasing:
+            switch try verdict(TransactionMachine.deferral, transaction(s, t, e), e) {
+            case .apply:
                 s.transactions.update(t) { record in
                     record.state = .deferred
                     record.wasDeferred = true
                 }
                 return .applied
-            case .deferred: return .unchanged
-            case .purchased, .failed, .restored:
-                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(state.rawValue); only a purchasing transaction can be deferred", e)
+            case .redelivery: return .unchanged
             }
 
         case .transactionPurchased(let t, let product, let user, let storeID, let specs):
@@ -164,8 +161,8 @@ public enum Reducer {
             if let user, let recorded = record.user, user != recorded {
                 throw .violation(.duplicateTransaction, "transaction \(t) is user \(recorded)'s, not \(user)'s", e)
             }
-            switch record.state {
-            case .purchasing, .deferred:
+            switch try verdict(TransactionMachine.purchase, record, e) {
+            case .apply:
                 try checkNewDownloads(s, specs, e)
                 let (owned, revoked) = (record.product, record.revoked)
                 _ = consume record  // so the record below is changed in place, not copied
@@ -178,19 +175,17 @@ public enum Reducer {
                 deliver(&s, t, specs ?? [])
                 if !revoked { s.owners[owned, default: 0] += 1 }
                 return .applied
-            case .purchased:
+            case .redelivery:
                 guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []) else {
                     throw .violation(.duplicateTransaction, "transaction \(t) was already purchased with another store id or other downloads", e)
                 }
                 return .unchanged
-            case .failed, .restored:
-                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchasing or deferred transaction can be purchased", e)
             }
 
         case .transactionFailed(let t, let error):
             let record = try transaction(s, t, e)
-            switch record.state {
-            case .purchasing, .deferred:
+            switch try verdict(TransactionMachine.failure, record, e) {
+            case .apply:
                 _ = consume record
                 s.transactions.update(t) { record in
                     record.state = .failed
@@ -198,9 +193,11 @@ public enum Reducer {
                     record.failedAt = e.at
                 }
                 return .applied
-            case .failed where record.error == error: return .unchanged
-            case .failed, .purchased, .restored:
-                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchasing or deferred transaction can fail", e)
+            case .redelivery:
+                guard record.error == error else {
+                    throw .violation(.illegalTransactionTransition, "transaction \(t) already failed with another error", e)
+                }
+                return .unchanged
             }
 
         case .transactionRestored(let t, let original, let product, let user, let storeID, let specs):
@@ -229,10 +226,7 @@ public enum Reducer {
 
         case .transactionRevoked(let t, let reason):
             let record = try transaction(s, t, e)
-            guard record.state == .purchased || record.state == .restored else {
-                throw .violation(.illegalTransactionTransition, "transaction \(t) is \(record.state.rawValue); only a purchased or restored transaction can be revoked", e)
-            }
-            if record.revoked {
+            if try verdict(TransactionMachine.revocation, record, e) == .redelivery {
                 guard record.revocationReason == reason else {
                     throw .violation(.illegalTransactionTransition, "transaction \(t) was already revoked for another reason", e)
                 }
@@ -448,6 +442,21 @@ public enum Reducer {
                     .finishBeforeCopyOut, "\(noun) never copied out; finishing now would delete it (copy it out first, or finish with discardContent)", e, downloads: uncopied)
             }
         }
+    }
+
+    /// A transition of a known transaction, looked up in ``TransactionMachine``: apply it, or
+    /// compare a redelivery with the record; from any other state, `illegalTransactionTransition`.
+    private static func verdict(_ row: TransactionMachine.Transition, _ record: TransactionRecord, _ e: Event) throws(LedgerError) -> Applicable {
+        switch row.verdict(record) {
+        case .apply: return .apply
+        case .redelivery: return .redelivery
+        case .illegal: throw .violation(.illegalTransactionTransition, "transaction \(record.transaction) is \(record.state.rawValue); \(row.requirement)", e)
+        }
+    }
+
+    /// A verdict the reducer can act on (the illegal one has thrown).
+    private enum Applicable {
+        case apply, redelivery
     }
 
     private static func transaction(_ s: LedgerState, _ t: String, _ e: Event) throws(LedgerError) -> TransactionRecord {

@@ -64,300 +64,154 @@ struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
     func hash(into hasher: inout Hasher) { hasher.combine(value) }
 }
 
-/// One transaction as the ledger knows it now.
+/// One transaction as the ledger knows it now. Its ``Fields`` read as properties of the record
+/// (`record.state`), through a key-path subscript: each field is declared once.
+@dynamicMemberLookup
 public struct TransactionRecord: Sendable, Hashable {
-    // The fields live in a copy-on-write box (`CopyOnWrite`).
-    struct Fields: Sendable, Hashable {
-        var transaction: String
-        var product: String
-        var user: String?
-        var quantity: Int
-        var state: TransactionStatus
-        var finished: Bool = false
-        var revoked: Bool = false
-        var revocationReason: String?
-        var originalTransaction: String?
-        var storeTransactionId: String?
-        var downloads: [String] = []
-        var error: StoreError?
-        var wasDeferred: Bool = false
-        var discardedContent: Bool = false
-        var queuedAt: Timestamp?
-        var purchasedAt: Timestamp?
-        var failedAt: Timestamp?
-        var finishedAt: Timestamp?
-        var revokedAt: Timestamp?
-        var events: Int64 = 0
+    /// What the ledger records of a transaction.
+    public struct Fields: Sendable, Hashable {
+        public package(set) var transaction: String
+        public package(set) var product: String
+        public package(set) var user: String?
+        public package(set) var quantity: Int
+        public package(set) var state: TransactionStatus
+        public package(set) var finished: Bool = false
+        public package(set) var revoked: Bool = false
+        public package(set) var revocationReason: String?
+        public package(set) var originalTransaction: String?
+        public package(set) var storeTransactionId: String?
+        /// Its downloads, in delivery order.
+        public package(set) var downloads: [String] = []
+        public package(set) var error: StoreError?
+        /// Whether it went through Ask to Buy.
+        public package(set) var wasDeferred: Bool = false
+        /// Whether finishing it discarded finished content that was never copied out.
+        public package(set) var discardedContent: Bool = false
+        public package(set) var queuedAt: Timestamp?
+        /// When it became purchased or restored.
+        public package(set) var purchasedAt: Timestamp?
+        public package(set) var failedAt: Timestamp?
+        public package(set) var finishedAt: Timestamp?
+        public package(set) var revokedAt: Timestamp?
+        /// Events stored in its stream (`transaction:<id>`).
+        public package(set) var events: Int64 = 0
     }
 
+    // The fields live in a copy-on-write box (`CopyOnWrite`).
     private var storage: CopyOnWrite<Fields>
 
     init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
         storage = CopyOnWrite(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
     }
 
-    var fields: Fields {
-        _read { yield storage.value }
-        _modify { yield &storage.value }
+    /// All its fields, as one value.
+    public var fields: Fields { storage.value }
+
+    /// A field, read: `record.state`.
+    @inline(__always) public subscript<Value>(dynamicMember field: KeyPath<Fields, Value>) -> Value {
+        storage.value[keyPath: field]
     }
 
-    public var transaction: String {
-        get { storage.value.transaction }
-        _modify { yield &fields.transaction }
-    }
-    public var product: String {
-        get { storage.value.product }
-        _modify { yield &fields.product }
-    }
-    public var user: String? {
-        get { storage.value.user }
-        _modify { yield &fields.user }
-    }
-    public var quantity: Int {
-        get { storage.value.quantity }
-        _modify { yield &fields.quantity }
-    }
-    public var state: TransactionStatus {
-        get { storage.value.state }
-        _modify { yield &fields.state }
-    }
-    public var finished: Bool {
-        get { storage.value.finished }
-        _modify { yield &fields.finished }
-    }
-    public var revoked: Bool {
-        get { storage.value.revoked }
-        _modify { yield &fields.revoked }
-    }
-    public var revocationReason: String? {
-        get { storage.value.revocationReason }
-        _modify { yield &fields.revocationReason }
-    }
-    public var originalTransaction: String? {
-        get { storage.value.originalTransaction }
-        _modify { yield &fields.originalTransaction }
-    }
-    public var storeTransactionId: String? {
-        get { storage.value.storeTransactionId }
-        _modify { yield &fields.storeTransactionId }
-    }
-    /// Its downloads, in delivery order.
-    public var downloads: [String] {
-        get { storage.value.downloads }
-        _modify { yield &fields.downloads }
-    }
-    public var error: StoreError? {
-        get { storage.value.error }
-        _modify { yield &fields.error }
-    }
-    /// Whether it went through Ask to Buy.
-    public var wasDeferred: Bool {
-        get { storage.value.wasDeferred }
-        _modify { yield &fields.wasDeferred }
-    }
-    /// Whether finishing it discarded finished content that was never copied out.
-    public var discardedContent: Bool {
-        get { storage.value.discardedContent }
-        _modify { yield &fields.discardedContent }
-    }
-    public var queuedAt: Timestamp? {
-        get { storage.value.queuedAt }
-        _modify { yield &fields.queuedAt }
-    }
-    /// When it became purchased or restored.
-    public var purchasedAt: Timestamp? {
-        get { storage.value.purchasedAt }
-        _modify { yield &fields.purchasedAt }
-    }
-    public var failedAt: Timestamp? {
-        get { storage.value.failedAt }
-        _modify { yield &fields.failedAt }
-    }
-    public var finishedAt: Timestamp? {
-        get { storage.value.finishedAt }
-        _modify { yield &fields.finishedAt }
-    }
-    public var revokedAt: Timestamp? {
-        get { storage.value.revokedAt }
-        _modify { yield &fields.revokedAt }
-    }
-    /// Events stored in its stream (`transaction:<id>`).
-    public var events: Int64 {
-        get { storage.value.events }
-        _modify { yield &fields.events }
+    /// A field, read or changed in place (the reducer's view).
+    @inline(__always) package subscript<Value>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
+        get { storage.value[keyPath: field] }
+        _modify { yield &storage.value[keyPath: field] }
     }
 
     /// Purchased or restored, and not refunded: it grants its product.
-    public var grantsOwnership: Bool { (state == .purchased || state == .restored) && !revoked }
-
+    public var grantsOwnership: Bool { (self.state == .purchased || self.state == .restored) && !self.revoked }
 }
 
-/// One download as the ledger knows it now.
+/// One download as the ledger knows it now. Its ``Fields`` read as properties of the record
+/// (`record.state`), through a key-path subscript: each field is declared once.
+@dynamicMemberLookup
 public struct DownloadRecord: Sendable, Hashable {
-    // The fields live in a copy-on-write box (`CopyOnWrite`).
-    struct Fields: Sendable, Hashable {
-        var download: String
-        var transaction: String?
-        var url: String?
-        var content: String?
-        var contentVersion: ContentVersion?
-        var contentLength: Int64?
-        var state: DownloadStatus = .waiting
-        var started: Bool = false
-        var progress: Double = 0
-        var bytesWritten: Int64?
-        var timeRemaining: Double?
-        var contentURL: String?
-        var copiedOut: Bool = false
-        var destination: String?
-        var bytesCopied: Int64?
-        var discarded: Bool = false
-        var error: StoreError?
-        var cancelReason: CancelReason?
-        var attempts: Int = 0
-        var startedAt: Timestamp?
-        var lastActivityAt: Timestamp?
-        var finishedAt: Timestamp?
-        var copiedOutAt: Timestamp?
-        var events: Int64 = 0
+    /// What the ledger records of a download.
+    public struct Fields: Sendable, Hashable {
+        public package(set) var download: String
+        /// The owning transaction; nil for standalone content registered by URL.
+        public package(set) var transaction: String?
+        /// The registered URL, for standalone content.
+        public package(set) var url: String?
+        public package(set) var content: String?
+        public package(set) var contentVersion: ContentVersion?
+        public package(set) var contentLength: Int64?
+        public package(set) var state: DownloadStatus = .waiting
+        /// False until the app first starts it.
+        public package(set) var started: Bool = false
+        public package(set) var progress: Double = 0
+        public package(set) var bytesWritten: Int64?
+        public package(set) var timeRemaining: Double?
+        /// Where the finished content is, until its transaction finishes. Never set after the finish.
+        public package(set) var contentURL: String?
+        public package(set) var copiedOut: Bool = false
+        public package(set) var destination: String?
+        public package(set) var bytesCopied: Int64?
+        /// Finished content the app chose to drop at finish (`discardContent`).
+        public package(set) var discarded: Bool = false
+        public package(set) var error: StoreError?
+        public package(set) var cancelReason: CancelReason?
+        /// Number of times it was started.
+        public package(set) var attempts: Int = 0
+        public package(set) var startedAt: Timestamp?
+        /// When the last progress, finish, failure, pause, resume or cancel happened.
+        public package(set) var lastActivityAt: Timestamp?
+        public package(set) var finishedAt: Timestamp?
+        public package(set) var copiedOutAt: Timestamp?
+        /// Events stored in its stream (`download:<id>`).
+        public package(set) var events: Int64 = 0
     }
 
+    // The fields live in a copy-on-write box (`CopyOnWrite`).
     private var storage: CopyOnWrite<Fields>
 
     init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
         storage = CopyOnWrite(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
     }
 
-    var fields: Fields {
-        _read { yield storage.value }
-        _modify { yield &storage.value }
+    /// All its fields, as one value.
+    public var fields: Fields { storage.value }
+
+    /// A field, read: `record.state`.
+    @inline(__always) public subscript<Value>(dynamicMember field: KeyPath<Fields, Value>) -> Value {
+        storage.value[keyPath: field]
     }
 
-    public var download: String {
-        get { storage.value.download }
-        _modify { yield &fields.download }
-    }
-    /// The owning transaction; nil for standalone content registered by URL.
-    public var transaction: String? {
-        get { storage.value.transaction }
-        _modify { yield &fields.transaction }
-    }
-    /// The registered URL, for standalone content.
-    public var url: String? {
-        get { storage.value.url }
-        _modify { yield &fields.url }
-    }
-    public var content: String? {
-        get { storage.value.content }
-        _modify { yield &fields.content }
-    }
-    public var contentVersion: ContentVersion? {
-        get { storage.value.contentVersion }
-        _modify { yield &fields.contentVersion }
-    }
-    public var contentLength: Int64? {
-        get { storage.value.contentLength }
-        _modify { yield &fields.contentLength }
-    }
-    public var state: DownloadStatus {
-        get { storage.value.state }
-        _modify { yield &fields.state }
-    }
-    /// False until the app first starts it.
-    public var started: Bool {
-        get { storage.value.started }
-        _modify { yield &fields.started }
-    }
-    public var progress: Double {
-        get { storage.value.progress }
-        _modify { yield &fields.progress }
-    }
-    public var bytesWritten: Int64? {
-        get { storage.value.bytesWritten }
-        _modify { yield &fields.bytesWritten }
-    }
-    public var timeRemaining: Double? {
-        get { storage.value.timeRemaining }
-        _modify { yield &fields.timeRemaining }
-    }
-    /// Where the finished content is, until its transaction finishes. Never set after the finish.
-    public var contentURL: String? {
-        get { storage.value.contentURL }
-        _modify { yield &fields.contentURL }
-    }
-    public var copiedOut: Bool {
-        get { storage.value.copiedOut }
-        _modify { yield &fields.copiedOut }
-    }
-    public var destination: String? {
-        get { storage.value.destination }
-        _modify { yield &fields.destination }
-    }
-    public var bytesCopied: Int64? {
-        get { storage.value.bytesCopied }
-        _modify { yield &fields.bytesCopied }
-    }
-    /// Finished content the app chose to drop at finish (`discardContent`).
-    public var discarded: Bool {
-        get { storage.value.discarded }
-        _modify { yield &fields.discarded }
-    }
-    public var error: StoreError? {
-        get { storage.value.error }
-        _modify { yield &fields.error }
-    }
-    public var cancelReason: CancelReason? {
-        get { storage.value.cancelReason }
-        _modify { yield &fields.cancelReason }
-    }
-    /// Number of times it was started.
-    public var attempts: Int {
-        get { storage.value.attempts }
-        _modify { yield &fields.attempts }
-    }
-    public var startedAt: Timestamp? {
-        get { storage.value.startedAt }
-        _modify { yield &fields.startedAt }
-    }
-    /// When the last progress, finish, failure, pause, resume or cancel happened.
-    public var lastActivityAt: Timestamp? {
-        get { storage.value.lastActivityAt }
-        _modify { yield &fields.lastActivityAt }
-    }
-    public var finishedAt: Timestamp? {
-        get { storage.value.finishedAt }
-        _modify { yield &fields.finishedAt }
-    }
-    public var copiedOutAt: Timestamp? {
-        get { storage.value.copiedOutAt }
-        _modify { yield &fields.copiedOutAt }
-    }
-    /// Events stored in its stream (`download:<id>`).
-    public var events: Int64 {
-        get { storage.value.events }
-        _modify { yield &fields.events }
+    /// A field, read or changed in place (the reducer's view).
+    @inline(__always) package subscript<Value>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
+        get { storage.value[keyPath: field] }
+        _modify { yield &storage.value[keyPath: field] }
     }
 
     /// Content the user paid for and will not get: cancelled when its transaction finished early.
-    public var lost: Bool { state == .cancelled && cancelReason == .transactionFinished }
+    public var lost: Bool { self.state == .cancelled && self.cancelReason == .transactionFinished }
 
     /// Started and not yet at rest: the states an early finish cancels.
-    var inFlight: Bool { started && (state == .waiting || state == .active || state == .paused) }
-
+    var inFlight: Bool { self.started && (self.state == .waiting || self.state == .active || self.state == .paused) }
 }
 
 extension TransactionRecord {
     mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
-        events += (earlier ?? 0) + 1
-        return events
+        self.events += (earlier ?? 0) + 1
+        return self.events
     }
 }
 
 extension DownloadRecord {
     mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
-        events += (earlier ?? 0) + 1
-        return events
+        self.events += (earlier ?? 0) + 1
+        return self.events
     }
+}
+
+// A record reflects as its fields (in a debugger, in `dump`, in a test's diff), not as the box
+// that holds them.
+extension TransactionRecord: CustomReflectable {
+    public var customMirror: Mirror { Mirror(reflecting: fields) }
+}
+
+extension DownloadRecord: CustomReflectable {
+    public var customMirror: Mirror { Mirror(reflecting: fields) }
 }
 
 /// The version of a product's content the app copied out last.

@@ -146,20 +146,20 @@ extension TransactionRecord {
         self.init(
             transaction: row["transaction_id"], product: row["product"], user: row["user_id"], quantity: row["quantity"],
             state: TransactionStatus(rawValue: row["state"]) ?? .purchasing)
-        finished = row["finished"]
-        revoked = row["revoked"]
-        revocationReason = row["revocation_reason"]
-        originalTransaction = row["original_transaction"]
-        storeTransactionId = row["store_transaction_id"]
-        error = StoreError(row: row)
-        wasDeferred = row["was_deferred"]
-        discardedContent = row["discarded_content"]
-        queuedAt = Timestamp(ms: row["queued_at_ms"])
-        purchasedAt = Timestamp(ms: row["purchased_at_ms"])
-        failedAt = Timestamp(ms: row["failed_at_ms"])
-        finishedAt = Timestamp(ms: row["finished_at_ms"])
-        revokedAt = Timestamp(ms: row["revoked_at_ms"])
-        events = row["events"]
+        self.finished = row["finished"]
+        self.revoked = row["revoked"]
+        self.revocationReason = row["revocation_reason"]
+        self.originalTransaction = row["original_transaction"]
+        self.storeTransactionId = row["store_transaction_id"]
+        self.error = StoreError(row: row)
+        self.wasDeferred = row["was_deferred"]
+        self.discardedContent = row["discarded_content"]
+        self.queuedAt = Timestamp(ms: row["queued_at_ms"])
+        self.purchasedAt = Timestamp(ms: row["purchased_at_ms"])
+        self.failedAt = Timestamp(ms: row["failed_at_ms"])
+        self.finishedAt = Timestamp(ms: row["finished_at_ms"])
+        self.revokedAt = Timestamp(ms: row["revoked_at_ms"])
+        self.events = row["events"]
     }
 }
 
@@ -167,24 +167,24 @@ extension DownloadRecord {
     /// A `downloads` projection row.
     package init(row: Row) {
         self.init(download: row["download_id"], transaction: row["transaction_id"], url: row["url"], content: row["content"])
-        contentVersion = (row["content_version"] as String?).flatMap(ContentVersion.init)
-        contentLength = row["content_length"]
-        state = DownloadStatus(rawValue: row["state"]) ?? .waiting
-        started = row["started"]
-        progress = row["progress"]
-        bytesWritten = row["bytes_written"]
-        contentURL = row["content_url"]
-        copiedOut = row["copied_out"]
-        destination = row["destination"]
-        discarded = row["discarded"]
-        cancelReason = (row["cancel_reason"] as String?).flatMap(CancelReason.init(rawValue:))
-        error = StoreError(row: row)
-        attempts = row["attempts"]
-        startedAt = Timestamp(ms: row["started_at_ms"])
-        lastActivityAt = Timestamp(ms: row["last_activity_at_ms"])
-        finishedAt = Timestamp(ms: row["finished_at_ms"])
-        copiedOutAt = Timestamp(ms: row["copied_out_at_ms"])
-        events = row["events"]
+        self.contentVersion = (row["content_version"] as String?).flatMap(ContentVersion.init)
+        self.contentLength = row["content_length"]
+        self.state = DownloadStatus(rawValue: row["state"]) ?? .waiting
+        self.started = row["started"]
+        self.progress = row["progress"]
+        self.bytesWritten = row["bytes_written"]
+        self.contentURL = row["content_url"]
+        self.copiedOut = row["copied_out"]
+        self.destination = row["destination"]
+        self.discarded = row["discarded"]
+        self.cancelReason = (row["cancel_reason"] as String?).flatMap(CancelReason.init(rawValue:))
+        self.error = StoreError(row: row)
+        self.attempts = row["attempts"]
+        self.startedAt = Timestamp(ms: row["started_at_ms"])
+        self.lastActivityAt = Timestamp(ms: row["last_activity_at_ms"])
+        self.finishedAt = Timestamp(ms: row["finished_at_ms"])
+        self.copiedOutAt = Timestamp(ms: row["copied_out_at_ms"])
+        self.events = row["events"]
     }
 }
 

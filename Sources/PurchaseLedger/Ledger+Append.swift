@@ -86,6 +86,17 @@ extension Ledger {
         return summary
     }
 
+    /// Checks events against the rules without writing anything: throws the error `append` would
+    /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
+    public func check(_ events: [Event]) throws -> [Outcome] {
+        var state = try withWriter { $0.state }
+        var outcomes: [Outcome] = []
+        for (index, input) in events.enumerated() {
+            try Reducer.take(input.normalizingIDs(), line: index + 1, &state) { _, outcome, _ in outcomes.append(outcome) }
+        }
+        return outcomes
+    }
+
     /// Runs one append: takes the write lock, catches up with other processes, decides every
     /// input event `next` gives (numbered by its line: batch index + 1 for an array), then writes
     /// what was decided and commits. A refusal rolls back a transaction that wrote nothing.
@@ -179,21 +190,19 @@ struct AppendSession {
         keep: ((RecordedEvent) -> Void)?
     ) throws {
         let input = given.normalizingIDs()
-        for event in Reducer.plan(w.state, input) {
-            let outcome: Outcome
-            do {
-                outcome = try Reducer.reduce(&w.state, event)
-            } catch {
-                throw error.at(line: line)
-            }
+        // The state is taken out of the writer for the rules, and put back whatever happens.
+        var state = LedgerState()
+        swap(&state, &w.state)
+        defer { swap(&state, &w.state) }
+        try Reducer.take(input, line: line, &state) { event, outcome, state in
             mutated = true
             guard outcome.isStored else {
                 ignored += 1
-                continue
+                return
             }
-            let seq = w.state.seq + 1
-            let version = w.state.recordStreamEvent(event.body)
-            w.state.seq = seq
+            let seq = state.seq + 1
+            let version = state.recordStreamEvent(event.body)
+            state.seq = seq
             let recorded = RecordedEvent(
                 seq: seq, version: version, event: event, recordedAt: configuration.clock(),
                 anomaly: outcome.anomaly, appendedByLedger: event != input)
@@ -201,10 +210,10 @@ struct AppendSession {
             let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
             try blocks.add(EventStore.Frame(recorded, payload: payload, link: link), db)
             w.lastLink = link
-            if let change = Projector.ownedChange(recorded, outcome: outcome, state: w.state) {
+            if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
                 changes.append(change)
             }
-            dirty.touch(event, state: w.state)
+            dirty.touch(event, state: state)
             stored += 1
             if firstSeq == nil { firstSeq = seq }
             if recorded.anomaly != nil { anomalies += 1 }
@@ -213,9 +222,9 @@ struct AppendSession {
             if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
                 // At exact multiples of the interval, whatever the batch sizes.
                 let snapshot: Snapshots.Pending
-                (w.state, snapshot) = try Snapshots.encode(w.state, db, spooled: &spooledPages, spool: spool)
+                (state, snapshot) = try Snapshots.encode(state, db, spooled: &spooledPages, spool: spool)
                 snapshots.append(snapshot)
-                cache.remember(w.state)
+                cache.remember(state)
             }
         }
     }

@@ -108,7 +108,7 @@ public final class Ledger: Sendable {
     private let writer: Locked<Writer?>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Locked(0)
-    private var commitCount: Int { commits.withLock { $0 } }
+    var commitCount: Int { commits.withLock { $0 } }
     /// Wakes live observers after a commit that stored events.
     func noteCommit() { commits.withLock { $0 += 1 } }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
@@ -360,134 +360,6 @@ public final class Ledger: Sendable {
         return (state, target == .max ? try EventStore.lastLink(db) : [])
     }
 
-    // MARK: - Reading the log
-
-    /// The seq of the last stored event (0 when empty).
-    public func lastSeq() throws -> Int64 {
-        try read { db in try EventStore.lastSeq(db) }
-    }
-
-    /// Calls `body` with every stored event from `seq` through `last`, in order, streaming:
-    /// memory stays flat whatever the ledger's size. Return false to stop early.
-    public func forEachEvent(from seq: Int64 = 1, through last: Int64 = .max, _ body: (RecordedEvent) throws -> Bool) throws {
-        try read { db in
-            try EventStore.scan(db, from: seq, through: last) { try body($0.event) }
-        }
-    }
-
-    /// Up to `limit` stored events from `seq` on.
-    public func events(from seq: Int64 = 1, limit: Int = 1000) throws -> [RecordedEvent] {
-        var page: [RecordedEvent] = []
-        try forEachEvent(from: seq) { event in
-            page.append(event)
-            return page.count < limit
-        }
-        return page
-    }
-
-    /// The events of one stream (`transaction:<id>`, `download:<id>`, `catalog`, `restore`), in order.
-    public func events(inStream stream: String) throws -> [RecordedEvent] {
-        var found: [RecordedEvent] = []
-        try forEachEvent { event in
-            if event.stream == stream { found.append(event) }
-            return true
-        }
-        return found
-    }
-
-    /// The stored events from `seq` on, then each new one as it is appended (by this process or
-    /// another), for UI observers. Other processes' appends are noticed within `pollInterval`.
-    public func observe(from seq: Int64 = 1, pollInterval: Duration = .milliseconds(250)) -> AsyncThrowingStream<RecordedEvent, any Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task {
-                var next = seq
-                do {
-                    while !Task.isCancelled {
-                        let seen = commitCount
-                        let page = try events(from: next, limit: 1024)
-                        for event in page { continuation.yield(event) }
-                        if let last = page.last { next = last.seq + 1 }
-                        if page.count == 1024 { continue }
-                        // Wake early when this process appends; poll for other processes.
-                        let step = Duration.milliseconds(10)
-                        var waited = Duration.zero
-                        while waited < pollInterval, commitCount == seen, !Task.isCancelled {
-                            try await Task.sleep(for: step)
-                            waited += step
-                        }
-                    }
-                    continuation.finish()
-                } catch is CancellationError {
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
-    }
-
-    // MARK: - Time travel
-
-    /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
-    /// projection tables are not read.
-    public func state(atSeq seq: Int64) throws -> LedgerState {
-        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache).0 }
-    }
-
-    /// The state after `seq`, replayed from the first event without using snapshots: the
-    /// reference the snapshots are checked against, and the benchmark of a full replay.
-    public func replayFromLog(through seq: Int64 = .max) throws -> LedgerState {
-        try read { db in
-            var replay = LogReplay()
-            try replay.run(db, through: seq)
-            return replay.state
-        }
-    }
-
-    /// The state after the last event, in log order, whose `at` is at or before `time`.
-    public func state(at time: Timestamp) throws -> LedgerState {
-        var target: Int64 = 0
-        try forEachEvent { event in
-            if event.event.at <= time { target = event.seq }
-            return true
-        }
-        return try state(atSeq: target)
-    }
-
-    /// Checks events against the rules without writing anything: throws the error `append` would
-    /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
-    public func check(_ events: [Event]) throws -> [Outcome] {
-        var state = try withWriter { $0.state }
-        var outcomes: [Outcome] = []
-        for (index, input) in events.enumerated() {
-            for event in Reducer.plan(state, input.normalizingIDs()) {
-                do {
-                    outcomes.append(try Reducer.reduce(&state, event))
-                } catch {
-                    var located = error
-                    located.batchIndex = index
-                    throw located
-                }
-            }
-        }
-        return outcomes
-    }
-
-    /// The first seq after which `predicate` holds for the state and the event just applied.
-    public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
-        var found: Int64?
-        try read { db in
-            var replay = LogReplay()
-            try replay.run(db) { step, _, state in
-                guard try predicate(state, step.event) else { return true }
-                found = step.event.seq
-                return false
-            }
-        }
-        return found
-    }
-
     /// The state after the last commit seen by this instance. Waits for an append in progress;
     /// the projection reads (``transactions(user:)``...) never wait.
     ///
@@ -505,46 +377,6 @@ public final class Ledger: Sendable {
         }
     }
 
-    // MARK: - Maintenance
-
-    /// Drops and rebuilds every projection table from the log, in one transaction: the log is
-    /// replayed in memory, then all rows are written in bulk.
-    public func rebuildProjections(progress: ((Int64, Int64) -> Void)? = nil) throws {
-        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
-        do {
-            try writeQueue().writeWithoutTransaction { db in
-                try db.inTransaction(.immediate) {
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress)
-                    try Projector.rebuild(state: state, history: history, db)
-                    return .commit
-                }
-            }
-        } catch {
-            throw Ledger.wrap(error, "rebuilding projections")
-        }
-    }
-
-    /// Copies the write-ahead log into the database file and truncates it, so the file alone
-    /// holds everything (SQLite does this on its own from time to time, and when the last
-    /// connection closes).
-    public func checkpoint() throws {
-        guard !configuration.readOnly else { return }
-        do {
-            try writeQueue().writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
-        } catch {
-            throw Ledger.wrap(error, "checkpointing")
-        }
-    }
-
-    static func replayForProjections(_ db: Database, progress: ((Int64, Int64) -> Void)? = nil) throws -> (LedgerState, Projector.HistoryCollector) {
-        var replay = LogReplay(collectingHistory: true)
-        let total = try EventStore.lastSeq(db)
-        try replay.run(db) { step, _, _ in
-            if let progress, step.event.seq % 50_000 == 0 { progress(step.event.seq, total) }
-            return true
-        }
-        return (replay.state, replay.history!)
-    }
 }
 
 extension LedgerError {

@@ -77,7 +77,7 @@ enum DownloadMachine {
         var from: Phases
         var to: DownloadStatus
         /// What the download must be, for the refusal's message: "only a paused download can resume".
-        var requirement: String
+        var requirement: StaticString
     }
 
     static let start = Transition(from: Phases(.notStarted, .failed, .cancelled), to: .waiting, requirement: "only a download never started, failed or cancelled can start")

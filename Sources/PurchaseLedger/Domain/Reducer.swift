@@ -48,6 +48,24 @@ public enum Reducer {
         return events
     }
 
+    /// One input event through the rules, the way an append and its dry run (``Ledger/check(_:)``)
+    /// both take it: the events ``plan(_:_:)`` gives for it (an early finish's cancellations, then
+    /// the event), each reduced in turn and handed to `body` with its outcome and the state after
+    /// it. A refusal is thrown placed at `line`; what the plan applied before it stays in `state`,
+    /// which the caller drops (an append rolls back and reloads).
+    @inline(__always)
+    static func take(_ input: Event, line: Int, _ state: inout LedgerState, _ body: (Event, Outcome, inout LedgerState) throws -> Void) throws {
+        for event in plan(state, input) {
+            let outcome: Outcome
+            do {
+                outcome = try reduce(&state, event)
+            } catch {
+                throw error.at(line: line)
+            }
+            try body(event, outcome, &state)
+        }
+    }
+
     /// Applies one event. Throws, leaving `state` untouched, when a command breaks a rule or the
     /// event is malformed (it names an unknown transaction or download).
     ///

@@ -60,7 +60,7 @@ enum TransactionMachine {
         var from: States
         var to: Destination
         /// What the transaction must be, for the anomaly's message.
-        var requirement: String
+        var requirement: StaticString
 
         /// What this event does to `record`.
         func verdict(_ record: TransactionRecord) -> Verdict {

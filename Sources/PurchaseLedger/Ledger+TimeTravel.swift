@@ -1,0 +1,44 @@
+import GRDB
+
+/// Time travel: the state at any seq or time, from snapshots and the log, in memory.
+extension Ledger {
+    /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
+    /// projection tables are not read.
+    public func state(atSeq seq: Int64) throws -> LedgerState {
+        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache).0 }
+    }
+
+    /// The state after `seq`, replayed from the first event without using snapshots: the
+    /// reference the snapshots are checked against, and the benchmark of a full replay.
+    public func replayFromLog(through seq: Int64 = .max) throws -> LedgerState {
+        try read { db in
+            var replay = LogReplay()
+            try replay.run(db, through: seq)
+            return replay.state
+        }
+    }
+
+    /// The state after the last event, in log order, whose `at` is at or before `time`.
+    public func state(at time: Timestamp) throws -> LedgerState {
+        var target: Int64 = 0
+        try forEachEvent { event in
+            if event.event.at <= time { target = event.seq }
+            return true
+        }
+        return try state(atSeq: target)
+    }
+
+    /// The first seq after which `predicate` holds for the state and the event just applied.
+    public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
+        var found: Int64?
+        try read { db in
+            var replay = LogReplay()
+            try replay.run(db) { step, _, state in
+                guard try predicate(state, step.event) else { return true }
+                found = step.event.seq
+                return false
+            }
+        }
+        return found
+    }
+}

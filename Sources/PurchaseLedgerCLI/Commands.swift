@@ -380,10 +380,15 @@ struct TimelineCommand: ParsableCommand {
         let entries = try ledger.timeline(transaction: transaction)
         if json {
             for entry in entries {
-                var w = "{\"event\":" + entry.event.jsonLine + ",\"transaction\":"
-                if let t = entry.transaction { w += StateJSON.encode(t) } else { w += "null" }
-                w += ",\"downloads\":[" + entry.downloads.map { StateJSON.encode($0) }.joined(separator: ",") + "]}"
-                console.print(w)
+                console.print(
+                    JSONWriter.object { w in
+                        w.key("event")
+                        w.raw(entry.event.jsonLine)
+                        w.key("transaction")
+                        if let t = entry.transaction { StateJSON.write(t, to: &w) } else { w.null() }
+                        w.key("downloads")
+                        w.array(entry.downloads) { w, d in StateJSON.write(d, to: &w) }
+                    })
             }
             return
         }
@@ -444,12 +449,26 @@ struct VerifyCommand: ParsableCommand {
         let report = try ledger.verify(all: all) { done, total in console.progress("verified \(done)/\(total)") }
         console.endProgress()
         if json {
-            var w = "{\"valid\":\(report.isValid),\"eventsChecked\":\(report.eventsChecked),\"problems\":["
-            w += report.problems.map { p in
-                "{\"kind\":\"\(p.kind.rawValue)\",\"seq\":\(p.seq.map(String.init) ?? "null"),\"rule\":\(p.rule.map { "\"\($0.name)\"" } ?? "null"),\"message\":\(jsonString(p.message))}"
-            }.joined(separator: ",")
-            w += "],\"anomalies\":[" + report.anomalies.map { "{\"seq\":\($0.seq),\"rule\":\"\($0.rule.name)\"}" }.joined(separator: ",") + "]}"
-            console.print(w)
+            console.print(
+                JSONWriter.object { w in
+                    w.field("valid", report.isValid)
+                    w.field("eventsChecked", report.eventsChecked)
+                    w.key("problems")
+                    w.array(report.problems) { w, p in
+                        w.object { w in
+                            w.field("kind", p.kind.rawValue)
+                            w.field("seq", p.seq)
+                            w.field("rule", p.rule?.name)
+                            w.field("message", p.message)
+                        }
+                    }
+                    w.key("anomalies")
+                    w.array(report.anomalies) { w, a in
+                        w.object { w in
+                            w.field("seq", a.seq); w.field("rule", a.rule.name)
+                        }
+                    }
+                })
         } else {
             for p in report.problems { console.print(console.red("problem: ") + p.description) }
             if report.isValid {
@@ -471,11 +490,6 @@ struct VerifyCommand: ParsableCommand {
         }
         if !report.isValid { throw CommandExit(status: 1) }
     }
-}
-
-func jsonString(_ s: String) -> String {
-    let data = (try? JSONSerialization.data(withJSONObject: [s], options: [.fragmentsAllowed])) ?? Data("[\"\"]".utf8)
-    return String(String(decoding: data, as: UTF8.self).dropFirst().dropLast())
 }
 
 struct RebuildCommand: ParsableCommand {
@@ -517,12 +531,27 @@ struct StatsCommand: ParsableCommand {
         let console = Console.current
         let s = try options.open().statistics()
         if json {
-            let counts = EventType.allCases.compactMap { t in s.countsByType[t].map { "\"\(t.name)\":\($0)" } }.joined(separator: ",")
-            let anomalies = Rule.all.compactMap { r in s.anomaliesByRule[r].map { "\"\(r.name)\":\($0)" } }.joined(separator: ",")
+            func fixed(_ x: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", x) }
             console.print(
-                """
-                {"events":\(s.events),"countsByType":{\(counts)},"anomalies":\(s.anomalies),"anomaliesByRule":{\(anomalies)},"appendedByLedger":\(s.appendedByLedger),"fileBytes":\(s.fileBytes),"fileBytesPerEvent":\(String(format: "%.1f", s.fileBytesPerEvent)),"logBytesPerEvent":\(String(format: "%.1f", s.logBytesPerEvent)),"payloadBytesPerEvent":\(String(format: "%.1f", s.payloadBytesPerEvent)),"compressionRatio":\(String(format: "%.2f", s.compressionRatio)),"blocks":\(s.blocks),"tailEvents":\(s.tailEvents),"snapshots":\(s.snapshots),"snapshotBytes":\(s.snapshotBytes),"dictionaries":\(s.dictionaries)}
-                """)
+                JSONWriter.object { w in
+                    w.field("events", s.events)
+                    w.key("countsByType")
+                    w.object { w in for t in EventType.allCases { if let n = s.countsByType[t] { w.field(t.name, n) } } }
+                    w.field("anomalies", s.anomalies)
+                    w.key("anomaliesByRule")
+                    w.object { w in for r in Rule.all { if let n = s.anomaliesByRule[r] { w.field(r.name, n) } } }
+                    w.field("appendedByLedger", s.appendedByLedger)
+                    w.field("fileBytes", s.fileBytes)
+                    w.key("fileBytesPerEvent"); w.raw(fixed(s.fileBytesPerEvent, 1))
+                    w.key("logBytesPerEvent"); w.raw(fixed(s.logBytesPerEvent, 1))
+                    w.key("payloadBytesPerEvent"); w.raw(fixed(s.payloadBytesPerEvent, 1))
+                    w.key("compressionRatio"); w.raw(fixed(s.compressionRatio, 2))
+                    w.field("blocks", s.blocks)
+                    w.field("tailEvents", s.tailEvents)
+                    w.field("snapshots", s.snapshots)
+                    w.field("snapshotBytes", s.snapshotBytes)
+                    w.field("dictionaries", s.dictionaries)
+                })
             return
         }
         console.print(console.bold("\(s.events) events") + ", \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies"), \(s.appendedByLedger) cancellations appended by the ledger")

@@ -48,10 +48,19 @@ struct ExtractCommand: ParsableCommand {
         let selection: ExtractSelection = user.map { .user($0) } ?? .transactions(transactions)
         let s = try ledger.extract(selection, to: path, redact: redact)
         if json {
-            let list = { (ids: [String]) in "[" + ids.map(jsonString).joined(separator: ",") + "]" }
             console.print(
-                #"{"output":\#(jsonString(s.path)),"keptEvents":\#(s.keptEvents),"totalEvents":\#(s.totalEvents),"transactions":\#(list(s.transactions)),"addedTransactions":\#(list(s.addedTransactions)),"downloads":\#(s.downloads.count),"restores":\#(s.restores),"redacted":\#(redact)}"#
-            )
+                JSONWriter.object { w in
+                    w.field("output", s.path)
+                    w.field("keptEvents", s.keptEvents)
+                    w.field("totalEvents", s.totalEvents)
+                    w.key("transactions")
+                    w.array(s.transactions)
+                    w.key("addedTransactions")
+                    w.array(s.addedTransactions)
+                    w.field("downloads", s.downloads.count)
+                    w.field("restores", s.restores)
+                    w.field("redacted", redact)
+                })
             return
         }
         var line = "wrote \(s.path): kept \(s.keptEvents) of \(s.totalEvents) events; "

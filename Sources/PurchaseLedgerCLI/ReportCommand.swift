@@ -144,10 +144,15 @@ struct ReportCommand: ParsableCommand {
             for row in table.rows { console.print(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
             for row in table.totals { console.print((["total"] + row).map(csvField).joined(separator: ",")) }
         case .json:
+            // One row per line, so a large report stays readable and diffable.
+            func lines(_ rows: [String]) -> String { "[" + rows.joined(separator: ",\n") + "]" }
             if let totals = table.totalsJSON {
-                console.print("{\"rows\":[" + table.json.joined(separator: ",\n") + "],\n\"totals\":[" + totals.joined(separator: ",\n") + "]}")
+                console.print(
+                    JSONWriter.object { w in
+                        w.key("rows"); w.raw(lines(table.json)); w.key("totals"); w.raw(lines(totals))
+                    })
             } else {
-                console.print("[" + table.json.joined(separator: ",\n") + "]")
+                console.print(lines(table.json))
             }
         case .html:
             console.print(try html())
@@ -196,10 +201,15 @@ struct ReportCommand: ParsableCommand {
     }
 
     func makeTable(_ data: ReportData) -> ReportTable {
-        func q(_ s: String?) -> String { s.map(jsonString) ?? "null" }
         /// The device column and JSON field, first, when rows come from a fleet store.
         func device(_ devices: [String]?, _ i: Int) -> [String] { devices.map { [$0[i]] } ?? [] }
-        func deviceJSON(_ devices: [String]?, _ i: Int) -> String { devices.map { "\"ledger\":\(q($0[i]))," } ?? "" }
+        /// One JSON row: the device's ledger id first (for a fleet store), then what `body` writes.
+        func row(_ devices: [String]? = nil, _ i: Int = 0, _ body: (inout JSONWriter) -> Void) -> String {
+            JSONWriter.object { w in
+                if let devices { w.field("ledger", devices[i]) }
+                body(&w)
+            }
+        }
         let deviceColumn = { (devices: [String]?) in devices == nil ? [] : ["device"] }
         switch data {
         case .history(let entries, let devices):
@@ -219,7 +229,24 @@ struct ReportCommand: ParsableCommand {
                     ]
                 },
                 json: entries.enumerated().map { i, e in
-                    "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(e.transaction)),\"kind\":\(q(e.kind?.rawValue)),\"price\":\(q(e.price)),\"currency\":\(q(e.currency)),\"outcome\":\(q(e.outcome)),\"restore\":\(e.isRestore),\"deferred\":\(e.transaction.wasDeferred),\"queuedAt\":\(q(e.transaction.queuedAt?.description)),\"purchasedAt\":\(q(e.transaction.purchasedAt?.description)),\"finishedAt\":\(q(e.transaction.finishedAt?.description)),\"revokedAt\":\(q(e.transaction.revokedAt?.description)),\"contentLost\":\(e.contentLost),\"downloads\":[\(e.downloads.map { StateJSON.encode($0) }.joined(separator: ","))]}"
+                    row(devices, i) { w in
+                        let t = e.transaction
+                        w.key("transaction")
+                        StateJSON.write(t, to: &w)
+                        w.field("kind", e.kind?.rawValue)
+                        w.field("price", e.price)
+                        w.field("currency", e.currency)
+                        w.field("outcome", e.outcome)
+                        w.field("restore", e.isRestore)
+                        w.field("deferred", t.wasDeferred)
+                        w.field("queuedAt", t.queuedAt?.description)
+                        w.field("purchasedAt", t.purchasedAt?.description)
+                        w.field("finishedAt", t.finishedAt?.description)
+                        w.field("revokedAt", t.revokedAt?.description)
+                        w.field("contentLost", e.contentLost)
+                        w.key("downloads")
+                        w.array(e.downloads) { w, d in StateJSON.write(d, to: &w) }
+                    }
                 },
                 transactions: entries.map(\.transaction.transaction))
         case .revenue(let lines):
@@ -236,7 +263,19 @@ struct ReportCommand: ParsableCommand {
                     ]
                 },
                 json: lines.map {
-                    "{\(groupBy == nil ? "" : "\"period\":\(q($0.period)),")\"product\":\(q($0.product)),\"currency\":\(q($0.currency)),\"price\":\(q($0.price)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}"
+                    let line = $0
+                    return row { w in
+                        if groupBy != nil { w.field("period", line.period) }
+                        w.field("product", line.product)
+                        w.field("currency", line.currency)
+                        w.field("price", line.price)
+                        w.field("purchases", line.purchases)
+                        w.field("units", line.units)
+                        w.field("refundedUnits", line.refundedUnits)
+                        w.field("gross", "\(line.gross)")
+                        w.field("refunds", "\(line.refunds)")
+                        w.field("net", "\(line.net)")
+                    }
                 },
                 totals: totals.map {
                     blank + [
@@ -245,7 +284,16 @@ struct ReportCommand: ParsableCommand {
                     ]
                 },
                 totalsJSON: totals.map {
-                    "{\"currency\":\(q($0.currency)),\"purchases\":\($0.purchases),\"units\":\($0.units),\"refundedUnits\":\($0.refundedUnits),\"gross\":\"\($0.gross)\",\"refunds\":\"\($0.refunds)\",\"net\":\"\($0.net)\"}"
+                    let total = $0
+                    return row { w in
+                        w.field("currency", total.currency)
+                        w.field("purchases", total.purchases)
+                        w.field("units", total.units)
+                        w.field("refundedUnits", total.refundedUnits)
+                        w.field("gross", "\(total.gross)")
+                        w.field("refunds", "\(total.refunds)")
+                        w.field("net", "\(total.net)")
+                    }
                 })
         case .stuck(let downloads, let devices):
             return ReportTable(
@@ -257,7 +305,12 @@ struct ReportCommand: ParsableCommand {
                     ]
                 },
                 json: downloads.enumerated().map { i, d in
-                    "{\(deviceJSON(devices, i))\"download\":\(StateJSON.encode(d)),\"lastActivityAt\":\(q(d.lastActivityAt?.description)),\"attempts\":\(d.attempts)}"
+                    row(devices, i) { w in
+                        w.key("download")
+                        StateJSON.write(d, to: &w)
+                        w.field("lastActivityAt", d.lastActivityAt?.description)
+                        w.field("attempts", d.attempts)
+                    }
                 },
                 transactions: downloads.compactMap(\.transaction))
         case .unfinished(let transactions, let devices):
@@ -267,14 +320,27 @@ struct ReportCommand: ParsableCommand {
                     device(devices, i) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)]
                 },
                 json: transactions.enumerated().map { i, t in
-                    "{\(deviceJSON(devices, i))\"transaction\":\(StateJSON.encode(t)),\"since\":\(q((t.purchasedAt ?? t.failedAt)?.description)),\"events\":\(t.events)}"
+                    row(devices, i) { w in
+                        w.key("transaction")
+                        StateJSON.write(t, to: &w)
+                        w.field("since", (t.purchasedAt ?? t.failedAt)?.description)
+                        w.field("events", t.events)
+                    }
                 },
                 transactions: transactions.map(\.transaction))
         case .failures(let rates):
             return ReportTable(
                 title: "Payment failures", columns: ["domain", "code", "message", "count", "share"],
                 rows: rates.map { [$0.domain, String($0.code), $0.message, String($0.count), String(format: "%.2f%%", $0.share * 100)] },
-                json: rates.map { "{\"domain\":\(q($0.domain)),\"code\":\($0.code),\"message\":\(q($0.message)),\"count\":\($0.count),\"share\":\($0.share)}" })
+                json: rates.map { rate in
+                    row { w in
+                        w.field("domain", rate.domain)
+                        w.field("code", rate.code)
+                        w.field("message", rate.message)
+                        w.field("count", rate.count)
+                        w.field("share", rate.share)
+                    }
+                })
         }
     }
 

@@ -254,21 +254,57 @@ struct JSONParseError: Error {
     var offset: Int
 }
 
-/// Builds JSON text: keys in the order written, strings escaped, numbers exact.
-struct JSONWriter {
-    private(set) var bytes: [UInt8] = []
+/// Builds JSON text: keys in the order written, strings escaped, numbers exact. The one JSON
+/// writer of the package: the state shape, JSON Lines, and every `--json` of the CLI.
+///
+/// ```swift
+/// let line = JSONWriter.object { w in
+///     w.field("valid", report.isValid)
+///     w.key("problems")
+///     w.array(report.problems) { w, p in w.object { w in w.field("seq", p.seq); w.field("message", p.message) } }
+/// }
+/// // {"valid":false,"problems":[{"seq":42,"message":"..."}]}
+/// ```
+public struct JSONWriter: Sendable {
+    public private(set) var bytes: [UInt8] = []
     private var needsComma: [Bool] = []
 
-    init() { bytes.reserveCapacity(256) }
+    public init() { bytes.reserveCapacity(256) }
 
-    var string: String { String(decoding: bytes, as: UTF8.self) }
+    /// The text written so far.
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
 
-    mutating func beginObject() { separate(); bytes.append(UInt8(ascii: "{")); needsComma.append(false) }
-    mutating func endObject() { bytes.append(UInt8(ascii: "}")); needsComma.removeLast() }
-    mutating func beginArray() { separate(); bytes.append(UInt8(ascii: "[")); needsComma.append(false) }
-    mutating func endArray() { bytes.append(UInt8(ascii: "]")); needsComma.removeLast() }
+    /// One JSON object, written by `body`, as text.
+    public static func object(_ body: (inout JSONWriter) throws -> Void) rethrows -> String {
+        var w = JSONWriter()
+        try w.object(body)
+        return w.string
+    }
 
-    mutating func key(_ k: String) {
+    /// An object whose members `body` writes.
+    public mutating func object(_ body: (inout JSONWriter) throws -> Void) rethrows {
+        beginObject()
+        try body(&self)
+        endObject()
+    }
+
+    /// An array with one value per item, each written by `body`.
+    public mutating func array<S: Sequence>(_ items: S, _ body: (inout JSONWriter, S.Element) throws -> Void) rethrows {
+        beginArray()
+        for item in items { try body(&self, item) }
+        endArray()
+    }
+
+    /// An array of strings.
+    public mutating func array(_ strings: [String]) { array(strings) { w, s in w.value(s) } }
+
+    public mutating func beginObject() { separate(); bytes.append(UInt8(ascii: "{")); needsComma.append(false) }
+    public mutating func endObject() { bytes.append(UInt8(ascii: "}")); needsComma.removeLast() }
+    public mutating func beginArray() { separate(); bytes.append(UInt8(ascii: "[")); needsComma.append(false) }
+    public mutating func endArray() { bytes.append(UInt8(ascii: "]")); needsComma.removeLast() }
+
+    /// A member's key; its value is what is written next.
+    public mutating func key(_ k: String) {
         separate()
         quote(k)
         bytes.append(UInt8(ascii: ":"))
@@ -281,13 +317,13 @@ struct JSONWriter {
         needsComma[needsComma.count - 1] = true
     }
 
-    mutating func value(_ s: String) { separate(); quote(s) }
-    mutating func value(_ s: String?) { if let s { value(s) } else { null() } }
-    mutating func value(_ b: Bool) { separate(); bytes.append(contentsOf: Array((b ? "true" : "false").utf8)) }
-    mutating func value(_ n: Int64) { separate(); bytes.append(contentsOf: Array(String(n).utf8)) }
-    mutating func value(_ n: Int) { value(Int64(n)) }
-    mutating func value(_ n: Int64?) { if let n { value(n) } else { null() } }
-    mutating func value(_ d: Double) {
+    public mutating func value(_ s: String) { separate(); quote(s) }
+    public mutating func value(_ s: String?) { if let s { value(s) } else { null() } }
+    public mutating func value(_ b: Bool) { separate(); bytes.append(contentsOf: Array((b ? "true" : "false").utf8)) }
+    public mutating func value(_ n: Int64) { separate(); bytes.append(contentsOf: Array(String(n).utf8)) }
+    public mutating func value(_ n: Int) { value(Int64(n)) }
+    public mutating func value(_ n: Int64?) { if let n { value(n) } else { null() } }
+    public mutating func value(_ d: Double) {
         separate()
         if d == d.rounded(), abs(d) < 1e15 {
             bytes.append(contentsOf: Array(String(Int64(d)).utf8))
@@ -296,15 +332,19 @@ struct JSONWriter {
             bytes.append(contentsOf: Array("\(d)".utf8))
         }
     }
-    mutating func null() { separate(); bytes.append(contentsOf: Array("null".utf8)) }
+    public mutating func null() { separate(); bytes.append(contentsOf: Array("null".utf8)) }
 
-    mutating func field(_ k: String, _ s: String) { key(k); value(s) }
-    mutating func field(_ k: String, _ s: String?) { key(k); value(s) }
-    mutating func field(_ k: String, _ n: Int64) { key(k); value(n) }
-    mutating func field(_ k: String, _ n: Int) { key(k); value(n) }
-    mutating func field(_ k: String, _ b: Bool) { key(k); value(b) }
-    mutating func field(_ k: String, _ d: Double) { key(k); value(d) }
-    mutating func field(_ k: String, _ n: Int64?) { key(k); value(n) }
+    /// A value that is already JSON text (a JSON Lines event, a number formatted by the caller),
+    /// written as it is.
+    public mutating func raw(_ json: String) { separate(); bytes.append(contentsOf: json.utf8) }
+
+    public mutating func field(_ k: String, _ s: String) { key(k); value(s) }
+    public mutating func field(_ k: String, _ s: String?) { key(k); value(s) }
+    public mutating func field(_ k: String, _ n: Int64) { key(k); value(n) }
+    public mutating func field(_ k: String, _ n: Int) { key(k); value(n) }
+    public mutating func field(_ k: String, _ b: Bool) { key(k); value(b) }
+    public mutating func field(_ k: String, _ d: Double) { key(k); value(d) }
+    public mutating func field(_ k: String, _ n: Int64?) { key(k); value(n) }
 
     private mutating func quote(_ s: String) {
         bytes.append(0x22)

@@ -52,7 +52,7 @@ public enum StateJSON {
     /// One transaction, as in the state's `transactions`.
     public static func encode(_ t: TransactionRecord) -> String {
         var w = JSONWriter()
-        transaction(t, to: &w)
+        write(t, to: &w)
         return w.string
     }
 
@@ -60,8 +60,18 @@ public enum StateJSON {
     /// reducer clears when the transaction finishes.
     public static func encode(_ d: DownloadRecord) -> String {
         var w = JSONWriter()
-        download(d, contentURL: d.state == .finished ? d.contentURL : nil, to: &w)
+        write(d, to: &w)
         return w.string
+    }
+
+    /// One transaction, as in the state's `transactions`, into a larger document.
+    public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
+        transaction(t, to: &w)
+    }
+
+    /// One download, as in the state's `downloads`, into a larger document.
+    public static func write(_ d: DownloadRecord, to w: inout JSONWriter) {
+        download(d, contentURL: d.state == .finished ? d.contentURL : nil, to: &w)
     }
 
     static func transaction(_ t: TransactionRecord, to w: inout JSONWriter) {

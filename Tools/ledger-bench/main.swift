@@ -385,6 +385,23 @@ case "profile-cold-loop":
         times.append(String(format: "open %.1f + state %.1f ms", open * 1000, state * 1000))
     }
     print(times.joined(separator: "\n"))
+case "profile-shipment":
+    // What a ship reads on the client: every ledger of a folder opened read-only, read whole,
+    // chain-checked and replayed into projection rows (no server). `profile-shipment DIR [N]`.
+    var c = configuration()
+    c.readOnly = true
+    let folder = args[1]
+    let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".ledger") }.sorted()
+    let paths = names.prefix(args.count > 2 ? Int(args[2]) ?? names.count : names.count).map { folder + "/" + $0 }
+    var opening = 0.0, reading = 0.0, events = 0
+    for path in paths {
+        let (ledger, open) = try time { try Ledger(path: path, configuration: c) }
+        let (shipment, read) = try time { try ledger.shipment(after: 0, link: nil) }
+        opening += open
+        reading += read
+        events += shipment.events.count
+    }
+    print(String(format: "%d ledgers, %d events: open %.2f s, read+check+replay %.2f s (%.0f ev/s)", paths.count, events, opening, reading, Double(events) / (opening + reading)))
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
 case "crash", "flips", "fuzz":

@@ -85,8 +85,10 @@ public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String
     public let configuration: LedgerConfiguration
-    /// Read-only connections, for every read.
-    let pool: DatabasePool
+    /// Read-only connections, for every read: a pool when the ledger may be written (reads go on
+    /// while an append commits), one connection when it is opened read-only (half the opening
+    /// cost, which counts when a ship or a report opens a thousand device ledgers).
+    let pool: any DatabaseReader
     /// The one writing connection, once something was written (``writeQueue()``).
     private let writeConnection: Locked<DatabaseQueue?>
     let chain: HashChain
@@ -153,7 +155,7 @@ public final class Ledger: Sendable {
             }
             var config = Ledger.connectionConfiguration(configuration)
             config.readonly = true
-            pool = try DatabasePool(path: path, configuration: config)
+            pool = configuration.readOnly ? try DatabaseQueue(path: path, configuration: config) : try DatabasePool(path: path, configuration: config)
             try Ledger.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
@@ -214,7 +216,7 @@ public final class Ledger: Sendable {
 
     /// The state after the last stored event, with the damage found on the way. Through the page
     /// cache: a later state at an earlier seq shares most of these pages.
-    private static func loadWriter(_ pool: DatabasePool, cache: SnapshotPageCache) throws -> Writer {
+    private static func loadWriter(_ pool: any DatabaseReader, cache: SnapshotPageCache) throws -> Writer {
         var damage: LedgerError?
         let (state, link) = try pool.read { db in
             try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, damage: $0) }
@@ -254,7 +256,7 @@ public final class Ledger: Sendable {
 
     /// Checks the file is a ledger this version can read, runs pending migrations, and fixes the
     /// chain mode on creation.
-    private static func prepare(_ pool: DatabasePool, openWriter: () throws -> DatabaseQueue, configuration: LedgerConfiguration, path: String) throws {
+    private static func prepare(_ pool: any DatabaseReader, openWriter: () throws -> DatabaseQueue, configuration: LedgerConfiguration, path: String) throws {
         let migrator = Migrations.migrator
         let key = configuration.chainKey
         try pool.read { db in

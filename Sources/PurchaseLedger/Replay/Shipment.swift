@@ -37,6 +37,7 @@ extension Ledger {
             var previous = HashChain.genesis
             var events: [ChainedEvent] = []
             var expected: Int64 = 1
+            var frame = BinaryWriter(capacity: 256)
             try replay.run(
                 db, integrity: true,
                 before: { step, _ in
@@ -45,7 +46,8 @@ extension Ledger {
                         throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                     }
                     expected += 1
-                    let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
+                    FrameCodec.canonical(e, payload: entry.payload, into: &frame)
+                    let link = chain.link(after: previous, frame: frame.bytes)
                     guard entry.link?.matches(link) == true else {
                         throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
                     }

@@ -21,12 +21,13 @@ struct HashChain: Sendable {
             var mac = HMAC<SHA256>(key: SymmetricKey(data: key))
             mac.update(data: previous)
             mac.update(data: frame)
-            return Array(mac.finalize())
+            return mac.finalize().withUnsafeBytes { Array($0) }
         }
         var hasher = SHA256()
         hasher.update(data: previous)
         hasher.update(data: frame)
-        return Array(hasher.finalize())
+        // Copied as one block: `Array(digest)` iterates the digest byte by byte.
+        return hasher.finalize().withUnsafeBytes { Array($0) }
     }
 
     /// A value stored in the ledger that tells whether a key is the ledger's key, without

@@ -54,6 +54,14 @@ enum FrameCodec {
 
     static func canonical(_ e: RecordedEvent, payload: [UInt8]) -> [UInt8] {
         var w = BinaryWriter(capacity: payload.count + 32)
+        canonical(e, payload: payload, into: &w)
+        return w.bytes
+    }
+
+    /// The canonical frame written over `w`'s bytes, keeping their capacity: a loop that hashes
+    /// every event of a log reuses one buffer.
+    static func canonical(_ e: RecordedEvent, payload: [UInt8], into w: inout BinaryWriter) {
+        w.bytes.removeAll(keepingCapacity: true)
         w.varint(UInt64(e.seq))
         w.varint(UInt64(e.event.type.rawValue))
         w.varint(e.flags)
@@ -61,7 +69,6 @@ enum FrameCodec {
         w.zigzag(e.recordedAt.nanosecondsSinceEpoch)
         w.varint(UInt64(e.version))
         w.lengthPrefixed(payload)
-        return w.bytes
     }
 
     static let linkPrefixSize = 4

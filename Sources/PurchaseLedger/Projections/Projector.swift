@@ -303,38 +303,94 @@ package enum Projector {
     }
 
     package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
-        let values: [(any DatabaseValueConvertible)?] = [
-            t.transaction, t.product, t.user, t.quantity, t.state.rawValue, t.finished, t.revoked,
-            t.revocationReason, t.originalTransaction, t.storeTransactionId, t.error?.domain, t.error?.code, t.error?.message,
-            t.wasDeferred, t.discardedContent, ms(t.queuedAt), ms(t.purchasedAt), ms(t.failedAt), ms(t.finishedAt), ms(t.revokedAt),
-            t.events,
+        // Each value converted by its own type (no existential boxes: this runs for every row of a
+        // rebuild and of a ship).
+        return [
+            t.transaction.databaseValue,
+            t.product.databaseValue,
+            t.user.databaseValue,
+            t.quantity.databaseValue,
+            t.state.rawValue.databaseValue,
+            t.finished.databaseValue,
+            t.revoked.databaseValue,
+            t.revocationReason.databaseValue,
+            t.originalTransaction.databaseValue,
+            t.storeTransactionId.databaseValue,
+            (t.error?.domain).databaseValue,
+            (t.error?.code).databaseValue,
+            (t.error?.message).databaseValue,
+            t.wasDeferred.databaseValue,
+            t.discardedContent.databaseValue,
+            ms(t.queuedAt).databaseValue,
+            ms(t.purchasedAt).databaseValue,
+            ms(t.failedAt).databaseValue,
+            ms(t.finishedAt).databaseValue,
+            ms(t.revokedAt).databaseValue,
+            t.events.databaseValue,
         ]
-        return values.map { $0?.databaseValue ?? .null }
     }
 
     package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [DatabaseValue] {
         let position = d.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: d.download) } ?? 0
-        let values: [(any DatabaseValueConvertible)?] = [
-            d.download, d.transaction, position, d.url, d.content, d.contentVersion?.text, d.contentLength,
-            d.state.rawValue, d.started, d.progress, d.bytesWritten, state.contentURL(for: d.download), d.copiedOut,
-            d.destination, d.discarded, d.lost, d.cancelReason?.rawValue, d.error?.domain, d.error?.code, d.error?.message,
-            d.attempts, ms(d.startedAt), ms(d.lastActivityAt), ms(d.finishedAt), ms(d.copiedOutAt), d.events,
+        // Each value converted by its own type (no existential boxes: this runs for every row of a
+        // rebuild and of a ship).
+        return [
+            d.download.databaseValue,
+            d.transaction.databaseValue,
+            position.databaseValue,
+            d.url.databaseValue,
+            d.content.databaseValue,
+            (d.contentVersion?.text).databaseValue,
+            d.contentLength.databaseValue,
+            d.state.rawValue.databaseValue,
+            d.started.databaseValue,
+            d.progress.databaseValue,
+            d.bytesWritten.databaseValue,
+            state.contentURL(for: d.download).databaseValue,
+            d.copiedOut.databaseValue,
+            d.destination.databaseValue,
+            d.discarded.databaseValue,
+            d.lost.databaseValue,
+            (d.cancelReason?.rawValue).databaseValue,
+            (d.error?.domain).databaseValue,
+            (d.error?.code).databaseValue,
+            (d.error?.message).databaseValue,
+            d.attempts.databaseValue,
+            ms(d.startedAt).databaseValue,
+            ms(d.lastActivityAt).databaseValue,
+            ms(d.finishedAt).databaseValue,
+            ms(d.copiedOutAt).databaseValue,
+            d.events.databaseValue,
         ]
-        return values.map { $0?.databaseValue ?? .null }
     }
 
     package static func historyRow(_ entry: OwnedContentHistoryEntry) -> [DatabaseValue] {
         let o = entry.owned
-        let values: [(any DatabaseValueConvertible)?] = [entry.seq, o.download, o.destination, ms(o.copiedAt), ms(entry.supersededAt), ms(entry.deletedAt)]
-        return values.map { $0?.databaseValue ?? .null }
+        // Each value converted by its own type (no existential boxes: this runs for every row of a
+        // rebuild and of a ship).
+        return [
+            entry.seq.databaseValue,
+            o.download.databaseValue,
+            o.destination.databaseValue,
+            ms(o.copiedAt).databaseValue,
+            ms(entry.supersededAt).databaseValue,
+            ms(entry.deletedAt).databaseValue,
+        ]
     }
 
     package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
-        let values: [(any DatabaseValueConvertible)?] = [
-            o.product, o.content, o.contentVersion.text, o.destination, o.transaction, o.download,
-            ms(o.copiedAt), historySeq,
+        // Each value converted by its own type (no existential boxes: this runs for every row of a
+        // rebuild and of a ship).
+        return [
+            o.product.databaseValue,
+            o.content.databaseValue,
+            o.contentVersion.text.databaseValue,
+            o.destination.databaseValue,
+            o.transaction.databaseValue,
+            o.download.databaseValue,
+            ms(o.copiedAt).databaseValue,
+            historySeq.databaseValue,
         ]
-        return values.map { $0?.databaseValue ?? .null }
     }
 
     /// Every projection row of `state` (with the owned-content `history` its replay collected),

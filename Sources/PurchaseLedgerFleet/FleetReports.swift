@@ -80,11 +80,7 @@ extension FleetStore {
             GROUP BY 1, t.product, p.currency, p.price
             """)
         return RevenueLine.lines(
-            rows.map { row in
-                RevenueGroup(
-                    day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
-                    purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
-            }, groupBy: groupBy)
+            rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
     }
 
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the fleet's latest

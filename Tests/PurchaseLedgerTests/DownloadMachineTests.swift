@@ -10,26 +10,9 @@ import Testing
 /// says; any other breaks `illegalDownloadTransition`: a command is refused with nothing changed,
 /// an observation is flagged as an anomaly with nothing changed but the count.
 @Suite struct DownloadMachineTests {
-    /// One row of the table in docs/rules.md: event type name, allowed phase names, state after.
-    struct Row: Sendable, CustomTestStringConvertible {
-        var event: String
-        var from: Set<String>
-        var to: String
-        var testDescription: String { event }
-    }
+    typealias Row = DocumentedTransition
 
-    static let documented: [Row] = {
-        let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../docs/rules.md")
-        let text = (try? String(contentsOf: docs, encoding: .utf8)) ?? ""
-        guard let start = text.range(of: "## The download state machine") else { return [] }
-        return text[start.upperBound...].split(separator: "\n").compactMap { line -> Row? in
-            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard cells.count == 3, cells[0].hasPrefix("`download") else { return nil }
-            return Row(
-                event: cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`")),
-                from: Set(cells[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }), to: cells[2])
-        }
-    }()
+    static let documented = DocumentedTransition.table(under: "## The download state machine", eventsStartingWith: "download")
 
     static let phases = ["not started", "waiting", "active", "paused", "finished", "failed", "cancelled"]
 

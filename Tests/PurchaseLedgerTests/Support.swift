@@ -152,3 +152,27 @@ func expectRefused(
 
 /// The package root, from this file's path.
 let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// One row of a state-machine table that docs/rules.md prints: the event type name, the states
+/// (or phases) it is allowed from, and where it leads.
+struct DocumentedTransition: Sendable, CustomTestStringConvertible {
+    var event: String
+    var from: Set<String>
+    var to: String
+    var testDescription: String { event }
+
+    /// The rows of the table under `heading` in docs/rules.md whose event names start with
+    /// `prefix`: read from the file, so the docs and the reducer cannot drift apart.
+    static func table(under heading: String, eventsStartingWith prefix: String) -> [DocumentedTransition] {
+        let docs = packageRoot.appending(path: "docs/rules.md")
+        let text = (try? String(contentsOf: docs, encoding: .utf8)) ?? ""
+        guard let start = text.range(of: heading) else { return [] }
+        return text[start.upperBound...].split(separator: "\n").compactMap { line -> DocumentedTransition? in
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count == 3, cells[0].hasPrefix("`" + prefix) else { return nil }
+            return DocumentedTransition(
+                event: cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`")),
+                from: Set(cells[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }), to: cells[2])
+        }
+    }
+}

@@ -10,26 +10,9 @@ import Testing
 /// a redelivery and changes nothing; from any other state it breaks `illegalTransactionTransition`
 /// and, an observation, is flagged with nothing changed but the anomaly count.
 @Suite struct TransactionMachineTests {
-    /// One row of the table in docs/rules.md: event type name, allowed states, where it leads.
-    struct Row: Sendable, CustomTestStringConvertible {
-        var event: String
-        var from: Set<String>
-        var to: String
-        var testDescription: String { event }
-    }
+    typealias Row = DocumentedTransition
 
-    static let documented: [Row] = {
-        let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appending(path: "../../docs/rules.md")
-        let text = (try? String(contentsOf: docs, encoding: .utf8)) ?? ""
-        guard let start = text.range(of: "## The transaction transitions") else { return [] }
-        return text[start.upperBound...].split(separator: "\n").compactMap { line -> Row? in
-            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard cells.count == 3, cells[0].hasPrefix("`transaction") else { return nil }
-            return Row(
-                event: cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`")),
-                from: Set(cells[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }), to: cells[2])
-        }
-    }()
+    static let documented = DocumentedTransition.table(under: "## The transaction transitions", eventsStartingWith: "transaction")
 
     /// "revoked" is a purchased transaction refunded: a flag on top of its state.
     static let states = ["purchasing", "deferred", "purchased", "failed", "restored", "revoked"]

@@ -101,11 +101,7 @@ extension Ledger {
                     """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
         return RevenueLine.lines(
-            rows.map { row in
-                RevenueGroup(
-                    day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
-                    purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
-            }, groupBy: groupBy)
+            rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
     }
 }
 
@@ -119,6 +115,14 @@ package struct RevenueGroup {
     package var purchases: Int
     package var units: Int
     package var refundedUnits: Int
+
+    /// A group as both stores' revenue queries return it, in SQLite and in PostgreSQL (columns
+    /// day, product, currency, price, purchases, units, refunded).
+    package init(row: Row) {
+        self.init(
+            day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
+            purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
+    }
 
     package init(day: Int64, product: String, currency: String, price: String, purchases: Int, units: Int, refundedUnits: Int) {
         self.day = day

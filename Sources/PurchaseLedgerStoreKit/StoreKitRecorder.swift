@@ -401,6 +401,10 @@ public final class StoreKitRecorder: Sendable {
         let user = t.appAccountToken?.uuidString.lowercased()
         let bought = Timestamp(t.purchaseDate)
         var events: [Event] = []
+        // StoreKit 2 reports a purchase once it is paid; the same event whether or not the ledger
+        // saw the payment being queued.
+        let purchased = Event(
+            at: bought, .transactionPurchased(transaction: id, product: t.productID, user: user, storeTransactionId: String(t.id), downloads: nil))
         if recorded == nil {
             if t.originalID != t.id && !t.isRenewal {
                 events.append(
@@ -414,20 +418,10 @@ public final class StoreKitRecorder: Sendable {
                 if state.products[Identifier.normalize(t.productID)] != nil {
                     events.append(Event(at: bought, .paymentQueued(transaction: id, product: t.productID, quantity: max(1, min(10, t.purchasedQuantity)), user: user)))
                 }
-                events.append(
-                    Event(
-                        at: bought,
-                        .transactionPurchased(
-                            transaction: id, product: t.productID, user: user,
-                            storeTransactionId: String(t.id), downloads: nil)))
+                events.append(purchased)
             }
         } else if let recorded, recorded.state == .purchasing || recorded.state == .deferred {
-            events.append(
-                Event(
-                    at: bought,
-                    .transactionPurchased(
-                        transaction: id, product: t.productID, user: user,
-                        storeTransactionId: String(t.id), downloads: nil)))
+            events.append(purchased)
         }
         if let revoked = t.revocationDate, recorded?.revoked != true {
             events.append(Event(at: Timestamp(revoked), .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked")))

@@ -250,6 +250,15 @@ struct ReportCommand: ParsableCommand {
                 },
                 transactions: entries.map(\.transaction.transaction))
         case .revenue(let lines):
+            /// The figures a revenue line and a currency's total share, amounts as exact decimal strings.
+            func amounts(_ w: inout JSONWriter, _ purchases: Int, _ units: Int, _ refunded: Int, _ gross: Decimal, _ refunds: Decimal) {
+                w.field("purchases", purchases)
+                w.field("units", units)
+                w.field("refundedUnits", refunded)
+                w.field("gross", "\(gross)")
+                w.field("refunds", "\(refunds)")
+                w.field("net", "\(gross - refunds)")
+            }
             let totals = RevenueTotal.totals(of: lines)
             let period = groupBy.map { [$0.rawValue] } ?? []
             let blank = groupBy == nil ? [] : [""]
@@ -269,12 +278,7 @@ struct ReportCommand: ParsableCommand {
                         w.field("product", line.product)
                         w.field("currency", line.currency)
                         w.field("price", line.price)
-                        w.field("purchases", line.purchases)
-                        w.field("units", line.units)
-                        w.field("refundedUnits", line.refundedUnits)
-                        w.field("gross", "\(line.gross)")
-                        w.field("refunds", "\(line.refunds)")
-                        w.field("net", "\(line.net)")
+                        amounts(&w, line.purchases, line.units, line.refundedUnits, line.gross, line.refunds)
                     }
                 },
                 totals: totals.map {
@@ -287,12 +291,7 @@ struct ReportCommand: ParsableCommand {
                     let total = $0
                     return row { w in
                         w.field("currency", total.currency)
-                        w.field("purchases", total.purchases)
-                        w.field("units", total.units)
-                        w.field("refundedUnits", total.refundedUnits)
-                        w.field("gross", "\(total.gross)")
-                        w.field("refunds", "\(total.refunds)")
-                        w.field("net", "\(total.net)")
+                        amounts(&w, total.purchases, total.units, total.refundedUnits, total.gross, total.refunds)
                     }
                 })
         case .stuck(let downloads, let devices):

@@ -33,6 +33,14 @@ struct Figure {
         let ratios = zip(samples, ceiling).map { $0 / $1 }.sorted()
         return ratios[ratios.count / 2]
     }
+
+    /// `  name: median M unit (min, max), R x of raw SQLite`, as the benchmark prints it.
+    var summary: String {
+        let s = sorted
+        var line = "  \(name): median \(String(format: "%.3f", median)) \(unit) (min \(String(format: "%.3f", s.first!)), max \(String(format: "%.3f", s.last!)))"
+        if let ratio { line += ", \(String(format: "%.2f", ratio))x of raw SQLite" }
+        return line
+    }
 }
 
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -147,9 +155,7 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     func report(_ size: Int, _ f: Figure) {
         figures.append((size, f))
-        let s = f.sorted
-        var line = "  \(f.name): median \(String(format: "%.3f", f.median)) \(f.unit) (min \(String(format: "%.3f", s.first!)), max \(String(format: "%.3f", s.last!)))"
-        if let ratio = f.ratio { line += ", \(String(format: "%.2f", ratio))x of raw SQLite" }
+        var line = f.summary
         let now = cpuTicks()
         if now.total > ticks.total {
             line += String(format: " [CPU steal %.0f%%]", 100 * Double(now.steal - ticks.steal) / Double(now.total - ticks.total))
@@ -418,12 +424,7 @@ case "append":
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     for figure in try perEventAppendFigures(workload: args[1], runs: args.count > 2 ? Int(args[2]) ?? 3 : 3, scratch: scratch) {
-        let appends = figure.samples.sorted(), raws = figure.ceiling!.sorted()
-        let ratios = zip(figure.samples, figure.ceiling!).map { $0 / $1 }.sorted()
-        print(
-            String(
-                format: "  %@: median %.0f events/s (min %.0f, max %.0f); raw median %.0f; ratio median %.2fx (min %.2f, max %.2f)",
-                figure.name, appends[appends.count / 2], appends.first!, appends.last!, raws[raws.count / 2], ratios[ratios.count / 2], ratios.first!, ratios.last!))
+        print(figure.summary)
     }
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])

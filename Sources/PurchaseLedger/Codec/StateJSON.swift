@@ -36,7 +36,7 @@ public enum StateJSON {
         w.beginObject()
         w.field("seq", s.seq)
         w.key("transactions"); w.beginArray()
-        for t in transactions { transaction(t, to: &w) }
+        for t in transactions { write(t, to: &w) }
         w.endArray()
         w.key("downloads"); w.beginArray()
         for d in downloads { download(d, contentURL: s.contentURL(for: d.download), to: &w) }
@@ -64,17 +64,13 @@ public enum StateJSON {
         return w.string
     }
 
-    /// One transaction, as in the state's `transactions`, into a larger document.
-    public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
-        transaction(t, to: &w)
-    }
-
     /// One download, as in the state's `downloads`, into a larger document.
     public static func write(_ d: DownloadRecord, to w: inout JSONWriter) {
         download(d, contentURL: d.state == .finished ? d.contentURL : nil, to: &w)
     }
 
-    static func transaction(_ t: TransactionRecord, to w: inout JSONWriter) {
+    /// One transaction, as in the state's `transactions`, into a larger document.
+    public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
         w.beginObject()
         w.field("transaction", t.transaction); w.field("product", t.product); w.field("user", t.user)
         w.field("quantity", t.quantity); w.field("state", t.state.rawValue); w.field("finished", t.finished)

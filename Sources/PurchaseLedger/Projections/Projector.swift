@@ -312,10 +312,11 @@ package enum Projector {
         return (row, related, contents)
     }
 
+    // The row functions below convert each value by its own type, with no array of existential
+    // boxes: they run for every row of a rebuild and of a ship.
+
     package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
-        // Each value converted by its own type (no existential boxes: this runs for every row of a
-        // rebuild and of a ship).
-        return [
+        [
             t.transaction.databaseValue,
             t.product.databaseValue,
             t.user.databaseValue,
@@ -342,8 +343,6 @@ package enum Projector {
 
     package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [DatabaseValue] {
         let position = d.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: d.download) } ?? 0
-        // Each value converted by its own type (no existential boxes: this runs for every row of a
-        // rebuild and of a ship).
         return [
             d.download.databaseValue,
             d.transaction.databaseValue,
@@ -376,8 +375,6 @@ package enum Projector {
 
     package static func historyRow(_ entry: OwnedContentHistoryEntry) -> [DatabaseValue] {
         let o = entry.owned
-        // Each value converted by its own type (no existential boxes: this runs for every row of a
-        // rebuild and of a ship).
         return [
             entry.seq.databaseValue,
             o.download.databaseValue,
@@ -389,8 +386,6 @@ package enum Projector {
     }
 
     package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
-        // Each value converted by its own type (no existential boxes: this runs for every row of a
-        // rebuild and of a ship).
         return [
             o.product.databaseValue,
             o.content.databaseValue,

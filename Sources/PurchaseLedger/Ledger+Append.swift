@@ -73,15 +73,22 @@ extension Ledger {
     /// ```
     @discardableResult
     public func importJSONLines(from reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
+        // The JSON is read and parsed on a thread of its own, ahead of the rules and the writes.
+        let ahead = ReadAhead { () throws -> (event: Event, line: Int, bytesRead: Int)? in
+            guard let (event, line) = try reader.next() else { return nil }
+            return (event, line, reader.bytesRead)
+        }
+        defer { ahead.stop() }
         var decided = 0
         var summary = try appendSession(keepEvents: nil) {
-            guard let (event, line) = try reader.next() else { return nil }
+            guard let item = try ahead.next() else { return nil }
             decided += 1
             if let progress, decided % 10_000 == 0 {
-                progress(ImportProgress(events: decided, bytesRead: reader.bytesRead, totalBytes: reader.totalBytes))
+                progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
             }
-            return (event, line)
+            return (item.event, item.line)
         }
+        ahead.stop()
         summary.skippedLedgerAppended = reader.skippedLedgerAppended
         return summary
     }
@@ -116,11 +123,11 @@ extension Ledger {
                     var summary: ImportSummary!
                     try db.inTransaction(.immediate) {
                         mutated = try catchUp(&w, db)
-                        var session = try AppendSession(db, configuration: configuration, chain: chain, cache: pageCache)
+                        var session = try AppendSession(db, configuration: configuration, chain: chain, lastLink: w.lastLink, cache: pageCache)
                         while let (event, line) = try next() {
                             try session.decide(event, line: line, into: &w, db, mutated: &mutated, keep: keepEvents)
                         }
-                        try session.write(w, db)
+                        try session.write(&w, db)
                         summary = session.summary(lastSeq: w.state.seq)
                         return .commit
                     }
@@ -165,7 +172,6 @@ extension Ledger {
 /// write lock, so a refusal at any input event leaves nothing to undo.
 struct AppendSession {
     private let configuration: LedgerConfiguration
-    private let chain: HashChain
     private let cache: SnapshotPageCache
     private let spool = Spool()
     private var blocks: EventStore.BlockWriter
@@ -176,11 +182,10 @@ struct AppendSession {
     private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
     private var firstSeq: Int64?
 
-    init(_ db: Database, configuration: LedgerConfiguration, chain: HashChain, cache: SnapshotPageCache) throws {
+    init(_ db: Database, configuration: LedgerConfiguration, chain: HashChain, lastLink: [UInt8], cache: SnapshotPageCache) throws {
         self.configuration = configuration
-        self.chain = chain
         self.cache = cache
-        blocks = try EventStore.BlockWriter(db, blockSize: configuration.blockSize, codec: configuration.blockCodec, spool: spool)
+        blocks = try EventStore.BlockWriter(db, blockSize: configuration.blockSize, codec: configuration.blockCodec, chain: chain, lastLink: lastLink)
     }
 
     /// Runs the rules on one input event (and on what the ledger appends before it), advancing
@@ -206,10 +211,8 @@ struct AppendSession {
             let recorded = RecordedEvent(
                 seq: seq, version: version, event: event, recordedAt: configuration.clock(),
                 anomaly: outcome.anomaly, appendedByLedger: event != input)
-            let payload = FrameCodec.payload(event.body)
-            let link = chain.link(after: w.lastLink, frame: FrameCodec.canonical(recorded, payload: payload))
-            try blocks.add(EventStore.Frame(recorded, payload: payload, link: link), db)
-            w.lastLink = link
+            // Linked into the chain by the block writer, off this thread.
+            try blocks.add(EventStore.Frame(recorded, payload: FrameCodec.payload(event.body)), db)
             if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
                 changes.append(change)
             }
@@ -231,8 +234,9 @@ struct AppendSession {
 
     /// Stores everything decided: the log's blocks and tail rows, the snapshots, the owned-content
     /// history in order, and the projection rows of what changed, at the state `w` reached.
-    func write(_ w: Ledger.Writer, _ db: Database) throws {
+    mutating func write(_ w: inout Ledger.Writer, _ db: Database) throws {
         guard stored > 0 else { return }
+        w.lastLink = try blocks.finish()
         try blocks.write(db)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
         for change in changes {

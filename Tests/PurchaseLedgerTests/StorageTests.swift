@@ -402,3 +402,27 @@ import Testing
         }
     }
 }
+
+@Suite struct JSONNumberTests {
+    /// The parser reads short integers without strtod; every number must still come out as the
+    /// text's own `Double` and `Int64` say.
+    @Test func numbersMatchTheirText() throws {
+        var texts = [
+            "0", "-0", "7", "-7", "10", "4.99", "-0.5", "1e3", "1E-2", "123456789012345678", "-123456789012345678",
+            "1234567890123456789", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "12345678901234567890123",
+            "9007199254740993", "0.1", "2.5e+10",
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<200 { texts.append(String(Int64.random(in: -999_999_999_999_999_999...999_999_999_999_999_999, using: &generator))) }
+        for text in texts {
+            let parsed = try JSONParser.parse(Array("{\"n\":\(text)}".utf8))
+            guard case .object(let members) = parsed, case .number(let double, let integer) = members[0].value else {
+                Issue.record("\(text) did not parse as a number")
+                continue
+            }
+            let expected = Double(text)!
+            #expect(double == expected && double.sign == expected.sign, "\(text): \(double) against \(expected)")
+            #expect(integer == (text.contains { ".eE".contains($0) } ? nil : Int64(text)), "\(text)")
+        }
+    }
+}

@@ -63,6 +63,7 @@ struct JSONParser {
             guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
             i += 1
             var members: [(key: String, value: JSON)] = []
+            members.reserveCapacity(8)
             skipSpace()
             if i < bytes.count && bytes[i] == UInt8(ascii: "}") {
                 i += 1
@@ -131,12 +132,20 @@ struct JSONParser {
     private mutating func number() throws(JSONParseError) -> JSON {
         let start = i
         var isInteger = true
-        if bytes[i] == UInt8(ascii: "-") { i += 1 }
+        let negative = bytes[i] == UInt8(ascii: "-")
+        if negative { i += 1 }
         guard i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 else { throw fail("invalid number") }
+        // The integer part's value as it is scanned: most numbers are small integers, which need
+        // no text and no strtod.
+        var magnitude: Int64 = 0
+        let digitsStart = i
         if bytes[i] == 48 {
             i += 1
         } else {
-            while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 { i += 1 }
+            while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 {
+                magnitude = magnitude &* 10 &+ Int64(bytes[i] &- 48)
+                i += 1
+            }
         }
         if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
             isInteger = false
@@ -150,6 +159,12 @@ struct JSONParser {
             if i < bytes.count, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
             guard i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 else { throw fail("invalid number") }
             while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 { i += 1 }
+        }
+        if isInteger && i - digitsStart <= 18 {
+            // At most 18 digits cannot overflow, and converting the exact integer rounds the way
+            // strtod rounds its text.
+            let value = negative ? -magnitude : magnitude
+            return .number(negative && value == 0 ? -0.0 : Double(value), integer: value)
         }
         let text = String(decoding: bytes[start..<i], as: UTF8.self)
         guard let double = Double(text), double.isFinite else { throw fail("number out of range") }

@@ -62,7 +62,8 @@ enum EventStore {
         var payload: [UInt8]
         var link: [UInt8]
 
-        init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8]) {
+        /// A new event's frame; its link is set when it is linked into the chain.
+        init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {
             seq = e.seq
             stream = e.stream
             version = e.version
@@ -81,78 +82,89 @@ enum EventStore {
         }
     }
 
-    /// The next events of the log on their way in: full blocks of `blockSize` are sealed as
-    /// frames arrive (the open tail's stored rows first), compressed and put in a ``Spool``;
-    /// nothing is written until ``write(_:)``. Reading the tail and the dictionary is all it
-    /// does to the database before then, so an append refused half-way has written nothing.
+    /// The next events of the log on their way in. Frames arrive without their chain link; a
+    /// ``Sealer`` on a thread of its own links them, in order, and seals and compresses every full
+    /// block of `blockSize` (the open tail's stored rows first) into a ``Spool``, while the append
+    /// goes on deciding the next events. Nothing is written until ``write(_:)``. Reading the tail
+    /// and the dictionary is all it does to the database before then, so an append refused
+    /// half-way has written nothing.
     struct BlockWriter {
         let blockSize: Int
         let codec: BlockCodec
-        private let spool: Spool
         /// Rows in the open tail when the append began.
         private let storedTail: Int
-        /// Frames not sealed yet: the stored tail's (once read) and the new ones after them.
-        private var pending: [Frame] = []
-        private var tailRead = false
-        private var sealed: [(row: SealedRow, data: Spool.Slice)] = []
-        private var dictionary: (id: Int64, bytes: [UInt8], isNew: Bool)?
+        /// New frames given so far.
+        private var added = 0
+        /// Whether the sealer has the stored tail and the dictionary (needed once a block can fill).
+        private var started = false
+        /// New frames not handed to the sealer yet.
+        private var batch: [Frame] = []
+        private let sealer: Sealer
+        private var result: Sealer.Result?
 
-        init(_ db: Database, blockSize: Int, codec: BlockCodec, spool: Spool) throws {
+        /// Frames handed to the sealer at once.
+        private static let batchSize = 256
+
+        init(_ db: Database, blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8]) throws {
             self.blockSize = max(1, blockSize)
             self.codec = codec
-            self.spool = spool
             storedTail = Int(try lastSeq(db) - lastSealedSeq(db))
+            sealer = Sealer(blockSize: self.blockSize, codec: codec, chain: chain, lastLink: lastLink)
         }
 
-        /// The next frame of the log.
+        /// The next frame of the log; its `link` is computed later, by the sealer.
         mutating func add(_ frame: Frame, _ db: Database) throws {
-            pending.append(frame)
-            if !tailRead && storedTail + pending.count >= blockSize {
+            added += 1
+            if !started && storedTail + added >= blockSize {
+                // The first block can now fill. The sealer holds fewer frames than that, so none
+                // is sealed before it has the stored tail to put first, and the dictionary.
+                try flushBatch()
+                var tail: [Frame] = []
                 if storedTail > 0 {
-                    let tail = try Row.fetchAll(
+                    tail = try Row.fetchAll(
                         db.cachedStatement(
                             sql: """
                                 SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
                                 """)
                     ).map(Frame.init(row:))
-                    pending = tail + pending
                 }
-                tailRead = true
+                var dictionary: (id: Int64, bytes: [UInt8])?
+                if codec == .lz4Dictionary, let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
+                    dictionary = (row[0], [UInt8](row[1] as Data))
+                }
+                sealer.start(tail: tail, dictionary: dictionary)
+                started = true
             }
-            if pending.count >= blockSize {
-                try seal(db)
-            }
+            batch.append(frame)
+            if batch.count >= Self.batchSize { try flushBatch() }
         }
 
-        private mutating func seal(_ db: Database) throws {
-            let frames = pending[..<blockSize]
-            if codec == .lz4Dictionary {
-                if dictionary == nil {
-                    if let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
-                        dictionary = (row[0], [UInt8](row[1] as Data), false)
-                    } else {
-                        // The first block sealed seeds the ledger's dictionary from its own frames.
-                        let raw = EventStore.rawBlock(frames)
-                        dictionary = (1, Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)), true)
-                    }
-                }
-            }
-            var row = try EventStore.seal(frames, codec: codec, dictionary: dictionary.map { ($0.id, $0.bytes) })
-            let slice = try spool.append(row.data)
-            row.data = []
-            sealed.append((row, slice))
-            pending.removeFirst(blockSize)
+        private mutating func flushBatch() throws {
+            guard !batch.isEmpty else { return }
+            sealer.add(batch)
+            batch = []
+            batch.reserveCapacity(Self.batchSize)
         }
 
-        /// Writes what was decided: the dictionary if this append seeded it, the sealed blocks,
-        /// and the frames left over as the open tail's rows.
+        /// Waits until every frame is linked and every full block compressed, and returns the
+        /// link of the last frame (the one given to `init` when there was none).
+        mutating func finish() throws -> [UInt8] {
+            try flushBatch()
+            let result = try sealer.finish()
+            self.result = result
+            return result.lastLink
+        }
+
+        /// Writes what was decided, after ``finish()``: the dictionary if this append seeded it,
+        /// the sealed blocks, and the frames left over as the open tail's rows.
         func write(_ db: Database) throws {
-            if let dictionary, dictionary.isNew {
+            guard let result else { throw LedgerError.storage("the log's blocks were written before they were sealed") }
+            if let dictionary = result.newDictionary {
                 try db.execute(
                     sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (?, ?, ?)",
-                    arguments: [dictionary.id, sealed.first?.row.first ?? 1, Data(dictionary.bytes)])
+                    arguments: [dictionary.id, result.sealed.first?.row.first ?? 1, Data(dictionary.bytes)])
             }
-            if !sealed.isEmpty && storedTail > 0 {
+            if !result.sealed.isEmpty && storedTail > 0 {
                 // The first sealed block took in the whole stored tail (it is shorter than a block).
                 try db.execute(sql: "DELETE FROM events")
             }
@@ -161,10 +173,10 @@ enum EventStore {
                     INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link)
                     VALUES (?, ?, ?, ?, ?, ?, ?)
                     """)
-            for (row, slice) in sealed {
+            for (row, slice) in result.sealed {
                 try insertBlock.execute(arguments: [
                     row.first, row.last, row.codec.rawValue, row.dictionaryID, row.rawSize,
-                    Data(try spool.read(slice)), Data(row.lastLink),
+                    Data(try sealer.spool.read(slice)), Data(row.lastLink),
                 ])
             }
             // The stored tail is read only when a block is sealed at once from it, so the frames
@@ -174,9 +186,108 @@ enum EventStore {
                     INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
                     VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
                     """)
-            for f in pending {
+            for f in result.pending {
                 try insertRow.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
             }
+        }
+    }
+
+    /// Links frames into the chain and seals full blocks, on a queue of its own, in the order the
+    /// frames were given. The compressed blocks wait in a spool of their own. At most a few
+    /// batches wait, so memory stays bounded whatever the append's size.
+    final class Sealer: @unchecked Sendable {
+        struct Result {
+            var sealed: [(row: SealedRow, data: Spool.Slice)]
+            /// Linked frames that fill no block: the open tail's new rows.
+            var pending: [Frame]
+            var lastLink: [UInt8]
+            /// The dictionary seeded from the first block, when the ledger had none.
+            var newDictionary: (id: Int64, bytes: [UInt8])?
+        }
+
+        private let queue = DispatchQueue(label: "purchase-ledger.seal")
+        private let slots = DispatchSemaphore(value: 8)
+        private let blockSize: Int
+        private let codec: BlockCodec
+        private let chain: HashChain
+        // Read and written on `queue` only, until `finish()` returns.
+        let spool = Spool()
+        private var lastLink: [UInt8]
+        private var pending: [Frame] = []
+        private var started = false
+        private var dictionary: (id: Int64, bytes: [UInt8])?
+        private var newDictionary: (id: Int64, bytes: [UInt8])?
+        private var sealed: [(row: SealedRow, data: Spool.Slice)] = []
+        private var canonical = BinaryWriter(capacity: 256)
+        private var failure: (any Error)?
+
+        init(blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8]) {
+            self.blockSize = blockSize
+            self.codec = codec
+            self.chain = chain
+            self.lastLink = lastLink
+        }
+
+        /// Puts the stored tail's frames (already linked) before the new ones, and gives the
+        /// ledger's dictionary (nil: seed one from the first block). Blocks are sealed after this.
+        func start(tail: [Frame], dictionary: (id: Int64, bytes: [UInt8])?) {
+            run { [self] in
+                pending = tail + pending
+                self.dictionary = dictionary
+                started = true
+                try sealFullBlocks()
+            }
+        }
+
+        /// Links `frames` after the last one given, then seals what fills a block.
+        func add(_ frames: [Frame]) {
+            run { [self] in
+                for var frame in frames {
+                    FrameCodec.canonical(frame, into: &canonical)
+                    frame.link = chain.link(after: lastLink, frame: canonical.bytes)
+                    lastLink = frame.link
+                    pending.append(frame)
+                }
+                try sealFullBlocks()
+            }
+        }
+
+        /// Waits for the work given so far; its result, or the first failure.
+        func finish() throws -> Result {
+            try queue.sync {
+                if let failure { throw failure }
+                return Result(sealed: sealed, pending: pending, lastLink: lastLink, newDictionary: newDictionary)
+            }
+        }
+
+        private func run(_ work: @escaping @Sendable () throws -> Void) {
+            slots.wait()
+            queue.async { [self] in
+                defer { slots.signal() }
+                guard failure == nil else { return }
+                do { try work() } catch { failure = error }
+            }
+        }
+
+        private func sealFullBlocks() throws {
+            guard started else { return }
+            var start = 0
+            while pending.count - start >= blockSize {
+                let frames = pending[start..<(start + blockSize)]
+                if codec == .lz4Dictionary && dictionary == nil {
+                    // The first block sealed seeds the ledger's dictionary from its own frames.
+                    let raw = EventStore.rawBlock(frames)
+                    let seeded = (id: Int64(1), bytes: Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)))
+                    dictionary = seeded
+                    newDictionary = seeded
+                }
+                var row = try EventStore.seal(frames, codec: codec, dictionary: dictionary)
+                let slice = try spool.append(row.data)
+                row.data = []
+                sealed.append((row, slice))
+                start += blockSize
+            }
+            if start > 0 { pending.removeFirst(start) }
         }
     }
 

@@ -61,13 +61,28 @@ enum FrameCodec {
     /// The canonical frame written over `w`'s bytes, keeping their capacity: a loop that hashes
     /// every event of a log reuses one buffer.
     static func canonical(_ e: RecordedEvent, payload: [UInt8], into w: inout BinaryWriter) {
+        canonical(
+            seq: e.seq, type: UInt64(e.event.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
+            recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: payload, into: &w)
+    }
+
+    /// The canonical frame of a frame on its way into the log, over `w`'s bytes.
+    static func canonical(_ f: EventStore.Frame, into w: inout BinaryWriter) {
+        canonical(
+            seq: f.seq, type: UInt64(bitPattern: f.type), flags: UInt64(bitPattern: f.flags), at: f.at, recorded: f.recorded,
+            version: f.version, payload: f.payload, into: &w)
+    }
+
+    private static func canonical(
+        seq: Int64, type: UInt64, flags: UInt64, at: Int64, recorded: Int64, version: Int64, payload: [UInt8], into w: inout BinaryWriter
+    ) {
         w.bytes.removeAll(keepingCapacity: true)
-        w.varint(UInt64(e.seq))
-        w.varint(UInt64(e.event.type.rawValue))
-        w.varint(e.flags)
-        w.zigzag(e.event.at.nanosecondsSinceEpoch)
-        w.zigzag(e.recordedAt.nanosecondsSinceEpoch)
-        w.varint(UInt64(e.version))
+        w.varint(UInt64(seq))
+        w.varint(type)
+        w.varint(flags)
+        w.zigzag(at)
+        w.zigzag(recorded)
+        w.varint(UInt64(version))
         w.lengthPrefixed(payload)
     }
 

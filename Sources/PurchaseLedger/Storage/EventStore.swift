@@ -118,7 +118,7 @@ enum EventStore {
             if !started && storedTail + added >= blockSize {
                 // The first block can now fill. The sealer holds fewer frames than that, so none
                 // is sealed before it has the stored tail to put first, and the dictionary.
-                try flushBatch()
+                try flushBatch(later: true)
                 var tail: [Frame] = []
                 if storedTail > 0 {
                     tail = try Row.fetchAll(
@@ -136,12 +136,15 @@ enum EventStore {
                 started = true
             }
             batch.append(frame)
-            if batch.count >= Self.batchSize { try flushBatch() }
+            if batch.count >= Self.batchSize { try flushBatch(later: true) }
         }
 
-        private mutating func flushBatch() throws {
+        /// Hands the batch to the sealer: to its queue when `later` (a large append, which goes on
+        /// while the sealer works), or, when nothing went to the queue yet, done here and now (a
+        /// small append, which would only wait for the queue).
+        private mutating func flushBatch(later: Bool) throws {
             guard !batch.isEmpty else { return }
-            sealer.add(batch)
+            sealer.add(batch, later: later)
             batch = []
             batch.reserveCapacity(Self.batchSize)
         }
@@ -149,7 +152,7 @@ enum EventStore {
         /// Waits until every frame is linked and every full block compressed, and returns the
         /// link of the last frame (the one given to `init` when there was none).
         mutating func finish() throws -> [UInt8] {
-            try flushBatch()
+            try flushBatch(later: false)
             let result = try sealer.finish()
             self.result = result
             return result.lastLink
@@ -192,9 +195,10 @@ enum EventStore {
         }
     }
 
-    /// Links frames into the chain and seals full blocks, on a queue of its own, in the order the
-    /// frames were given. The compressed blocks wait in a spool of their own. At most a few
-    /// batches wait, so memory stays bounded whatever the append's size.
+    /// Links frames into the chain and seals full blocks, in the order the frames were given: on a
+    /// queue of its own once work is handed over `later`, on the calling thread until then. The
+    /// compressed blocks wait in a spool of their own. At most a few batches wait, so memory stays
+    /// bounded whatever the append's size.
     final class Sealer: @unchecked Sendable {
         struct Result {
             var sealed: [(row: SealedRow, data: Spool.Slice)]
@@ -210,7 +214,10 @@ enum EventStore {
         private let blockSize: Int
         private let codec: BlockCodec
         private let chain: HashChain
-        // Read and written on `queue` only, until `finish()` returns.
+        /// Whether work went to `queue`. Until it does, everything runs on the calling thread, and
+        /// `finish()` need not wait.
+        private var queued = false
+        // Read and written on `queue` only, once `queued`, until `finish()` returns.
         let spool = Spool()
         private var lastLink: [UInt8]
         private var pending: [Frame] = []
@@ -231,7 +238,7 @@ enum EventStore {
         /// Puts the stored tail's frames (already linked) before the new ones, and gives the
         /// ledger's dictionary (nil: seed one from the first block). Blocks are sealed after this.
         func start(tail: [Frame], dictionary: (id: Int64, bytes: [UInt8])?) {
-            run { [self] in
+            run(later: false) { [self] in
                 pending = tail + pending
                 self.dictionary = dictionary
                 started = true
@@ -240,8 +247,8 @@ enum EventStore {
         }
 
         /// Links `frames` after the last one given, then seals what fills a block.
-        func add(_ frames: [Frame]) {
-            run { [self] in
+        func add(_ frames: [Frame], later: Bool) {
+            run(later: later) { [self] in
                 for var frame in frames {
                     FrameCodec.canonical(frame, into: &canonical)
                     frame.link = chain.link(after: lastLink, frame: canonical.bytes)
@@ -254,13 +261,20 @@ enum EventStore {
 
         /// Waits for the work given so far; its result, or the first failure.
         func finish() throws -> Result {
-            try queue.sync {
+            let result = { [self] () throws -> Result in
                 if let failure { throw failure }
                 return Result(sealed: sealed, pending: pending, lastLink: lastLink, newDictionary: newDictionary)
             }
+            return try queued ? queue.sync(execute: result) : result()
         }
 
-        private func run(_ work: @escaping @Sendable () throws -> Void) {
+        private func run(later: Bool, _ work: @escaping @Sendable () throws -> Void) {
+            if !later && !queued {
+                guard failure == nil else { return }
+                do { try work() } catch { failure = error }
+                return
+            }
+            queued = true
             slots.wait()
             queue.async { [self] in
                 defer { slots.signal() }

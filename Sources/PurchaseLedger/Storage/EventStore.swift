@@ -217,8 +217,10 @@ enum EventStore {
         /// Whether work went to `queue`. Until it does, everything runs on the calling thread, and
         /// `finish()` need not wait.
         private var queued = false
-        // Read and written on `queue` only, once `queued`, until `finish()` returns.
-        let spool = Spool()
+        // What follows is read and written on `queue` only, once `queued`, until `finish()`
+        // returns. The spool spills to a file after 1 MiB: every byte it holds adds to a large
+        // append's peak memory.
+        let spool = Spool(memoryLimit: 1 << 20)
         private var lastLink: [UInt8]
         private var pending: [Frame] = []
         private var started = false

@@ -426,3 +426,57 @@ import Testing
         }
     }
 }
+
+@Suite struct ReadAheadTests {
+    struct Boom: Error, Equatable { var at: Int }
+
+    /// Every item comes out once, in order, across batch boundaries, then nil.
+    @Test func itemsComeOutInOrder() throws {
+        var next = 0
+        let ahead = ReadAhead(batchSize: 7, depth: 2) { () -> Int? in
+            guard next < 1000 else { return nil }
+            defer { next += 1 }
+            return next
+        }
+        defer { ahead.stop() }
+        var seen: [Int] = []
+        while let item = try ahead.next() { seen.append(item) }
+        #expect(seen == Array(0..<1000))
+        #expect(try ahead.next() == nil)
+    }
+
+    /// The producer's error comes out after every item produced before it, never earlier.
+    @Test func anErrorComesAfterTheItemsBeforeIt() throws {
+        var next = 0
+        let ahead = ReadAhead(batchSize: 8, depth: 3) { () throws -> Int? in
+            if next == 101 { throw Boom(at: next) }
+            defer { next += 1 }
+            return next
+        }
+        defer { ahead.stop() }
+        var seen: [Int] = []
+        #expect(throws: Boom(at: 101)) {
+            while let item = try ahead.next() { seen.append(item) }
+        }
+        #expect(seen == Array(0...100))
+    }
+
+    /// A consumer that stops early (a refused event half-way through an import) ends the producer,
+    /// even one waiting on a full buffer, and gets the input back: stop() returns only after the
+    /// producer's thread is done with it.
+    @Test func stoppingEarlyEndsTheProducer() throws {
+        let produced = Locked(0)
+        let ahead = ReadAhead(batchSize: 4, depth: 2) { () -> Int? in
+            produced.withLock { $0 += 1 }
+            return 1
+        }
+        #expect(try ahead.next() == 1)
+        ahead.stop()
+        let after = produced.withLock { $0 }
+        // Bounded: the batches that fit in the buffer, the one being filled, and the one held.
+        #expect(after <= 4 * (2 + 2) + 1)
+        Thread.sleep(forTimeInterval: 0.05)
+        #expect(produced.withLock { $0 } == after)
+        ahead.stop()
+    }
+}

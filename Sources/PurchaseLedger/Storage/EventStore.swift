@@ -118,7 +118,7 @@ enum EventStore {
             if !started && storedTail + added >= blockSize {
                 // The first block can now fill. The sealer holds fewer frames than that, so none
                 // is sealed before it has the stored tail to put first, and the dictionary.
-                try flushBatch(later: true)
+                try flushBatch(later: false)
                 var tail: [Frame] = []
                 if storedTail > 0 {
                     tail = try Row.fetchAll(

@@ -243,7 +243,7 @@ struct AppendSession {
             try Projector.apply(change, db)
         }
         try Projector.flush(dirty, state: w.state, db)
-        try Projector.markUpToDate(seq: w.state.seq, db)
+        try Projector.markInStep(db)
     }
 
     func summary(lastSeq: Int64) -> ImportSummary {

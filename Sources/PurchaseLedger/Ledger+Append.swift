@@ -67,6 +67,10 @@ extension Ledger {
     /// nothing: the error names the line, and the ledger file and its WAL are left exactly as
     /// they were.
     ///
+    /// The input is read and parsed on a thread of its own, ahead of the rules. After an error
+    /// that thread may still be waiting on the input (a pipe) for its current line; it ends when
+    /// that line comes or the input closes, so do not read from `reader` again after an error.
+    ///
     /// ```swift
     /// let summary = try ledger.importJSONLines(from: try JSONLinesReader(path: "export.jsonl"))
     /// print("stored \(summary.stored) events, last seq \(summary.lastSeq)")
@@ -74,20 +78,28 @@ extension Ledger {
     @discardableResult
     public func importJSONLines(from reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
         // The JSON is read and parsed on a thread of its own, ahead of the rules and the writes.
-        let ahead = ReadAhead { () throws -> (event: Event, line: Int, bytesRead: Int)? in
+        let ahead = ReadAhead(willWait: { !reader.hasBufferedLine }) { () throws -> (event: Event, line: Int, bytesRead: Int)? in
             guard let (event, line) = try reader.next() else { return nil }
             return (event, line, reader.bytesRead)
         }
-        defer { ahead.stop() }
         var decided = 0
-        var summary = try appendSession(keepEvents: nil) {
-            guard let item = try ahead.next() else { return nil }
-            decided += 1
-            if let progress, decided % 10_000 == 0 {
-                progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
+        var summary: ImportSummary
+        do {
+            summary = try appendSession(keepEvents: nil) {
+                guard let item = try ahead.next() else { return nil }
+                decided += 1
+                if let progress, decided % 10_000 == 0 {
+                    progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
+                }
+                return (item.event, item.line)
             }
-            return (item.event, item.line)
+        } catch {
+            // A refusal or a malformed line: report it now, even if the input is a pipe the
+            // reading thread is still waiting on.
+            ahead.stop(waiting: false)
+            throw error
         }
+        // The reading thread gave its last line, so this returns at once.
         ahead.stop()
         summary.skippedLedgerAppended = reader.skippedLedgerAppended
         return summary

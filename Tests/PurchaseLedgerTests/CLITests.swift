@@ -102,6 +102,31 @@ let sampleLog = """
         #expect(json.stdout.contains(#""stored":1"#))
     }
 
+    /// A refusal is reported at once even while stdin stays open: the thread reading ahead may be
+    /// waiting on the pipe for a line that never comes.
+    @Test func aRefusalOnAnOpenPipeExitsAtOnce() throws {
+        _ = try populated()
+        let before = try fileBytes(ledger)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["append", ledger]
+        let input = Pipe(), err = Pipe()
+        process.standardInput = input
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        let exited = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in exited.signal() }
+        try process.run()
+        input.fileHandleForWriting.write(Data(#"{"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t1"}"#.utf8 + [0x0A]))
+        let inTime = exited.wait(timeout: .now() + 30) == .success
+        try input.fileHandleForWriting.close()
+        if !inTime { process.waitUntilExit() }
+        #expect(inTime, "the refusal waited for the pipe to close")
+        #expect(process.terminationStatus == 1)
+        #expect(String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("line 1: alreadyFinished"))
+        #expect(try fileBytes(ledger) == before)
+    }
+
     @Test func aMalformedLineExits2AndChangesNothing() throws {
         _ = try populated()
         let before = try fileBytes(ledger)

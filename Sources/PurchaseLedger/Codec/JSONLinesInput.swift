@@ -40,6 +40,9 @@ public final class JSONLinesReader {
     private var lineNumber = 0
     /// Where `read` puts a chunk before it joins `buffer`.
     private var piece: [UInt8] = []
+    /// Where the last newline in `buffer` is (-1: none), so whether a whole line is waiting there
+    /// is known without scanning for it.
+    private var lastNewline = -1
     /// Bytes consumed so far.
     public private(set) var bytesRead = 0
     /// The input's size, when it is a regular file or bytes.
@@ -71,6 +74,7 @@ public final class JSONLinesReader {
         fd = -1
         ownsDescriptor = false
         buffer = bytes
+        lastNewline = bytes.lastIndex(of: 0x0A) ?? -1
         atEnd = true
         totalBytes = bytes.count
     }
@@ -78,6 +82,10 @@ public final class JSONLinesReader {
     deinit {
         if ownsDescriptor { close(fd) }
     }
+
+    /// Whether the next line is already read in, so ``next()`` does not wait on the input (a pipe)
+    /// for it, except to skip blank lines.
+    var hasBufferedLine: Bool { atEnd || lastNewline >= start }
 
     /// The next event and its 1-based line, or nil at the end. A malformed line throws
     /// ``LedgerError/Code/malformedInput`` with its ``LedgerError/line``; a read error
@@ -119,6 +127,7 @@ public final class JSONLinesReader {
             // Keep the unread part, then read the next piece after it.
             if start > 0 {
                 buffer.removeSubrange(0..<start)
+                lastNewline -= start
                 start = 0
             }
             scanned = buffer.count
@@ -136,6 +145,7 @@ public final class JSONLinesReader {
                 throw LedgerError.make(.io, "reading the input failed: \(String(cString: strerror(errno)))")
             }
             buffer.append(contentsOf: piece[0..<n])
+            if let newline = piece[0..<n].lastIndex(of: 0x0A) { lastNewline = buffer.count - n + newline }
             return n
         }
     }

@@ -26,13 +26,17 @@ final class ReadAhead<Item>: @unchecked Sendable {
     private var joined = false
     private let exited = DispatchSemaphore(value: 0)
     private let produce: () throws -> Item?
+    private let willWait: () -> Bool
     private let batchSize: Int
     private let depth: Int
     private var current: [Item] = []
     private var index = 0
 
-    init(batchSize: Int = 256, depth: Int = 8, produce: @escaping () throws -> Item?) {
+    /// `willWait` tells whether the next `produce()` would block on its input (a pipe with
+    /// nothing new in it); the batch so far is handed over first.
+    init(batchSize: Int = 256, depth: Int = 8, willWait: @escaping () -> Bool = { false }, produce: @escaping () throws -> Item?) {
         self.produce = produce
+        self.willWait = willWait
         self.batchSize = max(1, batchSize)
         self.depth = max(1, depth)
         let thread = Thread { [self] in run() }
@@ -64,13 +68,16 @@ final class ReadAhead<Item>: @unchecked Sendable {
         return current[0]
     }
 
-    /// Stops the producer (at its next item) and waits until its thread has ended. Idempotent.
-    func stop() {
+    /// Stops the producer (at its next item) and, when `waiting`, waits until its thread has
+    /// ended. Not waiting suits a consumer giving up on an error: a producer blocked reading a pipe
+    /// that stays open would hold it until the next line; its thread ends by itself then, keeping
+    /// what it reads from alive until it does. Idempotent.
+    func stop(waiting: Bool = true) {
         condition.lock()
         stopping = true
         condition.broadcast()
-        let wait = !joined
-        joined = true
+        let wait = waiting && !joined
+        if waiting { joined = true }
         condition.unlock()
         if wait { exited.wait() }
     }
@@ -82,7 +89,9 @@ final class ReadAhead<Item>: @unchecked Sendable {
         do {
             while let item = try produce() {
                 batch.append(item)
-                if batch.count == batchSize {
+                // A batch goes over when full, and before the producer would wait on its input:
+                // input that trickles in (a pipe) is decided as it comes, not a batch later.
+                if batch.count == batchSize || willWait() {
                     guard hand(batch) else { return }
                     batch = []
                     batch.reserveCapacity(batchSize)
@@ -94,7 +103,7 @@ final class ReadAhead<Item>: @unchecked Sendable {
         }
     }
 
-    /// Queues a full batch, waiting while `depth` are queued; false once the consumer stopped.
+    /// Queues a batch, waiting while `depth` are queued; false once the consumer stopped.
     private func hand(_ batch: [Item]) -> Bool {
         condition.lock()
         defer { condition.unlock() }

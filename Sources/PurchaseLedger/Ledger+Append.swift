@@ -77,7 +77,6 @@ extension Ledger {
     /// ```
     @discardableResult
     public func importJSONLines(from reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
-        // The JSON is read and parsed on a thread of its own, ahead of the rules and the writes.
         let ahead = ReadAhead(willWait: { !reader.hasBufferedLine }) { () throws -> (event: Event, line: Int, bytesRead: Int)? in
             guard let (event, line) = try reader.next() else { return nil }
             return (event, line, reader.bytesRead)
@@ -248,8 +247,7 @@ struct AppendSession {
     /// history in order, and the projection rows of what changed, at the state `w` reached.
     mutating func write(_ w: inout Ledger.Writer, _ db: Database) throws {
         guard stored > 0 else { return }
-        w.lastLink = try blocks.finish()
-        try blocks.write(db)
+        w.lastLink = try blocks.write(db)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
         for change in changes {
             try Projector.apply(change, db)

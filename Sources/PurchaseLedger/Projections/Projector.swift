@@ -139,10 +139,9 @@ package enum Projector {
         let stored = try DatabaseValue.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_seq'") ?? .null
         let seq: Int64
         switch stored.storage {
-        case .string(let text) where text == inStepWithTheLog: seq = try EventStore.lastSeq(db)
-        case .int64(let n): seq = n
-        case .string(let text): seq = Int64(text) ?? 0
-        case .null, .double, .blob: seq = 0
+        case .string(inStepWithTheLog): seq = try EventStore.lastSeq(db)
+        case .int64(let n): seq = n  // what builds before the marker stored
+        case .string, .null, .double, .blob: seq = 0
         }
         let stamp = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'projection_stamp'")
         return (seq, stamp == Projector.stamp)

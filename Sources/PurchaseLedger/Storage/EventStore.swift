@@ -100,7 +100,6 @@ enum EventStore {
         /// New frames not handed to the sealer yet.
         private var batch: [Frame] = []
         private let sealer: Sealer
-        private var result: Sealer.Result?
 
         /// Frames handed to the sealer at once.
         private static let batchSize = 256
@@ -118,7 +117,7 @@ enum EventStore {
             if !started && storedTail + added >= blockSize {
                 // The first block can now fill. The sealer holds fewer frames than that, so none
                 // is sealed before it has the stored tail to put first, and the dictionary.
-                try flushBatch(later: false)
+                flushBatch(later: false)
                 var tail: [Frame] = []
                 if storedTail > 0 {
                     tail = try Row.fetchAll(
@@ -136,32 +135,25 @@ enum EventStore {
                 started = true
             }
             batch.append(frame)
-            if batch.count >= Self.batchSize { try flushBatch(later: true) }
+            if batch.count >= Self.batchSize { flushBatch(later: true) }
         }
 
         /// Hands the batch to the sealer: to its queue when `later` (a large append, which goes on
         /// while the sealer works), or, when nothing went to the queue yet, done here and now (a
         /// small append, which would only wait for the queue).
-        private mutating func flushBatch(later: Bool) throws {
+        private mutating func flushBatch(later: Bool) {
             guard !batch.isEmpty else { return }
             sealer.add(batch, later: later)
             batch = []
             batch.reserveCapacity(Self.batchSize)
         }
 
-        /// Waits until every frame is linked and every full block compressed, and returns the
-        /// link of the last frame (the one given to `init` when there was none).
-        mutating func finish() throws -> [UInt8] {
-            try flushBatch(later: false)
+        /// Waits until every frame is linked and every full block compressed, then writes what was
+        /// decided: the dictionary if this append seeded it, the sealed blocks, and the frames left
+        /// over as the open tail's rows. Returns the link of the last frame.
+        mutating func write(_ db: Database) throws -> [UInt8] {
+            flushBatch(later: false)
             let result = try sealer.finish()
-            self.result = result
-            return result.lastLink
-        }
-
-        /// Writes what was decided, after ``finish()``: the dictionary if this append seeded it,
-        /// the sealed blocks, and the frames left over as the open tail's rows.
-        func write(_ db: Database) throws {
-            guard let result else { throw LedgerError.storage("the log's blocks were written before they were sealed") }
             if let dictionary = result.newDictionary {
                 try db.execute(
                     sql: "INSERT INTO dictionaries (id, created_at_seq, bytes) VALUES (?, ?, ?)",
@@ -192,6 +184,7 @@ enum EventStore {
             for f in result.pending {
                 try insertRow.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
             }
+            return result.lastLink
         }
     }
 

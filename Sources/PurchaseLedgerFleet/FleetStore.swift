@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Logging
 import NIOCore
 import PostgresNIO
@@ -97,7 +98,9 @@ public final class FleetStore: Sendable {
     let logger: Logger
     /// The catalog rows this store wrote last: ledgers of one app share them, so most ships skip
     /// the catalog.
-    let lastCatalog = Locked<Int?>(nil)
+    let lastCatalog = Locked<[[[DatabaseValue]]]?>(nil)
+    /// Each fleet table's column types, as the server names them: the binary COPY's layout.
+    let columnTypeCache = Locked<[String: [String: CopyBinary.ColumnType]]?>(nil)
 
     private init(address: FleetAddress, connection: PostgresConnection, logger: Logger) {
         self.address = address

@@ -92,10 +92,13 @@ struct FleetTests {
 
         // Every event once, with the ledger's payload bytes and links.
         let id = try #require(try ledger.identity()).id
-        let stored = try await fleet.fetch("SELECT seq, type, link FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq")
+        let stored = try await fleet.fetch("SELECT seq, type, link, payload, stream, at_ns FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq")
         #expect(stored.map { $0["seq"] as Int64 } == Array(1...last))
         let local = try ledger.shipment(after: 0, link: nil)
         #expect(stored.map { $0["link"] as Data } == local.events.map { Data($0.link) })
+        #expect(stored.map { $0["payload"] as Data } == local.events.map { Data($0.payload) })
+        #expect(stored.map { $0["stream"] as String } == local.events.map(\.event.stream))
+        #expect(stored.map { $0["at_ns"] as Int64 } == local.events.map(\.event.event.at.nanosecondsSinceEpoch))
         #expect(stored.map { $0["type"] as String } == local.events.map(\.event.event.type.name))
         let server = try await fleet.fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
         #expect(server.first?["last_link"] == Data(local.lastLink))
@@ -115,6 +118,57 @@ struct FleetTests {
         }
         #expect(try await fleet.revenue() == ledger.revenue())
         #expect(try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max)).map(\.entry) == ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max)))
+        await fleet.close()
+    }
+
+    /// Rows go in PostgreSQL's binary COPY format: text that the text format escapes (tabs,
+    /// newlines, backslashes, `\N`), non-ASCII text, NULLs, booleans, negative and fractional
+    /// numbers arrive as the ledger holds them.
+    @Test func awkwardValuesArriveExactlyAsTheLedgerHoldsThem() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let product = #"com.example.tab\there \\N back\\slash"#
+        let lines = [
+            #"{"type":"productRegistered","at":"2024-03-01T00:00:00.000Z","product":"\#(product)","kind":"nonConsumable","price":"0.99","currency":"EUR","downloadable":true,"contents":[{"content":"c\nline","contentVersion":"1.0","contentLength":10}],"title":"Ünïcødé 🎉 \\N"}"#,
+            #"{"type":"paymentQueued","at":"1969-12-31T23:59:59.999Z","transaction":"tx\t1","product":"\#(product)","user":"u-é\\"}"#,
+            #"{"type":"transactionPurchased","at":"2024-03-01T00:00:01.000Z","transaction":"tx\t1","storeTransactionId":"\\N","downloads":[{"download":"d\r1","content":"c\nline","contentVersion":"1.0","contentLength":10}]}"#,
+            #"{"type":"downloadStarted","at":"2024-03-01T00:00:02.000Z","download":"d\r1"}"#,
+            #"{"type":"downloadProgressed","at":"2024-03-01T00:00:03.000Z","download":"d\r1","progress":0.1,"bytesWritten":1,"timeRemaining":-1}"#,
+            #"{"type":"downloadFailed","at":"2024-03-01T00:00:04.000Z","download":"d\r1","error":{"domain":"NSURLErrorDomain","code":-1009,"message":"tab\there, quote \" and \\"}}"#,
+        ]
+        let path = dir.path("awkward.ledger")
+        let ledger = try Ledger(path: path)
+        _ = try ledger.append(contentsOf: try lines.map { try JSONLines.decode($0) })
+        let fleet = try await FleetStore.connect(url, create: true)
+        #expect(try await fleet.ship(ledger).shippedEvents == lines.count)
+        let id = try #require(try ledger.identity()).id
+        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
+            let columns = table.columns.joined(separator: ", ")
+            let expected = try ledger.read { db in try Row.fetchAll(db, sql: "SELECT \(columns) FROM \(table.name)") }
+            let actual = try await fleet.fetch(PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(table.name) WHERE ledger_id = '\(id)'::uuid"))
+            #expect(actual.count == expected.count, "\(table.name)")
+            for (a, e) in zip(actual, expected) {
+                for column in table.columns {
+                    #expect(a[column] as DatabaseValue == e[column] as DatabaseValue, "\(table.name).\(column)")
+                }
+            }
+        }
+        let transactions = try await fleet.fetch("SELECT transaction_id, user_id, store_transaction_id FROM transactions")
+        #expect(transactions.map { $0["transaction_id"] as String } == ["tx\t1"])
+        #expect(transactions.map { $0["user_id"] as String } == ["u-é\\"])
+        #expect(transactions.map { $0["store_transaction_id"] as String } == ["\\N"])
+        let downloads = try await fleet.fetch("SELECT download_id, progress, error_code, error_message FROM downloads")
+        #expect(downloads.map { $0["download_id"] as String } == ["d\r1"])
+        #expect(downloads.map { $0["progress"] as Double } == [0.1])
+        #expect(downloads.map { $0["error_code"] as Int64 } == [-1009])
+        #expect(downloads.map { $0["error_message"] as String } == ["tab\there, quote \" and \\"])
+        let products = try await fleet.fetch("SELECT product, title FROM products")
+        #expect(products.map { $0["product"] as String } == ["com.example.tab\there \\N back\\slash"])
+        #expect(products.map { $0["title"] as String } == ["Ünïcødé 🎉 \\N"])
+        let local = try ledger.shipment(after: 0, link: nil)
+        let stored = try await fleet.fetch("SELECT payload, at_ns FROM events ORDER BY seq")
+        #expect(stored.map { $0["payload"] as Data } == local.events.map { Data($0.payload) })
+        #expect(stored.map { $0["at_ns"] as Int64 }.min() == -1_000_000, "the payment queued a millisecond before 1970")
         await fleet.close()
     }
 

@@ -176,9 +176,13 @@ public final class Ledger: Sendable {
     private static func connectionConfiguration(_ configuration: LedgerConfiguration) -> Configuration {
         var config = Configuration()
         config.prepareDatabase { db in
-            // Reads of the log and of snapshot pages straight from the mapped file, not copied
-            // through read(2).
-            try db.execute(sql: "PRAGMA mmap_size = 1073741824")
+            // Reads through read(2) and SQLite's own page cache, not a memory map (whatever the
+            // library's build default): a full scan of a mapped file keeps every page it touched
+            // in the process's resident memory until the connection closes (25 MB of a
+            // 1,000,000-event replay's 179 MB peak), and reading through the map was not faster
+            // here (replay 1.03-1.12 s against 1.05-1.25 s, time travel p99 36-40 ms against
+            // 30-34 ms, two runs each).
+            try db.execute(sql: "PRAGMA mmap_size = 0")
         }
         config.busyMode = .timeout(
             TimeInterval(configuration.busyTimeout.components.seconds)

@@ -137,7 +137,7 @@ public enum Reducer {
                 }
                 throw .violation(.duplicateTransaction, "transaction \(t) already exists; a new payment needs a new transaction id", e)
             }
-            guard s.products[product] != nil else {
+            guard let product = registered(product, s) else {
                 throw .violation(.unknownProduct, "product \(product) was never registered", e)
             }
             var record = TransactionRecord(transaction: t, product: product, user: user, quantity: quantity, state: .purchasing)
@@ -161,7 +161,7 @@ public enum Reducer {
                 guard let product else {
                     throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
                 }
-                guard s.products[product] != nil else {
+                guard let product = registered(product, s) else {
                     throw .violation(.unknownProduct, "product \(product) was never registered", e)
                 }
                 try checkNewDownloads(s, specs, e)
@@ -229,7 +229,7 @@ public enum Reducer {
                 }
                 return .unchanged
             }
-            guard s.products[product] != nil else {
+            guard let product = registered(product, s) else {
                 throw .violation(.unknownProduct, "product \(product) was never registered", e)
             }
             try checkNewDownloads(s, specs, e)
@@ -475,6 +475,16 @@ public enum Reducer {
     /// A verdict the reducer can act on (the illegal one has thrown).
     private enum Applicable {
         case apply, redelivery
+    }
+
+    /// The catalog's own copy of a registered product id, or nil for a product never
+    /// registered: a record made with it shares the catalog's string instead of holding one of
+    /// its own (a product id is longer than Swift keeps inline, and a large ledger holds a
+    /// hundred thousand transactions of a few hundred products).
+    @inline(__always)
+    private static func registered(_ product: String, _ s: LedgerState) -> String? {
+        guard let i = s.products.index(forKey: product) else { return nil }
+        return s.products.keys[i]
     }
 
     private static func transaction(_ s: LedgerState, _ t: String, _ e: Event) throws(LedgerError) -> TransactionRecord {

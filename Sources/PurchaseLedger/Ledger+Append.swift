@@ -238,7 +238,6 @@ struct AppendSession {
                 let snapshot: Snapshots.Pending
                 (state, snapshot) = try Snapshots.encode(state, db, spooled: &spooledPages, spool: spool)
                 snapshots.append(snapshot)
-                cache.remember(state)
             }
         }
     }
@@ -254,6 +253,11 @@ struct AppendSession {
         }
         try Projector.flush(dirty, state: w.state, db)
         try Projector.markInStep(db)
+        // The state now continues from the last snapshot's pages: keep them for later time
+        // travel. Not those of every snapshot of a long import: a page superseded by a later
+        // snapshot of the same append is rarely read again, and 1,000,000 events held 32 MB of
+        // them (ledger-bench import-once: peak RSS 219 against 187 MB).
+        if !snapshots.isEmpty { cache.remember(w.state) }
     }
 
     func summary(lastSeq: Int64) -> ImportSummary {

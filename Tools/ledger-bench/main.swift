@@ -242,7 +242,7 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
             let (_, seconds) = try time { try ledger.rebuildProjections() }
             rebuilds.append(seconds)
         }
-        report(size, Figure(name: "rebuild projections", unit: "s", samples: rebuilds, target: "< 5 (1,000,000)"))
+        report(size, Figure(name: "rebuild projections", unit: "s", samples: rebuilds, target: "< 2 (1,000,000)"))
 
         // 6. One user's history, and the revenue report.
         let users = try ledger.transactions().compactMap(\.user)

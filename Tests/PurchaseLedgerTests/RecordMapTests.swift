@@ -100,6 +100,63 @@ import Testing
         #expect(earlier == foldedEarlier)
     }
 
+    /// An old record changed here and there goes to the snapshot's overlay, its page kept as it
+    /// was; a page with more than `overlayLimit` changed records is rewritten. A state loaded from
+    /// such a snapshot, with nothing cached, equals a fold of the log at every snapshot and between.
+    @Test func scatteredChangesGoToTheOverlayAndLoadBackEqual() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("overlay.ledger")
+        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
+        c.maxSnapshots = 100
+        var ledger: Ledger? = try Ledger(path: path, configuration: c)
+        try ledger!.append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
+        ledger = nil
+        c.snapshotInterval = 500
+        ledger = try Ledger(path: path, configuration: c)
+        // Rounds of 500 events, each ending in a snapshot: a few scattered finishes (kept in the
+        // overlay, which grows from round to round), in round 3 six neighbours (one page
+        // rewritten), padded with re-registrations that change no record.
+        var seq = try ledger!.lastSeq()
+        var overlaid: [Int] = []
+        for round in 0..<5 {
+            var batch: [Event] = (0..<3).map { E.finished("t\((round * 331 + $0 * 997 + 11) % 3000)") }
+            if round == 3 { batch += (0..<6).map { E.finished("t\(2100 + $0)") } }
+            // New ids that sort between old ones: in the overlay, counted as added.
+            if round == 1 || round == 2 { batch.append(E.queued("t\(round)500a")) }
+            let next = (seq / 500 + 1) * 500
+            batch += Array(repeating: E.product("p1"), count: Int(next - seq) - batch.count)
+            try ledger!.append(contentsOf: batch)
+            seq = next
+            let manifest = try DatabaseQueue(path: path).read { try Data.fetchOne($0, sql: "SELECT manifest FROM snapshots ORDER BY seq DESC LIMIT 1")! }
+            let (_, _, overlays) = try SnapshotCodec.parse([UInt8](manifest))
+            if let entry = overlays[.transactions] {
+                let raw = try DatabaseQueue(path: path).read { try Data.fetchOne($0, sql: "SELECT data FROM snapshot_pages WHERE hash = ?", arguments: [Data(entry.address)])! }
+                overlaid.append(try [UInt8](raw).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }.count)
+            } else {
+                overlaid.append(0)
+            }
+        }
+        #expect(overlaid[0] == 0 && overlaid.dropFirst().allSatisfy { $0 > 0 }, "every snapshot after the first (all new pages) has an overlay: \(overlaid)")
+        #expect(overlaid[2] > overlaid[1], "the overlay grows with the changes it keeps: \(overlaid)")
+        #expect(overlaid[3] - overlaid[2] < 2 * (overlaid[2] - overlaid[1]), "the six neighbours rewrote their page instead: \(overlaid)")
+        let log = try ledger!.events(limit: 20_000)
+        ledger = nil
+        let reopened = try Ledger(path: path, configuration: c)
+        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        #expect(snapshotSeqs.count >= 5)
+        let targets = Set(snapshotSeqs.flatMap { [$0, $0 + 1, $0 + 250] }).filter { $0 <= Int64(log.count) }
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            if targets.contains(e.seq) {
+                let fresh = try Ledger(path: path, configuration: c).state(atSeq: e.seq)
+                #expect(fresh == folded, "state at seq \(e.seq), loaded from its snapshot")
+                #expect(fresh.transactions.count == folded.transactions.count)
+            }
+        }
+        #expect(reopened.currentState == folded)
+    }
+
     /// The page cache stays within its limit by dropping the least recently used pages.
     @Test func thePageCacheDropsTheLeastRecentlyUsedPages() {
         let cache = SnapshotPageCache(limit: 4)

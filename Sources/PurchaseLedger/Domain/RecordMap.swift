@@ -120,9 +120,26 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
         return elements
     }
 
-    /// The same records, with no changes apart from `base`: what a snapshot wrote.
-    mutating func rebase(on pages: RecordPages<Value>) {
-        self = RecordMap(base: pages)
+    /// The same records, held as a snapshot wrote them: `pages`, and beside them the records of
+    /// `overlay`.
+    mutating func rebase(on pages: RecordPages<Value>, overlay: Overlay = Overlay()) {
+        self = RecordMap(base: pages, overlay: overlay)
+    }
+
+    /// Records a snapshot stores beside its pages instead of rewriting a page for them: changed
+    /// or new records, ids removed from the pages, and how many of the records are new.
+    struct Overlay: Sendable {
+        var changed: [(key: String, value: Value)] = []
+        var removed: [String] = []
+        var added = 0
+    }
+
+    init(base: RecordPages<Value>, overlay: Overlay) {
+        self.base = base
+        changes.reserveCapacity(overlay.changed.count)
+        for (id, value) in overlay.changed { changes[RecordKey(id)] = value }
+        removed = Set(overlay.removed.map(RecordKey.init))
+        added = overlay.added
     }
 }
 

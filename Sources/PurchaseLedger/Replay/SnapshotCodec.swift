@@ -13,7 +13,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 4
+    static let format = 5
 
     typealias Failure = BinaryReader.Failure
 
@@ -25,6 +25,11 @@ enum SnapshotCodec {
     /// Pages hold about 256 records; a key whose hash ends in eight zero bits closes one.
     static let boundaryMask: UInt64 = 255
     static let maxPageBytes = 256 * 1024
+    /// A stored page with at most this many records changed, added or removed since it was
+    /// written is kept as it is, and those records go to the snapshot's overlay: a large ledger
+    /// changes a few old records here and there between snapshots, and rewriting a whole page
+    /// (about 10 KB compressed) for each of them made most of a snapshot's bytes.
+    static let overlayLimit = 4
 
     /// A page as the manifest lists it.
     struct PageEntry {
@@ -48,6 +53,8 @@ enum SnapshotCodec {
         /// The paged records as written, for the writer to continue from.
         var transactions: RecordPages<TransactionRecord>
         var downloads: RecordPages<DownloadRecord>
+        var transactionsOverlay: RecordMap<TransactionRecord>.Overlay
+        var downloadsOverlay: RecordMap<DownloadRecord>.Overlay
     }
 
     /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
@@ -71,17 +78,40 @@ enum SnapshotCodec {
                 manifest.lengthPrefixed(e.firstKey)
             }
         }
+        /// A paged kind's overlay: none, or the address, raw size and record count of its page
+        /// (`added`, then the changed records, then the removed ids).
+        func overlay<V>(_ o: RecordMap<V>.Overlay, write: (V, inout BinaryWriter) -> Void) throws {
+            guard !o.changed.isEmpty || !o.removed.isEmpty else {
+                manifest.varint(0)
+                return
+            }
+            var raw = BinaryWriter()
+            raw.varint(UInt64(o.added))
+            raw.varint(UInt64(o.changed.count))
+            for (_, value) in o.changed { write(value, &raw) }
+            raw.varint(UInt64(o.removed.count))
+            for id in o.removed { raw.lengthPrefixed(id) }
+            let page = try store(raw.bytes)
+            newPages.append(page)
+            manifest.varint(1)
+            manifest.bytes.append(contentsOf: page.address)
+            manifest.varint(UInt64(page.rawSize))
+        }
         var transactions: [StoredRecordPage<TransactionRecord>] = []
         var downloads: [StoredRecordPage<DownloadRecord>] = []
+        var transactionsOverlay = RecordMap<TransactionRecord>.Overlay()
+        var downloadsOverlay = RecordMap<DownloadRecord>.Overlay()
         for kind in Kind.allCases {
             switch kind {
             case .transactions:
-                let pages = try paged(s.transactions, write: transaction, decode: decodeTransactions, stored: stored, new: &newPages)
+                let pages = try paged(s.transactions, write: transaction, decode: decodeTransactions, stored: stored, new: &newPages, overlay: &transactionsOverlay)
                 list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                try overlay(transactionsOverlay, write: transaction)
                 transactions = pages
             case .downloads:
-                let pages = try paged(s.downloads, write: download, decode: decodeDownloads, stored: stored, new: &newPages)
+                let pages = try paged(s.downloads, write: download, decode: decodeDownloads, stored: stored, new: &newPages, overlay: &downloadsOverlay)
                 list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+                try overlay(downloadsOverlay, write: download)
                 downloads = pages
             default:
                 var entries: [PageEntry] = []
@@ -93,7 +123,9 @@ enum SnapshotCodec {
                 list(entries)
             }
         }
-        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: RecordPages(transactions), downloads: RecordPages(downloads))
+        return Encoded(
+            manifest: manifest.bytes, pages: newPages, transactions: RecordPages(transactions), downloads: RecordPages(downloads),
+            transactionsOverlay: transactionsOverlay, downloadsOverlay: downloadsOverlay)
     }
 
     /// The records of a small kind, each with its key and how to write it.
@@ -204,11 +236,13 @@ enum SnapshotCodec {
     }
 
     /// The pages of a transaction or download map: the pages of its base that nothing changed (and
-    /// that are still stored) as they are, and new pages for the rest.
+    /// that are still stored) as they are, new pages for the rest; and in `overlay`, the records
+    /// changed in pages kept as they are (at most ``overlayLimit`` per page, never the last page,
+    /// where new ids go).
     private static func paged<V>(
         _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
         decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
+        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage], overlay: inout RecordMap<V>.Overlay
     ) throws -> [StoredRecordPage<V>] {
         var out: [StoredRecordPage<V>] = []
         func emit(_ records: [(key: String, value: V)]) throws {
@@ -233,19 +267,36 @@ enum SnapshotCodec {
         }
         var changedByPage: [Int: [(key: String, value: V)]] = [:]
         for (key, value) in map.changes { changedByPage[base.pageIndex(for: key.id), default: []].append((key.id, value)) }
-        var removedByPage = Set<Int>()
-        for key in map.removed { removedByPage.insert(base.pageIndex(for: key.id)) }
+        var removedByPage: [Int: [String]] = [:]
+        for key in map.removed { removedByPage[base.pageIndex(for: key.id), default: []].append(key.id) }
+        // New ids among the changes: those of the rewritten pages are counted here as they are
+        // merged; the rest stay in the overlay.
+        var addedInRewrites = 0
         for (i, page) in base.pages.enumerated() {
-            let changed = changedByPage[i]
-            if changed == nil && !removedByPage.contains(i), let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
-                out.append(kept)
-                continue
+            let changed = changedByPage[i] ?? []
+            let removed = removedByPage[i] ?? []
+            if let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+                if changed.isEmpty && removed.isEmpty {
+                    out.append(kept)
+                    continue
+                }
+                if i != base.pages.count - 1 && changed.count + removed.count <= overlayLimit {
+                    out.append(kept)
+                    overlay.changed += changed
+                    overlay.removed += removed
+                    continue
+                }
             }
-            var merged = page.records.filter { map.changes[RecordKey($0.key)] == nil && !map.removed.contains(RecordKey($0.key)) }
-            merged.append(contentsOf: changed ?? [])
+            let records = page.records
+            var merged = records.filter { map.changes[RecordKey($0.key)] == nil && !map.removed.contains(RecordKey($0.key)) }
+            addedInRewrites += changed.count - (records.count - removed.count - merged.count)
+            merged.append(contentsOf: changed)
             merged.sort { $0.key < $1.key }
             try emit(merged)
         }
+        overlay.changed.sort { $0.key < $1.key }
+        overlay.removed.sort()
+        overlay.added = map.added - addedInRewrites
         return out
     }
 
@@ -275,13 +326,15 @@ enum SnapshotCodec {
         return records
     }
 
-    /// A manifest's scalars and page entries per kind.
-    static func parse(_ manifest: [UInt8]) throws -> (scalars: [UInt8], kinds: [[PageEntry]]) {
+    /// A manifest's scalars, page entries per kind, and the overlay page of each paged kind
+    /// (count: its changed records).
+    static func parse(_ manifest: [UInt8]) throws -> (scalars: [UInt8], kinds: [[PageEntry]], overlays: [Kind: PageEntry]) {
         try manifest.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
             let scalars = try r.bytes()
             var kinds: [[PageEntry]] = []
-            for _ in Kind.allCases {
+            var overlays: [Kind: PageEntry] = [:]
+            for kind in Kind.allCases {
                 let count = try r.int(max: buffer.count / 32)
                 var entries: [PageEntry] = []
                 entries.reserveCapacity(count)
@@ -295,9 +348,15 @@ enum SnapshotCodec {
                             firstKey: try r.string()))
                 }
                 kinds.append(entries)
+                if kind == .transactions || kind == .downloads, try r.varint() == 1 {
+                    guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
+                    let address = Array(buffer[r.offset..<(r.offset + 32)])
+                    r.offset += 32
+                    overlays[kind] = PageEntry(address: address, rawSize: try r.int(max: 1 << 30), count: 0, firstKey: "")
+                }
             }
             guard r.isAtEnd else { throw Failure(message: "trailing bytes in the manifest") }
-            return (scalars, kinds)
+            return (scalars, kinds, overlays)
         }
     }
 
@@ -305,7 +364,7 @@ enum SnapshotCodec {
     /// page is checked against its address here, and transaction and download pages are kept
     /// encoded until read.
     static func decode(manifest: [UInt8], cache: SnapshotPageCache, fetch: ([UInt8]) throws -> [UInt8]?) throws -> LedgerState {
-        let (scalars, kinds) = try parse(manifest)
+        let (scalars, kinds, overlays) = try parse(manifest)
         var s = LedgerState()
         try scalars.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
@@ -335,13 +394,40 @@ enum SnapshotCodec {
                     return page
                 })
         }
+        /// A paged kind's overlay, read and checked now (it is small).
+        func overlay<V>(_ kind: Kind, _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)) throws -> RecordMap<V>.Overlay {
+            guard let entry = overlays[kind] else { return RecordMap<V>.Overlay() }
+            let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+            return try raw.withUnsafeBytes { buffer in
+                var r = BinaryReader(buffer)
+                var o = RecordMap<V>.Overlay()
+                o.added = try r.int(max: buffer.count)
+                let changed = try r.int(max: buffer.count)
+                o.changed.reserveCapacity(changed)
+                for _ in 0..<changed { o.changed.append(try record(&r)) }
+                let removed = try r.int(max: buffer.count)
+                for _ in 0..<removed { o.removed.append(try r.string()) }
+                guard r.isAtEnd, o.added <= changed else { throw Failure(message: "bad overlay page") }
+                return o
+            }
+        }
         for kind in Kind.allCases {
             let entries = kinds[kind.rawValue]
             switch kind {
             case .transactions:
-                s.transactions = RecordMap(base: try pages(entries, decodeTransactions, cache.transactionPage))
+                let base = try pages(entries, decodeTransactions, cache.transactionPage)
+                let o = try overlay(kind) { r throws(Failure) in
+                    let t = try transaction(&r); return (t.transaction, t)
+                }
+                guard o.removed.count <= base.count else { throw Failure(message: "bad overlay page") }
+                s.transactions = RecordMap(base: base, overlay: o)
             case .downloads:
-                s.downloads = RecordMap(base: try pages(entries, decodeDownloads, cache.downloadPage))
+                let base = try pages(entries, decodeDownloads, cache.downloadPage)
+                let o = try overlay(kind) { r throws(Failure) in
+                    let d = try download(&r); return (d.download, d)
+                }
+                guard o.removed.count <= base.count else { throw Failure(message: "bad overlay page") }
+                s.downloads = RecordMap(base: base, overlay: o)
             default:
                 for entry in entries {
                     let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }

@@ -29,8 +29,8 @@ enum Snapshots {
             pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
         }
         var written = state
-        written.transactions.rebase(on: encoded.transactions)
-        written.downloads.rebase(on: encoded.downloads)
+        written.transactions.rebase(on: encoded.transactions, overlay: encoded.transactionsOverlay)
+        written.downloads.rebase(on: encoded.downloads, overlay: encoded.downloadsOverlay)
         return (written, pending)
     }
 
@@ -77,8 +77,9 @@ enum Snapshots {
         var referenced = Set<Data>()
         let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format])
         for manifest in manifests {
-            guard let (_, kinds) = try? SnapshotCodec.parse([UInt8](manifest)) else { continue }
+            guard let (_, kinds, overlays) = try? SnapshotCodec.parse([UInt8](manifest)) else { continue }
             for kind in kinds { for entry in kind { referenced.insert(Data(entry.address)) } }
+            for entry in overlays.values { referenced.insert(Data(entry.address)) }
         }
         for hash in try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages") where !referenced.contains(hash) {
             try db.execute(sql: "DELETE FROM snapshot_pages WHERE hash = ?", arguments: [hash])

@@ -39,6 +39,23 @@ enum FleetFixture {
         }
     }
 
+    /// The server's projection rows of ledger `id` equal the ledger's own, row by row and column
+    /// by column.
+    static func expectSameProjections(_ ledger: Ledger, _ fleet: FleetStore, id: String) async throws {
+        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
+            let order = table.columns.prefix(table.name == "owned_content" ? 2 : 1).joined(separator: ", ")
+            let columns = table.columns.joined(separator: ", ")
+            let expected = try ledger.read { db in try Row.fetchAll(db, sql: "SELECT \(columns) FROM \(table.name) ORDER BY \(order)") }
+            let actual = try await fleet.fetch(PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(table.name) WHERE ledger_id = '\(id)'::uuid ORDER BY \(order)"))
+            #expect(actual.count == expected.count, "\(table.name)")
+            for (a, e) in zip(actual, expected) {
+                for column in table.columns {
+                    #expect(a[column] as DatabaseValue == e[column] as DatabaseValue, "\(table.name).\(column)")
+                }
+            }
+        }
+    }
+
     static func open(_ paths: [String]) throws -> [(id: String, ledger: Ledger)] {
         var readOnly = LedgerConfiguration()
         readOnly.readOnly = true
@@ -103,19 +120,7 @@ struct FleetTests {
         let server = try await fleet.fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
         #expect(server.first?["last_link"] == Data(local.lastLink))
 
-        // The projections equal the ledger's own, row by row.
-        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
-            let order = table.columns.prefix(table.name == "owned_content" ? 2 : 1).joined(separator: ", ")
-            let columns = table.columns.joined(separator: ", ")
-            let expected = try ledger.read { db in try Row.fetchAll(db, sql: "SELECT \(columns) FROM \(table.name) ORDER BY \(order)") }
-            let actual = try await fleet.fetch(PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(table.name) WHERE ledger_id = '\(id)'::uuid ORDER BY \(order)"))
-            #expect(actual.count == expected.count, "\(table.name)")
-            for (a, e) in zip(actual, expected) {
-                for column in table.columns {
-                    #expect(a[column] as DatabaseValue == e[column] as DatabaseValue, "\(table.name).\(column)")
-                }
-            }
-        }
+        try await FleetFixture.expectSameProjections(ledger, fleet, id: id)
         #expect(try await fleet.revenue() == ledger.revenue())
         #expect(try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max)).map(\.entry) == ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max)))
         await fleet.close()
@@ -142,17 +147,7 @@ struct FleetTests {
         let fleet = try await FleetStore.connect(url, create: true)
         #expect(try await fleet.ship(ledger).shippedEvents == lines.count)
         let id = try #require(try ledger.identity()).id
-        for table in Projector.Table.all where FleetStore.perLedgerTables.contains(table.name) {
-            let columns = table.columns.joined(separator: ", ")
-            let expected = try ledger.read { db in try Row.fetchAll(db, sql: "SELECT \(columns) FROM \(table.name)") }
-            let actual = try await fleet.fetch(PostgresQuery(unsafeSQL: "SELECT \(columns) FROM \(table.name) WHERE ledger_id = '\(id)'::uuid"))
-            #expect(actual.count == expected.count, "\(table.name)")
-            for (a, e) in zip(actual, expected) {
-                for column in table.columns {
-                    #expect(a[column] as DatabaseValue == e[column] as DatabaseValue, "\(table.name).\(column)")
-                }
-            }
-        }
+        try await FleetFixture.expectSameProjections(ledger, fleet, id: id)
         let transactions = try await fleet.fetch("SELECT transaction_id, user_id, store_transaction_id FROM transactions")
         #expect(transactions.map { $0["transaction_id"] as String } == ["tx\t1"])
         #expect(transactions.map { $0["user_id"] as String } == ["u-é\\"])

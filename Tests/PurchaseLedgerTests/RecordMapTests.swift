@@ -65,30 +65,24 @@ import Testing
     @Test func laterSnapshotsWriteOnlyChangedPages() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("incremental.ledger")
-        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
-        c.maxSnapshots = 100
-        var ledger: Ledger? = try Ledger(path: path, configuration: c)
-        try ledger!.append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
-        ledger = nil
-        c.snapshotInterval = 6002
-        ledger = try Ledger(path: path, configuration: c)
-        try ledger!.append(E.queued("t3000"))  // seq 6002: the first snapshot, every page new
+        let (ledger, c) = try threeThousandPurchases(at: path, snapshotInterval: 6002)
+        try ledger.append(E.queued("t3000"))  // seq 6002: the first snapshot, every page new
         let first = try pageCount(path)
-        for i in 3001..<3005 { try ledger!.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
-        try ledger!.append(contentsOf: [E.purchased("t3000"), E.finished("t5")])
+        for i in 3001..<3005 { try ledger.append(contentsOf: [E.queued("t\(i)"), E.purchased("t\(i)")]) }
+        try ledger.append(contentsOf: [E.purchased("t3000"), E.finished("t5")])
         // Re-registrations change no record; seq 12004 takes the second snapshot.
-        try ledger!.append(contentsOf: Array(repeating: E.product("p1"), count: 12004 - 6012))
+        try ledger.append(contentsOf: Array(repeating: E.product("p1"), count: 12004 - 6012))
         let second = try pageCount(path)
         #expect(first >= 10, "3,001 transactions span about 12 pages")
         #expect(second - first <= 5, "the second snapshot wrote \(second - first) new pages next to \(first)")
-        let log = try ledger!.events(limit: 20_000)
+        let log = try ledger.events(limit: 20_000)
         var folded = LedgerState()
         for e in log { Reducer.replay(&folded, e.event, seq: e.seq) }
-        #expect(try ledger!.state(atSeq: Int64(log.count)) == folded)
-        #expect(ledger!.currentState == folded)
+        #expect(try ledger.state(atSeq: Int64(log.count)) == folded)
+        #expect(ledger.currentState == folded)
         // The pages the writer just wrote are remembered: the state at that snapshot reads none.
-        let live = try ledger!.state(atSeq: 12004)
-        #expect(shared(live, ledger!.currentState) == ledger!.currentState.transactions.base?.pages.count)
+        let live = try ledger.state(atSeq: 12004)
+        #expect(shared(live, ledger.currentState) == ledger.currentState.transactions.base?.pages.count)
         let reopened = try Ledger(path: path, configuration: c)
         #expect(reopened.currentState == folded)
         // Opening loaded the latest snapshot through the page cache, so the state at the first
@@ -106,13 +100,7 @@ import Testing
     @Test func scatteredChangesGoToTheOverlayAndLoadBackEqual() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("overlay.ledger")
-        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
-        c.maxSnapshots = 100
-        var ledger: Ledger? = try Ledger(path: path, configuration: c)
-        try ledger!.append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
-        ledger = nil
-        c.snapshotInterval = 500
-        ledger = try Ledger(path: path, configuration: c)
+        var (ledger, c): (Ledger?, LedgerConfiguration) = try threeThousandPurchases(at: path, snapshotInterval: 500)
         // Rounds of 500 events, each ending in a snapshot: a few scattered finishes (kept in the
         // overlay, which grows from round to round), in round 3 six neighbours (one page
         // rewritten), padded with re-registrations that change no record.
@@ -181,6 +169,16 @@ import Testing
     }
 
     /// Transaction pages two states hold as the same objects.
+    /// A ledger of 3,000 purchased transactions (6,001 events) written without snapshots, opened
+    /// again with `snapshotInterval`, and that configuration.
+    private func threeThousandPurchases(at path: String, snapshotInterval: Int) throws -> (Ledger, LedgerConfiguration) {
+        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
+        c.maxSnapshots = 100
+        try Ledger(path: path, configuration: c).append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
+        c.snapshotInterval = snapshotInterval
+        return (try Ledger(path: path, configuration: c), c)
+    }
+
     private func shared(_ a: LedgerState, _ b: LedgerState) -> Int {
         let mine = a.transactions.base?.pages ?? []
         return (b.transactions.base?.pages ?? []).filter { page in mine.contains { $0 === page } }.count

@@ -18,8 +18,8 @@ import Testing
         var state = LedgerState()
         state.transactions = plain
         let encoded = try SnapshotCodec.encode(state) { _ in false }
-        #expect(encoded.transactions.pages.count > 1, "1,000 records span several pages")
-        var paged = RecordMap(base: encoded.transactions)
+        #expect(encoded.transactions.base!.pages.count > 1, "1,000 records span several pages")
+        var paged = encoded.transactions
         var reference: [String: TransactionRecord] = [:]
         for i in 0..<1000 { reference["t\(i)"] = Self.record("t\(i)") }
         #expect(paged == plain && paged.count == 1000)
@@ -52,12 +52,12 @@ import Testing
         var state = LedgerState()
         state.transactions["t1"] = Self.record("t1")
         let encoded = try SnapshotCodec.encode(state) { _ in false }
-        let a = RecordMap(base: encoded.transactions)
+        let a = encoded.transactions
         var b = a
         b["t1"]?.state = .purchased
         #expect(a["t1"]?.state == .purchasing)
         #expect(b["t1"]?.state == .purchased)
-        #expect(RecordMap(base: encoded.transactions)["t1"]?.state == .purchasing)
+        #expect(encoded.transactions["t1"]?.state == .purchasing)
     }
 
     /// A snapshot taken after a few changes writes only the pages holding them; the rest are

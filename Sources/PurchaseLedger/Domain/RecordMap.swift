@@ -120,12 +120,6 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
         return elements
     }
 
-    /// The same records, held as a snapshot wrote them: `pages`, and beside them the records of
-    /// `overlay`.
-    mutating func rebase(on pages: RecordPages<Value>, overlay: Overlay = Overlay()) {
-        self = RecordMap(base: pages, overlay: overlay)
-    }
-
     /// Records a snapshot stores beside its pages instead of rewriting a page for them: changed
     /// or new records, ids removed from the pages, and how many of the records are new.
     struct Overlay: Sendable {
@@ -134,6 +128,7 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
         var added = 0
     }
 
+    /// The records of `base`, with those of `overlay` on top: what a snapshot holds.
     init(base: RecordPages<Value>, overlay: Overlay) {
         self.base = base
         changes.reserveCapacity(overlay.changed.count)

@@ -50,11 +50,9 @@ enum SnapshotCodec {
         var manifest: [UInt8]
         /// Pages the manifest refers to that may not be stored yet.
         var pages: [StoredPage]
-        /// The paged records as written, for the writer to continue from.
-        var transactions: RecordPages<TransactionRecord>
-        var downloads: RecordPages<DownloadRecord>
-        var transactionsOverlay: RecordMap<TransactionRecord>.Overlay
-        var downloadsOverlay: RecordMap<DownloadRecord>.Overlay
+        /// The paged records as written (pages and overlay), for the writer to continue from.
+        var transactions: RecordMap<TransactionRecord>
+        var downloads: RecordMap<DownloadRecord>
     }
 
     /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
@@ -78,41 +76,35 @@ enum SnapshotCodec {
                 manifest.lengthPrefixed(e.firstKey)
             }
         }
-        /// A paged kind's overlay: none, or the address, raw size and record count of its page
-        /// (`added`, then the changed records, then the removed ids).
-        func overlay<V>(_ o: RecordMap<V>.Overlay, write: (V, inout BinaryWriter) -> Void) throws {
-            guard !o.changed.isEmpty || !o.removed.isEmpty else {
+        /// A paged kind: its pages listed, then its overlay: `0` for none, or `1`, the address and
+        /// the raw size of a page holding `added`, the changed records and the removed ids.
+        func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
+            var o = RecordMap<V>.Overlay()
+            let pages = try paged(map, write: write, stored: stored, new: &newPages, overlay: &o)
+            list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
+            if o.changed.isEmpty && o.removed.isEmpty {
                 manifest.varint(0)
-                return
+            } else {
+                var raw = BinaryWriter()
+                raw.varint(UInt64(o.added))
+                raw.varint(UInt64(o.changed.count))
+                for (_, value) in o.changed { write(value, &raw) }
+                raw.varint(UInt64(o.removed.count))
+                for id in o.removed { raw.lengthPrefixed(id) }
+                let page = try store(raw.bytes)
+                newPages.append(page)
+                manifest.varint(1)
+                manifest.bytes.append(contentsOf: page.address)
+                manifest.varint(UInt64(page.rawSize))
             }
-            var raw = BinaryWriter()
-            raw.varint(UInt64(o.added))
-            raw.varint(UInt64(o.changed.count))
-            for (_, value) in o.changed { write(value, &raw) }
-            raw.varint(UInt64(o.removed.count))
-            for id in o.removed { raw.lengthPrefixed(id) }
-            let page = try store(raw.bytes)
-            newPages.append(page)
-            manifest.varint(1)
-            manifest.bytes.append(contentsOf: page.address)
-            manifest.varint(UInt64(page.rawSize))
+            return RecordMap(base: RecordPages(pages), overlay: o)
         }
-        var transactions: [StoredRecordPage<TransactionRecord>] = []
-        var downloads: [StoredRecordPage<DownloadRecord>] = []
-        var transactionsOverlay = RecordMap<TransactionRecord>.Overlay()
-        var downloadsOverlay = RecordMap<DownloadRecord>.Overlay()
+        var transactions = RecordMap<TransactionRecord>()
+        var downloads = RecordMap<DownloadRecord>()
         for kind in Kind.allCases {
             switch kind {
-            case .transactions:
-                let pages = try paged(s.transactions, write: transaction, decode: decodeTransactions, stored: stored, new: &newPages, overlay: &transactionsOverlay)
-                list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
-                try overlay(transactionsOverlay, write: transaction)
-                transactions = pages
-            case .downloads:
-                let pages = try paged(s.downloads, write: download, decode: decodeDownloads, stored: stored, new: &newPages, overlay: &downloadsOverlay)
-                list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
-                try overlay(downloadsOverlay, write: download)
-                downloads = pages
+            case .transactions: transactions = try pagedKind(s.transactions, write: transaction)
+            case .downloads: downloads = try pagedKind(s.downloads, write: download)
             default:
                 var entries: [PageEntry] = []
                 for (raw, count, firstKey) in cut(records(of: kind, s), key: \.key, write: { r, w in r.write(&w) }) {
@@ -123,9 +115,7 @@ enum SnapshotCodec {
                 list(entries)
             }
         }
-        return Encoded(
-            manifest: manifest.bytes, pages: newPages, transactions: RecordPages(transactions), downloads: RecordPages(downloads),
-            transactionsOverlay: transactionsOverlay, downloadsOverlay: downloadsOverlay)
+        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions, downloads: downloads)
     }
 
     /// The records of a small kind, each with its key and how to write it.
@@ -241,7 +231,6 @@ enum SnapshotCodec {
     /// where new ids go).
     private static func paged<V>(
         _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
-        decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
         stored: ([UInt8]) throws -> Bool, new: inout [StoredPage], overlay: inout RecordMap<V>.Overlay
     ) throws -> [StoredRecordPage<V>] {
         var out: [StoredRecordPage<V>] = []
@@ -301,15 +290,21 @@ enum SnapshotCodec {
     }
 
     static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
-        try decodePage(buffer) { r throws(Failure) in
-            let t = try transaction(&r); return (t.transaction, t)
-        }
+        try decodePage(buffer, keyedTransaction)
     }
 
     static let decodeDownloads: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: DownloadRecord)] = { buffer in
-        try decodePage(buffer) { r throws(Failure) in
-            let d = try download(&r); return (d.download, d)
-        }
+        try decodePage(buffer, keyedDownload)
+    }
+
+    private static func keyedTransaction(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: TransactionRecord) {
+        let t = try transaction(&r)
+        return (t.transaction, t)
+    }
+
+    private static func keyedDownload(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: DownloadRecord) {
+        let d = try download(&r)
+        return (d.download, d)
     }
 
     /// The records of one raw page, each with its id.
@@ -326,8 +321,8 @@ enum SnapshotCodec {
         return records
     }
 
-    /// A manifest's scalars, page entries per kind, and the overlay page of each paged kind
-    /// (count: its changed records).
+    /// A manifest's scalars, page entries per kind, and the overlay page of each paged kind that
+    /// has one (its address and raw size; no count or first key).
     static func parse(_ manifest: [UInt8]) throws -> (scalars: [UInt8], kinds: [[PageEntry]], overlays: [Kind: PageEntry]) {
         try manifest.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
@@ -394,40 +389,34 @@ enum SnapshotCodec {
                     return page
                 })
         }
-        /// A paged kind's overlay, read and checked now (it is small).
-        func overlay<V>(_ kind: Kind, _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)) throws -> RecordMap<V>.Overlay {
-            guard let entry = overlays[kind] else { return RecordMap<V>.Overlay() }
-            let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
-            return try raw.withUnsafeBytes { buffer in
-                var r = BinaryReader(buffer)
-                var o = RecordMap<V>.Overlay()
-                o.added = try r.int(max: buffer.count)
-                let changed = try r.int(max: buffer.count)
-                o.changed.reserveCapacity(changed)
-                for _ in 0..<changed { o.changed.append(try record(&r)) }
-                let removed = try r.int(max: buffer.count)
-                for _ in 0..<removed { o.removed.append(try r.string()) }
-                guard r.isAtEnd, o.added <= changed else { throw Failure(message: "bad overlay page") }
-                return o
+        /// A paged kind: its pages, and its overlay, read and checked now (it is small).
+        func pagedKind<V>(
+            _ kind: Kind, _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
+            _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V),
+            _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>
+        ) throws -> RecordMap<V> {
+            let base = try pages(kinds[kind.rawValue], decode, cached)
+            var o = RecordMap<V>.Overlay()
+            if let entry = overlays[kind] {
+                let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+                try raw.withUnsafeBytes { buffer in
+                    var r = BinaryReader(buffer)
+                    o.added = try r.int(max: buffer.count)
+                    let changed = try r.int(max: buffer.count)
+                    o.changed.reserveCapacity(changed)
+                    for _ in 0..<changed { o.changed.append(try record(&r)) }
+                    let removed = try r.int(max: buffer.count)
+                    for _ in 0..<removed { o.removed.append(try r.string()) }
+                    guard r.isAtEnd, o.added <= changed, removed <= base.count else { throw Failure(message: "bad overlay page") }
+                }
             }
+            return RecordMap(base: base, overlay: o)
         }
         for kind in Kind.allCases {
             let entries = kinds[kind.rawValue]
             switch kind {
-            case .transactions:
-                let base = try pages(entries, decodeTransactions, cache.transactionPage)
-                let o = try overlay(kind) { r throws(Failure) in
-                    let t = try transaction(&r); return (t.transaction, t)
-                }
-                guard o.removed.count <= base.count else { throw Failure(message: "bad overlay page") }
-                s.transactions = RecordMap(base: base, overlay: o)
-            case .downloads:
-                let base = try pages(entries, decodeDownloads, cache.downloadPage)
-                let o = try overlay(kind) { r throws(Failure) in
-                    let d = try download(&r); return (d.download, d)
-                }
-                guard o.removed.count <= base.count else { throw Failure(message: "bad overlay page") }
-                s.downloads = RecordMap(base: base, overlay: o)
+            case .transactions: s.transactions = try pagedKind(kind, decodeTransactions, keyedTransaction, cache.transactionPage)
+            case .downloads: s.downloads = try pagedKind(kind, decodeDownloads, keyedDownload, cache.downloadPage)
             default:
                 for entry in entries {
                     let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }

@@ -29,8 +29,8 @@ enum Snapshots {
             pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
         }
         var written = state
-        written.transactions.rebase(on: encoded.transactions, overlay: encoded.transactionsOverlay)
-        written.downloads.rebase(on: encoded.downloads, overlay: encoded.downloadsOverlay)
+        written.transactions = encoded.transactions
+        written.downloads = encoded.downloads
         return (written, pending)
     }
 

@@ -2,17 +2,50 @@ import GRDB
 
 /// Maintenance: rebuilding the projections from the log, checkpointing the WAL.
 extension Ledger {
-    /// Drops and rebuilds every projection table from the log, in one transaction: the log is
-    /// replayed in memory, then all rows are written in bulk.
-    public func rebuildProjections(progress: ((Int64, Int64) -> Void)? = nil) throws {
+    /// Rebuilds every projection table from the log, in one transaction: the log is replayed in
+    /// memory, and the tables are made equal to the rows that state gives. Only rows that are
+    /// missing, different or extra are written, so a rebuild of sound tables writes nothing and a
+    /// damaged table gets exactly its damaged rows back. A table mostly wrong or empty, and every
+    /// table when the projections were written by another version, is rewritten in bulk (rows in
+    /// key order, indexes built after them).
+    ///
+    /// ```swift
+    /// let summary = try ledger.rebuildProjections()
+    /// print("\(summary.rowsWritten) rows repaired, \(summary.rowsDeleted) removed")
+    /// ```
+    ///
+    /// - Parameter rewritingEveryRow: rewrite every row in bulk even where it already matches
+    ///   (after damage below the rows, in an index, that the row comparison does not see).
+    @discardableResult
+    public func rebuildProjections(rewritingEveryRow: Bool = false, progress: ((Int64, Int64) -> Void)? = nil) throws -> RebuildSummary {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         do {
-            try writeQueue().writeWithoutTransaction { db in
+            return try writeQueue().writeWithoutTransaction { db in
+                var summary = RebuildSummary()
                 try db.inTransaction(.immediate) {
+                    // The tables as stored are read on a read connection while the log replays
+                    // here (the write lock is held, so both see the same commit), unless they
+                    // are to be rewritten anyway.
+                    let compare = try !rewritingEveryRow && Projector.status(db).current
+                    let pool = self.pool
+                    let stored = compare ? Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.StoredRows.read($0, db) } } }]) : nil
                     let (state, history) = try Ledger.replayForProjections(db, progress: progress)
-                    try Projector.rebuild(state: state, history: history, db)
+                    summary.events = state.seq
+                    if rewritingEveryRow {
+                        try Projector.rebuild(state: state, history: history, db)
+                        summary.rowsWritten = try Projector.tables.reduce(0) { $0 + (try Int.fetchOne(db, sql: "SELECT count(*) FROM \($1)") ?? 0) }
+                    } else {
+                        // Tables that could not be read are rewritten whole.
+                        let done = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
+                        summary.rowsWritten = done.written
+                        summary.rowsDeleted = done.deleted
+                        summary.rowsUnchanged = done.unchanged
+                    }
+                    releaseInBackground(consume state)
+                    releaseInBackground(consume history)
                     return .commit
                 }
+                return summary
             }
         } catch {
             throw Ledger.wrap(error, "rebuilding projections")
@@ -40,4 +73,17 @@ extension Ledger {
         }
         return (replay.state, replay.history!)
     }
+}
+
+/// What ``Ledger/rebuildProjections(rewritingEveryRow:progress:)`` did.
+public struct RebuildSummary: Sendable, Hashable {
+    /// The events replayed (the log's last seq).
+    public var events: Int64 = 0
+    /// Rows inserted or rewritten: missing or different from the log's, or all of a table
+    /// rewritten in bulk.
+    public var rowsWritten = 0
+    /// Rows deleted: the log gives no such row.
+    public var rowsDeleted = 0
+    /// Rows left as they were, already equal to the log's.
+    public var rowsUnchanged = 0
 }

@@ -497,21 +497,33 @@ struct RebuildCommand: ParsableCommand {
         commandName: "rebuild",
         abstract: "Rebuild every projection table from the log.",
         discussion: """
-            Replays the log in memory and writes all rows in one transaction.
+            Replays the log in memory and, in one transaction, makes every projection table equal \
+            to what the log gives: rows missing, different or extra are written, the rest left \
+            alone, and the counts printed. A table mostly wrong is rewritten whole. --full \
+            rewrites every row (and so every index) even where it matches.
 
             Example:
               purchase-ledger rebuild user.ledger
+              purchase-ledger rebuild user.ledger --full
             """)
 
     @OptionGroup var options: LedgerOptions
+
+    @Flag(help: "Rewrite every row in bulk, even rows that already match the log.")
+    var full = false
 
     func run() throws {
         let console = Console.current
         let start = Date()
         let ledger = try options.open(readOnly: false)
-        try ledger.rebuildProjections { done, total in console.progress("replayed \(done)/\(total)") }
+        let summary = try ledger.rebuildProjections(rewritingEveryRow: full) { done, total in console.progress("replayed \(done)/\(total)") }
         console.endProgress()
-        console.print("rebuilt the projections from \(try ledger.lastSeq()) events in \(String(format: "%.2f", Date().timeIntervalSince(start))) s")
+        let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
+        let rows =
+            full
+            ? "\(summary.rowsWritten) rows rewritten"
+            : "\(summary.rowsWritten) rows written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
+        console.print("rebuilt the projections from \(summary.events) events in \(seconds) s: \(rows)")
     }
 }
 

@@ -28,6 +28,52 @@ import Testing
         #expect(try ledger.verify().isValid)
     }
 
+    @Test func rebuildWritesOnlyTheRowsThatDifferFromTheLog() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("r.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        for e in StorageTests.everyType { try ledger.append(e) }
+        var events: [Event] = []
+        for i in 0..<200 {
+            events += [
+                E.queued("r\(i)", "p1"), E.purchased("r\(i)", downloads: ["rd\(i)"], version: "1.2"), E.start("rd\(i)"),
+                E.done("rd\(i)"), E.copied("rd\(i)", to: "v\(i)"), E.finished("r\(i)"),
+            ]
+        }
+        try ledger.append(contentsOf: events)
+        let live = try Self.dump(path)
+        let rows = live.values.map(\.count).reduce(0, +)
+
+        let sound = try ledger.rebuildProjections()
+        #expect(sound.rowsWritten == 0 && sound.rowsDeleted == 0 && sound.rowsUnchanged == rows)
+        #expect(sound.events == (try ledger.lastSeq()))
+
+        // Five rows changed or missing (one only from NULL to 0), one extra, in three tables.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(
+                sql: """
+                    UPDATE transactions SET state = 'failed' WHERE transaction_id IN ('r1', 'r2');
+                    UPDATE downloads SET transaction_id = 'r9' WHERE download_id = 'rd3';
+                    UPDATE downloads SET error_code = 0 WHERE download_id = 'rd4';
+                    DELETE FROM owned_content_history WHERE seq = (SELECT min(seq) FROM owned_content_history);
+                    INSERT INTO owned_content_history (seq, download_id, destination, copied_at_ms) VALUES (999999, 'dx', 'nowhere', 0);
+                    """)
+        }
+        #expect(try !ledger.verify().isValid)
+        let repaired = try ledger.rebuildProjections()
+        #expect(repaired.rowsWritten == 5 && repaired.rowsDeleted == 1 && repaired.rowsUnchanged == rows - 5)
+        #expect(try Self.dump(path) == live)
+        #expect(try ledger.verify().isValid)
+
+        // An emptied table is written whole; rewritingEveryRow writes every row of every table.
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "DELETE FROM downloads") }
+        #expect(try ledger.rebuildProjections().rowsWritten == live["downloads"]!.count)
+        #expect(try Self.dump(path) == live)
+        #expect(try ledger.rebuildProjections(rewritingEveryRow: true).rowsWritten == rows)
+        #expect(try Self.dump(path) == live)
+        #expect(try ledger.verify().isValid)
+    }
+
     @Test func lagging_or_stale_projections_are_caught_up_on_open() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("lag.ledger")

@@ -42,7 +42,12 @@ func crashWriter(ledgerPath: String, ackPath: String, mode: String) throws {
     c.maxSnapshots = 3
     let ledger = try Ledger(path: ledgerPath, configuration: c)
     if mode == "rebuild" {
-        while true { try ledger.rebuildProjections() }
+        // Alternately the default rebuild and one rewriting every row, so kills land in both.
+        var everyRow = false
+        while true {
+            try ledger.rebuildProjections(rewritingEveryRow: everyRow)
+            everyRow.toggle()
+        }
     }
     let ack = FileHandle(forWritingAtPath: ackPath)!
     ack.seekToEndOfFile()

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 
 /// One row of `owned_content_history`: a version copied out, and what became of it.
 public struct OwnedContentHistoryEntry: Sendable, Hashable {
@@ -173,26 +174,85 @@ package enum Projector {
         }
     }
 
-    /// Replaces every projection row with rows written from `state` and `history`.
-    /// Replaces every projection row, in bulk: secondary indexes dropped, rows inserted in the
-    /// order of each table's primary key, indexes built again after them (all in the caller's
-    /// transaction).
+    /// Replaces every projection row with rows written from `state` and `history`, in bulk:
+    /// secondary indexes dropped, rows inserted in the order of each table's primary key, indexes
+    /// built again after them (all in the caller's transaction).
     static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
-        let names = tables.map { "'\($0)'" }.joined(separator: ", ")
+        for (table, rows) in rows(state: state, history: history) { try replaceAll(table, with: table.inKeyOrder(rows), db) }
+        try markInStep(db)
+    }
+
+    /// What ``reconcile(state:history:stored:_:)`` wrote.
+    struct Reconciled {
+        /// Rows inserted or rewritten, and rows deleted.
+        var written = 0, deleted = 0
+        /// Rows already equal to the state's.
+        var unchanged = 0
+    }
+
+    /// Makes the projection tables equal to rows written from `state` and `history`, writing only
+    /// what differs from `stored` (each table's rows as stored, in ``Table/all`` order, read
+    /// before anything was written): missing, different or extra rows. A table mostly wrong (or
+    /// empty) is replaced in bulk instead, and so is every table when `stored` is nil.
+    static func reconcile(state: LedgerState, history: HistoryCollector, stored: [StoredRows]?, _ db: Database) throws -> Reconciled {
+        var result = Reconciled()
+        // Each table's rows are built and hashed on another thread while this one writes the
+        // table before.
+        let builders = rowBuilders(state: state, history: history, ordered: false)
+        let pipeline = Pipeline(
+            builders.map { builder in
+                { () -> (rows: [[DatabaseValue]], hashes: [Int]) in
+                    let rows = builder.build()
+                    return (rows, rows.map { RowHash($0, from: builder.table.keyColumns).finalize() })
+                }
+            }, width: 2)
+        for (index, table) in builders.map(\.table).enumerated() {
+            let expected = pipeline.take(index)
+            defer { pipeline.release(expected) }
+            guard var rows = stored?[index] else {
+                try replaceAll(table, with: table.inKeyOrder(expected.rows), db)
+                result.written += expected.rows.count
+                continue
+            }
+            let storedCount = rows.count
+            var write: [Int] = []
+            for (i, row) in expected.rows.enumerated() where rows.take(keyOf: row, keyColumns: table.keyColumns) != expected.hashes[i] {
+                write.append(i)
+            }
+            let delete = rows.keysLeft
+            if write.count + delete.count > storedCount / 2 {
+                // Rewriting row by row with the indexes in place costs more than starting afresh.
+                try replaceAll(table, with: table.inKeyOrder(expected.rows), db)
+                result.written += expected.rows.count
+                result.deleted += delete.count
+                continue
+            }
+            let deleteRow = try db.makeStatement(
+                sql: "DELETE FROM \(table.name) WHERE " + table.columns.prefix(table.keyColumns).map { "\($0) = ?" }.joined(separator: " AND "))
+            for key in delete { try deleteRow.execute(values: key, db) }
+            let replace = try db.makeStatement(sql: table.replace)
+            for i in write.sorted(by: { table.keyLess(expected.rows[$0], expected.rows[$1]) }) {
+                try replace.execute(values: expected.rows[i], db)
+            }
+            result.written += write.count
+            result.deleted += delete.count
+            result.unchanged += expected.rows.count - write.count
+        }
+        try markInStep(db)
+        return result
+    }
+
+    /// Deletes every row of `table`, then inserts `rows` (in key order) with the table's
+    /// secondary indexes dropped, and builds them again.
+    private static func replaceAll(_ table: Table, with rows: [[DatabaseValue]], _ db: Database) throws {
         let indexes = try Row.fetchAll(
-            db,
-            sql: """
-                SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN (\(names))
-                """
+            db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]
         ).map { (name: $0[0] as String, sql: $0[1] as String) }
         for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
-        for table in tables { try db.execute(sql: "DELETE FROM \(table)") }
-        for (table, rows) in rows(state: state, history: history) {
-            let statement = try db.cachedStatement(sql: table.upsert)
-            for row in table.inKeyOrder(rows) { try statement.execute(values: row, db) }
-        }
+        try db.execute(sql: "DELETE FROM \(table.name)")
+        let statement = try db.cachedStatement(sql: table.upsert)
+        for row in rows { try statement.execute(values: row, db) }
         for index in indexes { try db.execute(sql: index.sql) }
-        try markInStep(db)
     }
 
     /// Text keys in SQLite's BINARY order (their UTF-8 bytes).
@@ -246,6 +306,9 @@ package enum Projector {
         package let name: String
         package let columns: [String]
         let insert: String
+        /// Inserts a row, replacing any with the same key or the same unique values (a rebuild's
+        /// repair of a row that differs).
+        let replace: String
         /// Inserts a row, or updates the one with its key in place. Unlike `INSERT OR REPLACE`
         /// (a delete and an insert, under a new rowid), this leaves the row where it is and touches
         /// only the indexes whose columns changed: an append that changes one record writes about
@@ -263,6 +326,7 @@ package enum Projector {
             keyColumns = key
             let values = "(" + columns.joined(separator: ", ") + ") VALUES (" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
             insert = "INSERT INTO \(name) " + values
+            replace = "INSERT OR REPLACE INTO \(name) " + values
             let rest = columns.dropFirst(key).filter { !fixed.contains($0) }
             upsert =
                 insert + " ON CONFLICT (" + columns.prefix(key).joined(separator: ", ") + ") DO "
@@ -301,18 +365,22 @@ package enum Projector {
 
         /// `rows` sorted as SQLite orders this table's primary key (integers, then text by bytes).
         func inKeyOrder(_ rows: [[DatabaseValue]]) -> [[DatabaseValue]] {
-            rows.sorted { a, b in
-                for i in 0..<keyColumns {
-                    switch (a[i].storage, b[i].storage) {
-                    case (.int64(let x), .int64(let y)) where x != y: return x < y
-                    case (.string(let x), .string(let y)) where x != y: return Projector.keyOrder(x, y)
-                    case (.int64, .string): return true
-                    case (.string, .int64): return false
-                    default: continue
-                    }
+            // Rows built from a record map or the history usually come in this order already.
+            if zip(rows, rows.dropFirst()).allSatisfy({ !keyLess($1, $0) }) { return rows }
+            return rows.sorted(by: keyLess)
+        }
+
+        func keyLess(_ a: [DatabaseValue], _ b: [DatabaseValue]) -> Bool {
+            for i in 0..<keyColumns {
+                switch (a[i].storage, b[i].storage) {
+                case (.int64(let x), .int64(let y)) where x != y: return x < y
+                case (.string(let x), .string(let y)) where x != y: return Projector.keyOrder(x, y)
+                case (.int64, .string): return true
+                case (.string, .int64): return false
+                default: continue
                 }
-                return false
             }
+            return false
         }
     }
 
@@ -423,6 +491,15 @@ package enum Projector {
     /// Every projection row of `state` (with the owned-content `history` its replay collected),
     /// table by table: what ``rebuild(state:history:_:)`` writes, for a store elsewhere.
     package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[DatabaseValue]])] {
+        rowBuilders(state: state, history: history, ordered: true).map { ($0.table, $0.build()) }
+    }
+
+    /// The rows of each table, built when asked: a rebuild builds one table's rows on another
+    /// thread while it compares the table before. Transactions and downloads come in id order
+    /// only when `ordered`.
+    static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool) -> [(
+        table: Table, build: @Sendable () -> [[DatabaseValue]]
+    )] {
         var products: [[DatabaseValue]] = [], related: [[DatabaseValue]] = [], contents: [[DatabaseValue]] = []
         let published = Dictionary(grouping: state.publishedVersions.map { (key: $0.key, value: $0.value) }) { $0.key.product }
         for product in state.products.keys.sorted() {
@@ -431,14 +508,37 @@ package enum Projector {
             related += r.related
             contents += r.contents
         }
-        let owned = history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
-            .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
         return [
-            (Table.products, products), (Table.productContents, contents), (Table.relatedProducts, related),
-            (Table.transactions, state.transactions.values.map(transactionRow)),
-            (Table.downloads, state.downloads.values.map { downloadRow($0, state: state) }),
-            (Table.ownedContent, owned),
-            (Table.ownedContentHistory, history.entries.map(historyRow)),
+            (Table.products, { [products] in products }), (Table.productContents, { [contents] in contents }),
+            (Table.relatedProducts, { [related] in related }),
+            (
+                Table.transactions,
+                {
+                    guard !ordered else { return state.transactions.values.map(transactionRow) }
+                    var rows: [[DatabaseValue]] = []
+                    rows.reserveCapacity(state.transactions.count)
+                    state.transactions.forEachUnordered { rows.append(transactionRow($1)) }
+                    return rows
+                }
+            ),
+            (
+                Table.downloads,
+                {
+                    guard !ordered else { return state.downloads.values.map { downloadRow($0, state: state) } }
+                    var rows: [[DatabaseValue]] = []
+                    rows.reserveCapacity(state.downloads.count)
+                    state.downloads.forEachUnordered { rows.append(downloadRow($1, state: state)) }
+                    return rows
+                }
+            ),
+            (
+                Table.ownedContent,
+                {
+                    history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
+                        .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
+                }
+            ),
+            (Table.ownedContentHistory, { history.entries.map(historyRow) }),
         ]
     }
 }

@@ -1,0 +1,164 @@
+import Foundation
+import GRDB
+import GRDBSQLite
+
+extension Projector {
+    /// A hash of a row's values past its key, the same whether taken from the values a rebuild
+    /// would write or from the row as stored: numbers by value (a float holding an integer as
+    /// that integer, as a REAL column stores one), text and blobs by their bytes.
+    struct RowHash {
+        // A multiply-rotate hash over 8-byte words (as `RecordKey`'s), finished with a full
+        // avalanche: Hasher's SipHash cost more than building the rows.
+        private var h: UInt64 = 0x243F_6A88_85A3_08D3
+
+        init() {}
+
+        init(_ row: [DatabaseValue], from start: Int) {
+            for value in row[start...] { add(value) }
+        }
+
+        mutating func add(_ value: DatabaseValue) {
+            switch value.storage {
+            case .null: mix(0)
+            case .int64(let n): integer(n)
+            case .double(let d): double(d)
+            case .string(var text): text.withUTF8 { bytes(3, UnsafeRawBufferPointer($0)) }
+            case .blob(let data): data.withUnsafeBytes { bytes(4, $0) }
+            }
+        }
+
+        /// Adds column `column` of the statement's current row.
+        mutating func add(_ statement: SQLiteStatement, _ column: Int32) {
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_INTEGER: integer(sqlite3_column_int64(statement, column))
+            case SQLITE_FLOAT: double(sqlite3_column_double(statement, column))
+            case SQLITE_TEXT:
+                let text = sqlite3_column_text(statement, column)  // before the byte count, as SQLite asks
+                bytes(3, UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))))
+            case SQLITE_BLOB:
+                let blob = sqlite3_column_blob(statement, column)
+                bytes(4, UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column))))
+            default: mix(0)
+            }
+        }
+
+        @inline(__always) private mutating func mix(_ word: UInt64) {
+            h = (h ^ word) &* 0x9E37_79B9_7F4A_7C15
+            h = (h << 29) | (h >> 35)
+        }
+
+        private mutating func integer(_ n: Int64) {
+            mix(1)
+            mix(UInt64(bitPattern: n))
+        }
+
+        private mutating func double(_ d: Double) {
+            if let n = Int64(exactly: d) { return integer(n) }
+            mix(2)
+            mix(d.bitPattern)
+        }
+
+        private mutating func bytes(_ tag: UInt64, _ buffer: UnsafeRawBufferPointer) {
+            mix(tag | UInt64(buffer.count) << 8)
+            var i = 0
+            while i + 8 <= buffer.count {
+                mix(buffer.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                i += 8
+            }
+            var last: UInt64 = 0
+            while i < buffer.count {
+                last = last << 8 | UInt64(buffer[i])
+                i += 1
+            }
+            mix(last)
+        }
+
+        func finalize() -> Int {
+            var x = h
+            x ^= x >> 33
+            x &*= 0xFF51_AFD7_ED55_8CCD
+            x ^= x >> 33
+            x &*= 0xC4CE_B9FE_1A85_EC53
+            x ^= x >> 33
+            return Int(truncatingIfNeeded: x)
+        }
+    }
+
+    /// The rows of one projection table as stored: each key with a ``RowHash`` of the rest of its
+    /// row. A rebuild reads them on a read connection while it replays the log, then compares
+    /// the rows the log gives against them and writes only those that differ.
+    ///
+    /// A hash, not the values: 64 bits per row instead of the whole table in memory. Two different
+    /// rows hash alike with a chance of about one in 2^64; `rebuild --full` rewrites every row
+    /// without comparing.
+    struct StoredRows: Sendable {
+        /// Rows keyed by one text column (transactions, downloads, products), by one integer
+        /// column (the owned-content history), or by anything else.
+        private var text: [RecordKey: Int] = [:]
+        private var integer: [Int64: Int] = [:]
+        private var other: [[DatabaseValue]: Int] = [:]
+        /// The number of rows read.
+        private(set) var count = 0
+
+        static func read(_ table: Table, _ db: Database) throws -> StoredRows {
+            let select = try db.makeStatement(sql: "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name)")
+            let statement = select.sqliteStatement
+            defer { sqlite3_reset(statement) }
+            let columns = Int32(table.columns.count), keyColumns = Int32(table.keyColumns)
+            var rows = StoredRows()
+            while true {
+                let step = sqlite3_step(statement)
+                if step == SQLITE_DONE { break }
+                guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: select.sql) }
+                var hash = RowHash()
+                for column in keyColumns..<columns { hash.add(statement, column) }
+                let rowHash = hash.finalize()
+                rows.count += 1
+                switch keyColumns == 1 ? sqlite3_column_type(statement, 0) : SQLITE_NULL {
+                case SQLITE_TEXT:
+                    let text = sqlite3_column_text(statement, 0)
+                    let id = String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 0))), as: UTF8.self)
+                    rows.text[RecordKey(id)] = rowHash
+                case SQLITE_INTEGER:
+                    rows.integer[sqlite3_column_int64(statement, 0)] = rowHash
+                default:
+                    rows.other[(0..<keyColumns).map { value(statement, $0) }] = rowHash
+                }
+            }
+            return rows
+        }
+
+        /// Column `column` of the statement's current row.
+        private static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
+            switch sqlite3_column_type(statement, column) {
+            case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
+            case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
+            case SQLITE_TEXT:
+                let text = sqlite3_column_text(statement, column)
+                return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self).databaseValue
+            case SQLITE_BLOB:
+                let blob = sqlite3_column_blob(statement, column)
+                return Data(UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column)))).databaseValue
+            default: return .null
+            }
+        }
+
+        /// Takes out the hash stored under the key of `row` (its first `keyColumns` values), nil
+        /// when there is no such row.
+        mutating func take(keyOf row: [DatabaseValue], keyColumns: Int) -> Int? {
+            if keyColumns == 1 {
+                switch row[0].storage {
+                case .string(let id): if let hash = text.removeValue(forKey: RecordKey(id)) { return hash }
+                case .int64(let n): if let hash = integer.removeValue(forKey: n) { return hash }
+                case .null, .double, .blob: break
+                }
+            }
+            return other.removeValue(forKey: Array(row.prefix(keyColumns)))
+        }
+
+        /// The keys not taken: rows stored that the log does not give.
+        var keysLeft: [[DatabaseValue]] {
+            text.keys.map { [$0.id.databaseValue] } + integer.keys.map { [$0.databaseValue] } + Array(other.keys)
+        }
+    }
+}

@@ -129,7 +129,7 @@ extension Projector {
         }
 
         /// Column `column` of the statement's current row.
-        private static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
+        static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
             switch sqlite3_column_type(statement, column) {
             case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
             case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
@@ -159,6 +159,71 @@ extension Projector {
         /// The keys not taken: rows stored that the log does not give.
         var keysLeft: [[DatabaseValue]] {
             text.keys.map { [$0.id.databaseValue] } + integer.keys.map { [$0.databaseValue] } + Array(other.keys)
+        }
+    }
+}
+
+extension Projector {
+    /// The rows of `table` that differ from `expected`, compared value by value (numbers by
+    /// value, text and blobs by their bytes): the keys of rows missing, different or extra, in
+    /// key order, and how many rows are stored. The table is read once, in storage order, each
+    /// stored row found among the expected ones by its key; nothing is copied into memory but
+    /// the keys of the expected rows. `verify` runs this on every table.
+    static func differences(_ table: Table, expected: [[DatabaseValue]], _ db: Database) throws -> (stored: Int, keys: [[DatabaseValue]]) {
+        let keyColumns = table.keyColumns
+        var text: [RecordKey: Int] = [:], other: [[DatabaseValue]: Int] = [:]
+        for (i, row) in expected.enumerated() {
+            if keyColumns == 1, case .string(let id) = row[0].storage { text[RecordKey(id)] = i } else { other[Array(row.prefix(keyColumns))] = i }
+        }
+        let select = try db.makeStatement(sql: "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name)")
+        let statement = select.sqliteStatement
+        defer { sqlite3_reset(statement) }
+        var matched = [Bool](repeating: false, count: expected.count)
+        var keys: [[DatabaseValue]] = []
+        var stored = 0
+        let columns = Int32(table.columns.count)
+        while true {
+            let step = sqlite3_step(statement)
+            if step == SQLITE_DONE { break }
+            guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: select.sql) }
+            stored += 1
+            let key = (0..<Int32(keyColumns)).map { StoredRows.value(statement, $0) }
+            var found: Int?
+            if keyColumns == 1, case .string(let id) = key[0].storage { found = text[RecordKey(id)] } else { found = other[key] }
+            guard let i = found, !matched[i] else {
+                keys.append(key)
+                continue
+            }
+            matched[i] = true
+            let row = expected[i]
+            if !(Int32(keyColumns)..<columns).allSatisfy({ column(statement, $0, equals: row[Int($0)]) }) { keys.append(key) }
+        }
+        for (i, found) in matched.enumerated() where !found { keys.append(Array(expected[i].prefix(keyColumns))) }
+        return (stored, keys.sorted(by: table.keyLess))
+    }
+
+    /// Whether column `column` of the statement's current row holds `value`.
+    private static func column(_ statement: SQLiteStatement, _ column: Int32, equals value: DatabaseValue) -> Bool {
+        let type = sqlite3_column_type(statement, column)
+        switch value.storage {
+        case .null:
+            return type == SQLITE_NULL
+        case .int64(let n):
+            if type == SQLITE_INTEGER { return sqlite3_column_int64(statement, column) == n }
+            return type == SQLITE_FLOAT && sqlite3_column_double(statement, column) == Double(n)
+        case .double(let d):
+            if type == SQLITE_FLOAT { return sqlite3_column_double(statement, column) == d }
+            return type == SQLITE_INTEGER && Double(sqlite3_column_int64(statement, column)) == d
+        case .string(var text):
+            guard type == SQLITE_TEXT else { return false }
+            let stored = sqlite3_column_text(statement, column)
+            let count = Int(sqlite3_column_bytes(statement, column))
+            return text.withUTF8 { $0.count == count && (count == 0 || memcmp($0.baseAddress!, stored!, count) == 0) }
+        case .blob(let data):
+            guard type == SQLITE_BLOB else { return false }
+            let stored = sqlite3_column_blob(statement, column)
+            let count = Int(sqlite3_column_bytes(statement, column))
+            return data.count == count && (count == 0 || data.withUnsafeBytes { memcmp($0.baseAddress!, stored!, count) == 0 })
         }
     }
 }

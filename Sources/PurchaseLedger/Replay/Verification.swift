@@ -191,7 +191,8 @@ private struct Verifier {
         }
     }
 
-    /// Builds the projections afresh in memory and compares them, table by table.
+    /// Builds each table's rows afresh from the replayed state and compares them with the
+    /// stored ones, value by value, table by table.
     private mutating func checkProjections(_ db: Database, state: LedgerState, history: Projector.HistoryCollector) throws {
         let (projectedSeq, current) = try Projector.status(db)
         if !current {
@@ -203,19 +204,15 @@ private struct Verifier {
         if projectedSeq != state.seq {
             try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
         }
-        let fresh = try DatabaseQueue()
-        try Migrations.migrator.migrate(fresh)
-        try fresh.write { try Projector.rebuild(state: state, history: history, $0) }
-        for table in Projector.tables {
-            let sql = "SELECT * FROM \(table) ORDER BY 1, 2"
-            let expected = try fresh.read { try Row.fetchAll($0, sql: sql) }
-            let actual = try Row.fetchAll(db, sql: sql)
-            if expected != actual {
-                let index = zip(expected, actual).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(expected.count, actual.count)
-                let key = (index < actual.count ? actual[index] : expected[index])[0] as DatabaseValue
+        for (table, build) in Projector.rowBuilders(state: state, history: history, ordered: false) {
+            let expected = build()
+            let (stored, keys) = try Projector.differences(table, expected: expected, db)
+            if let first = keys.first {
+                let key = first.map(\.description).joined(separator: ", ")
                 try problem(
                     .projections, nil,
-                    "table \(table) differs from a fresh rebuild (\(actual.count) rows, \(expected.count) expected; first difference at \(key.description)); run rebuild")
+                    "table \(table.name) differs from a fresh rebuild (\(stored) rows, \(expected.count) expected, \(keys.count) differing; first difference at \(key)); run rebuild"
+                )
             }
         }
     }

@@ -505,12 +505,15 @@ struct RebuildCommand: ParsableCommand {
             Example:
               purchase-ledger rebuild user.ledger
               purchase-ledger rebuild user.ledger --full
+              purchase-ledger rebuild user.ledger --json
             """)
 
     @OptionGroup var options: LedgerOptions
 
     @Flag(help: "Rewrite every row in bulk, even rows that already match the log.")
     var full = false
+
+    @Flag(help: "Print the summary as JSON.") var json = false
 
     func run() throws {
         let console = Console.current
@@ -519,6 +522,12 @@ struct RebuildCommand: ParsableCommand {
         let summary = try ledger.rebuildProjections(rewritingEveryRow: full) { done, total in console.progress("replayed \(done)/\(total)") }
         console.endProgress()
         let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
+        if json {
+            console.print(
+                #"{"events":\#(summary.events),"rowsWritten":\#(summary.rowsWritten),"rowsDeleted":\#(summary.rowsDeleted),"rowsUnchanged":\#(summary.rowsUnchanged),"full":\#(full),"seconds":\#(seconds)}"#
+            )
+            return
+        }
         let rows =
             full
             ? "\(summary.rowsWritten) rows rewritten"

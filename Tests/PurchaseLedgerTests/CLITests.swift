@@ -242,6 +242,13 @@ let sampleLog = """
         _ = try populated()
         #expect(try cli(["rebuild", ledger]).stdout.contains("rebuilt the projections from 10 events"))
         #expect(try cli(["verify", ledger]).status == 0)
+        // A damaged row is the one row written back; --full rewrites them all.
+        try DatabaseQueue(path: ledger).write { try $0.execute(sql: "UPDATE transactions SET state = 'failed' WHERE transaction_id = 't1'") }
+        #expect(try cli(["verify", ledger]).status == 1)
+        let repaired = try cli(["rebuild", ledger, "--json"])
+        #expect(repaired.stdout.contains(#""events":10,"rowsWritten":1,"rowsDeleted":0,"#), "\(repaired.stdout)")
+        #expect(try cli(["verify", ledger]).status == 0)
+        #expect(try cli(["rebuild", ledger, "--full"]).stdout.contains("rows rewritten"))
         let table = try cli(["report", ledger, "--user", "alice"])
         #expect(table.stdout.contains("t1") && table.stdout.contains("4.99") && table.stdout.contains("USD"))
         let csv = try cli(["report", ledger, "--format", "csv"]).stdout.split(separator: "\n")

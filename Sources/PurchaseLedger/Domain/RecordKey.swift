@@ -66,8 +66,8 @@ struct RecordKey: Hashable, Sendable {
     }
 
     /// A final avalanche (the MurmurHash3 64-bit finalizer), so every input bit moves the low
-    /// bits the hash table uses.
-    @inline(__always) private static func finish(_ value: UInt64) -> UInt64 {
+    /// bits the hash table uses. (Also `Projector.RowHash`'s.)
+    @inline(__always) static func finish(_ value: UInt64) -> UInt64 {
         var h = value
         h ^= h >> 33
         h &*= 0xFF51_AFD7_ED55_8CCD

@@ -73,15 +73,7 @@ extension Projector {
             mix(last)
         }
 
-        func finalize() -> Int {
-            var x = h
-            x ^= x >> 33
-            x &*= 0xFF51_AFD7_ED55_8CCD
-            x ^= x >> 33
-            x &*= 0xC4CE_B9FE_1A85_EC53
-            x ^= x >> 33
-            return Int(truncatingIfNeeded: x)
-        }
+        func finalize() -> Int { Int(truncatingIfNeeded: RecordKey.finish(h)) }
     }
 
     /// The rows of one projection table as stored: each key with a ``RowHash`` of the rest of its

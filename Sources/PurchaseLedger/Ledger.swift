@@ -81,6 +81,7 @@ public struct LedgerIdentity: Sendable, Hashable {
 /// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
 /// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
 /// - ``state(atSeq:)``, ``state(at:)``, ``observe(from:pollInterval:)``
+/// - ``verify(all:progress:)``, ``rebuildProjections(rewritingEveryRow:progress:)``, ``checkpoint()``
 public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String

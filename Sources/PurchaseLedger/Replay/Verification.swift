@@ -191,6 +191,8 @@ private struct Verifier {
         }
     }
 
+    private func rows(_ n: Int) -> String { n == 1 ? "1 row" : "\(n) rows" }
+
     /// Builds each table's rows afresh from the replayed state and compares them with the
     /// stored ones, value by value, table by table.
     private mutating func checkProjections(_ db: Database, state: LedgerState, history: Projector.HistoryCollector) throws {
@@ -211,7 +213,7 @@ private struct Verifier {
                 let key = first.map(\.description).joined(separator: ", ")
                 try problem(
                     .projections, nil,
-                    "table \(table.name) differs from a fresh rebuild (\(stored) rows, \(expected.count) expected, \(keys.count) differing; first difference at \(key)); run rebuild"
+                    "table \(table.name) differs from a fresh rebuild (\(rows(stored)) stored, \(expected.count) expected, \(keys.count) differing; first difference at \(key)); run rebuild"
                 )
             }
         }

@@ -25,22 +25,13 @@ extension Ledger {
                 try db.inTransaction(.immediate) {
                     // The tables as stored are read on a read connection while the log replays
                     // here (the write lock is held, so both see the same commit), unless they
-                    // are to be rewritten anyway.
+                    // are to be rewritten anyway. A table that cannot be read is rewritten whole.
                     let compare = try !rewritingEveryRow && Projector.status(db).current
                     let pool = self.pool
-                    let stored = compare ? Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.StoredRows.read($0, db) } } }]) : nil
+                    let stored = compare ? Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.storedRowHashes($0, db) } } }]) : nil
                     let (state, history) = try Ledger.replayForProjections(db, progress: progress)
+                    summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
                     summary.events = state.seq
-                    if rewritingEveryRow {
-                        try Projector.rebuild(state: state, history: history, db)
-                        summary.rowsWritten = try Projector.tables.reduce(0) { $0 + (try Int.fetchOne(db, sql: "SELECT count(*) FROM \($1)") ?? 0) }
-                    } else {
-                        // Tables that could not be read are rewritten whole.
-                        let done = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
-                        summary.rowsWritten = done.written
-                        summary.rowsDeleted = done.deleted
-                        summary.rowsUnchanged = done.unchanged
-                    }
                     releaseInBackground(consume state)
                     releaseInBackground(consume history)
                     return .commit

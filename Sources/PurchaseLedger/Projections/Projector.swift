@@ -174,30 +174,16 @@ package enum Projector {
         }
     }
 
-    /// Replaces every projection row with rows written from `state` and `history`, in bulk:
-    /// secondary indexes dropped, rows inserted in the order of each table's primary key, indexes
-    /// built again after them (all in the caller's transaction).
-    static func rebuild(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
-        for (table, rows) in rows(state: state, history: history) { try replaceAll(table, with: table.inKeyOrder(rows), db) }
-        try markInStep(db)
-    }
-
-    /// What ``reconcile(state:history:stored:_:)`` wrote.
-    struct Reconciled {
-        /// Rows inserted or rewritten, and rows deleted.
-        var written = 0, deleted = 0
-        /// Rows already equal to the state's.
-        var unchanged = 0
-    }
-
     /// Makes the projection tables equal to rows written from `state` and `history`, writing only
-    /// what differs from `stored` (each table's rows as stored, in ``Table/all`` order, read
-    /// before anything was written): missing, different or extra rows. A table mostly wrong (or
-    /// empty) is replaced in bulk instead, and so is every table when `stored` is nil.
-    static func reconcile(state: LedgerState, history: HistoryCollector, stored: [StoredRows]?, _ db: Database) throws -> Reconciled {
-        var result = Reconciled()
-        // Each table's rows are built and hashed on another thread while this one writes the
-        // table before.
+    /// what differs from `stored` (each table's ``storedRowHashes(_:_:)``, in ``Table/all``
+    /// order, read before anything was written): missing, different or extra rows. A table
+    /// mostly wrong (or empty) is replaced in bulk instead, and so is every table when `stored`
+    /// is nil: secondary indexes dropped, rows inserted in the order of the primary key, indexes
+    /// built again after them (all in the caller's transaction). Fills in the summary's row counts.
+    static func reconcile(state: LedgerState, history: HistoryCollector, stored: [RowsByKey<Int>]?, _ db: Database) throws -> RebuildSummary {
+        var result = RebuildSummary()
+        // Each table's rows are built and hashed on other threads while this one writes the
+        // tables before.
         let builders = rowBuilders(state: state, history: history, ordered: false)
         let pipeline = Pipeline(
             builders.map { builder in
@@ -208,23 +194,23 @@ package enum Projector {
             }, width: 2)
         for (index, table) in builders.map(\.table).enumerated() {
             let expected = pipeline.take(index)
-            defer { pipeline.release(expected) }
+            defer { releaseInBackground(expected) }
             guard var rows = stored?[index] else {
                 try replaceAll(table, with: table.inKeyOrder(expected.rows), db)
-                result.written += expected.rows.count
+                result.rowsWritten += expected.rows.count
                 continue
             }
             let storedCount = rows.count
             var write: [Int] = []
-            for (i, row) in expected.rows.enumerated() where rows.take(keyOf: row, keyColumns: table.keyColumns) != expected.hashes[i] {
+            for (i, row) in expected.rows.enumerated() where rows.take(row[..<table.keyColumns]) != expected.hashes[i] {
                 write.append(i)
             }
-            let delete = rows.keysLeft
+            let delete = rows.keys
             if write.count + delete.count > storedCount / 2 {
                 // Rewriting row by row with the indexes in place costs more than starting afresh.
                 try replaceAll(table, with: table.inKeyOrder(expected.rows), db)
-                result.written += expected.rows.count
-                result.deleted += delete.count
+                result.rowsWritten += expected.rows.count
+                result.rowsDeleted += delete.count
                 continue
             }
             let deleteRow = try db.makeStatement(
@@ -234,9 +220,9 @@ package enum Projector {
             for i in write.sorted(by: { table.keyLess(expected.rows[$0], expected.rows[$1]) }) {
                 try replace.execute(values: expected.rows[i], db)
             }
-            result.written += write.count
-            result.deleted += delete.count
-            result.unchanged += expected.rows.count - write.count
+            result.rowsWritten += write.count
+            result.rowsDeleted += delete.count
+            result.rowsUnchanged += expected.rows.count - write.count
         }
         try markInStep(db)
         return result
@@ -489,7 +475,7 @@ package enum Projector {
     }
 
     /// Every projection row of `state` (with the owned-content `history` its replay collected),
-    /// table by table: what ``rebuild(state:history:_:)`` writes, for a store elsewhere.
+    /// table by table, for a store elsewhere.
     package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[DatabaseValue]])] {
         rowBuilders(state: state, history: history, ordered: true).map { ($0.table, $0.build()) }
     }

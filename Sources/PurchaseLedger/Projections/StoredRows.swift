@@ -76,81 +76,95 @@ extension Projector {
         func finalize() -> Int { Int(truncatingIfNeeded: RecordKey.finish(h)) }
     }
 
-    /// The rows of one projection table as stored: each key with a ``RowHash`` of the rest of its
-    /// row. A rebuild reads them on a read connection while it replays the log, then compares
-    /// the rows the log gives against them and writes only those that differ.
+    /// The rows of `table` as stored, each key with a ``RowHash`` of the rest of its row. A
+    /// rebuild reads them on a read connection while it replays the log, then compares the rows
+    /// the log gives against them and writes only those that differ.
     ///
     /// A hash, not the values: 64 bits per row instead of the whole table in memory. Two different
     /// rows hash alike with a chance of about one in 2^64; `rebuild --full` rewrites every row
     /// without comparing.
-    struct StoredRows: Sendable {
-        /// Rows keyed by one text column (transactions, downloads, products), by one integer
-        /// column (the owned-content history), or by anything else.
-        private var text: [RecordKey: Int] = [:]
-        private var integer: [Int64: Int] = [:]
-        private var other: [[DatabaseValue]: Int] = [:]
-        /// The number of rows read.
-        private(set) var count = 0
-
-        static func read(_ table: Table, _ db: Database) throws -> StoredRows {
-            let select = try db.makeStatement(sql: "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name)")
-            let statement = select.sqliteStatement
-            defer { sqlite3_reset(statement) }
-            let columns = Int32(table.columns.count), keyColumns = Int32(table.keyColumns)
-            var rows = StoredRows()
-            while true {
-                let step = sqlite3_step(statement)
-                if step == SQLITE_DONE { break }
-                guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: select.sql) }
-                var hash = RowHash()
-                for column in keyColumns..<columns { hash.add(statement, column) }
-                let rowHash = hash.finalize()
-                rows.count += 1
-                switch keyColumns == 1 ? sqlite3_column_type(statement, 0) : SQLITE_NULL {
-                case SQLITE_TEXT:
-                    let text = sqlite3_column_text(statement, 0)
-                    let id = String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 0))), as: UTF8.self)
-                    rows.text[RecordKey(id)] = rowHash
-                case SQLITE_INTEGER:
-                    rows.integer[sqlite3_column_int64(statement, 0)] = rowHash
-                default:
-                    rows.other[(0..<keyColumns).map { value(statement, $0) }] = rowHash
-                }
-            }
-            return rows
+    static func storedRowHashes(_ table: Table, _ db: Database) throws -> RowsByKey<Int> {
+        let columns = Int32(table.columns.count), keyColumns = Int32(table.keyColumns)
+        var hashes = RowsByKey<Int>()
+        try scan(table, db) { statement in
+            var hash = RowHash()
+            for column in keyColumns..<columns { hash.add(statement, column) }
+            hashes[(0..<keyColumns).map { value(statement, $0) }[...]] = hash.finalize()
         }
+        return hashes
+    }
 
-        /// Column `column` of the statement's current row.
-        static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
-            switch sqlite3_column_type(statement, column) {
-            case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
-            case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
-            case SQLITE_TEXT:
-                let text = sqlite3_column_text(statement, column)
-                return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self).databaseValue
-            case SQLITE_BLOB:
-                let blob = sqlite3_column_blob(statement, column)
-                return Data(UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column)))).databaseValue
-            default: return .null
-            }
+    /// Steps through every row of `table`, every column of it, in storage order.
+    private static func scan(_ table: Table, _ db: Database, _ row: (SQLiteStatement) -> Void) throws {
+        let select = try db.makeStatement(sql: "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name)")
+        let statement = select.sqliteStatement
+        defer { sqlite3_reset(statement) }
+        while true {
+            let step = sqlite3_step(statement)
+            if step == SQLITE_DONE { return }
+            guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: select.sql) }
+            row(statement)
         }
+    }
 
-        /// Takes out the hash stored under the key of `row` (its first `keyColumns` values), nil
-        /// when there is no such row.
-        mutating func take(keyOf row: [DatabaseValue], keyColumns: Int) -> Int? {
-            if keyColumns == 1 {
-                switch row[0].storage {
-                case .string(let id): if let hash = text.removeValue(forKey: RecordKey(id)) { return hash }
-                case .int64(let n): if let hash = integer.removeValue(forKey: n) { return hash }
-                case .null, .double, .blob: break
-                }
-            }
-            return other.removeValue(forKey: Array(row.prefix(keyColumns)))
+    /// Column `column` of the statement's current row.
+    private static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
+        switch sqlite3_column_type(statement, column) {
+        case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
+        case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
+        case SQLITE_TEXT:
+            let text = sqlite3_column_text(statement, column)
+            return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self).databaseValue
+        case SQLITE_BLOB:
+            let blob = sqlite3_column_blob(statement, column)
+            return Data(UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column)))).databaseValue
+        default: return .null
         }
+    }
 
-        /// The keys not taken: rows stored that the log does not give.
-        var keysLeft: [[DatabaseValue]] {
+    /// Values by a projection row's key (its first values): a one-column text key hashed as a
+    /// ``RecordKey`` and a one-column integer key as it is (every large table has one or the
+    /// other), any other key as its values.
+    struct RowsByKey<Value: Sendable>: Sendable {
+        private var text: [RecordKey: Value] = [:]
+        private var integer: [Int64: Value] = [:]
+        private var other: [[DatabaseValue]: Value] = [:]
+
+        init() {}
+
+        var count: Int { text.count + integer.count + other.count }
+
+        var keys: [[DatabaseValue]] {
             text.keys.map { [$0.id.databaseValue] } + integer.keys.map { [$0.databaseValue] } + Array(other.keys)
+        }
+
+        subscript(key: ArraySlice<DatabaseValue>) -> Value? {
+            get {
+                if key.count == 1 {
+                    switch key[key.startIndex].storage {
+                    case .string(let id): return text[RecordKey(id)]
+                    case .int64(let n): return integer[n]
+                    case .null, .double, .blob: break
+                    }
+                }
+                return other[Array(key)]
+            }
+            set {
+                if key.count == 1 {
+                    switch key[key.startIndex].storage {
+                    case .string(let id): text[RecordKey(id)] = newValue; return
+                    case .int64(let n): integer[n] = newValue; return
+                    case .null, .double, .blob: break
+                    }
+                }
+                other[Array(key)] = newValue
+            }
+        }
+
+        /// The value under `key`, taken out.
+        mutating func take(_ key: ArraySlice<DatabaseValue>) -> Value? {
+            defer { self[key] = nil }
+            return self[key]
         }
     }
 }
@@ -163,28 +177,18 @@ extension Projector {
     /// the keys of the expected rows. `verify` runs this on every table.
     static func differences(_ table: Table, expected: [[DatabaseValue]], _ db: Database) throws -> (stored: Int, keys: [[DatabaseValue]]) {
         let keyColumns = table.keyColumns
-        var text: [RecordKey: Int] = [:], other: [[DatabaseValue]: Int] = [:]
-        for (i, row) in expected.enumerated() {
-            if keyColumns == 1, case .string(let id) = row[0].storage { text[RecordKey(id)] = i } else { other[Array(row.prefix(keyColumns))] = i }
-        }
-        let select = try db.makeStatement(sql: "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name)")
-        let statement = select.sqliteStatement
-        defer { sqlite3_reset(statement) }
+        var index = RowsByKey<Int>()
+        for (i, row) in expected.enumerated() { index[row[..<keyColumns]] = i }
         var matched = [Bool](repeating: false, count: expected.count)
         var keys: [[DatabaseValue]] = []
         var stored = 0
         let columns = Int32(table.columns.count)
-        while true {
-            let step = sqlite3_step(statement)
-            if step == SQLITE_DONE { break }
-            guard step == SQLITE_ROW else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: select.sql) }
+        try scan(table, db) { statement in
             stored += 1
-            let key = (0..<Int32(keyColumns)).map { StoredRows.value(statement, $0) }
-            var found: Int?
-            if keyColumns == 1, case .string(let id) = key[0].storage { found = text[RecordKey(id)] } else { found = other[key] }
-            guard let i = found, !matched[i] else {
+            let key = (0..<Int32(keyColumns)).map { value(statement, $0) }
+            guard let i = index[key[...]], !matched[i] else {
                 keys.append(key)
-                continue
+                return
             }
             matched[i] = true
             let row = expected[i]

@@ -2,13 +2,11 @@ import Foundation
 
 /// Runs a list of jobs on background threads, started in order, `width` at a time, while the
 /// caller takes their results in the same order as each is ready: the caller works on result `i`
-/// while the jobs after it run. Results the caller is done with are released in the background
-/// too.
+/// while the jobs after it run.
 final class Pipeline<Result: Sendable>: @unchecked Sendable {
     private var results: [Result?]
     private let ready: [DispatchSemaphore]
     private let lock = NSLock()
-    private let queue = DispatchQueue(label: "purchase-ledger.pipeline", qos: .userInitiated)
 
     init(_ jobs: [@Sendable () -> Result], width: Int = 1) {
         results = Array(repeating: nil, count: jobs.count)
@@ -31,16 +29,11 @@ final class Pipeline<Result: Sendable>: @unchecked Sendable {
             return results[index]!
         }
     }
-
-    /// Lets the background thread free `result` after its other jobs.
-    func release(_ result: Result) {
-        queue.async { withExtendedLifetime(result) {} }
-    }
 }
 
 /// Frees `value` on a background queue. Freeing a large state (or its rows) record by record
-/// takes long enough to show in the call that drops it; the caller must hand over its last
-/// reference (`consume`).
+/// takes long enough to show in the call that drops it. Freed there if the caller hands over its
+/// last reference (`consume`) or drops it before the queue gets to it.
 func releaseInBackground<T: Sendable>(_ value: consuming T) {
     let last = value
     DispatchQueue.global(qos: .utility).async { withExtendedLifetime(last) {} }

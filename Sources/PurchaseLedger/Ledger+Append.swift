@@ -129,18 +129,27 @@ extension Ledger {
                 w.stale = false
             }
             var mutated = false
+            let lastCommit = w.lastCommit
+            w.lastCommit = nil
             do {
                 return try writeQueue().writeWithoutTransaction { db in
                     var summary: ImportSummary!
-                    try db.inTransaction(.immediate) {
-                        mutated = try catchUp(&w, db)
-                        var session = try AppendSession(db, configuration: configuration, chain: chain, lastLink: w.lastLink, cache: pageCache)
+                    var tail: Int?
+                    try Ledger.immediateTransaction(db, w.statements) {
+                        // Nothing committed to the file since this writer's last commit: its state
+                        // and the tail it left are the file's, and the projections are marked.
+                        let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
+                        if known == nil { mutated = try catchUp(&w, db) }
+                        var session = try AppendSession(
+                            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail, cache: pageCache)
                         while let (event, line) = try next() {
                             try session.decide(event, line: line, into: &w, db, mutated: &mutated, keep: keepEvents)
                         }
-                        try session.write(&w, db)
+                        tail = try session.write(&w, db, markProjections: known == nil) ?? known?.tail
                         summary = session.summary(lastSeq: w.state.seq)
-                        return .commit
+                    }
+                    if let version = EventStore.dataVersion(db), let tail {
+                        w.lastCommit = LastCommit(dataVersion: version, tail: tail)
                     }
                     return summary
                 }
@@ -161,6 +170,25 @@ extension Ledger {
             noteCommit()
         }
         return summary
+    }
+
+    private static let begin = PreparedSQL("BEGIN IMMEDIATE")
+    private static let commit = PreparedSQL("COMMIT")
+    private static let rollback = PreparedSQL("ROLLBACK")
+
+    /// Runs `body` in a `BEGIN IMMEDIATE` transaction on the write connection, and commits, or
+    /// rolls back when it throws. GRDB's `inTransaction` does the same, but prepares its `BEGIN`
+    /// and `COMMIT` again each time and runs its observer bookkeeping around them; on a one-event
+    /// append that showed in the profile.
+    static func immediateTransaction(_ db: Database, _ statements: PreparedStatements, _ body: () throws -> Void) throws {
+        try statements(begin, db).executeWithoutArguments(db)
+        do {
+            try body()
+            try statements(commit, db).executeWithoutArguments(db)
+        } catch {
+            if db.isInsideTransaction { try? statements(rollback, db).executeWithoutArguments(db) }
+            throw error
+        }
     }
 
     /// Applies events another process appended since this one last wrote.
@@ -193,10 +221,15 @@ struct AppendSession {
     private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
     private var firstSeq: Int64?
 
-    init(_ db: Database, configuration: LedgerConfiguration, chain: HashChain, lastLink: [UInt8], cache: SnapshotPageCache) throws {
+    /// `storedTail`: the rows of the log's open tail, when the caller knows them.
+    init(
+        _ db: Database, configuration: LedgerConfiguration, chain: HashChain, lastLink: [UInt8], storedTail: Int?,
+        cache: SnapshotPageCache
+    ) throws {
         self.configuration = configuration
         self.cache = cache
-        blocks = try EventStore.BlockWriter(db, blockSize: configuration.blockSize, codec: configuration.blockCodec, chain: chain, lastLink: lastLink)
+        blocks = try EventStore.BlockWriter(
+            db, blockSize: configuration.blockSize, codec: configuration.blockCodec, chain: chain, lastLink: lastLink, storedTail: storedTail)
     }
 
     /// Runs the rules on one input event (and on what the ledger appends before it), advancing
@@ -243,21 +276,25 @@ struct AppendSession {
     }
 
     /// Stores everything decided: the log's blocks and tail rows, the snapshots, the owned-content
-    /// history in order, and the projection rows of what changed, at the state `w` reached.
-    mutating func write(_ w: inout Ledger.Writer, _ db: Database) throws {
-        guard stored > 0 else { return }
-        w.lastLink = try blocks.write(db)
+    /// history in order, and the projection rows of what changed, at the state `w` reached; and,
+    /// when `markProjections`, that the projections are in step with the log. Returns the rows
+    /// the log's open tail then holds, or nil when nothing was stored.
+    mutating func write(_ w: inout Ledger.Writer, _ db: Database, markProjections: Bool) throws -> Int? {
+        guard stored > 0 else { return nil }
+        let tail: Int
+        (w.lastLink, tail) = try blocks.write(db, w.statements)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
         for change in changes {
-            try Projector.apply(change, db)
+            try Projector.apply(change, db, w.statements)
         }
-        try Projector.flush(dirty, state: w.state, db)
-        try Projector.markInStep(db)
+        try Projector.flush(dirty, state: w.state, db, w.statements)
+        if markProjections { try Projector.markInStep(db) }
         // The state now continues from the last snapshot's pages: keep them for later time
         // travel. Not those of every snapshot of a long import: a page superseded by a later
         // snapshot of the same append is rarely read again, and 1,000,000 events held 32 MB of
         // them (ledger-bench import-once: peak RSS 219 against 187 MB).
         if !snapshots.isEmpty { cache.remember(w.state) }
+        return tail
     }
 
     func summary(lastSeq: Int64) -> ImportSummary {

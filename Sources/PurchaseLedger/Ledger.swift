@@ -102,6 +102,21 @@ public final class Ledger: Sendable {
         var damage: LedgerError?
         /// Set when an append failed after changing `state`: reload before the next one.
         var stale = false
+        /// What this writer's last commit left in the file, while nothing else has written to it
+        /// since: the next append then neither reads the log's end again nor marks the projections.
+        var lastCommit: LastCommit?
+        /// The append path's statements, prepared once on the write connection.
+        let statements = PreparedStatements()
+    }
+
+    /// The file as this writer's last commit left it.
+    struct LastCommit {
+        /// SQLite's data version of the write connection right after the commit. It changes with
+        /// every commit to the file, this connection's or another's, so an append that finds it
+        /// unchanged knows the file is as it was.
+        var dataVersion: UInt32
+        /// Rows in the log's open tail (`events`).
+        var tail: Int
     }
 
     /// The writer's state. Nothing else keeps a reference to its dictionaries between appends:
@@ -231,6 +246,7 @@ public final class Ledger: Sendable {
 
     /// Loads the writer's state and link again from the file (after a rolled-back append).
     func reload(_ w: inout Writer) throws {
+        w.lastCommit = nil
         (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
     }
 

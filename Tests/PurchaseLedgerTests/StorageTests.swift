@@ -273,6 +273,31 @@ import Testing
         #expect(check.currentState.transactions.count == 120)
     }
 
+    @Test func anAppendAfterAnotherWriterOrAMaintenanceCommitStartsFromTheFile() throws {
+        // An append that finds the file as its writer's last commit left it skips reading the
+        // log's end; one after any other commit must not.
+        let dir = try TemporaryDirectory()
+        let path = dir.path("turns.ledger")
+        let a = try Ledger(path: path, configuration: testConfiguration(blockSize: 8))
+        let b = try Ledger(path: path, configuration: testConfiguration(blockSize: 8))
+        try a.append(E.product("p1"))
+        for i in 0..<3 { try a.append(contentsOf: [E.queued("a\(i)"), E.purchased("a\(i)")]) }
+        // b seals a block out of the tail a left, and leaves a tail of its own.
+        try b.append(contentsOf: (0..<5).flatMap { [E.queued("b\($0)"), E.purchased("b\($0)")] })
+        #expect(try a.append(E.queued("a3")).lastSeq == 18)
+        try a.append(E.purchased("a3"))
+        try a.rebuildProjections()
+        try b.append(E.queued("b5"))
+        try a.checkpoint()
+        for i in 4..<9 { try a.append(contentsOf: [E.queued("a\(i)"), E.purchased("a\(i)")]) }
+        let check = try Ledger(path: path, configuration: testConfiguration())
+        #expect(try check.lastSeq() == 30)
+        #expect(try check.events(limit: 100).map(\.seq) == Array(1...30))
+        #expect(try check.transactions().count == 15)
+        #expect(try check.verify().isValid)
+        #expect(a.currentState.transactions.count == 15)
+    }
+
     @Test func manyTasksShareOneLedger() async throws {
         let dir = try TemporaryDirectory()
         let ledger = try Ledger(path: dir.path("tasks.ledger"), configuration: testConfiguration(blockSize: 16, snapshotInterval: 50))

@@ -78,43 +78,50 @@ package enum Projector {
 
     // MARK: - Live
 
+    private static let supersede = PreparedSQL(
+        """
+        UPDATE owned_content_history SET superseded_at_ms = ?
+        WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
+        """)
+    private static let markDeleted = PreparedSQL(
+        """
+        UPDATE owned_content_history SET deleted_at_ms = ?
+        WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
+        """)
+    private static let deleteOwned = PreparedSQL("DELETE FROM owned_content WHERE product = ?")
+    private static let deleteRelated = PreparedSQL("DELETE FROM related_products WHERE product = ?")
+
     /// Applies an owned-content change directly to the tables.
-    static func apply(_ change: OwnedChange, _ db: Database) throws {
+    static func apply(_ change: OwnedChange, _ db: Database, _ statements: PreparedStatements) throws {
         switch change {
         case .copied(let entry):
             let o = entry.owned
-            try db.cachedStatement(
-                sql: """
-                    UPDATE owned_content_history SET superseded_at_ms = ?
-                    WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
-                    """
-            ).execute(arguments: [ms(o.copiedAt), o.product, o.content])
-            try insertHistory(entry, db)
-            try writeOwned(o, historySeq: entry.seq, db)
+            try statements(supersede, db).execute(values: [ms(o.copiedAt).databaseValue, o.product.databaseValue, o.content.databaseValue], db)
+            try insert(into: Table.ownedContentHistory, historyRow(entry), db, statements, upsert: false)
+            try insert(into: Table.ownedContent, ownedRow(o, historySeq: entry.seq), db, statements)
         case .deleted(let product, let at):
-            try db.cachedStatement(
-                sql: """
-                    UPDATE owned_content_history SET deleted_at_ms = ?
-                    WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
-                    """
-            ).execute(arguments: [ms(at), product])
-            try db.cachedStatement(sql: "DELETE FROM owned_content WHERE product = ?").execute(arguments: [product])
+            try statements(markDeleted, db).execute(values: [ms(at).databaseValue, product.databaseValue], db)
+            try statements(deleteOwned, db).execute(values: [product.databaseValue], db)
         }
     }
 
     /// Writes the rows an append touched, from the state after it.
-    static func flush(_ dirty: Dirty, state: LedgerState, _ db: Database) throws {
+    static func flush(_ dirty: Dirty, state: LedgerState, _ db: Database, _ statements: PreparedStatements) throws {
         for product in dirty.products {
-            try writeProduct(product, state: state, db)
+            try writeProduct(product, state: state, db, statements)
         }
         // In key order: each insert lands next to the previous one in the table's B-tree.
-        let transactions = try db.cachedStatement(sql: Table.transactions.upsert)
-        for t in dirty.transactions.sorted(by: Projector.keyOrder) {
-            if let record = state.transactions[t] { try transactions.execute(values: transactionRow(record), db) }
+        if !dirty.transactions.isEmpty {
+            let transactions = try statements(Table.transactions.preparedUpsert, db)
+            for t in dirty.transactions.sorted(by: Projector.keyOrder) {
+                if let record = state.transactions[t] { try transactions.execute(values: transactionRow(record), db) }
+            }
         }
-        let downloads = try db.cachedStatement(sql: Table.downloads.upsert)
-        for d in dirty.downloads.sorted(by: Projector.keyOrder) {
-            if let record = state.downloads[d] { try downloads.execute(values: downloadRow(record, state: state), db) }
+        if !dirty.downloads.isEmpty {
+            let downloads = try statements(Table.downloads.preparedUpsert, db)
+            for d in dirty.downloads.sorted(by: Projector.keyOrder) {
+                if let record = state.downloads[d] { try downloads.execute(values: downloadRow(record, state: state), db) }
+            }
         }
     }
 
@@ -265,24 +272,18 @@ package enum Projector {
 
     private static func ms(_ t: Timestamp?) -> Int64? { t.map(ms) }
 
-    private static func writeProduct(_ product: String, state: LedgerState, _ db: Database) throws {
+    private static func writeProduct(_ product: String, state: LedgerState, _ db: Database, _ statements: PreparedStatements) throws {
         guard let rows = productRows(product, state: state) else { return }
-        try insert(into: Table.products, rows.product, db)
-        try db.cachedStatement(sql: "DELETE FROM related_products WHERE product = ?").execute(arguments: [product])
-        for row in rows.related { try insert(into: Table.relatedProducts, row, db) }
-        for row in rows.contents { try insert(into: Table.productContents, row, db) }
+        try insert(into: Table.products, rows.product, db, statements)
+        try statements(deleteRelated, db).execute(values: [product.databaseValue], db)
+        for row in rows.related { try insert(into: Table.relatedProducts, row, db, statements) }
+        for row in rows.contents { try insert(into: Table.productContents, row, db, statements) }
     }
 
-    private static func insertHistory(_ entry: OwnedContentHistoryEntry, _ db: Database) throws {
-        try insert(into: Table.ownedContentHistory, historyRow(entry), db, upsert: false)
-    }
-
-    private static func writeOwned(_ o: OwnedContent, historySeq: Int64, _ db: Database) throws {
-        try insert(into: Table.ownedContent, ownedRow(o, historySeq: historySeq), db)
-    }
-
-    private static func insert(into table: Table, _ row: [DatabaseValue], _ db: Database, upsert: Bool = true) throws {
-        try db.cachedStatement(sql: upsert ? table.upsert : table.insert).execute(values: row, db)
+    private static func insert(
+        into table: Table, _ row: [DatabaseValue], _ db: Database, _ statements: PreparedStatements, upsert: Bool = true
+    ) throws {
+        try statements(upsert ? table.preparedUpsert : table.preparedInsert, db).execute(values: row, db)
     }
 
     // MARK: - The row layout, shared with the fleet store
@@ -302,6 +303,9 @@ package enum Projector {
         let upsert: String
         /// How many leading columns make the primary key.
         let keyColumns: Int
+        /// `insert` and `upsert`, for the append path's ``PreparedStatements``.
+        let preparedInsert: PreparedSQL
+        let preparedUpsert: PreparedSQL
 
         /// `fixed` columns never change once a row is written (a download's transaction and its
         /// position there are set when the transaction is delivered): the upsert leaves them, and
@@ -317,6 +321,8 @@ package enum Projector {
             upsert =
                 insert + " ON CONFLICT (" + columns.prefix(key).joined(separator: ", ") + ") DO "
                 + (rest.isEmpty ? "NOTHING" : "UPDATE SET " + rest.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
+            preparedInsert = PreparedSQL(insert)
+            preparedUpsert = PreparedSQL(upsert)
         }
 
         package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])

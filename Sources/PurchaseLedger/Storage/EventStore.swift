@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 
 /// How sealed blocks of events are compressed. Every block records its codec, so a ledger can mix
 /// them and a change never rewrites history.
@@ -33,8 +34,19 @@ enum EventStore {
         return try lastSealedSeq(db)
     }
 
+    /// The last seq of the last sealed block (blocks are consecutive runs, so that is the one
+    /// that starts last: a seek, where `max(last_seq)` read every block's row).
     static func lastSealedSeq(_ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(last_seq) FROM event_blocks")) ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT last_seq FROM event_blocks ORDER BY first_seq DESC LIMIT 1")) ?? 0
+    }
+
+    /// SQLite's data version of `db`'s connection: it changes whenever a transaction commits to
+    /// the file, through this connection or any other (read at the start of a transaction, it
+    /// reflects every commit before it).
+    static func dataVersion(_ db: Database) -> UInt32? {
+        var version: UInt32 = 0
+        guard sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_DATA_VERSION, &version) == SQLITE_OK else { return nil }
+        return version
     }
 
     /// The chain link after the last stored event (the genesis link for an empty log).
@@ -104,10 +116,18 @@ enum EventStore {
         /// Frames handed to the sealer at once.
         private static let batchSize = 256
 
-        init(_ db: Database, blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8]) throws {
+        private static let insertRow = PreparedSQL(
+            "INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)")
+
+        /// `storedTail` is the rows in the open tail when known, read from the file when nil.
+        init(_ db: Database, blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8], storedTail: Int? = nil) throws {
             self.blockSize = max(1, blockSize)
             self.codec = codec
-            storedTail = Int(try lastSeq(db) - lastSealedSeq(db))
+            if let storedTail {
+                self.storedTail = storedTail
+            } else {
+                self.storedTail = Int(try lastSeq(db) - lastSealedSeq(db))
+            }
             sealer = Sealer(blockSize: self.blockSize, codec: codec, chain: chain, lastLink: lastLink)
         }
 
@@ -150,8 +170,9 @@ enum EventStore {
 
         /// Waits until every frame is linked and every full block compressed, then writes what was
         /// decided: the dictionary if this append seeded it, the sealed blocks, and the frames left
-        /// over as the open tail's rows. Returns the link of the last frame.
-        mutating func write(_ db: Database) throws -> [UInt8] {
+        /// over as the open tail's rows. Returns the link of the last frame and the rows the open
+        /// tail then holds.
+        mutating func write(_ db: Database, _ statements: PreparedStatements) throws -> (lastLink: [UInt8], tail: Int) {
             flushBatch(later: false)
             let result = try sealer.finish()
             if let dictionary = result.newDictionary {
@@ -176,15 +197,12 @@ enum EventStore {
             }
             // The stored tail is read only when a block is sealed at once from it, so the frames
             // left pending are all new.
-            let insertRow = try db.cachedStatement(
-                sql: """
-                    INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
-                    """)
-            for f in result.pending {
-                try insertRow.execute(arguments: [f.seq, f.stream, f.version, f.type, f.at, f.recorded, f.flags, Data(f.payload), Data(f.link)])
+            if !result.pending.isEmpty {
+                let insertRow = try statements(Self.insertRow, db)
+                for f in result.pending { try insertRow.executeEventRow(f, db) }
             }
-            return result.lastLink
+            // A sealed block took in the stored tail, so the tail is then only what is pending.
+            return (result.lastLink, (result.sealed.isEmpty ? storedTail : 0) + result.pending.count)
         }
     }
 

@@ -38,3 +38,71 @@ extension Statement {
 
 /// SQLite copies bound text and blobs before the bind returns.
 private let SQLITE_TRANSIENT = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
+
+/// A statement's SQL, known by identity: the append path's statements are `static let`s of
+/// this, found in ``PreparedStatements`` by their object identifier.
+final class PreparedSQL: Sendable {
+    let text: String
+    init(_ text: String) { self.text = text }
+}
+
+/// The write connection's statements that every append runs, each prepared once. GRDB's
+/// `cachedStatement(sql:)` would find them too, but hashes the whole SQL text on every call,
+/// and a projection upsert's is over a kilobyte: on a one-event append that was about a tenth
+/// of the time outside SQLite.
+final class PreparedStatements: @unchecked Sendable {  // unchecked: used only under the writer's lock
+    private var connection: OpaquePointer?
+    private var statements: [ObjectIdentifier: Statement] = [:]
+
+    func callAsFunction(_ sql: PreparedSQL, _ db: Database) throws -> Statement {
+        if connection != db.sqliteConnection {
+            statements = [:]
+            connection = db.sqliteConnection
+        }
+        if let statement = statements[ObjectIdentifier(sql)] { return statement }
+        let statement = try db.makeStatement(sql: sql.text)
+        statements[ObjectIdentifier(sql)] = statement
+        return statement
+    }
+}
+
+extension Statement {
+    /// Runs this statement, which takes no arguments, straight through SQLite's C API: for
+    /// `BEGIN` and `COMMIT` on the append path, where GRDB's bookkeeping around every statement
+    /// (transaction observers this library does not use) showed in the profile.
+    func executeWithoutArguments(_ db: Database) throws {
+        let statement = sqliteStatement
+        sqlite3_reset(statement)
+        let step = sqlite3_step(statement)
+        sqlite3_reset(statement)
+        guard step == SQLITE_DONE else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: sql) }
+    }
+
+    /// Runs this statement with an event row's values bound straight through SQLite's C API.
+    func executeEventRow(_ f: EventStore.Frame, _ db: Database) throws {
+        let statement = sqliteStatement
+        sqlite3_reset(statement)
+        func check(_ code: Int32) throws {
+            guard code == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: code), message: db.lastErrorMessage, sql: sql) }
+        }
+        func blob(_ index: Int32, _ bytes: [UInt8]) -> Int32 {
+            // An empty array may have no address, and binding none would bind NULL.
+            bytes.isEmpty
+                ? sqlite3_bind_zeroblob(statement, index, 0)
+                : bytes.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+        }
+        var stream = f.stream
+        try check(sqlite3_bind_int64(statement, 1, f.seq))
+        try check(stream.withUTF8 { sqlite3_bind_text(statement, 2, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) })
+        try check(sqlite3_bind_int64(statement, 3, f.version))
+        try check(sqlite3_bind_int64(statement, 4, f.type))
+        try check(sqlite3_bind_int64(statement, 5, f.at))
+        try check(sqlite3_bind_int64(statement, 6, f.recorded))
+        try check(sqlite3_bind_int64(statement, 7, f.flags))
+        try check(blob(8, f.payload))
+        try check(blob(9, f.link))
+        let step = sqlite3_step(statement)
+        sqlite3_reset(statement)
+        guard step == SQLITE_DONE else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: sql) }
+    }
+}

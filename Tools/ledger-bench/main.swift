@@ -288,6 +288,9 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
     if let size = sizes.first {
         for figure in try perEventAppendFigures(workload: "\(workloads)/workload-\(size).jsonl", runs: runs, scratch: scratch) { report(0, figure) }
     }
+    if let size = sizes.last {
+        report(size, try appendAtScaleFigure(workload: "\(workloads)/workload-\(size).jsonl", runs: runs, scratch: scratch))
+    }
 
     // The JSON file.
     var json =
@@ -330,6 +333,44 @@ func perEventAppendFigures(workload: String, runs: Int, scratch: String) throws 
     return figures
 }
 
+/// Per-event durable appends (FULL) to a ledger that already holds all but the last `count`
+/// events of a large workload, then those `count` events one commit each: what an app with a long
+/// history pays per event. Against the same payloads committed one row per transaction by plain
+/// SQLite in the same run.
+func appendAtScaleFigure(workload: String, count: Int = 1000, runs: Int, scratch: String) throws -> Figure {
+    let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload)))
+    // The byte offset where the last `count` lines begin.
+    var split = bytes.count, lines = 0
+    while split > 0 {
+        if bytes[split - 1] == UInt8(ascii: "\n"), split < bytes.count { lines += 1 }
+        if lines == count { break }
+        split -= 1
+    }
+    let head = "\(scratch)/head.jsonl", base = "\(scratch)/at-scale-base.ledger"
+    try Data(bytes[..<split]).write(to: URL(fileURLWithPath: head))
+    let stored = try importWorkload(head, into: base)
+    try Ledger(path: base, configuration: configuration()).checkpoint()
+    let events = try JSONLinesInput(bytes: Array(bytes[split...])).events
+    print("== per-event append, synchronous=FULL, \(events.count) events after \(stored.lastSeq), \(runs) runs")
+    let payloads = events.map(\.binaryPayload)
+    var appends: [Double] = [], raws: [Double] = []
+    for _ in 0..<runs {
+        let path = "\(scratch)/at-scale.ledger"
+        for suffix in ["", "-wal", "-shm"] { remove(path + suffix) }
+        try FileManager.default.copyItem(atPath: base, toPath: path)
+        sync()  // the copy's pages reach the disk now, not in the first checkpoint's fsync
+        let ledger = try Ledger(path: path, configuration: configuration(durability: .full))
+        _ = ledger.currentState  // loaded at open in an app, not on its first append
+        let (_, seconds) = try time { for e in events { try ledger.append(e) } }
+        appends.append(Double(events.count) / seconds)
+        let raw = RawSQLite(path: "\(scratch)/raw-append.sqlite", synchronous: "FULL")
+        let (_, rawSeconds) = time { raw.insert(payloads, transactionPerRow: true) }
+        raws.append(Double(events.count) / rawSeconds)
+    }
+    return Figure(
+        name: "per-event append (FULL) at \(stored.lastSeq) events", unit: "events/s", samples: appends, ceiling: raws, target: ">= 90% of raw")
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
 switch args.first {
 case "import-once":
@@ -353,6 +394,18 @@ case "profile-append":
     let ledger = try Ledger(path: args[2], configuration: configuration(durability: .normal))
     let (_, seconds) = try time { for e in input.events.prefix(Int(args[3]) ?? 5000) { try ledger.append(e) } }
     print(seconds)
+case "profile-append-on":
+    // `profile-append-on LEDGER TAIL.jsonl`: a loop for profilers: a copy of LEDGER, its state
+    // loaded, then TAIL's events appended one commit each (synchronous=NORMAL).
+    let copy = args[1] + ".profile-copy"
+    for suffix in ["", "-wal", "-shm"] { remove(copy + suffix) }
+    try FileManager.default.copyItem(atPath: args[1], toPath: copy)
+    sync()  // the copy's pages reach the disk now, not in the first checkpoint's fsync
+    let ledger = try Ledger(path: copy, configuration: configuration(durability: .normal))
+    _ = ledger.currentState
+    let tail = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: args[2])))).events
+    let (_, seconds) = try time { for e in tail { try ledger.append(e) } }
+    print(String(format: "%d appends in %.3f s: %.0f µs each", tail.count, seconds, seconds * 1e6 / Double(tail.count)))
 case "profile-state":
     // Where the time of a state at seq goes: a state exactly at a snapshot (decode only), the log
     // tail after it, and a full replay.
@@ -464,6 +517,12 @@ case "append":
     for figure in try perEventAppendFigures(workload: args[1], runs: args.count > 2 ? Int(args[2]) ?? 3 : 3, scratch: scratch) {
         print(figure.summary)
     }
+case "append-at-scale":
+    // `append-at-scale WORKLOAD [RUNS]`: only the per-event append figure at the workload's size.
+    let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    print(try appendAtScaleFigure(workload: args[1], runs: args.count > 2 ? Int(args[2]) ?? 3 : 3, scratch: scratch).summary)
 case "crash-writer":
     try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
 case "crash", "flips", "fuzz":

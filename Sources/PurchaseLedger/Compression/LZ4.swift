@@ -104,26 +104,97 @@ enum LZ4 {
             if input.isEmpty { return [] }
             let bound = Int(LZ4_compressBound(Int32(input.count)))
             var output = [UInt8](repeating: 0, count: bound)
-            let written: Int32 = input.withUnsafeBufferPointer { src in
-                output.withUnsafeMutableBufferPointer { dst in
-                    let srcPtr = UnsafeRawPointer(src.baseAddress!).assumingMemoryBound(to: CChar.self)
-                    let dstPtr = UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self)
-                    guard let dictionary, !dictionary.isEmpty else {
-                        return LZ4_compress_HC(srcPtr, dstPtr, Int32(input.count), Int32(bound), level)
-                    }
-                    guard let stream = LZ4_createStreamHC() else { return 0 }
-                    defer { LZ4_freeStreamHC(stream) }
-                    LZ4_resetStreamHC_fast(stream, level)
-                    return dictionary.withUnsafeBufferPointer { dict in
-                        let dictPtr = UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self)
-                        LZ4_loadDictHC(stream, dictPtr, Int32(dict.count))
-                        return LZ4_compress_HC_continue(stream, srcPtr, dstPtr, Int32(input.count), Int32(bound))
+            let written: Int32 = HCStreams.shared.withStream(level: level, dictionary: dictionary) { stream in
+                input.withUnsafeBufferPointer { src in
+                    output.withUnsafeMutableBufferPointer { dst in
+                        LZ4_compress_HC_continue(
+                            stream, UnsafeRawPointer(src.baseAddress!).assumingMemoryBound(to: CChar.self),
+                            UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(input.count), Int32(bound))
                     }
                 }
             }
             guard written > 0 else { throw Failure(description: "LZ4 compression failed") }
             output.removeSubrange(Int(written)...)
             return output
+        }
+
+        /// liblz4's HC compression states, kept between calls. A state is 256 KB: `LZ4_compress_HC`
+        /// allocated and cleared a new one for every call, and a dictionary was hashed into it
+        /// again for every block, which for a 25 KB block or a snapshot page cost more than the
+        /// compression itself. Here a state is reset cheaply between inputs
+        /// (`LZ4_resetStreamHC_fast`, which leaves the old entries out of reach instead of
+        /// clearing them), and a dictionary is loaded into a state of its own once, then copied
+        /// into the working state for each block.
+        final class HCStreams: @unchecked Sendable {  // unchecked: everything is under `lock`
+            static let shared = HCStreams()
+
+            private struct Prepared {
+                /// Kept alive with its state, which points into it; found by the address of its
+                /// storage (an array's storage never changes while anything holds it).
+                var bytes: [UInt8]
+                var level: Int32
+                var stream: UnsafeMutablePointer<LZ4_streamHC_t>
+            }
+
+            private let lock = NSLock()
+            private var idle: [UnsafeMutablePointer<LZ4_streamHC_t>] = []
+            private var dictionaries: [Prepared] = []
+            /// Dictionaries kept loaded: a ledger has one at a time, a process a few ledgers.
+            private static let maxDictionaries = 4
+
+            func withStream<T>(level: Int32, dictionary: [UInt8]?, _ body: (UnsafeMutablePointer<LZ4_streamHC_t>) -> T) -> T {
+                let stream = take()
+                defer { give(stream) }
+                if let dictionary, !dictionary.isEmpty {
+                    // The copy points into the dictionary's bytes, as the loaded state does.
+                    load(dictionary, level: level, into: stream)
+                } else {
+                    LZ4_resetStreamHC_fast(stream, level)
+                }
+                return withExtendedLifetime(dictionary) { body(stream) }
+            }
+
+            private func take() -> UnsafeMutablePointer<LZ4_streamHC_t> {
+                lock.lock()
+                let stream = idle.popLast()
+                lock.unlock()
+                if let stream { return stream }
+                let new = UnsafeMutablePointer<LZ4_streamHC_t>.allocate(capacity: 1)
+                LZ4_initStreamHC(new, MemoryLayout<LZ4_streamHC_t>.size)
+                return new
+            }
+
+            private func give(_ stream: UnsafeMutablePointer<LZ4_streamHC_t>) {
+                lock.lock()
+                idle.append(stream)
+                lock.unlock()
+            }
+
+            /// Copies into `target` the state with `dictionary` loaded at `level`, loading that on
+            /// first use.
+            private func load(_ dictionary: [UInt8], level: Int32, into target: UnsafeMutablePointer<LZ4_streamHC_t>) {
+                let address = dictionary.withUnsafeBufferPointer { $0.baseAddress }
+                lock.lock()
+                defer { lock.unlock() }
+                if let found = dictionaries.first(where: { entry in
+                    entry.level == level && entry.bytes.count == dictionary.count && entry.bytes.withUnsafeBufferPointer { $0.baseAddress } == address
+                }) {
+                    target.update(from: found.stream, count: 1)
+                    return
+                }
+                let stream = UnsafeMutablePointer<LZ4_streamHC_t>.allocate(capacity: 1)
+                LZ4_initStreamHC(stream, MemoryLayout<LZ4_streamHC_t>.size)
+                LZ4_resetStreamHC_fast(stream, level)
+                dictionary.withUnsafeBufferPointer { dict in
+                    _ = LZ4_loadDictHC(stream, UnsafeRawPointer(dict.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(dict.count))
+                }
+                if dictionaries.count >= Self.maxDictionaries {
+                    // Its state joins the idle ones, to be reset before any use.
+                    idle.append(dictionaries.removeFirst().stream)
+                }
+                dictionaries.append(Prepared(bytes: dictionary, level: level, stream: stream))
+                target.update(from: stream, count: 1)
+            }
         }
 
         static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {

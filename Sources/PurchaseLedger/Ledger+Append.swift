@@ -141,7 +141,8 @@ extension Ledger {
                         let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
                         if known == nil { mutated = try catchUp(&w, db) }
                         var session = try AppendSession(
-                            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail, cache: pageCache)
+                            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
+                            emptyLedger: w.state.seq == 0, cache: pageCache)
                         while let (event, line) = try next() {
                             try session.decide(event, line: line, into: &w, db, mutated: &mutated, keep: keepEvents)
                         }
@@ -217,17 +218,23 @@ struct AppendSession {
     private var snapshots: [Snapshots.Pending] = []
     private var spooledPages: Set<[UInt8]> = []
     private var changes: [Projector.OwnedChange] = []
+    /// Whether the ledger was empty when the append began: every projection row is then new,
+    /// and the tables are written in bulk from the state reached and `history`.
+    private let bulk: Bool
+    private var history = Projector.HistoryCollector()
     private var dirty = Projector.Dirty()
     private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
     private var firstSeq: Int64?
 
-    /// `storedTail`: the rows of the log's open tail, when the caller knows them.
+    /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
+    /// whether the ledger holds no event yet.
     init(
         _ db: Database, configuration: LedgerConfiguration, chain: HashChain, lastLink: [UInt8], storedTail: Int?,
-        cache: SnapshotPageCache
+        emptyLedger: Bool, cache: SnapshotPageCache
     ) throws {
         self.configuration = configuration
         self.cache = cache
+        bulk = emptyLedger
         blocks = try EventStore.BlockWriter(
             db, blockSize: configuration.blockSize, codec: configuration.blockCodec, chain: chain, lastLink: lastLink, storedTail: storedTail)
     }
@@ -258,7 +265,7 @@ struct AppendSession {
             // Linked into the chain by the block writer, off this thread.
             try blocks.add(EventStore.Frame(recorded, payload: FrameCodec.payload(event.body)), db)
             if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
-                changes.append(change)
+                if bulk { history.apply(change) } else { changes.append(change) }
             }
             dirty.touch(event, state: state)
             stored += 1
@@ -284,11 +291,15 @@ struct AppendSession {
         let tail: Int
         (w.lastLink, tail) = try blocks.write(db, w.statements)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
-        for change in changes {
-            try Projector.apply(change, db, w.statements)
+        if bulk {
+            try Projector.writeAll(state: w.state, history: history, db)
+        } else {
+            for change in changes {
+                try Projector.apply(change, db, w.statements)
+            }
+            try Projector.flush(dirty, state: w.state, db, w.statements)
+            if markProjections { try Projector.markInStep(db) }
         }
-        try Projector.flush(dirty, state: w.state, db, w.statements)
-        if markProjections { try Projector.markInStep(db) }
         // The state now continues from the last snapshot's pages: keep them for later time
         // travel. Not those of every snapshot of a long import: a page superseded by a later
         // snapshot of the same append is rarely read again, and 1,000,000 events held 32 MB of

@@ -238,14 +238,59 @@ package enum Projector {
     /// Deletes every row of `table`, then inserts `rows` (in key order) with the table's
     /// secondary indexes dropped, and builds them again.
     private static func replaceAll(_ table: Table, with rows: [[DatabaseValue]], _ db: Database) throws {
+        try replaceAll(table, db) { insert in
+            for row in rows { try insert(row) }
+        }
+    }
+
+    /// Deletes every row of `table` and drops its secondary indexes, lets `body` insert rows (in
+    /// key order) through the function it is given, then builds the indexes again: one sort per
+    /// index instead of an index update per row.
+    private static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([DatabaseValue]) throws -> Void) throws -> Void) throws {
         let indexes = try Row.fetchAll(
             db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]
         ).map { (name: $0[0] as String, sql: $0[1] as String) }
         for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
         try db.execute(sql: "DELETE FROM \(table.name)")
         let statement = try db.cachedStatement(sql: table.upsert)
-        for row in rows { try statement.execute(values: row, db) }
+        try body { row in try statement.execute(values: row, db) }
         for index in indexes { try db.execute(sql: index.sql) }
+    }
+
+    /// Writes every projection table from the state an import reached and the owned-content
+    /// history it collected, replacing whatever the tables hold. For an import into an empty
+    /// ledger, where every row is new: each table is filled in key order with its secondary
+    /// indexes dropped and built again after, as `rebuild --full` does, instead of one upsert
+    /// per row with every index updated (1.7 s of a 1,000,000-event import's 8). Transaction,
+    /// download and history rows are built on two other threads a chunk at a time while this one
+    /// inserts them; at most a few chunks wait, so memory stays flat whatever the import's size.
+    static func writeAll(state: LedgerState, history: HistoryCollector, _ db: Database) throws {
+        let chunked = [Table.transactions.name, Table.downloads.name, Table.ownedContentHistory.name]
+        for (table, build) in rowBuilders(state: state, history: history, ordered: false) where !chunked.contains(table.name) {
+            try replaceAll(table, with: table.inKeyOrder(build()), db)
+        }
+        try replaceAll(Table.transactions, inChunks: state.transactions.values, db) { transactionRow($0) }
+        try replaceAll(Table.downloads, inChunks: state.downloads.values, db) { downloadRow($0, state: state) }
+        // The history's entries are in seq order, its key.
+        try replaceAll(Table.ownedContentHistory, inChunks: history.entries, db) { historyRow($0) }
+        try markInStep(db)
+    }
+
+    private static func replaceAll<Record: Sendable>(
+        _ table: Table, inChunks records: [Record], _ db: Database, row: @escaping @Sendable (Record) -> [DatabaseValue]
+    ) throws {
+        let chunk = 1024
+        let jobs = stride(from: 0, to: records.count, by: chunk).map { start in
+            { @Sendable () -> [[DatabaseValue]] in records[start..<min(start + chunk, records.count)].map(row) }
+        }
+        let pipeline = Pipeline(jobs, width: 2, ahead: 2)
+        try replaceAll(table, db) { insert in
+            for i in jobs.indices {
+                let rows = pipeline.take(i)
+                for r in rows { try insert(r) }
+                releaseInBackground(rows)
+            }
+        }
     }
 
     /// Text keys in SQLite's BINARY order (their UTF-8 bytes).

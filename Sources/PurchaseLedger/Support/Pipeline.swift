@@ -7,22 +7,33 @@ final class Pipeline<Result: Sendable>: @unchecked Sendable {
     private var results: [Result?]
     private let ready: [DispatchSemaphore]
     private let lock = NSLock()
+    private let jobs: [@Sendable () -> Result]
+    private let lanes: [DispatchQueue]
+    private let ahead: Int
 
-    init(_ jobs: [@Sendable () -> Result], width: Int = 1) {
+    /// `ahead`: how many results may wait, done or under way, beyond the one the caller takes
+    /// next (so at most that many are held at once); all jobs start at once when nil.
+    init(_ jobs: [@Sendable () -> Result], width: Int = 1, ahead: Int? = nil) {
         results = Array(repeating: nil, count: jobs.count)
         ready = jobs.map { _ in DispatchSemaphore(value: 0) }
-        let lanes = (0..<max(1, width)).map { DispatchQueue(label: "purchase-ledger.pipeline.\($0)", qos: .userInitiated) }
-        for (i, job) in jobs.enumerated() {
-            lanes[i % lanes.count].async { [self] in
-                let result = job()
-                lock.withLock { results[i] = result }
-                ready[i].signal()
-            }
+        self.jobs = jobs
+        lanes = (0..<max(1, width)).map { DispatchQueue(label: "purchase-ledger.pipeline.\($0)", qos: .userInitiated) }
+        self.ahead = max(1, ahead ?? jobs.count)
+        for i in 0..<min(jobs.count, self.ahead) { start(i) }
+    }
+
+    private func start(_ i: Int) {
+        lanes[i % lanes.count].async { [self] in
+            let result = jobs[i]()
+            lock.withLock { results[i] = result }
+            ready[i].signal()
         }
     }
 
-    /// The result of job `index`, waiting for it to finish. Each result is taken once.
+    /// The result of job `index`, waiting for it to finish. Each result is taken once, in order
+    /// when the pipeline has a bound on `ahead`.
     func take(_ index: Int) -> Result {
+        if index + ahead < jobs.count { start(index + ahead) }
         ready[index].wait()
         return lock.withLock {
             defer { results[index] = nil }

@@ -26,7 +26,11 @@ package enum Projector {
 
     /// What an append touched.
     struct Dirty {
+        /// Products whose rows may have changed: their `products` row and `product_contents`
+        /// rows are written when they differ from what is stored.
         var products: Set<String> = []
+        /// Products registered (again): their `related_products` rows are replaced too.
+        var registered: Set<String> = []
         var transactions: Set<String> = []
         var downloads: Set<String> = []
 
@@ -34,6 +38,7 @@ package enum Projector {
             switch event.body {
             case .productRegistered(let p):
                 products.insert(p.product)
+                registered.insert(p.product)
             case .contentVersionPublished(let product, _, _), .contentDeleted(let product):
                 products.insert(product)
             case .transactionPurchased(let t, _, _, _, _), .transactionRestored(let t, _, _, _, _, _), .transactionFinished(let t, _):
@@ -108,7 +113,7 @@ package enum Projector {
     /// Writes the rows an append touched, from the state after it.
     static func flush(_ dirty: Dirty, state: LedgerState, _ db: Database, _ statements: PreparedStatements) throws {
         for product in dirty.products {
-            try writeProduct(product, state: state, db, statements)
+            try writeProduct(product, state: state, related: dirty.registered.contains(product), db, statements)
         }
         // In key order: each insert lands next to the previous one in the table's B-tree.
         if !dirty.transactions.isEmpty {
@@ -317,12 +322,22 @@ package enum Projector {
 
     private static func ms(_ t: Timestamp?) -> Int64? { t.map(ms) }
 
-    private static func writeProduct(_ product: String, state: LedgerState, _ db: Database, _ statements: PreparedStatements) throws {
+    /// Writes a product's rows where they differ from those stored: a purchase, a restore or a
+    /// finish touches its product (a delivery may publish a newer content version), and most leave
+    /// its rows as they were, so the upserts leave identical rows alone instead of rewriting them
+    /// (three WAL pages fewer on such a commit). The related products come from the registration
+    /// only, and are replaced only when the product is registered (`related`).
+    private static func writeProduct(
+        _ product: String, state: LedgerState, related: Bool, _ db: Database, _ statements: PreparedStatements
+    ) throws {
         guard let rows = productRows(product, state: state) else { return }
-        try insert(into: Table.products, rows.product, db, statements)
-        try statements(deleteRelated, db).execute(values: [product.databaseValue], db)
-        for row in rows.related { try insert(into: Table.relatedProducts, row, db, statements) }
-        for row in rows.contents { try insert(into: Table.productContents, row, db, statements) }
+        try statements(Table.products.preparedUpsertIfChanged, db).execute(values: rows.product, db)
+        if related {
+            try statements(deleteRelated, db).execute(values: [product.databaseValue], db)
+            for row in rows.related { try insert(into: Table.relatedProducts, row, db, statements) }
+        }
+        let contents = try statements(Table.productContents.preparedUpsertIfChanged, db)
+        for row in rows.contents { try contents.execute(values: row, db) }
     }
 
     private static func insert(
@@ -351,6 +366,8 @@ package enum Projector {
         /// `insert` and `upsert`, for the append path's ``PreparedStatements``.
         let preparedInsert: PreparedSQL
         let preparedUpsert: PreparedSQL
+        /// `upsert`, but an existing row with the same values is left alone (not rewritten).
+        let preparedUpsertIfChanged: PreparedSQL
 
         /// `fixed` columns never change once a row is written (a download's transaction and its
         /// position there are set when the transaction is delivered): the upsert leaves them, and
@@ -368,6 +385,10 @@ package enum Projector {
                 + (rest.isEmpty ? "NOTHING" : "UPDATE SET " + rest.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
             preparedInsert = PreparedSQL(insert)
             preparedUpsert = PreparedSQL(upsert)
+            let changed =
+                rest.isEmpty
+                ? "" : " WHERE (" + rest.joined(separator: ", ") + ") IS NOT (" + rest.map { "excluded.\($0)" }.joined(separator: ", ") + ")"
+            preparedUpsertIfChanged = PreparedSQL(upsert + changed)
         }
 
         package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])

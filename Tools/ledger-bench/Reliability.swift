@@ -11,6 +11,9 @@ enum CrashWorkload {
     static let catalog =
         #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"nonConsumable","price":"1.99","currency":"USD","downloadable":true,"contents":[{"content":"c","contentVersion":"1.0","contentLength":100}]}"#
 
+    /// Batches of the import into an empty ledger (about 7,000 events).
+    static let freshBatches = 1000
+
     /// Batch `k`: one transaction's life, whole (a batch) or a single event of it.
     static func batch(_ k: Int) -> [String] {
         if k == 0 { return [catalog] }
@@ -41,6 +44,14 @@ func crashWriter(ledgerPath: String, ackPath: String, mode: String) throws {
     c.snapshotInterval = 100
     c.maxSnapshots = 3
     let ledger = try Ledger(path: ledgerPath, configuration: c)
+    if mode == "fresh" {
+        // One import into an empty ledger, the path that writes the projection tables in bulk
+        // (indexes dropped and built again inside the transaction), then an acknowledgement.
+        let events = try (0..<CrashWorkload.freshBatches).flatMap { try CrashWorkload.batch($0).map { try JSONLines.decode($0) } }
+        try ledger.append(contentsOf: events)
+        try Data("fresh \(try ledger.lastSeq())\n".utf8).write(to: URL(fileURLWithPath: ackPath))
+        return
+    }
     if mode == "rebuild" {
         // Alternately the default rebuild and one rewriting every row, so kills land in both.
         var everyRow = false
@@ -85,8 +96,41 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
     remove(ledgerPath)
     _ = FileManager.default.createFile(atPath: ackPath, contents: nil)
     var acknowledged: Int64 = 0, lost: Int64 = 0, partial = 0, invalid = 0, rebuildKills = 0, importKills = 0
+    var freshKills = 0, freshCommitted = 0
     var generator = SystemRandomNumberGenerator()
     for round in 0..<kills {
+        if round % 10 == 7 {
+            // A kill during (or after) an import into an empty ledger: afterwards the ledger is
+            // empty or whole, with every index, and verifies; acknowledged means whole.
+            let fresh = "\(scratch)/fresh.ledger", freshAck = "\(scratch)/fresh-ack.txt"
+            for file in [fresh, fresh + "-wal", fresh + "-shm", freshAck] { remove(file) }
+            let child = try spawn([CommandLine.arguments[0], "crash-writer", fresh, freshAck, "fresh"])
+            // Longer than the other rounds: the import takes a few tenths of a second, and some
+            // kills should come after its commit.
+            usleep(UInt32.random(in: 20_000...350_000, using: &generator))
+            kill(child, SIGKILL)
+            var status: Int32 = 0
+            waitpid(child, &status, 0)
+            freshKills += 1
+            guard FileManager.default.fileExists(atPath: fresh) else { continue }
+            let ledger = try Ledger(path: fresh)
+            let last = try ledger.lastSeq()
+            let whole = CrashWorkload.end(ofBatch: CrashWorkload.freshBatches - 1)
+            let acked = FileManager.default.fileExists(atPath: freshAck)
+            if last == whole { freshCommitted += 1 }
+            if last != 0 && last != whole { partial += 1 }
+            if acked && last != whole { lost += whole - last }
+            let handle = try RawSQLiteHandle(path: fresh)
+            let indexes = handle.int64s(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ('transactions_by_user', 'downloads_by_transaction', 'downloads_by_url')")
+            handle.close()
+            let report = try ledger.verify()
+            if !report.isValid || indexes != [3] {
+                invalid += 1
+                print("  round \(round), fresh import: \(report.problems.first.map(String.init(describing:)) ?? "indexes \(indexes)")")
+            }
+            continue
+        }
         let mode = round % 10 == 9 ? "rebuild" : round % 10 == 4 ? "import" : "append"
         let child = try spawn([CommandLine.arguments[0], "crash-writer", ledgerPath, ackPath, mode])
         usleep(UInt32.random(in: 20_000...150_000, using: &generator))
@@ -129,7 +173,7 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
         }
     }
     print(
-        "crash: \(kills) kills (\(importKills) during 2,100-event imports, \(rebuildKills) during a rebuild), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)"
+        "crash: \(kills) kills (\(importKills) during 2,100-event imports, \(rebuildKills) during a rebuild, \(freshKills) during or after a 7,000-event import into an empty ledger, \(freshCommitted) of those committed first), \(acknowledged) events acknowledged, lost: \(lost), partial batches: \(partial), ledgers failing verify: \(invalid)"
     )
     return lost == 0 && partial == 0 && invalid == 0
 }

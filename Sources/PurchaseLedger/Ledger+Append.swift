@@ -267,7 +267,8 @@ struct AppendSession {
             if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
                 if bulk { history.apply(change) } else { changes.append(change) }
             }
-            dirty.touch(event, state: state)
+            // A bulk write builds every row from the final state: no need to track what changed.
+            if !bulk { dirty.touch(event, state: state) }
             stored += 1
             if firstSeq == nil { firstSeq = seq }
             if recorded.anomaly != nil { anomalies += 1 }

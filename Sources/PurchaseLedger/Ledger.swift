@@ -383,21 +383,24 @@ public final class Ledger: Sendable {
         return (state, target == .max ? try EventStore.lastLink(db) : [])
     }
 
+    deinit {
+        // The writer's state is freed record by record: for a large ledger that took a few
+        // tenths of a second (0.15-0.35 s after a 1,000,000-event import), which the caller
+        // letting go of the ledger, or a CLI command exiting, need not wait for.
+        let state = writer.withLock { w in
+            defer { w = nil }
+            return w?.state
+        }
+        if let state {
+            releaseInBackground(state)
+        }
+    }
+
     /// The state after the last commit seen by this instance. Waits for an append in progress;
     /// the projection reads (``transactions(user:)``...) never wait.
     ///
     /// A read-only ledger reads it on first use; should that read fail (an I/O error), this is an
     /// empty state and ``state(atSeq:)`` throws the reason.
-    deinit {
-        // The writer's state is freed record by record: for a large ledger that took a few
-        // tenths of a second (0.15-0.35 s after a 1,000,000-event import), which the caller
-        // letting go of the ledger, or a CLI command exiting, need not wait for.
-        if let state = writer.withLock({ $0?.state }) {
-            writer.withLock { $0 = nil }
-            releaseInBackground(state)
-        }
-    }
-
     public var currentState: LedgerState {
         (try? withWriter { $0.state }) ?? LedgerState()
     }

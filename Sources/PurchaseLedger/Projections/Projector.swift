@@ -1,6 +1,5 @@
 import Foundation
 import GRDB
-import GRDBSQLite
 
 /// One row of `owned_content_history`: a version copied out, and what became of it.
 public struct OwnedContentHistoryEntry: Sendable, Hashable {

@@ -277,7 +277,8 @@ struct AppendSession {
             if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
                 // At exact multiples of the interval, whatever the batch sizes.
                 let snapshot: Snapshots.Pending
-                (state, snapshot) = try Snapshots.encode(state, db, spooled: &spooledPages, spool: spool)
+                (state, snapshot) = try Snapshots.encode(
+                    state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool)
                 snapshots.append(snapshot)
             }
         }

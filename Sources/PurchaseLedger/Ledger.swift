@@ -26,6 +26,9 @@ public struct LedgerConfiguration: Sendable {
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
     public var maxSnapshots: Int = 128
+    /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
+    /// (tests set small limits to reach them with a small ledger).
+    var snapshotOverlay = SnapshotCodec.OverlayLimits()
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).

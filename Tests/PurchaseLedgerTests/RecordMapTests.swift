@@ -95,12 +95,13 @@ import Testing
     }
 
     /// An old record changed here and there goes to the snapshot's overlay, its page kept as it
-    /// was; a page with more than `overlayLimit` changed records is rewritten. A state loaded from
+    /// was; a page with more than `perPage` changed records is rewritten. A state loaded from
     /// such a snapshot, with nothing cached, equals a fold of the log at every snapshot and between.
     @Test func scatteredChangesGoToTheOverlayAndLoadBackEqual() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("overlay.ledger")
-        var (ledger, c): (Ledger?, LedgerConfiguration) = try threeThousandPurchases(at: path, snapshotInterval: 500)
+        var (ledger, c): (Ledger?, LedgerConfiguration) = try threeThousandPurchases(
+            at: path, snapshotInterval: 500, overlay: .init(perPage: 4, total: 1000))
         // Rounds of 500 events, each ending in a snapshot: a few scattered finishes (kept in the
         // overlay, which grows from round to round), in round 3 six neighbours (one page
         // rewritten), padded with re-registrations that change no record.
@@ -115,14 +116,7 @@ import Testing
             batch += Array(repeating: E.product("p1"), count: Int(next - seq) - batch.count)
             try ledger!.append(contentsOf: batch)
             seq = next
-            let manifest = try DatabaseQueue(path: path).read { try Data.fetchOne($0, sql: "SELECT manifest FROM snapshots ORDER BY seq DESC LIMIT 1")! }
-            let (_, _, overlays) = try SnapshotCodec.parse([UInt8](manifest))
-            if let entry = overlays[.transactions] {
-                let raw = try DatabaseQueue(path: path).read { try Data.fetchOne($0, sql: "SELECT data FROM snapshot_pages WHERE hash = ?", arguments: [Data(entry.address)])! }
-                overlaid.append(try [UInt8](raw).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }.count)
-            } else {
-                overlaid.append(0)
-            }
+            overlaid.append(try latestOverlay(path).records)
         }
         #expect(overlaid[0] == 0 && overlaid.dropFirst().allSatisfy { $0 > 0 }, "every snapshot after the first (all new pages) has an overlay: \(overlaid)")
         #expect(overlaid[2] > overlaid[1], "the overlay grows with the changes it keeps: \(overlaid)")
@@ -143,6 +137,90 @@ import Testing
             }
         }
         #expect(reopened.currentState == folded)
+    }
+
+    /// The overlay is written again by every snapshot, so it is bounded: once the changes it
+    /// would keep pass `total`, the pages holding the most of them are rewritten, whatever the
+    /// per-page limit. Each snapshot still loads back equal to a fold of the log.
+    @Test func theOverlayStaysWithinItsTotalAndLoadsBackEqual() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("budget.ledger")
+        let limits = SnapshotCodec.OverlayLimits(perPage: 100, total: 7)
+        var (ledger, c): (Ledger?, LedgerConfiguration) = try threeThousandPurchases(at: path, snapshotInterval: 500, overlay: limits)
+        var seq = try ledger!.lastSeq()
+        var overlaid: [Int] = []
+        for round in 0..<6 {
+            // Three scattered finishes a round: within the per-page limit, past the total by the
+            // third round.
+            var batch: [Event] = (0..<3).map { E.finished("t\((round * 419 + $0 * 1009 + 7) % 2900)") }
+            let next = (seq / 500 + 1) * 500
+            batch += Array(repeating: E.product("p1"), count: Int(next - seq) - batch.count)
+            try ledger!.append(contentsOf: batch)
+            seq = next
+            overlaid.append(try latestOverlay(path).records)
+        }
+        #expect(overlaid.allSatisfy { $0 <= limits.total }, "every overlay within the total: \(overlaid)")
+        #expect(overlaid.contains { $0 > 0 }, "scattered finishes still go to the overlay: \(overlaid)")
+        #expect(overlaid.last! < 6 * 3, "pages were rewritten rather than keeping every finish: \(overlaid)")
+        let log = try ledger!.events(limit: 20_000)
+        ledger = nil
+        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            if snapshotSeqs.contains(e.seq) {
+                #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
+            }
+        }
+    }
+
+    /// The overlay is stored as chunks: a snapshot refers to the earlier chunks that still hold
+    /// current records and adds one chunk of the records changed since, so a few late changes
+    /// cost a few records, not the whole overlay again. Chunks with no current record are
+    /// dropped; past `maxChunks`, or when most of the kept chunks' records are out of date, the
+    /// overlay is written as one chunk. Every snapshot loads back equal to a fold of the log.
+    @Test func laterSnapshotsAddOnlyWhatChangedToTheOverlay() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("chunks.ledger")
+        var (ledger, c): (Ledger?, LedgerConfiguration) = try threeThousandPurchases(at: path, snapshotInterval: 500)
+        var seq = try ledger!.lastSeq()
+        var rounds: [(records: Int, chunks: [OverlayChunk])] = []
+        func round(_ events: [Event]) throws {
+            let next = (seq / 500 + 1) * 500
+            try ledger!.append(contentsOf: events + Array(repeating: E.product("p1"), count: Int(next - seq) - events.count))
+            seq = next
+            rounds.append(try latestOverlay(path))
+        }
+        // The first snapshot writes every page (with the first round's finishes in them).
+        try round([E.finished("t10")])
+        // None of these ids is in the last page, which is always rewritten.
+        try round(["t100", "t1100", "t2100"].map { E.finished($0) })
+        try round(["t1500", "t2500"].map { E.finished($0) })
+        try round([E.revoked("t100")])
+        try round(["t1100", "t2100"].map { E.revoked($0) })
+        try round(["t1500", "t2500"].map { E.revoked($0) })
+        #expect(rounds.map(\.records) == [0, 3, 5, 5, 5, 5], "current overlay records")
+        #expect(rounds.map { $0.chunks.map(\.records) } == [[], [3], [3, 2], [3, 2, 1], [2, 1, 2], [1, 2, 2]])
+        #expect(rounds[2].chunks[0] == rounds[1].chunks[0] && rounds[3].chunks[1] == rounds[2].chunks[1], "earlier chunks are referred to")
+        // A new chunk each round until there are `maxChunks`; then one.
+        for i in 0..<(SnapshotCodec.maxChunks - 3) { try round([E.finished("t\(200 + 10 * i)")]) }
+        #expect(rounds.last!.chunks.count == SnapshotCodec.maxChunks)
+        try round([E.finished("t290")])
+        #expect(rounds.last!.chunks.map(\.records) == [5 + SnapshotCodec.maxChunks - 2])
+        // Most of the one chunk's records out of date: written whole again.
+        try round((0..<(SnapshotCodec.maxChunks - 3)).map { E.revoked("t\(200 + 10 * $0)") } + [E.revoked("t290")])
+        #expect(rounds.last!.chunks.map(\.records) == [5 + SnapshotCodec.maxChunks - 2])
+        let log = try ledger!.events(limit: 20_000)
+        ledger = nil
+        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        #expect(snapshotSeqs.count == rounds.count)
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            if snapshotSeqs.contains(e.seq) {
+                #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
+            }
+        }
     }
 
     /// The page cache stays within its limit by dropping the least recently used pages.
@@ -168,17 +246,33 @@ import Testing
         #expect(loads.last == "b", "read again")
     }
 
-    /// Transaction pages two states hold as the same objects.
     /// A ledger of 3,000 purchased transactions (6,001 events) written without snapshots, opened
-    /// again with `snapshotInterval`, and that configuration.
-    private func threeThousandPurchases(at path: String, snapshotInterval: Int) throws -> (Ledger, LedgerConfiguration) {
+    /// again with `snapshotInterval` (and `overlay`'s limits), and that configuration.
+    private func threeThousandPurchases(
+        at path: String, snapshotInterval: Int, overlay: SnapshotCodec.OverlayLimits = .init()
+    ) throws -> (Ledger, LedgerConfiguration) {
         var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
         c.maxSnapshots = 100
+        c.snapshotOverlay = overlay
         try Ledger(path: path, configuration: c).append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
         c.snapshotInterval = snapshotInterval
         return (try Ledger(path: path, configuration: c), c)
     }
 
+    /// The latest snapshot's transaction overlay, decoded from the file: its current records
+    /// (changed and removed) and its chunks.
+    private func latestOverlay(_ path: String) throws -> (records: Int, chunks: [OverlayChunk]) {
+        try DatabaseQueue(path: path).read { db in
+            let manifest = [UInt8](try Data.fetchOne(db, sql: "SELECT manifest FROM snapshots ORDER BY seq DESC LIMIT 1")!)
+            let state = try SnapshotCodec.decode(manifest: manifest, cache: SnapshotPageCache()) { address in
+                try Data.fetchOne(db, sql: "SELECT data FROM snapshot_pages WHERE hash = ?", arguments: [Data(address)]).map { [UInt8]($0) }
+            }
+            let (_, _, overlays) = try SnapshotCodec.parse(manifest)
+            return (state.transactions.changes.count + state.transactions.removed.count, overlays[.transactions]?.chunks ?? [])
+        }
+    }
+
+    /// Transaction pages two states hold as the same objects.
     private func shared(_ a: LedgerState, _ b: LedgerState) -> Int {
         let mine = a.transactions.base?.pages ?? []
         return (b.transactions.base?.pages ?? []).filter { page in mine.contains { $0 === page } }.count

@@ -13,7 +13,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 5
+    static let format = 6
 
     typealias Failure = BinaryReader.Failure
 
@@ -25,19 +25,32 @@ enum SnapshotCodec {
     /// Pages hold about 256 records; a key whose hash ends in eight zero bits closes one.
     static let boundaryMask: UInt64 = 255
     static let maxPageBytes = 256 * 1024
-    /// A stored page with at most this many records changed, added or removed since it was
-    /// written is kept as it is, and those records go to the snapshot's overlay: a large ledger
-    /// changes a few old records here and there between snapshots, and rewriting a whole page
-    /// (about 10 KB compressed) for each of them made most of a snapshot's bytes.
-    static let overlayLimit = 4
+    /// Which changed records a snapshot keeps in its overlay instead of rewriting their pages.
+    struct OverlayLimits: Sendable, Equatable {
+        /// A stored page with at most this many records changed, added or removed since it was
+        /// written is kept as it is, and those records go to the snapshot's overlay: a large
+        /// ledger changes a few old records here and there between snapshots, and rewriting a
+        /// whole page (about 12 KB compressed) for each of them made most of a snapshot's bytes.
+        var perPage = 32
+        /// At most this many records in a kind's overlay. The overlay is written again by every
+        /// snapshot, so past this the pages holding the most of its records are rewritten
+        /// instead: without the bound, the overlay of a ledger that keeps growing would grow with
+        /// it, and so would the cost of each snapshot.
+        var total = 2048
+    }
 
-    /// A page as the manifest lists it.
+    /// A page as the manifest lists it. `generation`: for transaction and download pages, the seq
+    /// of the snapshot that wrote it (0 for the other kinds).
     struct PageEntry {
         var address: [UInt8]
         var rawSize: Int
         var count: Int
         var firstKey: String
+        var generation: Int64 = 0
     }
+
+    /// At most this many overlay chunks per kind; past it, the overlay is written as one chunk.
+    static let maxChunks = 8
 
     /// A page to store: its address, raw size and LZ4-compressed bytes.
     struct StoredPage {
@@ -57,7 +70,7 @@ enum SnapshotCodec {
 
     /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
     /// they came from, and still `stored`, are referred to, not written again.
-    static func encode(_ s: LedgerState, stored: ([UInt8]) throws -> Bool) throws -> Encoded {
+    static func encode(_ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), stored: ([UInt8]) throws -> Bool) throws -> Encoded {
         var scalars = BinaryWriter()
         scalars.varint(UInt64(s.seq))
         scalars.varint(s.restoreInProgress ? 1 : 0)
@@ -76,28 +89,28 @@ enum SnapshotCodec {
                 manifest.lengthPrefixed(e.firstKey)
             }
         }
-        /// A paged kind: its pages listed, then its overlay: `0` for none, or `1`, the address and
-        /// the raw size of a page holding `added`, the changed records and the removed ids.
+        /// A paged kind: its pages listed, each with its generation; then its overlay: the count
+        /// of its records not in any page, and its chunks (address, raw size, generation, records).
         func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
-            var o = RecordMap<V>.Overlay()
-            let pages = try paged(map, write: write, stored: stored, new: &newPages, overlay: &o)
-            list(pages.map { PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID) })
-            if o.changed.isEmpty && o.removed.isEmpty {
-                manifest.varint(0)
-            } else {
-                var raw = BinaryWriter()
-                raw.varint(UInt64(o.added))
-                raw.varint(UInt64(o.changed.count))
-                for (_, value) in o.changed { write(value, &raw) }
-                raw.varint(UInt64(o.removed.count))
-                for id in o.removed { raw.lengthPrefixed(id) }
-                let page = try store(raw.bytes)
-                newPages.append(page)
-                manifest.varint(1)
+            let (pages, overlay, storedOverlay) = try paged(
+                map, write: write, limits: limits, generation: s.seq, stored: stored, new: &newPages)
+            manifest.varint(UInt64(pages.count))
+            for (page, generation) in zip(pages, storedOverlay.generations) {
                 manifest.bytes.append(contentsOf: page.address)
                 manifest.varint(UInt64(page.rawSize))
+                manifest.varint(UInt64(page.count))
+                manifest.lengthPrefixed(page.firstID)
+                manifest.varint(UInt64(generation))
             }
-            return RecordMap(base: RecordPages(pages), overlay: o)
+            manifest.varint(UInt64(overlay.added))
+            manifest.varint(UInt64(storedOverlay.chunks.count))
+            for chunk in storedOverlay.chunks {
+                manifest.bytes.append(contentsOf: chunk.address)
+                manifest.varint(UInt64(chunk.rawSize))
+                manifest.varint(UInt64(chunk.generation))
+                manifest.varint(UInt64(chunk.records))
+            }
+            return RecordMap(base: RecordPages(pages), overlay: overlay, stored: storedOverlay)
         }
         var transactions = RecordMap<TransactionRecord>()
         var downloads = RecordMap<DownloadRecord>()
@@ -226,14 +239,20 @@ enum SnapshotCodec {
     }
 
     /// The pages of a transaction or download map: the pages of its base that nothing changed (and
-    /// that are still stored) as they are, new pages for the rest; and in `overlay`, the records
-    /// changed in pages kept as they are (at most ``overlayLimit`` per page, never the last page,
-    /// where new ids go).
+    /// that are still stored) as they are, new pages for the rest; the overlay: the records
+    /// changed in pages kept as they are (at most `limits.perPage` per page and `limits.total` in
+    /// all, never the last page, where new ids go); and how both are stored. Pages written now get
+    /// `generation`. The overlay's chunks that still hold current records are kept, and one new
+    /// chunk holds the records changed since; when more than half of the kept chunks' records are
+    /// out of date, when a chunk holds a record that is gone, or past ``maxChunks``, the whole
+    /// overlay is written as one chunk.
     private static func paged<V>(
-        _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void,
-        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage], overlay: inout RecordMap<V>.Overlay
-    ) throws -> [StoredRecordPage<V>] {
+        _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64,
+        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
+    ) throws -> (pages: [StoredRecordPage<V>], overlay: RecordMap<V>.Overlay, stored: StoredOverlay<V>) {
         var out: [StoredRecordPage<V>] = []
+        var generations: [Int64] = []
+        var overlay = RecordMap<V>.Overlay()
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
             for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.value, &w) }) {
@@ -243,6 +262,7 @@ enum SnapshotCodec {
                     StoredRecordPage(
                         address: page.address, rawSize: raw.count, firstID: firstKey, count: count,
                         storage: .decoded(Array(records[offset..<(offset + count)]))))
+                generations.append(generation)
                 offset += count
             }
         }
@@ -252,29 +272,48 @@ enum SnapshotCodec {
             map.forEachUnordered { all.append(($0, $1)) }
             all.sort { $0.key < $1.key }
             try emit(all)
-            return out
+            return (out, overlay, StoredOverlay(generations: generations))
         }
+        let previous = map.stored.flatMap { $0.generations.count == base.pages.count ? $0 : nil } ?? StoredOverlay()
         var changedByPage: [Int: [(key: String, value: V)]] = [:]
         for (key, value) in map.changes { changedByPage[base.pageIndex(for: key.id), default: []].append((key.id, value)) }
         var removedByPage: [Int: [String]] = [:]
         for key in map.removed { removedByPage[base.pageIndex(for: key.id), default: []].append(key.id) }
+        // The pages kept with their changes in the overlay: stored ones with at most
+        // `limits.perPage` changes (never the last page, where new ids go), those with the fewest
+        // first, while the overlay holds at most `limits.total` records; the rest are rewritten.
+        var overlaid = Set<Int>()
+        var candidates: [(page: Int, changes: Int)] = []
+        for (i, page) in base.pages.enumerated() where i != base.pages.count - 1 && !previous.generations.isEmpty {
+            let n = (changedByPage[i]?.count ?? 0) + (removedByPage[i]?.count ?? 0)
+            if n > 0 && n <= limits.perPage, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+                candidates.append((i, n))
+            }
+        }
+        candidates.sort { $0.changes != $1.changes ? $0.changes < $1.changes : $0.page < $1.page }
+        var budget = limits.total
+        for c in candidates {
+            guard c.changes <= budget else { break }
+            budget -= c.changes
+            overlaid.insert(c.page)
+        }
         // New ids among the changes: those of the rewritten pages are counted here as they are
         // merged; the rest stay in the overlay.
         var addedInRewrites = 0
         for (i, page) in base.pages.enumerated() {
             let changed = changedByPage[i] ?? []
             let removed = removedByPage[i] ?? []
-            if let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
-                if changed.isEmpty && removed.isEmpty {
-                    out.append(kept)
-                    continue
-                }
-                if i != base.pages.count - 1 && changed.count + removed.count <= overlayLimit {
-                    out.append(kept)
-                    overlay.changed += changed
-                    overlay.removed += removed
-                    continue
-                }
+            if overlaid.contains(i), let kept = page as? StoredRecordPage<V> {
+                out.append(kept)
+                generations.append(previous.generations[i])
+                overlay.changed += changed
+                overlay.removed += removed
+                continue
+            }
+            if changed.isEmpty && removed.isEmpty, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+                out.append(kept)
+                generations.append(previous.generations.isEmpty ? 0 : previous.generations[i])
+                continue
             }
             let records = page.records
             var merged = records.filter { map.changes[RecordKey($0.key)] == nil && !map.removed.contains(RecordKey($0.key)) }
@@ -286,7 +325,73 @@ enum SnapshotCodec {
         overlay.changed.sort { $0.key < $1.key }
         overlay.removed.sort()
         overlay.added = map.added - addedInRewrites
-        return out
+
+        guard !overlay.changed.isEmpty || !overlay.removed.isEmpty else { return (out, overlay, StoredOverlay(generations: generations)) }
+
+        // Which overlay records the previous chunks already hold as they are now.
+        let pages = RecordPages(out)
+        var current = Set<RecordKey>()
+        var unchanged: [(key: RecordKey, chunk: Int, value: V?)] = []
+        var currentIn = [Int](repeating: 0, count: previous.chunks.count)
+        var fresh: (changed: [(key: String, value: V)], removed: [String]) = ([], [])
+        for (id, value) in overlay.changed {
+            let key = RecordKey(id)
+            current.insert(key)
+            if let e = previous.entries[key], e.value == value {
+                currentIn[e.chunk] += 1
+                unchanged.append((key, e.chunk, value))
+            } else {
+                fresh.changed.append((id, value))
+            }
+        }
+        for id in overlay.removed {
+            let key = RecordKey(id)
+            current.insert(key)
+            if let e = previous.entries[key], e.value == nil {
+                currentIn[e.chunk] += 1
+                unchanged.append((key, e.chunk, nil))
+            } else {
+                fresh.removed.append(id)
+            }
+        }
+        let keep = previous.chunks.indices.filter { currentIn[$0] > 0 }
+        // A stored entry that is neither current nor under a page written now would come back
+        // on load (an id added, then removed again); a chunk no longer stored cannot be referred
+        // to. Either way the overlay is written whole.
+        var whole = keep.count >= maxChunks
+        for key in previous.entries.keys where !whole && !current.contains(key) {
+            whole = generations[pages.pageIndex(for: key.id)] != generation
+        }
+        for i in keep where !whole { whole = try !stored(previous.chunks[i].address) }
+        let currentInKept = keep.reduce(0) { $0 + currentIn[$1] }
+        let outOfDate = keep.reduce(0) { $0 + previous.chunks[$1].records } - currentInKept
+        whole = whole || outOfDate > currentInKept
+        var result = StoredOverlay<V>(generations: generations)
+        if !whole {
+            var renumbered: [Int: Int] = [:]
+            for old in keep {
+                renumbered[old] = result.chunks.count
+                result.chunks.append(previous.chunks[old])
+            }
+            for u in unchanged { result.entries[u.key] = (renumbered[u.chunk]!, u.value) }
+        }
+        let toWrite = whole ? (changed: overlay.changed, removed: overlay.removed) : fresh
+        if !toWrite.changed.isEmpty || !toWrite.removed.isEmpty {
+            var raw = BinaryWriter()
+            raw.varint(UInt64(toWrite.changed.count))
+            for (_, value) in toWrite.changed { write(value, &raw) }
+            raw.varint(UInt64(toWrite.removed.count))
+            for id in toWrite.removed { raw.lengthPrefixed(id) }
+            let page = try store(raw.bytes)
+            new.append(page)
+            let index = result.chunks.count
+            result.chunks.append(
+                OverlayChunk(
+                    address: page.address, rawSize: page.rawSize, generation: generation, records: toWrite.changed.count + toWrite.removed.count))
+            for (id, value) in toWrite.changed { result.entries[RecordKey(id)] = (index, value) }
+            for id in toWrite.removed { result.entries[RecordKey(id)] = (index, nil) }
+        }
+        return (out, overlay, result)
     }
 
     static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
@@ -321,33 +426,44 @@ enum SnapshotCodec {
         return records
     }
 
-    /// A manifest's scalars, page entries per kind, and the overlay page of each paged kind that
-    /// has one (its address and raw size; no count or first key).
-    static func parse(_ manifest: [UInt8]) throws -> (scalars: [UInt8], kinds: [[PageEntry]], overlays: [Kind: PageEntry]) {
+    /// A manifest's scalars, page entries per kind, and the overlay of each paged kind: the count
+    /// of its records not in any page, and its chunks, oldest first.
+    static func parse(_ manifest: [UInt8]) throws -> (
+        scalars: [UInt8], kinds: [[PageEntry]], overlays: [Kind: (added: Int, chunks: [OverlayChunk])]
+    ) {
         try manifest.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
             let scalars = try r.bytes()
             var kinds: [[PageEntry]] = []
-            var overlays: [Kind: PageEntry] = [:]
+            var overlays: [Kind: (added: Int, chunks: [OverlayChunk])] = [:]
+            func address() throws(Failure) -> [UInt8] {
+                guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
+                defer { r.offset += 32 }
+                return Array(buffer[r.offset..<(r.offset + 32)])
+            }
             for kind in Kind.allCases {
+                let paged = kind == .transactions || kind == .downloads
                 let count = try r.int(max: buffer.count / 32)
                 var entries: [PageEntry] = []
                 entries.reserveCapacity(count)
                 for _ in 0..<count {
-                    guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
-                    let address = Array(buffer[r.offset..<(r.offset + 32)])
-                    r.offset += 32
                     entries.append(
                         PageEntry(
-                            address: address, rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
-                            firstKey: try r.string()))
+                            address: try address(), rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
+                            firstKey: try r.string(), generation: paged ? Int64(try r.int(max: Int(Int64.max))) : 0))
                 }
                 kinds.append(entries)
-                if kind == .transactions || kind == .downloads, try r.varint() == 1 {
-                    guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
-                    let address = Array(buffer[r.offset..<(r.offset + 32)])
-                    r.offset += 32
-                    overlays[kind] = PageEntry(address: address, rawSize: try r.int(max: 1 << 30), count: 0, firstKey: "")
+                if paged {
+                    let added = try r.int(max: 1 << 30)
+                    let chunkCount = try r.int(max: buffer.count / 32)
+                    var chunks: [OverlayChunk] = []
+                    for _ in 0..<chunkCount {
+                        chunks.append(
+                            OverlayChunk(
+                                address: try address(), rawSize: try r.int(max: 1 << 30), generation: Int64(try r.int(max: Int(Int64.max))),
+                                records: try r.int(max: 1 << 30)))
+                    }
+                    overlays[kind] = (added, chunks)
                 }
             }
             guard r.isAtEnd else { throw Failure(message: "trailing bytes in the manifest") }
@@ -389,28 +505,48 @@ enum SnapshotCodec {
                     return page
                 })
         }
-        /// A paged kind: its pages, and its overlay, read and checked now (it is small).
+        /// A paged kind: its pages, and its overlay, read and checked now (it is small). A chunk's
+        /// record applies only where the chunk is newer than the page holding its key, and a later
+        /// chunk's over an earlier one's.
         func pagedKind<V>(
             _ kind: Kind, _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
             _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V),
             _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>
         ) throws -> RecordMap<V> {
-            let base = try pages(kinds[kind.rawValue], decode, cached)
-            var o = RecordMap<V>.Overlay()
-            if let entry = overlays[kind] {
-                let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+            let entries = kinds[kind.rawValue]
+            let base = try pages(entries, decode, cached)
+            let (added, chunks) = overlays[kind] ?? (0, [])
+            var stored = StoredOverlay<V>(generations: entries.map(\.generation), chunks: chunks)
+            guard !chunks.isEmpty else {
+                guard added == 0 else { throw Failure(message: "bad overlay") }
+                return RecordMap(base: base, overlay: RecordMap<V>.Overlay(), stored: stored)
+            }
+            guard !base.pages.isEmpty else { throw Failure(message: "an overlay without pages") }
+            for (index, chunk) in chunks.enumerated() {
+                let raw = try load(PageEntry(address: chunk.address, rawSize: chunk.rawSize, count: 0, firstKey: ""))
+                    .withUnsafeBytes { try LZ4.decompress($0, originalSize: chunk.rawSize) }
                 try raw.withUnsafeBytes { buffer in
                     var r = BinaryReader(buffer)
-                    o.added = try r.int(max: buffer.count)
                     let changed = try r.int(max: buffer.count)
-                    o.changed.reserveCapacity(changed)
-                    for _ in 0..<changed { o.changed.append(try record(&r)) }
+                    for _ in 0..<changed {
+                        let (key, value) = try record(&r)
+                        if chunk.generation > stored.generations[base.pageIndex(for: key)] { stored.entries[RecordKey(key)] = (index, value) }
+                    }
                     let removed = try r.int(max: buffer.count)
-                    for _ in 0..<removed { o.removed.append(try r.string()) }
-                    guard r.isAtEnd, o.added <= changed, removed <= base.count else { throw Failure(message: "bad overlay page") }
+                    for _ in 0..<removed {
+                        let key = try r.string()
+                        if chunk.generation > stored.generations[base.pageIndex(for: key)] { stored.entries[RecordKey(key)] = (index, nil) }
+                    }
+                    guard r.isAtEnd, changed + removed == chunk.records else { throw Failure(message: "bad overlay chunk") }
                 }
             }
-            return RecordMap(base: base, overlay: o)
+            var o = RecordMap<V>.Overlay()
+            o.added = added
+            for (key, e) in stored.entries {
+                if let value = e.value { o.changed.append((key.id, value)) } else { o.removed.append(key.id) }
+            }
+            guard o.added <= o.changed.count, o.removed.count <= base.count else { throw Failure(message: "bad overlay") }
+            return RecordMap(base: base, overlay: o, stored: stored)
         }
         for kind in Kind.allCases {
             let entries = kinds[kind.rawValue]

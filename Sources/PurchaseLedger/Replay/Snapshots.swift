@@ -18,10 +18,12 @@ enum Snapshots {
     /// an earlier snapshot of the same append (`spooled`), are referred to, not added again.
     /// Returns the state as it will be stored: the same records, its transactions and downloads
     /// now held in the snapshot's pages, so the next snapshot adds only what changed.
-    static func encode(_ state: LedgerState, _ db: Database, spooled: inout Set<[UInt8]>, spool: Spool) throws -> (LedgerState, Pending) {
+    static func encode(
+        _ state: LedgerState, _ db: Database, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool
+    ) throws -> (LedgerState, Pending) {
         let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
         let known = spooled
-        let encoded = try SnapshotCodec.encode(state) { address in
+        let encoded = try SnapshotCodec.encode(state, overlay: overlay) { address in
             try known.contains(address) || Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
         }
         var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [])
@@ -79,7 +81,7 @@ enum Snapshots {
         for manifest in manifests {
             guard let (_, kinds, overlays) = try? SnapshotCodec.parse([UInt8](manifest)) else { continue }
             for kind in kinds { for entry in kind { referenced.insert(Data(entry.address)) } }
-            for entry in overlays.values { referenced.insert(Data(entry.address)) }
+            for overlay in overlays.values { for chunk in overlay.chunks { referenced.insert(Data(chunk.address)) } }
         }
         for hash in try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages") where !referenced.contains(hash) {
             try db.execute(sql: "DELETE FROM snapshot_pages WHERE hash = ?", arguments: [hash])

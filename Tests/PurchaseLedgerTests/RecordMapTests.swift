@@ -223,6 +223,47 @@ import Testing
         }
     }
 
+    /// Registered URLs are paged like transactions: a URL registered after a snapshot (its key
+    /// lands anywhere among the others) goes to an overlay chunk instead of rewriting the page it
+    /// sorts into, so a snapshot adds the few URLs registered since, not every page again.
+    @Test func registeredURLsArePagedWithAnOverlay() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("urls.ledger")
+        var c = testConfiguration(blockSize: 64, snapshotInterval: 0)
+        c.maxSnapshots = 100
+        func url(_ i: Int) -> String { "https://cdn.example/\(Identifier.stableHash("u\(i)"))" }
+        try Ledger(path: path, configuration: c).append(contentsOf: (0..<2000).map { E.registered(url($0), "k\($0)") })
+        c.snapshotInterval = 500
+        var ledger: Ledger? = try Ledger(path: path, configuration: c)
+        var seq = try ledger!.lastSeq()
+        var manifests: [(pages: [SnapshotCodec.PageEntry], chunks: [OverlayChunk])] = []
+        for round in 0..<3 {
+            let urls = (0..<5).map { E.registered(url(2000 + 5 * round + $0), "k\(2000 + 5 * round + $0)") }
+            let next = (seq / 500 + 1) * 500
+            try ledger!.append(contentsOf: urls + Array(repeating: E.product("p1"), count: Int(next - seq) - urls.count))
+            seq = next
+            let manifest = try DatabaseQueue(path: path).read { try Data.fetchOne($0, sql: "SELECT manifest FROM snapshots ORDER BY seq DESC LIMIT 1")! }
+            let (_, kinds, overlays) = try SnapshotCodec.parse([UInt8](manifest))
+            manifests.append((kinds[SnapshotCodec.Kind.registeredURLs.rawValue], overlays[.registeredURLs]?.chunks ?? []))
+        }
+        #expect(manifests[0].pages.count >= 4, "2,005 URLs span several pages")
+        #expect(manifests.map { $0.chunks.map(\.records) }.dropFirst().allSatisfy { $0.reduce(0, +) <= 10 }, "\(manifests.map(\.chunks))")
+        let kept = zip(manifests[1].pages, manifests[2].pages).filter { $0.address == $1.address }.count
+        #expect(kept >= manifests[1].pages.count - 2, "the pages stay; \(kept) of \(manifests[1].pages.count) kept")
+        let log = try ledger!.events(limit: 20_000)
+        ledger = nil
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            if e.seq % 500 == 0 && e.seq > 2000 {
+                let loaded = try Ledger(path: path, configuration: c).state(atSeq: e.seq)
+                #expect(loaded == folded, "state at seq \(e.seq), loaded from its snapshot")
+                #expect(loaded.registeredURLs.count == folded.registeredURLs.count)
+            }
+        }
+        #expect(folded.registeredURLs[url(2014)] == "k2014")
+    }
+
     /// The page cache stays within its limit by dropping the least recently used pages.
     @Test func thePageCacheDropsTheLeastRecentlyUsedPages() {
         let cache = SnapshotPageCache(limit: 4)

@@ -271,6 +271,12 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         let stats = try ledger.statistics()
         report(size, Figure(name: "file bytes per event", unit: "bytes", samples: [stats.fileBytesPerEvent], target: "<= 80"))
         report(size, Figure(name: "log bytes per event", unit: "bytes", samples: [stats.logBytesPerEvent]))
+        let snapshotBytesPerEvent = Double(stats.snapshotBytes) / Double(max(stats.events, 1))
+        report(
+            size,
+            Figure(
+                name: String(format: "snapshot bytes per event (%.0f%% of the file)", 100 * snapshotBytesPerEvent / stats.fileBytesPerEvent), unit: "bytes",
+                samples: [snapshotBytesPerEvent], target: "<= a quarter of the file"))
         report(size, Figure(name: "payload bytes per event (uncompressed)", unit: "bytes", samples: [stats.payloadBytesPerEvent]))
         report(size, Figure(name: "compression ratio of sealed blocks", unit: "x", samples: [stats.compressionRatio]))
 

@@ -239,7 +239,7 @@ public struct LedgerState: Sendable, Hashable {
     /// The latest copy-out per product and content, owned or not; see ``ownedContent``.
     public internal(set) var copiedContent: [ContentKey: OwnedContent] = [:]
     /// Standalone downloads by registered URL.
-    public internal(set) var registeredURLs: [String: String] = [:]
+    public internal(set) var registeredURLs = RecordMap<String>()
     public internal(set) var restoreInProgress: Bool = false
     /// How many stored events were flagged as anomalies.
     public internal(set) var anomalies: Int = 0

@@ -20,6 +20,10 @@ enum SnapshotCodec {
     /// The kinds of record, in manifest order.
     enum Kind: Int, CaseIterable {
         case products, publishedVersions, transactions, downloads, copiedContent, registeredURLs, owners, orphanStreams
+
+        /// Kept in pages decoded on first use, with an overlay (``RecordMap``); the other kinds
+        /// are small and decoded whole.
+        var isPaged: Bool { self == .transactions || self == .downloads || self == .registeredURLs }
     }
 
     /// Pages hold about 256 records; a key whose hash ends in eight zero bits closes one.
@@ -66,6 +70,7 @@ enum SnapshotCodec {
         /// The paged records as written (pages and overlay), for the writer to continue from.
         var transactions: RecordMap<TransactionRecord>
         var downloads: RecordMap<DownloadRecord>
+        var registeredURLs: RecordMap<String>
     }
 
     /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
@@ -91,7 +96,7 @@ enum SnapshotCodec {
         }
         /// A paged kind: its pages listed, each with its generation; then its overlay: the count
         /// of its records not in any page, and its chunks (address, raw size, generation, records).
-        func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
+        func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
             let (pages, overlay, storedOverlay) = try paged(
                 map, write: write, limits: limits, generation: s.seq, stored: stored, new: &newPages)
             manifest.varint(UInt64(pages.count))
@@ -114,10 +119,15 @@ enum SnapshotCodec {
         }
         var transactions = RecordMap<TransactionRecord>()
         var downloads = RecordMap<DownloadRecord>()
+        var registeredURLs = RecordMap<String>()
         for kind in Kind.allCases {
             switch kind {
-            case .transactions: transactions = try pagedKind(s.transactions, write: transaction)
-            case .downloads: downloads = try pagedKind(s.downloads, write: download)
+            case .transactions: transactions = try pagedKind(s.transactions) { _, t, w in transaction(t, &w) }
+            case .downloads: downloads = try pagedKind(s.downloads) { _, d, w in download(d, &w) }
+            case .registeredURLs:
+                registeredURLs = try pagedKind(s.registeredURLs) { url, d, w in
+                    w.lengthPrefixed(url); w.lengthPrefixed(d)
+                }
             default:
                 var entries: [PageEntry] = []
                 for (raw, count, firstKey) in cut(records(of: kind, s), key: \.key, write: { r, w in r.write(&w) }) {
@@ -128,7 +138,7 @@ enum SnapshotCodec {
                 list(entries)
             }
         }
-        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions, downloads: downloads)
+        return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions, downloads: downloads, registeredURLs: registeredURLs)
     }
 
     /// The records of a small kind, each with its key and how to write it.
@@ -167,15 +177,6 @@ enum SnapshotCodec {
                     }
                 )
             }
-        case .registeredURLs:
-            records = s.registeredURLs.map { url, d in
-                (
-                    url,
-                    { w in
-                        w.lengthPrefixed(url); w.lengthPrefixed(d)
-                    }
-                )
-            }
         case .owners:
             records = s.owners.map { p, n in
                 (
@@ -194,7 +195,7 @@ enum SnapshotCodec {
                     }
                 )
             }
-        case .transactions, .downloads:
+        case .transactions, .downloads, .registeredURLs:
             records = []
         }
         records.sort { $0.key < $1.key }
@@ -247,7 +248,7 @@ enum SnapshotCodec {
     /// out of date, when a chunk holds a record that is gone, or past ``maxChunks``, the whole
     /// overlay is written as one chunk.
     private static func paged<V>(
-        _ map: RecordMap<V>, write: @escaping (V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64,
+        _ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64,
         stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
     ) throws -> (pages: [StoredRecordPage<V>], overlay: RecordMap<V>.Overlay, stored: StoredOverlay<V>) {
         var out: [StoredRecordPage<V>] = []
@@ -255,7 +256,7 @@ enum SnapshotCodec {
         var overlay = RecordMap<V>.Overlay()
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
-            for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.value, &w) }) {
+            for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.key, r.value, &w) }) {
                 let page = try store(raw)
                 new.append(page)
                 out.append(
@@ -379,7 +380,7 @@ enum SnapshotCodec {
         if !toWrite.changed.isEmpty || !toWrite.removed.isEmpty {
             var raw = BinaryWriter()
             raw.varint(UInt64(toWrite.changed.count))
-            for (_, value) in toWrite.changed { write(value, &raw) }
+            for (key, value) in toWrite.changed { write(key, value, &raw) }
             raw.varint(UInt64(toWrite.removed.count))
             for id in toWrite.removed { raw.lengthPrefixed(id) }
             let page = try store(raw.bytes)
@@ -405,6 +406,15 @@ enum SnapshotCodec {
     private static func keyedTransaction(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: TransactionRecord) {
         let t = try transaction(&r)
         return (t.transaction, t)
+    }
+
+    static let decodeURLs: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: String)] = { buffer in
+        try decodePage(buffer, keyedURL)
+    }
+
+    /// A registered URL and the download it names.
+    private static func keyedURL(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: String) {
+        (try r.string(), try r.string())
     }
 
     private static func keyedDownload(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: DownloadRecord) {
@@ -442,7 +452,7 @@ enum SnapshotCodec {
                 return Array(buffer[r.offset..<(r.offset + 32)])
             }
             for kind in Kind.allCases {
-                let paged = kind == .transactions || kind == .downloads
+                let paged = kind.isPaged
                 let count = try r.int(max: buffer.count / 32)
                 var entries: [PageEntry] = []
                 entries.reserveCapacity(count)
@@ -553,6 +563,8 @@ enum SnapshotCodec {
             switch kind {
             case .transactions: s.transactions = try pagedKind(kind, decodeTransactions, keyedTransaction, cache.transactionPage)
             case .downloads: s.downloads = try pagedKind(kind, decodeDownloads, keyedDownload, cache.downloadPage)
+            // Few and small: not kept in the page cache.
+            case .registeredURLs: s.registeredURLs = try pagedKind(kind, decodeURLs, keyedURL) { _, load in try load() }
             default:
                 for entry in entries {
                     let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
@@ -585,13 +597,11 @@ enum SnapshotCodec {
                 destination: try r.string(), transaction: try r.string(), download: try r.string(),
                 copiedAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
             s.copiedContent[ContentKey(product: o.product, content: o.content)] = o
-        case .registeredURLs:
-            s.registeredURLs[try r.string()] = try r.string()
         case .owners:
             s.owners[try r.string()] = Int(try r.zigzag())
         case .orphanStreams:
             s.orphanStreamEvents[try r.string()] = Int64(try r.int(max: Int(Int64.max)))
-        case .transactions, .downloads:
+        case .transactions, .downloads, .registeredURLs:
             throw Failure(message: "paged records in a small kind")
         }
     }

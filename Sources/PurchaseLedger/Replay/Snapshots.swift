@@ -33,6 +33,7 @@ enum Snapshots {
         var written = state
         written.transactions = encoded.transactions
         written.downloads = encoded.downloads
+        written.registeredURLs = encoded.registeredURLs
         return (written, pending)
     }
 

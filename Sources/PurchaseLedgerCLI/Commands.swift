@@ -430,10 +430,11 @@ struct TimelineCommand: ParsableCommand {
 struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Check the hash chain, every payload, every event against the rules, the projections and SQLite's integrity.",
+        abstract: "Check the hash chain, every payload, every event against the rules, the snapshots, the projections and SQLite's integrity.",
         discussion: """
             Exits 1 with the first problem and its seq; --all lists every problem. Anomalies (observations \
-            recorded in a state where they made no sense) are listed but are not problems.
+            recorded in a state where they made no sense) are listed but are not problems. The newest \
+            snapshot is compared with the log replayed to its seq; --every-snapshot compares each one.
 
             Example:
               purchase-ledger verify user.ledger --all
@@ -441,18 +442,21 @@ struct VerifyCommand: ParsableCommand {
 
     @OptionGroup var options: LedgerOptions
     @Flag(help: "List every problem and every anomaly, not just the first problem.") var all = false
+    @Flag(help: "Compare every snapshot with the log, not only the newest (about 0.1 s each at 1,000,000 events).")
+    var everySnapshot = false
     @Flag(help: "Print the report as JSON.") var json = false
 
     func run() throws {
         let console = Console.current
         let ledger = try options.open()
-        let report = try ledger.verify(all: all) { done, total in console.progress("verified \(done)/\(total)") }
+        let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
         console.endProgress()
         if json {
             console.print(
                 JSONWriter.object { w in
                     w.field("valid", report.isValid)
                     w.field("eventsChecked", report.eventsChecked)
+                    w.field("snapshotsChecked", report.snapshotsChecked)
                     w.key("problems")
                     w.array(report.problems) { w, p in
                         w.object { w in
@@ -474,7 +478,10 @@ struct VerifyCommand: ParsableCommand {
             if report.isValid {
                 console.print(
                     console.green("ok")
-                        + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, projections equal a fresh rebuild, SQLite integrity ok"
+                        + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, "
+                        + [0: "", 1: "the newest snapshot equals the log at its seq, "][
+                            report.snapshotsChecked, default: "\(report.snapshotsChecked) snapshots equal the log at their seqs, "]
+                        + "projections equal a fresh rebuild, SQLite integrity ok"
                 )
             }
             if !report.anomalies.isEmpty {

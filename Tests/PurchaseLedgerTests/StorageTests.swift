@@ -388,6 +388,45 @@ import Testing
         #expect(try reopened.state(atSeq: Int64(log.count)) == folded)
     }
 
+    /// `verify` compares the newest snapshot (or each one) with the log replayed to its seq: a
+    /// snapshot that loads a different state, or does not load, is a problem at its seq.
+    @Test func verifyComparesSnapshotsWithTheLog() throws {
+        let dir = try TemporaryDirectory()
+        let c = testConfiguration(blockSize: 4, snapshotInterval: 5)
+        func fresh(_ name: String) throws -> (path: String, seqs: [Int64]) {
+            let path = dir.path(name)
+            let ledger = try Ledger(path: path, configuration: c)
+            for e in Self.everyType { try ledger.append(e) }
+            return (path, try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") })
+        }
+        func verify(_ path: String, every: Bool = false) throws -> VerificationReport {
+            try Ledger(path: path, configuration: c).verify(all: true, everySnapshot: every)
+        }
+        let sound = try fresh("sound.ledger")
+        #expect(sound.seqs.count >= 5)
+        #expect(try verify(sound.path).isValid && verify(sound.path).snapshotsChecked == 1)
+        #expect(try verify(sound.path, every: true).snapshotsChecked == sound.seqs.count)
+
+        // The newest snapshot holds an earlier state: found by default.
+        let newest = try fresh("newest.ledger")
+        let (last, previous) = (newest.seqs[newest.seqs.count - 1], newest.seqs[newest.seqs.count - 2])
+        try tamper(newest.path, "UPDATE snapshots SET manifest = (SELECT manifest FROM snapshots WHERE seq = ?) WHERE seq = ?", [previous, last])
+        #expect(try verify(newest.path).problems.map(\.kind) == [.snapshot])
+        #expect(try verify(newest.path).problems.first?.seq == last)
+
+        // An older one: found with every snapshot compared.
+        let older = try fresh("older.ledger")
+        try tamper(older.path, "UPDATE snapshots SET manifest = (SELECT manifest FROM snapshots WHERE seq = ?) WHERE seq = ?", [older.seqs[0], older.seqs[1]])
+        #expect(try verify(older.path).isValid)
+        #expect(try verify(older.path, every: true).problems.map(\.seq) == [older.seqs[1]])
+
+        // A damaged page: the snapshot does not load.
+        let damaged = try fresh("damaged.ledger")
+        try tamper(damaged.path, "UPDATE snapshot_pages SET data = randomblob(length(data))")
+        let problems = try verify(damaged.path, every: true).problems
+        #expect(problems.count == damaged.seqs.count && problems.allSatisfy { $0.kind == .snapshot && $0.message.contains("does not load") })
+    }
+
     @Test func snapshotsShareTheirPagesAndStayBounded() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("thin.ledger")

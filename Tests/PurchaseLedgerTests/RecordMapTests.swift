@@ -162,16 +162,8 @@ import Testing
         #expect(overlaid.allSatisfy { $0 <= limits.total }, "every overlay within the total: \(overlaid)")
         #expect(overlaid.contains { $0 > 0 }, "scattered finishes still go to the overlay: \(overlaid)")
         #expect(overlaid.last! < 6 * 3, "pages were rewritten rather than keeping every finish: \(overlaid)")
-        let log = try ledger!.events(limit: 20_000)
         ledger = nil
-        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
-        var folded = LedgerState()
-        for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
-            if snapshotSeqs.contains(e.seq) {
-                #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
-            }
-        }
+        try expectEverySnapshotLoadsBackEqual(path, c)
     }
 
     /// The overlay is stored as chunks: a snapshot refers to the earlier chunks that still hold
@@ -210,17 +202,8 @@ import Testing
         // Most of the one chunk's records out of date: written whole again.
         try round((0..<(SnapshotCodec.maxChunks - 3)).map { E.revoked("t\(200 + 10 * $0)") } + [E.revoked("t290")])
         #expect(rounds.last!.chunks.map(\.records) == [5 + SnapshotCodec.maxChunks - 2])
-        let log = try ledger!.events(limit: 20_000)
         ledger = nil
-        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
-        #expect(snapshotSeqs.count == rounds.count)
-        var folded = LedgerState()
-        for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
-            if snapshotSeqs.contains(e.seq) {
-                #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
-            }
-        }
+        #expect(try expectEverySnapshotLoadsBackEqual(path, c) == rounds.count)
     }
 
     /// Registered URLs are paged like transactions: a URL registered after a snapshot (its key
@@ -250,18 +233,9 @@ import Testing
         #expect(manifests.map { $0.chunks.map(\.records) }.dropFirst().allSatisfy { $0.reduce(0, +) <= 10 }, "\(manifests.map(\.chunks))")
         let kept = zip(manifests[1].pages, manifests[2].pages).filter { $0.address == $1.address }.count
         #expect(kept >= manifests[1].pages.count - 2, "the pages stay; \(kept) of \(manifests[1].pages.count) kept")
-        let log = try ledger!.events(limit: 20_000)
         ledger = nil
-        var folded = LedgerState()
-        for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
-            if e.seq % 500 == 0 && e.seq > 2000 {
-                let loaded = try Ledger(path: path, configuration: c).state(atSeq: e.seq)
-                #expect(loaded == folded, "state at seq \(e.seq), loaded from its snapshot")
-                #expect(loaded.registeredURLs.count == folded.registeredURLs.count)
-            }
-        }
-        #expect(folded.registeredURLs[url(2014)] == "k2014")
+        #expect(try expectEverySnapshotLoadsBackEqual(path, c) == 3)
+        #expect(try Ledger(path: path, configuration: c).currentState.registeredURLs[url(2014)] == "k2014")
     }
 
     /// The page cache stays within its limit by dropping the least recently used pages.
@@ -298,6 +272,22 @@ import Testing
         try Ledger(path: path, configuration: c).append(contentsOf: [E.product("p1")] + (0..<3000).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] })
         c.snapshotInterval = snapshotInterval
         return (try Ledger(path: path, configuration: c), c)
+    }
+
+    /// Checks that each snapshot in the file, loaded by a newly opened ledger (nothing cached),
+    /// equals a fold of the log to its seq; returns how many there are.
+    @discardableResult
+    private func expectEverySnapshotLoadsBackEqual(_ path: String, _ c: LedgerConfiguration) throws -> Int {
+        let log = try Ledger(path: path, configuration: c).events(limit: 20_000)
+        let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            if snapshotSeqs.contains(e.seq) {
+                #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
+            }
+        }
+        return snapshotSeqs.count
     }
 
     /// The latest snapshot's transaction overlay, decoded from the file: its current records

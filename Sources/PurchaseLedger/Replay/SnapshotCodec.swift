@@ -335,22 +335,16 @@ enum SnapshotCodec {
         var unchanged: [(key: RecordKey, chunk: Int, value: V?)] = []
         var currentIn = [Int](repeating: 0, count: previous.chunks.count)
         var fresh: (changed: [(key: String, value: V)], removed: [String]) = ([], [])
-        for (id, value) in overlay.changed {
+        // Each overlay entry: a record, or nil for an id removed from its page.
+        let entries = overlay.changed.map { ($0.key, Optional($0.value)) } + overlay.removed.map { ($0, V?.none) }
+        for (id, value) in entries {
             let key = RecordKey(id)
             current.insert(key)
             if let e = previous.entries[key], e.value == value {
                 currentIn[e.chunk] += 1
                 unchanged.append((key, e.chunk, value))
-            } else {
+            } else if let value {
                 fresh.changed.append((id, value))
-            }
-        }
-        for id in overlay.removed {
-            let key = RecordKey(id)
-            current.insert(key)
-            if let e = previous.entries[key], e.value == nil {
-                currentIn[e.chunk] += 1
-                unchanged.append((key, e.chunk, nil))
             } else {
                 fresh.removed.append(id)
             }

@@ -24,10 +24,6 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
 
     public init() {}
 
-    init(base: RecordPages<Value>) {
-        self.base = base
-    }
-
     /// The number of records.
     public var count: Int {
         guard let base else { return changes.count }

@@ -43,8 +43,8 @@ enum SnapshotCodec {
         var total = 2048
     }
 
-    /// A page as the manifest lists it. `generation`: for transaction and download pages, the seq
-    /// of the snapshot that wrote it (0 for the other kinds).
+    /// A page as the manifest lists it. `generation`: for pages of a paged kind, the seq of the
+    /// snapshot that wrote it (not stored for the other kinds).
     struct PageEntry {
         var address: [UInt8]
         var rawSize: Int
@@ -73,8 +73,8 @@ enum SnapshotCodec {
         var registeredURLs: RecordMap<String>
     }
 
-    /// Encodes `s`. Pages of its transactions and downloads that are unchanged since the snapshot
-    /// they came from, and still `stored`, are referred to, not written again.
+    /// Encodes `s`. Pages of its paged kinds (``Kind/isPaged``) that are unchanged since the
+    /// snapshot they came from, and still `stored`, are referred to, not written again.
     static func encode(_ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), stored: ([UInt8]) throws -> Bool) throws -> Encoded {
         var scalars = BinaryWriter()
         scalars.varint(UInt64(s.seq))
@@ -85,13 +85,14 @@ enum SnapshotCodec {
         var manifest = BinaryWriter()
         manifest.lengthPrefixed(scalars.bytes)
         var newPages: [StoredPage] = []
-        func list(_ entries: [PageEntry]) {
+        func list(_ entries: [PageEntry], paged: Bool) {
             manifest.varint(UInt64(entries.count))
             for e in entries {
                 manifest.bytes.append(contentsOf: e.address)
                 manifest.varint(UInt64(e.rawSize))
                 manifest.varint(UInt64(e.count))
                 manifest.lengthPrefixed(e.firstKey)
+                if paged { manifest.varint(UInt64(e.generation)) }
             }
         }
         /// A paged kind: its pages listed, each with its generation; then its overlay: the count
@@ -99,14 +100,10 @@ enum SnapshotCodec {
         func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
             let (pages, overlay, storedOverlay) = try paged(
                 map, write: write, limits: limits, generation: s.seq, stored: stored, new: &newPages)
-            manifest.varint(UInt64(pages.count))
-            for (page, generation) in zip(pages, storedOverlay.generations) {
-                manifest.bytes.append(contentsOf: page.address)
-                manifest.varint(UInt64(page.rawSize))
-                manifest.varint(UInt64(page.count))
-                manifest.lengthPrefixed(page.firstID)
-                manifest.varint(UInt64(generation))
-            }
+            list(
+                zip(pages, storedOverlay.generations).map {
+                    PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID, generation: $1)
+                }, paged: true)
             manifest.varint(UInt64(overlay.added))
             manifest.varint(UInt64(storedOverlay.chunks.count))
             for chunk in storedOverlay.chunks {
@@ -135,7 +132,7 @@ enum SnapshotCodec {
                     newPages.append(page)
                     entries.append(PageEntry(address: page.address, rawSize: raw.count, count: count, firstKey: firstKey))
                 }
-                list(entries)
+                list(entries, paged: false)
             }
         }
         return Encoded(manifest: manifest.bytes, pages: newPages, transactions: transactions, downloads: downloads, registeredURLs: registeredURLs)
@@ -239,7 +236,7 @@ enum SnapshotCodec {
         return StoredPage(address: Array(SHA256.hash(data: data)), rawSize: raw.count, data: data)
     }
 
-    /// The pages of a transaction or download map: the pages of its base that nothing changed (and
+    /// The pages of a paged kind's map: the pages of its base that nothing changed (and
     /// that are still stored) as they are, new pages for the rest; the overlay: the records
     /// changed in pages kept as they are (at most `limits.perPage` per page and `limits.total` in
     /// all, never the last page, where new ids go); and how both are stored. Pages written now get
@@ -275,7 +272,11 @@ enum SnapshotCodec {
             try emit(all)
             return (out, overlay, StoredOverlay(generations: generations))
         }
-        let previous = map.stored.flatMap { $0.generations.count == base.pages.count ? $0 : nil } ?? StoredOverlay()
+        // How the base was stored; a base without that record (none is made so) counts as written
+        // before any chunk, with no chunks.
+        let previous =
+            map.stored.flatMap { $0.generations.count == base.pages.count ? $0 : nil }
+            ?? StoredOverlay(generations: Array(repeating: 0, count: base.pages.count))
         var changedByPage: [Int: [(key: String, value: V)]] = [:]
         for (key, value) in map.changes { changedByPage[base.pageIndex(for: key.id), default: []].append((key.id, value)) }
         var removedByPage: [Int: [String]] = [:]
@@ -285,7 +286,7 @@ enum SnapshotCodec {
         // first, while the overlay holds at most `limits.total` records; the rest are rewritten.
         var overlaid = Set<Int>()
         var candidates: [(page: Int, changes: Int)] = []
-        for (i, page) in base.pages.enumerated() where i != base.pages.count - 1 && !previous.generations.isEmpty {
+        for (i, page) in base.pages.enumerated() where i != base.pages.count - 1 {
             let n = (changedByPage[i]?.count ?? 0) + (removedByPage[i]?.count ?? 0)
             if n > 0 && n <= limits.perPage, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
                 candidates.append((i, n))
@@ -313,7 +314,7 @@ enum SnapshotCodec {
             }
             if changed.isEmpty && removed.isEmpty, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
                 out.append(kept)
-                generations.append(previous.generations.isEmpty ? 0 : previous.generations[i])
+                generations.append(previous.generations[i])
                 continue
             }
             let records = page.records
@@ -489,9 +490,9 @@ enum SnapshotCodec {
             s.catalogEvents = Int64(try r.int(max: Int(Int64.max)))
             s.restoreEvents = Int64(try r.int(max: Int(Int64.max)))
         }
-        func load(_ entry: PageEntry) throws -> [UInt8] {
-            guard let data = try fetch(entry.address) else { throw Failure(message: "missing page") }
-            guard Array(SHA256.hash(data: data)) == entry.address else { throw Failure(message: "page does not match its hash") }
+        func load(_ address: [UInt8]) throws -> [UInt8] {
+            guard let data = try fetch(address) else { throw Failure(message: "missing page") }
+            guard Array(SHA256.hash(data: data)) == address else { throw Failure(message: "page does not match its hash") }
             return data
         }
         /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is
@@ -503,7 +504,7 @@ enum SnapshotCodec {
             RecordPages(
                 try entries.map { e in
                     let page = try cached(e.address) {
-                        StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e), decode))
+                        StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e.address), decode))
                     }
                     guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
                     return page
@@ -527,8 +528,7 @@ enum SnapshotCodec {
             }
             guard !base.pages.isEmpty else { throw Failure(message: "an overlay without pages") }
             for (index, chunk) in chunks.enumerated() {
-                let raw = try load(PageEntry(address: chunk.address, rawSize: chunk.rawSize, count: 0, firstKey: ""))
-                    .withUnsafeBytes { try LZ4.decompress($0, originalSize: chunk.rawSize) }
+                let raw = try load(chunk.address).withUnsafeBytes { try LZ4.decompress($0, originalSize: chunk.rawSize) }
                 try raw.withUnsafeBytes { buffer in
                     var r = BinaryReader(buffer)
                     let changed = try r.int(max: buffer.count)
@@ -561,7 +561,7 @@ enum SnapshotCodec {
             case .registeredURLs: s.registeredURLs = try pagedKind(kind, decodeURLs, keyedURL) { _, load in try load() }
             default:
                 for entry in entries {
-                    let raw = try load(entry).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+                    let raw = try load(entry.address).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
                     try raw.withUnsafeBytes { buffer in
                         var r = BinaryReader(buffer)
                         let count = try r.int(max: buffer.count)

@@ -108,10 +108,11 @@ private struct Verifier {
         // The snapshots time travel would load, oldest first (or only the newest), each checked
         // when the replay reaches its seq. Pages shared between snapshots are read and decoded once.
         var snapshots = try Row.fetchAll(
-            db, sql: "SELECT seq, manifest FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
+            db,
+            sql: "SELECT seq, manifest FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq"
+                + (everySnapshot ? "" : " DESC LIMIT 1"),
             arguments: [Reducer.version, SnapshotCodec.format]
         ).map { (seq: $0[0] as Int64, manifest: [UInt8]($0[1] as Data)) }[...]
-        if !everySnapshot { snapshots = snapshots.suffix(1) }
         let pages = SnapshotPageCache()
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         var me = self

@@ -296,7 +296,7 @@ public final class Ledger: Sendable {
                     "\(path) was written by a newer purchase-ledger (schema \(try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0), this version knows \(embeddedMigrations.count)); upgrade to read it"
                 )
             }
-            if configuration.readOnly, try !migrator.hasCompletedMigrations(db) {
+            if configuration.readOnly, try !Migrations.readableWithoutMigrating(db) {
                 throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
             }
         }

@@ -195,6 +195,60 @@ import Testing
         #expect(applied == Migrations.names)
     }
 
+    /// A ledger from before 0002 (snapshot pages in a WITHOUT ROWID table) is read as it is by a
+    /// read-only open, which changes no byte, and migrated by the next writable open, its
+    /// snapshots intact.
+    @Test func aLayoutOnlyMigrationLeavesReadOnlyOpensReading() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("before-0002.ledger")
+        let c = testConfiguration(blockSize: 4, snapshotInterval: 5)
+        do {
+            let ledger = try Ledger(path: path, configuration: c)
+            for e in Self.everyType { try ledger.append(e) }
+        }
+        // Back to the layout 0001 made, and to the migrations list of a version before 0002.
+        try tamper(
+            path,
+            """
+            CREATE TABLE old_pages (hash BLOB PRIMARY KEY NOT NULL, raw_size INTEGER NOT NULL, data BLOB NOT NULL) WITHOUT ROWID;
+            INSERT INTO old_pages SELECT hash, raw_size, data FROM snapshot_pages;
+            DROP TABLE snapshot_pages;
+            ALTER TABLE old_pages RENAME TO snapshot_pages;
+            DELETE FROM grdb_migrations WHERE identifier = '0002_snapshot_pages_rowid';
+            PRAGMA user_version = 1;
+            """)
+        func layout() throws -> (migrations: [String], pages: Int, withoutRowID: Bool) {
+            try DatabaseQueue(path: path).read { db in
+                (
+                    try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier"),
+                    try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
+                    try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = 'snapshot_pages'")!.contains("WITHOUT ROWID")
+                )
+            }
+        }
+        let before = try layout()
+        #expect(before.migrations == ["0001_initial"] && before.withoutRowID && before.pages > 0)
+
+        var readOnly = c
+        readOnly.readOnly = true
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        let log = try Ledger(path: path, configuration: readOnly).events(limit: 1000)
+        var folded = LedgerState()
+        for e in log {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            #expect(try Ledger(path: path, configuration: readOnly).state(atSeq: e.seq) == folded, "seq \(e.seq)")
+        }
+        let report = try Ledger(path: path, configuration: readOnly).verify(all: true, everySnapshot: true)
+        #expect(report.isValid && report.snapshotsChecked > 1)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == bytes, "a read-only open writes nothing")
+
+        let migrated = try Ledger(path: path, configuration: c)
+        let after = try layout()
+        #expect(after.migrations == Migrations.names && !after.withoutRowID && after.pages == before.pages)
+        #expect(try migrated.verify(all: true, everySnapshot: true).snapshotsChecked == report.snapshotsChecked)
+        #expect(try migrated.state(atSeq: Int64(log.count)) == folded)
+    }
+
     @Test func newerLedgersAndForeignFilesAreRefused() throws {
         let dir = try TemporaryDirectory()
         let newer = dir.path("newer.ledger")

@@ -22,4 +22,16 @@ enum Migrations {
 
     /// The names of the migrations this version knows, oldest first.
     static var names: [String] { embeddedMigrations.map(\.name) }
+
+    /// Migrations that change only how tables are stored, not their columns nor what they mean:
+    /// a ledger still waiting for them reads the same, so a read-only open (which cannot migrate)
+    /// accepts it, and the next writable open runs them.
+    static let layoutOnly: Set<String> = ["0002_snapshot_pages_rowid"]
+
+    /// Whether this version can read `db` as it is: every migration it knows has run, except
+    /// perhaps some of the layout-only ones.
+    static func readableWithoutMigrating(_ db: Database) throws -> Bool {
+        let applied = try migrator.appliedIdentifiers(db)
+        return Set(names).subtracting(layoutOnly).isSubset(of: applied)
+    }
 }

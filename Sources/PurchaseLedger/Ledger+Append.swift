@@ -110,7 +110,7 @@ extension Ledger {
         var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
-            try Reducer.take(input.normalizingIDs(), line: index + 1, &state) { _, outcome, _ in outcomes.append(outcome) }
+            try Reducer.take(input.normalizingIDs(), line: index + 1, &state) { _, outcome, _, _ in outcomes.append(outcome) }
         }
         return outcomes
     }
@@ -250,7 +250,7 @@ struct AppendSession {
         var state = LedgerState()
         swap(&state, &w.state)
         defer { swap(&state, &w.state) }
-        try Reducer.take(input, line: line, &state) { event, outcome, state in
+        try Reducer.take(input, line: line, &state) { event, outcome, state, byLedger in
             mutated = true
             guard outcome.isStored else {
                 ignored += 1
@@ -261,7 +261,7 @@ struct AppendSession {
             state.seq = seq
             let recorded = RecordedEvent(
                 seq: seq, version: version, event: event, recordedAt: configuration.clock(),
-                anomaly: outcome.anomaly, appendedByLedger: event != input)
+                anomaly: outcome.anomaly, appendedByLedger: byLedger)
             // Linked into the chain by the block writer, off this thread.
             try blocks.add(EventStore.Frame(recorded, payload: FrameCodec.payload(event.body)), db)
             if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {

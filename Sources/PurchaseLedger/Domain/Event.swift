@@ -75,6 +75,16 @@ public enum EventBody: Sendable, Hashable {
         case download(String)
         case restore
         case catalog
+
+        /// The stream's name: `transaction:<id>`, `download:<id>`, `restore` or `catalog`.
+        public var stream: String {
+            switch self {
+            case .transaction(let t): "transaction:" + t
+            case .download(let d): "download:" + d
+            case .restore: "restore"
+            case .catalog: "catalog"
+            }
+        }
     }
 
     /// What this event is about: one exhaustive switch, so a new event must say it.
@@ -125,14 +135,7 @@ public enum EventBody: Sendable, Hashable {
     }
 
     /// The stream the event belongs to: `transaction:<id>`, `download:<id>`, `catalog` or `restore`.
-    public var stream: String {
-        switch subject {
-        case .transaction(let t): "transaction:" + t
-        case .download(let d): "download:" + d
-        case .restore: "restore"
-        case .catalog: "catalog"
-        }
-    }
+    public var stream: String { subject.stream }
 }
 
 /// The event types, with their stable on-disk codes (never renumber one).

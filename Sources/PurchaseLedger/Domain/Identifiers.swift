@@ -27,13 +27,30 @@ public enum Identifier {
     }
 
     /// `id` in NFC form. ASCII ids (every id a store produces) are returned as they are.
-    @inlinable
     public static func normalize(_ id: String) -> String {
-        if id.utf8.allSatisfy({ $0 < 0x80 }) { return id }
-        return id.precomposedStringWithCanonicalMapping
+        isASCII(id) ? id : id.precomposedStringWithCanonicalMapping
     }
 
-    @inlinable
+    /// Whether every byte of `s` is ASCII, eight at a time: `utf8.allSatisfy` took a closure call
+    /// a byte, 3.6% of an import's main thread (callgrind, 100,000 events).
+    static func isASCII(_ s: String) -> Bool {
+        var s = s
+        return s.withUTF8 { bytes in
+            guard var p = bytes.baseAddress else { return true }
+            let end = p + bytes.count
+            var seen: UInt64 = 0
+            while end - p >= 8 {
+                seen |= UnsafeRawPointer(p).loadUnaligned(as: UInt64.self)
+                p += 8
+            }
+            while p < end {
+                seen |= UInt64(p.pointee)
+                p += 1
+            }
+            return seen & 0x8080_8080_8080_8080 == 0
+        }
+    }
+
     static func normalize(_ id: String?) -> String? {
         id.map(normalize)
     }

@@ -36,34 +36,43 @@ public enum Reducer {
     /// while some of its downloads are started, active or paused, by one `downloadCancelled`
     /// (reason `transactionFinished`) per such download, at the finish's time.
     public static func plan(_ state: LedgerState, _ event: Event) -> [Event] {
+        cancellations(state, event) + [event]
+    }
+
+    /// The cancellations ``plan(_:_:)`` puts before `event`: none (an empty array, nothing
+    /// allocated) for any event but an accepted finish with downloads in flight.
+    static func cancellations(_ state: LedgerState, _ event: Event) -> [Event] {
         guard case .transactionFinished(let t, let discard) = event.body,
             let transaction = state.transactions[t],
             (try? checkFinish(state, transaction, discard: discard, event)) != nil
-        else { return [event] }
-        var events = transaction.downloads.compactMap { id -> Event? in
+        else { return [] }
+        return transaction.downloads.compactMap { id -> Event? in
             guard state.downloads[id]?.inFlight == true else { return nil }
             return Event(at: event.at, .downloadCancelled(download: id, reason: .transactionFinished))
         }
-        events.append(event)
-        return events
     }
 
     /// One input event through the rules, the way an append and its dry run (``Ledger/check(_:)``)
     /// both take it: the events ``plan(_:_:)`` gives for it (an early finish's cancellations, then
-    /// the event), each reduced in turn and handed to `body` with its outcome and the state after
-    /// it. A refusal is thrown placed at `line`; what the plan applied before it stays in `state`,
-    /// which the caller drops (an append rolls back and reloads).
+    /// the event), each reduced in turn and handed to `body` with its outcome, the state after it
+    /// and whether the ledger appended it (a cancellation) rather than the caller. A refusal is
+    /// thrown placed at `line`; what the plan applied before it stays in `state`, which the
+    /// caller drops (an append rolls back and reloads).
     @inline(__always)
-    static func take(_ input: Event, line: Int, _ state: inout LedgerState, _ body: (Event, Outcome, inout LedgerState) throws -> Void) throws {
-        for event in plan(state, input) {
+    static func take(
+        _ input: Event, line: Int, _ state: inout LedgerState, _ body: (Event, Outcome, inout LedgerState, _ appendedByLedger: Bool) throws -> Void
+    ) throws {
+        func one(_ event: Event, appendedByLedger: Bool) throws {
             let outcome: Outcome
             do {
                 outcome = try reduce(&state, event)
             } catch {
                 throw error.at(line: line)
             }
-            try body(event, outcome, &state)
+            try body(event, outcome, &state, appendedByLedger)
         }
+        for cancellation in cancellations(state, input) { try one(cancellation, appendedByLedger: true) }
+        try one(input, appendedByLedger: false)
     }
 
     /// Applies one event. Throws, leaving `state` untouched, when a command breaks a rule or the

@@ -65,7 +65,10 @@ enum EventStore {
     /// An event ready to be written: its fields as stored, its payload and its chain link.
     struct Frame {
         var seq: Int64
-        var stream: String
+        /// What names its stream: the name itself (`events.stream`) is made only for frames
+        /// stored as rows of the open tail, a few of a large append, whose other frames are sealed
+        /// into blocks, which do not hold it.
+        var subject: Subject
         var version: Int64
         var type: Int64
         var at: Int64
@@ -77,7 +80,7 @@ enum EventStore {
         /// A new event's frame; its link is set when it is linked into the chain.
         init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {
             seq = e.seq
-            stream = e.stream
+            subject = .event(e.event.body.subject)
             version = e.version
             type = Int64(e.event.type.rawValue)
             at = e.event.at.nanosecondsSinceEpoch
@@ -87,8 +90,20 @@ enum EventStore {
             self.link = link
         }
 
+        enum Subject {
+            case event(EventBody.Subject)
+            case stored(String)
+        }
+
+        var stream: String {
+            switch subject {
+            case .event(let subject): subject.stream
+            case .stored(let name): name
+            }
+        }
+
         init(row: Row) {
-            seq = row[0]; stream = row[1]; version = row[2]; type = row[3]; at = row[4]; recorded = row[5]; flags = row[6]
+            seq = row[0]; subject = .stored(row[1]); version = row[2]; type = row[3]; at = row[4]; recorded = row[5]; flags = row[6]
             payload = [UInt8](row[7] as Data)
             link = [UInt8](row[8] as Data)
         }

@@ -17,4 +17,6 @@ for n in ${sizes//,/ }; do
   fi
 done
 swift build -c release --product ledger-bench >&2
+# The focused-replay figure times the CLI itself, found beside ledger-bench.
+swift build -c release --product purchase-ledger >&2
 exec "$(swift build -c release --show-bin-path)/ledger-bench" run --workloads bench-results --sizes "$sizes" --out bench-results/results.json "$@"

@@ -302,6 +302,8 @@ struct AppendSession {
             try Projector.flush(dirty, state: w.state, db, w.statements)
             if markProjections { try Projector.markInStep(db) }
         }
+        // Measured against the whole file: the projection rows are written by now.
+        if !snapshots.isEmpty { try Snapshots.keepWithin(share: configuration.maxSnapshotShare, db) }
         // The state now continues from the last snapshot's pages: keep them for later time
         // travel. Not those of every snapshot of a long import: a page superseded by a later
         // snapshot of the same append is rarely read again, and 1,000,000 events held 32 MB of

@@ -505,6 +505,52 @@ import Testing
             #expect(try ledger.state(atSeq: seq) == folded)
         }
     }
+
+    /// Past `maxSnapshotShare` of the file, snapshots are thinned (evenly, the newest kept, and
+    /// kept alone if it is over the share by itself); time travel still gives the fold of the log.
+    @Test func snapshotsStayWithinTheirShareOfTheFile() throws {
+        let dir = try TemporaryDirectory()
+        func usage(_ path: String) throws -> (snapshotBytes: Int, fileBytes: Int, seqs: [Int64]) {
+            try DatabaseQueue(path: path).read { db in
+                let pages = try Int.fetchOne(db, sql: "SELECT coalesce(sum(length(data)), 0) FROM snapshot_pages")!
+                let manifests = try Int.fetchOne(db, sql: "SELECT coalesce(sum(length(manifest)), 0) FROM snapshots")!
+                let inUse = try Int.fetchOne(db, sql: "PRAGMA page_count")! - Int.fetchOne(db, sql: "PRAGMA freelist_count")!
+                let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size")!
+                return (pages + manifests, inUse * pageSize, try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq"))
+            }
+        }
+        func fill(_ name: String, share: Double, check: (String, Int64) throws -> Void = { _, _ in }) throws -> (Ledger, String) {
+            let path = dir.path(name)
+            var c = testConfiguration(blockSize: 4, snapshotInterval: 10)
+            c.maxSnapshotShare = share
+            let ledger = try Ledger(path: path, configuration: c)
+            try ledger.append(E.product("p1"))
+            for i in 0..<150 {
+                let last = try ledger.append(contentsOf: [E.queued("t\(i)", user: "u\(i % 7)"), E.purchased("t\(i)")]).lastSeq
+                try check(path, last)
+            }
+            return (ledger, path)
+        }
+        let (_, unbounded) = try fill("unbounded.ledger", share: 1)
+        let all = try usage(unbounded)
+        #expect(all.seqs.count == 30)
+        // A tenth of the unbounded ledger's share: most snapshots have to go.
+        let share = Double(all.snapshotBytes) / Double(all.fileBytes) / 10
+        let (ledger, path) = try fill("bounded.ledger", share: share) { path, last in
+            let now = try usage(path)
+            #expect((now.seqs.last ?? 0) == last / 10 * 10, "the newest snapshot is kept (seq \(last))")
+            #expect(Double(now.snapshotBytes) <= share * Double(now.fileBytes) || now.seqs.count == 1, "seq \(last): \(now)")
+        }
+        let bounded = try usage(path)
+        #expect(bounded.seqs.count < all.seqs.count && bounded.seqs.count >= 1)
+        var folded = LedgerState()
+        for e in try ledger.events(limit: 1000) {
+            Reducer.replay(&folded, e.event, seq: e.seq)
+            #expect(try ledger.state(atSeq: e.seq) == folded, "seq \(e.seq)")
+        }
+        let report = try ledger.verify(all: true, everySnapshot: true)
+        #expect(report.isValid && report.snapshotsChecked == bounded.seqs.count)
+    }
 }
 
 @Suite struct SpoolTests {

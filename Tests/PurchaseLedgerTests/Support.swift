@@ -25,6 +25,9 @@ func testConfiguration(blockSize: Int = 8, snapshotInterval: Int = 16, codec: Bl
     c.blockSize = blockSize
     c.snapshotInterval = snapshotInterval
     c.maxSnapshots = 1000
+    // Small ledgers with many snapshots: the tests that count snapshots expect every one kept
+    // (snapshotsStayWithinTheirShareOfTheFile sets a share).
+    c.maxSnapshotShare = 1
     c.blockCodec = codec
     c.durability = .normal
     return c

@@ -54,36 +54,126 @@ enum Snapshots {
         try db.execute(
             sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
             arguments: [Reducer.version, SnapshotCodec.format])
-        let droppedStale = db.changesCount > 0
-        let seqs = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
-        guard seqs.count > keep, keep >= 2 else {
-            if droppedStale { try collectPages(db) }
-            return
-        }
-        // Drop the snapshot whose neighbours are closest together, until `keep` remain.
-        var kept = seqs
-        while kept.count > keep {
-            var best = 1
-            var bestGap = Int64.max
-            for i in 1..<(kept.count - 1) where kept[i + 1] - kept[i - 1] < bestGap {
-                bestGap = kept[i + 1] - kept[i - 1]
-                best = i
+        var dropped = db.changesCount > 0
+        var kept = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
+        if keep >= 2 {
+            while kept.count > keep, let seq = thin(&kept) {
+                try db.execute(sql: "DELETE FROM snapshots WHERE seq = ?", arguments: [seq])
+                dropped = true
             }
-            try db.execute(sql: "DELETE FROM snapshots WHERE seq = ?", arguments: [kept[best]])
-            kept.remove(at: best)
         }
-        try collectPages(db)
+        if dropped { try collectPages(db) }
+    }
+
+    /// Thins the snapshots, as `write` does, until they take at most `share` of the bytes the
+    /// file holds in use, keeping the newest whatever it costs. An append calls it last, once
+    /// everything it writes is in the file.
+    static func keepWithin(share: Double, _ db: Database) throws {
+        guard share < 1, try overBudget(share, db) else { return }
+        var kept = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
+        var usage = try SnapshotUsage(db)
+        var dropped = usage.unreferenced
+        while usage.bytes > Int(share * Double(usage.fileBytes)), let seq = thin(&kept) {
+            usage.drop(seq)
+            try db.execute(sql: "DELETE FROM snapshots WHERE seq = ?", arguments: [seq])
+            dropped = true
+        }
+        if dropped { try collectPages(db) }
+    }
+
+    /// Removes from `kept` (seqs in order) the snapshot whose neighbours are closest together,
+    /// never the first nor the newest; of two, the first; of one, none. Returns its seq.
+    private static func thin(_ kept: inout [Int64]) -> Int64? {
+        guard kept.count > 2 else { return kept.count == 2 ? kept.removeFirst() : nil }
+        var best = 1
+        var bestGap = Int64.max
+        for i in 1..<(kept.count - 1) where kept[i + 1] - kept[i - 1] < bestGap {
+            bestGap = kept[i + 1] - kept[i - 1]
+            best = i
+        }
+        return kept.remove(at: best)
+    }
+
+    /// Whether the snapshots take more than `share` of the bytes the file holds in use: their
+    /// pages' stored bytes (SQLite reads a blob's length from its row header) and manifests.
+    private static func overBudget(_ share: Double, _ db: Database) throws -> Bool {
+        let bytes =
+            try Int.fetchOne(
+                db,
+                sql: """
+                    SELECT (SELECT coalesce(sum(length(data)), 0) FROM snapshot_pages)
+                         + (SELECT coalesce(sum(length(manifest)), 0) FROM snapshots)
+                    """) ?? 0
+        return bytes > Int(share * Double(try fileBytesInUse(db)))
+    }
+
+    private static func fileBytesInUse(_ db: Database) throws -> Int {
+        let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+        let free = try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
+        return (pages - free) * (try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
+    }
+
+    /// The snapshots' bytes and what dropping each would free: a page is freed with the last
+    /// snapshot that refers to it. Read once, so thinning many snapshots parses each manifest once.
+    private struct SnapshotUsage {
+        var bytes = 0
+        var fileBytes: Int
+        var pageBytes: [Data: Int] = [:]
+        var references: [Data: Int] = [:]
+        var snapshots: [Int64: (manifest: Int, pages: Set<Data>)] = [:]
+        /// Whether some stored pages belong to no snapshot (counted as freed: they are collected).
+        var unreferenced = false
+
+        init(_ db: Database) throws {
+            fileBytes = try fileBytesInUse(db)
+            for row in try Row.fetchAll(db, sql: "SELECT hash, length(data) FROM snapshot_pages") {
+                let size: Int = row[1]
+                pageBytes[row[0]] = size
+                bytes += size
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT seq, manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format]) {
+                let manifest: Data = row[1]
+                let pages = addresses(manifest)
+                for page in pages { references[page, default: 0] += 1 }
+                snapshots[row[0]] = (manifest.count, pages)
+                bytes += manifest.count
+            }
+            for (page, size) in pageBytes where references[page] == nil {
+                bytes -= size
+                fileBytes -= size
+                unreferenced = true
+            }
+        }
+
+        /// Counts `seq` as dropped: its manifest and the pages no other snapshot refers to are
+        /// freed, from the snapshots and from the file.
+        mutating func drop(_ seq: Int64) {
+            guard let snapshot = snapshots.removeValue(forKey: seq) else { return }
+            var freed = snapshot.manifest
+            for page in snapshot.pages {
+                references[page, default: 1] -= 1
+                if references[page] == 0 { freed += pageBytes[page] ?? 0 }
+            }
+            bytes -= freed
+            fileBytes -= freed
+        }
+    }
+
+    /// The addresses of the pages and overlay chunks a manifest refers to (none when it does not
+    /// parse: such a snapshot is ignored when loading, and keeps nothing).
+    private static func addresses(_ manifest: Data) -> Set<Data> {
+        var addresses = Set<Data>()
+        guard let (_, kinds, overlays) = try? SnapshotCodec.parse([UInt8](manifest)) else { return addresses }
+        for kind in kinds { for entry in kind { addresses.insert(Data(entry.address)) } }
+        for overlay in overlays.values { for chunk in overlay.chunks { addresses.insert(Data(chunk.address)) } }
+        return addresses
     }
 
     /// Deletes pages no snapshot of this format refers to any more.
     static func collectPages(_ db: Database) throws {
         var referenced = Set<Data>()
         let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format])
-        for manifest in manifests {
-            guard let (_, kinds, overlays) = try? SnapshotCodec.parse([UInt8](manifest)) else { continue }
-            for kind in kinds { for entry in kind { referenced.insert(Data(entry.address)) } }
-            for overlay in overlays.values { for chunk in overlay.chunks { referenced.insert(Data(chunk.address)) } }
-        }
+        for manifest in manifests { referenced.formUnion(addresses(manifest)) }
         for hash in try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages") where !referenced.contains(hash) {
             try db.execute(sql: "DELETE FROM snapshot_pages WHERE hash = ?", arguments: [hash])
         }

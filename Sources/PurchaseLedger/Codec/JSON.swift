@@ -1,4 +1,7 @@
-/// A parsed JSON value. Numbers keep their exact integer value when they have one.
+import Foundation
+
+/// A parsed JSON value. Numbers keep their exact integer value when they have one. Built from a
+/// ``JSONTape`` on request; JSON Lines decoding reads the tape itself and builds no tree.
 enum JSON: Equatable {
     case null
     case bool(Bool)
@@ -19,35 +22,168 @@ enum JSON: Equatable {
         default: false
         }
     }
+}
 
-    subscript(key: String) -> JSON? {
-        guard case .object(let members) = self else { return nil }
-        return members.last(where: { $0.key == key })?.value
+/// A JSON text parsed into a flat list of tokens, in document order, with no value built:
+/// a string is a range of the input (or, when it has escapes or non-ASCII bytes, its decoded
+/// text, kept aside), a number its value, an array or object the index just past its contents.
+/// Reading a line of JSON Lines then makes only the Strings its event keeps: keys are compared
+/// as bytes, unused fields cost nothing, and there is no tree to free (the tree parser it
+/// replaced spent about half of the reading thread's instructions building and freeing one).
+struct JSONTape {
+    enum Kind: UInt8 { case null, bool, number, string, array, object }
+
+    struct Token {
+        var kind: Kind
+        /// bool: its value. string: whether its text is in `decoded` (at index `start`).
+        var flag = false
+        /// string: the byte after the opening quote, or the index in `decoded`.
+        var start: Int32 = 0
+        /// string: the closing quote's offset. array, object: the index of the token after the
+        /// last one inside. Others: unused.
+        var end: Int32 = 0
+        var double: Double = 0
+        /// number: set when the literal is an integer that fits in Int64.
+        var integer: Int64? = nil
+    }
+
+    let bytes: [UInt8]
+    private(set) var tokens: [Token] = []
+    private(set) var decoded: [String] = []
+
+    /// The index of the token after value `i` and everything inside it.
+    func after(_ i: Int) -> Int {
+        switch tokens[i].kind {
+        case .array, .object: Int(tokens[i].end)
+        default: i + 1
+        }
+    }
+
+    /// The text of string token `i`.
+    func string(_ i: Int) -> String {
+        let t = tokens[i]
+        if t.flag { return decoded[Int(t.start)] }
+        // Plain ASCII, checked while parsing.
+        return bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[Int(t.start)..<Int(t.end)]), as: UTF8.self) }
+    }
+
+    /// The value of the last member named `key` of object token `object`, or nil. Keys are
+    /// compared as UTF-8 bytes, length first.
+    func member(_ object: Int, _ key: String) -> Int? {
+        var key = key
+        return key.withUTF8 { k in
+            tokens.withUnsafeBufferPointer { tokens in
+                bytes.withUnsafeBufferPointer { bytes in
+                    var found: Int?
+                    var i = object + 1
+                    let end = Int(tokens[object].end)
+                    while i < end {
+                        let name = tokens[i]
+                        if name.flag {
+                            if decoded[Int(name.start)].utf8.elementsEqual(k) { found = i + 1 }
+                        } else if Int(name.end - name.start) == k.count
+                            && (k.isEmpty || memcmp(bytes.baseAddress! + Int(name.start), k.baseAddress!, k.count) == 0)
+                        {
+                            found = i + 1
+                        }
+                        let value = tokens[i + 1]
+                        i = value.kind == .array || value.kind == .object ? Int(value.end) : i + 2
+                    }
+                    return found
+                }
+            }
+        }
+    }
+
+    /// The items of array token `array`.
+    func items(_ array: Int) -> [Int] {
+        var items: [Int] = []
+        var i = array + 1
+        let end = Int(tokens[array].end)
+        while i < end {
+            items.append(i)
+            i = after(i)
+        }
+        return items
+    }
+
+    /// Value `i` as a tree.
+    func value(_ i: Int = 0) -> JSON {
+        let t = tokens[i]
+        switch t.kind {
+        case .null: return .null
+        case .bool: return .bool(t.flag)
+        case .number: return .number(t.double, integer: t.integer)
+        case .string: return .string(string(i))
+        case .array: return .array(items(i).map { value($0) })
+        case .object:
+            var members: [(key: String, value: JSON)] = []
+            var k = i + 1
+            while k < Int(t.end) {
+                members.append((string(k), value(k + 1)))
+                k = after(k + 1)
+            }
+            return .object(members)
+        }
+    }
+
+    /// Parses `bytes`: RFC 8259, nesting at most 64 deep, invalid UTF-8 and lone surrogates
+    /// refused. Errors are plain sentences naming the byte offset.
+    init(_ bytes: [UInt8]) throws(JSONParseError) {
+        // Offsets are kept in 32 bits.
+        guard bytes.count < Int32.max else { throw JSONParseError(message: "a JSON text over 2 GiB", offset: Int(Int32.max)) }
+        self.bytes = bytes
+        tokens.reserveCapacity(32)
+        var failure: JSONParseError?
+        bytes.withUnsafeBufferPointer { buffer in
+            var parser = JSONParser(bytes: buffer, i: 0)
+            do throws(JSONParseError) {
+                parser.skipSpace()
+                try parser.value(depth: 0, into: &self)
+                parser.skipSpace()
+                guard parser.i == buffer.count else { throw parser.fail("unexpected text after the JSON value") }
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    fileprivate mutating func append(_ token: Token) -> Int {
+        tokens.append(token)
+        return tokens.count - 1
+    }
+
+    fileprivate mutating func close(_ container: Int) {
+        tokens[container].end = Int32(tokens.count)
+    }
+
+    fileprivate mutating func appendDecoded(_ text: String) -> Token {
+        decoded.append(text)
+        return Token(kind: .string, flag: true, start: Int32(decoded.count - 1))
     }
 }
 
-/// A strict JSON parser over UTF-8 bytes: RFC 8259, nesting at most 64 deep, invalid UTF-8 and
-/// lone surrogates refused. Errors are plain sentences naming the byte offset.
+/// The strict JSON parser behind ``JSONTape``: RFC 8259, nesting at most 64 deep, invalid UTF-8
+/// and lone surrogates refused. Errors are plain sentences naming the byte offset. It reads the
+/// bytes through a pointer: indexing the array checked every byte's index (a third of the
+/// reading thread's instructions went to scanning).
 struct JSONParser {
     static let maxDepth = 64
 
-    private let bytes: [UInt8]
-    private var i: Int
+    fileprivate let bytes: UnsafeBufferPointer<UInt8>
+    fileprivate var i: Int
 
+    /// `bytes` as a tree.
     static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSON {
-        var parser = JSONParser(bytes: bytes, i: 0)
-        parser.skipSpace()
-        let value = try parser.value(depth: 0)
-        parser.skipSpace()
-        guard parser.i == bytes.count else { throw parser.fail("unexpected text after the JSON value") }
-        return value
+        try JSONTape(bytes).value()
     }
 
-    private func fail(_ message: String) -> JSONParseError {
+    fileprivate func fail(_ message: String) -> JSONParseError {
         JSONParseError(message: message, offset: i)
     }
 
-    private mutating func skipSpace() {
+    fileprivate mutating func skipSpace() {
         while i < bytes.count {
             switch bytes[i] {
             case 0x20, 0x09, 0x0A, 0x0D: i += 1
@@ -56,65 +192,66 @@ struct JSONParser {
         }
     }
 
-    private mutating func value(depth: Int) throws(JSONParseError) -> JSON {
+    fileprivate mutating func value(depth: Int, into tape: inout JSONTape) throws(JSONParseError) {
         guard i < bytes.count else { throw fail("unexpected end of input") }
         switch bytes[i] {
         case UInt8(ascii: "{"):
             guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
             i += 1
-            var members: [(key: String, value: JSON)] = []
-            members.reserveCapacity(8)
+            let object = tape.append(JSONTape.Token(kind: .object))
+            defer { tape.close(object) }
             skipSpace()
             if i < bytes.count && bytes[i] == UInt8(ascii: "}") {
                 i += 1
-                return .object(members)
+                return
             }
             while true {
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a quoted key") }
-                let key = try string()
+                _ = tape.append(try string(&tape))
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
                 i += 1
                 skipSpace()
-                members.append((key, try value(depth: depth + 1)))
+                try value(depth: depth + 1, into: &tape)
                 skipSpace()
                 guard i < bytes.count else { throw fail("unexpected end of input in an object") }
                 if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(members) }
+                if bytes[i] == UInt8(ascii: "}") { i += 1; return }
                 throw fail("expected ',' or '}' in an object")
             }
         case UInt8(ascii: "["):
             guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
             i += 1
-            var items: [JSON] = []
+            let array = tape.append(JSONTape.Token(kind: .array))
+            defer { tape.close(array) }
             skipSpace()
             if i < bytes.count && bytes[i] == UInt8(ascii: "]") {
                 i += 1
-                return .array(items)
+                return
             }
             while true {
                 skipSpace()
-                items.append(try value(depth: depth + 1))
+                try value(depth: depth + 1, into: &tape)
                 skipSpace()
                 guard i < bytes.count else { throw fail("unexpected end of input in an array") }
                 if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+                if bytes[i] == UInt8(ascii: "]") { i += 1; return }
                 throw fail("expected ',' or ']' in an array")
             }
         case UInt8(ascii: "\""):
-            return .string(try string())
+            _ = tape.append(try string(&tape))
         case UInt8(ascii: "t"):
             try literal("true")
-            return .bool(true)
+            _ = tape.append(JSONTape.Token(kind: .bool, flag: true))
         case UInt8(ascii: "f"):
             try literal("false")
-            return .bool(false)
+            _ = tape.append(JSONTape.Token(kind: .bool, flag: false))
         case UInt8(ascii: "n"):
             try literal("null")
-            return .null
+            _ = tape.append(JSONTape.Token(kind: .null))
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return try number()
+            _ = tape.append(try number())
         default:
             throw fail("unexpected character")
         }
@@ -129,7 +266,7 @@ struct JSONParser {
         i += count
     }
 
-    private mutating func number() throws(JSONParseError) -> JSON {
+    private mutating func number() throws(JSONParseError) -> JSONTape.Token {
         let start = i
         var isInteger = true
         let negative = bytes[i] == UInt8(ascii: "-")
@@ -164,30 +301,43 @@ struct JSONParser {
             // At most 18 digits cannot overflow, and converting the exact integer rounds the way
             // strtod rounds its text.
             let value = negative ? -magnitude : magnitude
-            return .number(negative && value == 0 ? -0.0 : Double(value), integer: value)
+            return JSONTape.Token(kind: .number, double: negative && value == 0 ? -0.0 : Double(value), integer: value)
         }
         let text = String(decoding: bytes[start..<i], as: UTF8.self)
         guard let double = Double(text), double.isFinite else { throw fail("number out of range") }
-        return .number(double, integer: isInteger ? Int64(text) : nil)
+        return JSONTape.Token(kind: .number, double: double, integer: isInteger ? Int64(text) : nil)
     }
 
-    private mutating func string() throws(JSONParseError) -> String {
+    /// A string token: plain ASCII without escapes as a range of the input, anything else
+    /// decoded into the tape's side texts.
+    private mutating func string(_ tape: inout JSONTape) throws(JSONParseError) -> JSONTape.Token {
         i += 1
         let start = i
         var ascii = true
         // Fast path: no escapes; plain ASCII needs no UTF-8 validation.
         while i < bytes.count {
+            // Eight bytes at a time while none is a quote, a backslash, a control character or
+            // non-ASCII (each test below is exact: nonzero if and only if some byte matches).
+            while bytes.count - i >= 8 {
+                let x = UnsafeRawPointer(bytes.baseAddress! + i).loadUnaligned(as: UInt64.self)
+                let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+                func hasZero(_ v: UInt64) -> UInt64 { (v &- ones) & ~v & highs }
+                let special = hasZero(x ^ (ones &* 0x22)) | hasZero(x ^ (ones &* 0x5C)) | ((x &- ones &* 0x20) & ~x & highs) | (x & highs)
+                if special != 0 { break }
+                i += 8
+            }
+            guard i < bytes.count else { break }
             let b = bytes[i]
             if b == UInt8(ascii: "\"") {
-                let s: String
+                let token: JSONTape.Token
                 if ascii {
-                    s = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[start..<i]), as: UTF8.self) }
+                    token = JSONTape.Token(kind: .string, start: Int32(start), end: Int32(i))
                 } else {
                     guard let valid = String(validating: bytes[start..<i], as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
-                    s = valid
+                    token = tape.appendDecoded(valid)
                 }
                 i += 1
-                return s
+                return token
             }
             if b >= 0x80 { ascii = false }
             if b == UInt8(ascii: "\\") { break }
@@ -200,7 +350,7 @@ struct JSONParser {
             if b == UInt8(ascii: "\"") {
                 guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
                 i += 1
-                return s
+                return tape.appendDecoded(s)
             }
             if b < 0x20 { throw fail("control character in a string") }
             if b != UInt8(ascii: "\\") {

@@ -24,14 +24,14 @@ public enum JSONLines {
     }
 
     static func decodeLine(_ bytes: [UInt8]) throws(LedgerError) -> Line {
-        let json: JSON
+        let tape: JSONTape
         do {
-            json = try JSONParser.parse(bytes)
+            tape = try JSONTape(bytes)
         } catch {
             throw .malformed("invalid JSON: \(error.message) at byte \(error.offset + 1)")
         }
-        guard case .object = json else { throw .malformed("a line must be a JSON object") }
-        let f = Fields(json: json)
+        guard tape.tokens[0].kind == .object else { throw .malformed("a line must be a JSON object") }
+        let f = Fields(tape: tape, object: 0)
         let typeName = try f.string("type")
         guard let type = EventType(name: typeName) else {
             throw .malformed("unknown event type \"\(typeName)\"")
@@ -67,7 +67,7 @@ public enum JSONLines {
             }
             var related: [String] = []
             for (k, item) in try f.optionalArray("relatedProducts").enumerated() {
-                guard case .string(let s) = item else { throw .malformed("field `relatedProducts[\(k)]` must be a string") }
+                guard let s = f.string(item: item) else { throw .malformed("field `relatedProducts[\(k)]` must be a string") }
                 related.append(s)
             }
             return .productRegistered(
@@ -281,11 +281,14 @@ public enum JSONLines {
 
 /// Typed access to a JSON object's fields, with errors that name the field.
 private struct Fields {
-    let json: JSON
+    let tape: JSONTape
+    /// The object's token in `tape`.
+    let object: Int
     var prefix = ""
 
-    private func get(_ key: String) -> JSON? {
-        guard let v = json[key], v != .null else { return nil }
+    /// The token of `key`'s value; nil when absent or null.
+    private func get(_ key: String) -> Int? {
+        guard let v = tape.member(object, key), tape.tokens[v].kind != .null else { return nil }
         return v
     }
 
@@ -293,14 +296,19 @@ private struct Fields {
 
     func string(_ key: String) throws(LedgerError) -> String {
         guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
-        guard case .string(let s) = v else { throw .malformed("field \(name(key)) must be a string") }
+        guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
         return s
     }
 
     func optionalString(_ key: String) throws(LedgerError) -> String? {
         guard let v = get(key) else { return nil }
-        guard case .string(let s) = v else { throw .malformed("field \(name(key)) must be a string") }
+        guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
         return s
+    }
+
+    /// The text of token `item`, when it is a string.
+    func string(item: Int) -> String? {
+        tape.tokens[item].kind == .string ? tape.string(item) : nil
     }
 
     func bool(_ key: String) throws(LedgerError) -> Bool {
@@ -310,14 +318,16 @@ private struct Fields {
 
     func optionalBool(_ key: String) throws(LedgerError) -> Bool? {
         guard let v = get(key) else { return nil }
-        guard case .bool(let b) = v else { throw .malformed("field \(name(key)) must be true or false") }
-        return b
+        guard tape.tokens[v].kind == .bool else { throw .malformed("field \(name(key)) must be true or false") }
+        return tape.tokens[v].flag
     }
 
     func optionalInt(_ key: String) throws(LedgerError) -> Int64? {
         guard let v = get(key) else { return nil }
-        guard case .number(let d, let i) = v else { throw .malformed("field \(name(key)) must be an integer") }
-        if let i { return i }
+        let t = tape.tokens[v]
+        guard t.kind == .number else { throw .malformed("field \(name(key)) must be an integer") }
+        if let i = t.integer { return i }
+        let d = t.double
         // 1.0 and 1e3 are integers written another way; 1.5 and 1e30 are not.
         guard d == d.rounded(), abs(d) < 9.0e18 else { throw .malformed("field \(name(key)) must be an integer") }
         return Int64(d)
@@ -336,8 +346,8 @@ private struct Fields {
 
     func optionalDouble(_ key: String) throws(LedgerError) -> Double? {
         guard let v = get(key) else { return nil }
-        guard case .number(let d, _) = v else { throw .malformed("field \(name(key)) must be a number") }
-        return d
+        guard tape.tokens[v].kind == .number else { throw .malformed("field \(name(key)) must be a number") }
+        return tape.tokens[v].double
     }
 
     func version(_ key: String) throws(LedgerError) -> ContentVersion {
@@ -355,18 +365,20 @@ private struct Fields {
         return StoreError(domain: try g.string("domain"), code: code, message: try g.string("message"))
     }
 
-    func optionalArray(_ key: String) throws(LedgerError) -> [JSON] {
+    /// The tokens of the array's items.
+    func optionalArray(_ key: String) throws(LedgerError) -> [Int] {
         try optionalArrayOrNil(key) ?? []
     }
 
-    func optionalArrayOrNil(_ key: String) throws(LedgerError) -> [JSON]? {
+    func optionalArrayOrNil(_ key: String) throws(LedgerError) -> [Int]? {
         guard let v = get(key) else { return nil }
-        guard case .array(let items) = v else { throw .malformed("field \(name(key)) must be an array") }
-        return items
+        guard tape.tokens[v].kind == .array else { throw .malformed("field \(name(key)) must be an array") }
+        return tape.items(v)
     }
 
-    func object(_ v: JSON, _ path: String) throws(LedgerError) -> Fields {
-        guard case .object = v else { throw .malformed("field `\(prefix)\(path)` must be an object") }
-        return Fields(json: v, prefix: prefix + path + ".")
+    /// Token `item` as an object, its fields named `path.field` in errors.
+    func object(_ item: Int, _ path: String) throws(LedgerError) -> Fields {
+        guard tape.tokens[item].kind == .object else { throw .malformed("field `\(prefix)\(path)` must be an object") }
+        return Fields(tape: tape, object: item, prefix: prefix + path + ".")
     }
 }

@@ -86,8 +86,7 @@ struct JSONTape {
                         {
                             found = i + 1
                         }
-                        let value = tokens[i + 1]
-                        i = value.kind == .array || value.kind == .object ? Int(value.end) : i + 2
+                        i = self.after(i + 1)
                     }
                     return found
                 }

@@ -69,9 +69,11 @@ enum Snapshots {
     /// file holds in use, keeping the newest whatever it costs. An append calls it last, once
     /// everything it writes is in the file.
     static func keepWithin(share: Double, _ db: Database) throws {
-        guard share < 1, try overBudget(share, db) else { return }
+        guard share < 1 else { return }
+        let (bytes, fileBytes) = try sizes(db)
+        guard bytes > Int(share * Double(fileBytes)) else { return }
         var kept = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
-        var usage = try SnapshotUsage(db)
+        var usage = try SnapshotUsage(db, bytes: bytes, fileBytes: fileBytes)
         var dropped = usage.unreferenced
         while usage.bytes > Int(share * Double(usage.fileBytes)), let seq = thin(&kept) {
             usage.drop(seq)
@@ -94,29 +96,25 @@ enum Snapshots {
         return kept.remove(at: best)
     }
 
-    /// Whether the snapshots take more than `share` of the bytes the file holds in use: their
-    /// pages' stored bytes (SQLite reads a blob's length from its row header) and manifests.
-    private static func overBudget(_ share: Double, _ db: Database) throws -> Bool {
-        let bytes =
+    /// The snapshots' bytes (their pages' stored bytes, which SQLite reads from each row's
+    /// header, and their manifests) and the bytes the file holds in use.
+    private static func sizes(_ db: Database) throws -> (snapshots: Int, file: Int) {
+        let snapshots =
             try Int.fetchOne(
                 db,
                 sql: """
                     SELECT (SELECT coalesce(sum(length(data)), 0) FROM snapshot_pages)
                          + (SELECT coalesce(sum(length(manifest)), 0) FROM snapshots)
                     """) ?? 0
-        return bytes > Int(share * Double(try fileBytesInUse(db)))
-    }
-
-    private static func fileBytesInUse(_ db: Database) throws -> Int {
         let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
         let free = try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
-        return (pages - free) * (try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096)
+        return (snapshots, (pages - free) * (try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096))
     }
 
     /// The snapshots' bytes and what dropping each would free: a page is freed with the last
     /// snapshot that refers to it. Read once, so thinning many snapshots parses each manifest once.
     private struct SnapshotUsage {
-        var bytes = 0
+        var bytes: Int
         var fileBytes: Int
         var pageBytes: [Data: Int] = [:]
         var references: [Data: Int] = [:]
@@ -124,23 +122,22 @@ enum Snapshots {
         /// Whether some stored pages belong to no snapshot (counted as freed: they are collected).
         var unreferenced = false
 
-        init(_ db: Database) throws {
-            fileBytes = try fileBytesInUse(db)
+        /// `bytes` and `fileBytes` as ``sizes(_:)`` gives them.
+        init(_ db: Database, bytes: Int, fileBytes: Int) throws {
+            self.bytes = bytes
+            self.fileBytes = fileBytes
             for row in try Row.fetchAll(db, sql: "SELECT hash, length(data) FROM snapshot_pages") {
-                let size: Int = row[1]
-                pageBytes[row[0]] = size
-                bytes += size
+                pageBytes[row[0]] = row[1]
             }
             for row in try Row.fetchAll(db, sql: "SELECT seq, manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format]) {
                 let manifest: Data = row[1]
                 let pages = addresses(manifest)
                 for page in pages { references[page, default: 0] += 1 }
                 snapshots[row[0]] = (manifest.count, pages)
-                bytes += manifest.count
             }
             for (page, size) in pageBytes where references[page] == nil {
-                bytes -= size
-                fileBytes -= size
+                self.bytes -= size
+                self.fileBytes -= size
                 unreferenced = true
             }
         }

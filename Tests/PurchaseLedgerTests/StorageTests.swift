@@ -198,7 +198,7 @@ import Testing
     /// A ledger from before 0002 (snapshot pages in a WITHOUT ROWID table) is read as it is by a
     /// read-only open, which changes no byte, and migrated by the next writable open, its
     /// snapshots intact.
-    @Test func aLayoutOnlyMigrationLeavesReadOnlyOpensReading() throws {
+    @Test func layoutOnlyMigrationsLeaveReadOnlyOpensReading() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("before-0002.ledger")
         let c = testConfiguration(blockSize: 4, snapshotInterval: 5)
@@ -206,28 +206,36 @@ import Testing
             let ledger = try Ledger(path: path, configuration: c)
             for e in Self.everyType { try ledger.append(e) }
         }
-        // Back to the layout 0001 made, and to the migrations list of a version before 0002.
-        try tamper(
-            path,
-            """
-            CREATE TABLE old_pages (hash BLOB PRIMARY KEY NOT NULL, raw_size INTEGER NOT NULL, data BLOB NOT NULL) WITHOUT ROWID;
-            INSERT INTO old_pages SELECT hash, raw_size, data FROM snapshot_pages;
-            DROP TABLE snapshot_pages;
-            ALTER TABLE old_pages RENAME TO snapshot_pages;
-            DELETE FROM grdb_migrations WHERE identifier = '0002_snapshot_pages_rowid';
-            PRAGMA user_version = 1;
-            """)
-        func layout() throws -> (migrations: [String], pages: Int, withoutRowID: Bool) {
+        // Back to the layout 0001 made (every table with a rowid but snapshot_pages), and to the
+        // migrations list of a version before 0002.
+        let layoutTables = ["snapshot_pages", "transactions", "downloads"]
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "PRAGMA legacy_alter_table = ON; DROP VIEW owned_content_history_view")
+            for table in layoutTables {
+                let indexes = try String.fetchAll(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table])
+                var create = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = ?", arguments: [table])!
+                create = create.hasSuffix(" WITHOUT ROWID") ? String(create.dropLast(" WITHOUT ROWID".count)) : create + " WITHOUT ROWID"
+                create = create.replacingOccurrences(of: "CREATE TABLE \"\(table)\"", with: "CREATE TABLE old_\(table)")
+                create = create.replacingOccurrences(of: "CREATE TABLE \(table) ", with: "CREATE TABLE old_\(table) ")
+                try db.execute(sql: create)
+                try db.execute(sql: "INSERT INTO old_\(table) SELECT * FROM \(table); DROP TABLE \(table); ALTER TABLE old_\(table) RENAME TO \(table)")
+                for index in indexes { try db.execute(sql: index) }
+            }
+            try db.execute(sql: embeddedMigrations[0].sql.components(separatedBy: "\n").drop { !$0.hasPrefix("CREATE VIEW owned_content_history_view") }.joined(separator: "\n"))
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier <> '0001_initial'; PRAGMA user_version = 1")
+        }
+        func layout() throws -> (migrations: [String], pages: Int, withoutRowID: [Bool]) {
             try DatabaseQueue(path: path).read { db in
                 (
                     try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier"),
                     try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
-                    try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = 'snapshot_pages'")!.contains("WITHOUT ROWID")
+                    try layoutTables.map { try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = ?", arguments: [$0])!.contains("WITHOUT ROWID") }
                 )
             }
         }
         let before = try layout()
-        #expect(before.migrations == ["0001_initial"] && before.withoutRowID && before.pages > 0)
+        #expect(before.migrations == ["0001_initial"] && before.withoutRowID == [true, false, false] && before.pages > 0)
+        #expect(Set(Migrations.names.dropFirst()) == Migrations.layoutOnly)
 
         var readOnly = c
         readOnly.readOnly = true
@@ -240,13 +248,27 @@ import Testing
         }
         let report = try Ledger(path: path, configuration: readOnly).verify(all: true, everySnapshot: true)
         #expect(report.isValid && report.snapshotsChecked > 1)
+        func rows() throws -> (transactions: [TransactionRecord], downloads: [DownloadRecord], history: [Row]) {
+            let ledger = try Ledger(path: path, configuration: readOnly)
+            var configuration = Configuration()
+            configuration.readonly = true
+            let history = try DatabaseQueue(path: path, configuration: configuration).read {
+                try Row.fetchAll($0, sql: "SELECT * FROM owned_content_history_view ORDER BY seq")
+            }
+            return (try ledger.transactions(), try ledger.downloads(), history)
+        }
+        let projected = try rows()
+        #expect(!projected.transactions.isEmpty && !projected.downloads.isEmpty && !projected.history.isEmpty)
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == bytes, "a read-only open writes nothing")
 
         let migrated = try Ledger(path: path, configuration: c)
         let after = try layout()
-        #expect(after.migrations == Migrations.names && !after.withoutRowID && after.pages == before.pages)
+        #expect(after.migrations == Migrations.names && after.withoutRowID == [false, true, true] && after.pages == before.pages)
         #expect(try migrated.verify(all: true, everySnapshot: true).snapshotsChecked == report.snapshotsChecked)
         #expect(try migrated.state(atSeq: Int64(log.count)) == folded)
+        let reprojected = try rows()
+        #expect(reprojected.transactions == projected.transactions && reprojected.downloads == projected.downloads)
+        #expect(reprojected.history == projected.history)
     }
 
     @Test func newerLedgersAndForeignFilesAreRefused() throws {

@@ -26,7 +26,7 @@ enum Migrations {
     /// Migrations that change only how tables are stored, not their columns nor what they mean:
     /// a ledger still waiting for them reads the same, so a read-only open (which cannot migrate)
     /// accepts it, and the next writable open runs them.
-    static let layoutOnly: Set<String> = ["0002_snapshot_pages_rowid"]
+    static let layoutOnly: Set<String> = ["0002_snapshot_pages_rowid", "0003_projections_without_rowid"]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except
     /// perhaps some of the layout-only ones.

@@ -250,14 +250,31 @@ package enum Projector {
     /// Deletes every row of `table` and drops its secondary indexes, lets `body` insert rows (in
     /// key order) through the function it is given, then builds the indexes again: one sort per
     /// index instead of an index update per row.
+    ///
+    /// A `WITHOUT ROWID` table is a B-tree keyed by its primary key, and SQLite splits its pages
+    /// half and half however the rows arrive: filled in key order, its pages end about 11% empty
+    /// (1.8 MB of the transactions of a 1,000,000-event ledger). So its rows go to a temporary
+    /// table first, and are copied over with `INSERT INTO ... SELECT *`, which SQLite carries out
+    /// as a transfer of whole records into full pages, as VACUUM does.
     private static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([DatabaseValue]) throws -> Void) throws -> Void) throws {
         let indexes = try Row.fetchAll(
             db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]
         ).map { (name: $0[0] as String, sql: $0[1] as String) }
         for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
         try db.execute(sql: "DELETE FROM \(table.name)")
-        let statement = try db.cachedStatement(sql: table.upsert)
-        try body { row in try statement.execute(values: row, db) }
+        let create = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", arguments: [table.name]) ?? ""
+        if create.hasSuffix("WITHOUT ROWID"), let columns = create.firstIndex(of: "(") {
+            let staging = "projection_staging"
+            try db.execute(sql: "DROP TABLE IF EXISTS temp.\(staging)")
+            try db.execute(sql: "CREATE TEMP TABLE \(staging) " + create[columns...])
+            let statement = try db.makeStatement(sql: table.upsertSQL(into: "temp.\(staging)"))
+            try body { row in try statement.execute(values: row, db) }
+            try db.execute(sql: "INSERT INTO main.\(table.name) SELECT * FROM temp.\(staging)")
+            try db.execute(sql: "DROP TABLE temp.\(staging)")
+        } else {
+            let statement = try db.cachedStatement(sql: table.upsert)
+            try body { row in try statement.execute(values: row, db) }
+        }
         for index in indexes { try db.execute(sql: index.sql) }
     }
 
@@ -360,6 +377,8 @@ package enum Projector {
         /// only the indexes whose columns changed: an append that changes one record writes about
         /// two fewer WAL pages, which counts when every commit waits for an fsync.
         let upsert: String
+        /// `upsert`'s conflict clause.
+        private let conflict: String
         /// How many leading columns make the primary key.
         let keyColumns: Int
         /// `insert` and `upsert`, for the append path's ``PreparedStatements``.
@@ -379,15 +398,22 @@ package enum Projector {
             insert = "INSERT INTO \(name) " + values
             replace = "INSERT OR REPLACE INTO \(name) " + values
             let rest = columns.dropFirst(key).filter { !fixed.contains($0) }
-            upsert =
-                insert + " ON CONFLICT (" + columns.prefix(key).joined(separator: ", ") + ") DO "
+            conflict =
+                " ON CONFLICT (" + columns.prefix(key).joined(separator: ", ") + ") DO "
                 + (rest.isEmpty ? "NOTHING" : "UPDATE SET " + rest.map { "\($0) = excluded.\($0)" }.joined(separator: ", "))
+            upsert = insert + conflict
             preparedInsert = PreparedSQL(insert)
             preparedUpsert = PreparedSQL(upsert)
             let changed =
                 rest.isEmpty
                 ? "" : " WHERE (" + rest.joined(separator: ", ") + ") IS NOT (" + rest.map { "excluded.\($0)" }.joined(separator: ", ") + ")"
             preparedUpsertIfChanged = PreparedSQL(upsert + changed)
+        }
+
+        /// `upsert`, into another table with the same columns.
+        func upsertSQL(into target: String) -> String {
+            "INSERT INTO \(target) (" + columns.joined(separator: ", ") + ") VALUES ("
+                + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")" + conflict
         }
 
         package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])

@@ -46,6 +46,57 @@ import Testing
         #expect(paged.contains("t1") == (reference["t1"] != nil))
     }
 
+    /// Records round-trip through a snapshot's pages byte for byte, whatever their times (kept
+    /// as differences within a record) and ids (a download id after its transaction's, a
+    /// transaction id at the start of its download's, kept as a suffix and a length).
+    @Test func recordsRoundTripThroughPagesExactly() throws {
+        let times: [Timestamp?] = [
+            nil, Timestamp(nanosecondsSinceEpoch: 1_709_251_247_942_000_000), Timestamp(nanosecondsSinceEpoch: 1_709_251_247_942_000_001),
+            Timestamp(nanosecondsSinceEpoch: .min), Timestamp(nanosecondsSinceEpoch: .max), Timestamp(nanosecondsSinceEpoch: 0),
+            Timestamp(nanosecondsSinceEpoch: -5), Timestamp(nanosecondsSinceEpoch: .max - 999_999),
+        ]
+        // "e" then a combining accent: a prefix in bytes of "e\u{301}...", not in characters.
+        let ids = ["t1", "", "e", "e\u{301}x", "\u{1F600}", "tx-0000001"]
+        var state = LedgerState()
+        var generator = SystemRandomNumberGenerator()
+        func time() -> Timestamp? { times.randomElement(using: &generator)! }
+        for i in 0..<600 {
+            let id = ids[i % ids.count] + (i < ids.count ? "" : "\(i)")
+            var t = TransactionRecord(transaction: id, product: "p", user: nil, quantity: 1, state: .purchased)
+            t.queuedAt = time(); t.purchasedAt = time(); t.failedAt = time(); t.finishedAt = time(); t.revokedAt = time()
+            t.downloads = [id + "-d1", id, ids.randomElement(using: &generator)! + "-x", id + "\u{301}"]
+            state.transactions[id] = t
+            for (n, download) in t.downloads.enumerated() where state.downloads[download] == nil {
+                let transaction: String? = [nil, id, "other", download, String(download.prefix(1))][(n + i) % 5]
+                var d = DownloadRecord(download: download, transaction: transaction)
+                d.startedAt = time(); d.lastActivityAt = time(); d.finishedAt = time(); d.copiedOutAt = time()
+                state.downloads[download] = d
+            }
+        }
+        let encoded = try SnapshotCodec.encode(state) { _ in false }
+        let pages = Dictionary(encoded.pages.map { ($0.address, $0.data) }, uniquingKeysWith: { a, _ in a })
+        let decoded = try SnapshotCodec.decode(manifest: encoded.manifest, cache: SnapshotPageCache()) { pages[$0] }
+        #expect(decoded.transactions.count == state.transactions.count && decoded.downloads.count == state.downloads.count)
+        for (id, t) in state.transactions.values.map({ ($0.transaction, $0) }) {
+            let back = try #require(decoded.transactions[id])
+            #expect(back == t)
+            #expect(Array(back.transaction.utf8) == Array(t.transaction.utf8))
+            #expect(back.downloads.map { Array($0.utf8) } == t.downloads.map { Array($0.utf8) })
+            let backTimes: [Timestamp?] = [back.queuedAt, back.purchasedAt, back.failedAt, back.finishedAt, back.revokedAt]
+            let wroteTimes: [Timestamp?] = [t.queuedAt, t.purchasedAt, t.failedAt, t.finishedAt, t.revokedAt]
+            #expect(backTimes.map { $0?.nanosecondsSinceEpoch } == wroteTimes.map { $0?.nanosecondsSinceEpoch })
+        }
+        for d in state.downloads.values {
+            let back = try #require(decoded.downloads[d.download])
+            #expect(back == d)
+            let backTransaction: [UInt8]? = back.transaction.map { Array($0.utf8) }
+            #expect(backTransaction == d.transaction.map { Array($0.utf8) })
+            let backTimes: [Timestamp?] = [back.startedAt, back.lastActivityAt, back.finishedAt, back.copiedOutAt]
+            let wroteTimes: [Timestamp?] = [d.startedAt, d.lastActivityAt, d.finishedAt, d.copiedOutAt]
+            #expect(backTimes.map { $0?.nanosecondsSinceEpoch } == wroteTimes.map { $0?.nanosecondsSinceEpoch })
+        }
+    }
+
     /// A record read from a shared page and changed is copied: the page, and every other state
     /// loaded from it, still see the old record.
     @Test func changingARecordNeverChangesTheSharedPage() throws {

@@ -42,6 +42,11 @@ struct BinaryWriter {
         bytes.append(contentsOf: raw)
     }
 
+    mutating func lengthPrefixed<Bytes: Collection<UInt8>>(bytes raw: Bytes) {
+        varint(UInt64(raw.count))
+        bytes.append(contentsOf: raw)
+    }
+
     @inline(__always) mutating func key(_ field: UInt64, _ wire: Wire) { varint(field << 3 | wire.rawValue) }
 
     mutating func field(_ f: UInt64, _ s: String) { key(f, .bytes); lengthPrefixed(s) }

@@ -13,7 +13,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 6
+    static let format = 7
 
     typealias Failure = BinaryReader.Failure
 
@@ -607,9 +607,11 @@ enum SnapshotCodec {
         w.varint((t.finished ? 1 : 0) | (t.revoked ? 2 : 0) | (t.wasDeferred ? 4 : 0) | (t.discardedContent ? 8 : 0))
         string(t.revocationReason, &w); string(t.originalTransaction, &w); string(t.storeTransactionId, &w)
         w.varint(UInt64(t.downloads.count))
-        for d in t.downloads { w.lengthPrefixed(d) }
+        for d in t.downloads { suffix(d, after: t.transaction, &w) }
         error(t.error, &w)
-        time(t.queuedAt, &w); time(t.purchasedAt, &w); time(t.failedAt, &w); time(t.finishedAt, &w); time(t.revokedAt, &w)
+        var times = Times()
+        times.write(t.queuedAt, &w); times.write(t.purchasedAt, &w); times.write(t.failedAt, &w)
+        times.write(t.finishedAt, &w); times.write(t.revokedAt, &w)
         w.varint(UInt64(t.events))
     }
 
@@ -622,15 +624,17 @@ enum SnapshotCodec {
         t.revocationReason = try string(&r); t.originalTransaction = try string(&r); t.storeTransactionId = try string(&r)
         let count = try r.int(max: r.end)
         t.downloads.reserveCapacity(count)
-        for _ in 0..<count { t.downloads.append(try r.string()) }
+        for _ in 0..<count { t.downloads.append(try suffix(after: t.transaction, &r)) }
         t.error = try error(&r)
-        t.queuedAt = try time(&r); t.purchasedAt = try time(&r); t.failedAt = try time(&r); t.finishedAt = try time(&r); t.revokedAt = try time(&r)
+        var times = Times()
+        t.queuedAt = try times.read(&r); t.purchasedAt = try times.read(&r); t.failedAt = try times.read(&r)
+        t.finishedAt = try times.read(&r); t.revokedAt = try times.read(&r)
         t.events = Int64(try r.int(max: Int(Int64.max)))
         return t
     }
 
     private static func download(_ d: DownloadRecord, _ w: inout BinaryWriter) {
-        w.lengthPrefixed(d.download); string(d.transaction, &w); string(d.url, &w); string(d.content, &w)
+        w.lengthPrefixed(d.download); prefix(d.transaction, of: d.download, &w); string(d.url, &w); string(d.content, &w)
         string(d.contentVersion?.text, &w); int(d.contentLength, &w)
         w.varint(UInt64(d.state.storedCode))
         w.varint((d.started ? 1 : 0) | (d.copiedOut ? 2 : 0) | (d.discarded ? 4 : 0))
@@ -640,12 +644,14 @@ enum SnapshotCodec {
         error(d.error, &w)
         w.varint(d.cancelReason.map { UInt64($0.storedCode) + 1 } ?? 0)
         w.varint(UInt64(d.attempts))
-        time(d.startedAt, &w); time(d.lastActivityAt, &w); time(d.finishedAt, &w); time(d.copiedOutAt, &w)
+        var times = Times()
+        times.write(d.startedAt, &w); times.write(d.lastActivityAt, &w); times.write(d.finishedAt, &w); times.write(d.copiedOutAt, &w)
         w.varint(UInt64(d.events))
     }
 
     private static func download(_ r: inout BinaryReader) throws(Failure) -> DownloadRecord {
-        var d = DownloadRecord(download: try r.string(), transaction: try string(&r), url: try string(&r), content: try string(&r))
+        let id = try r.string()
+        var d = DownloadRecord(download: id, transaction: try prefix(of: id, &r), url: try string(&r), content: try string(&r))
         if let text = try string(&r) {
             guard let v = ContentVersion(text) else { throw Failure(message: "bad version") }
             d.contentVersion = v
@@ -666,7 +672,9 @@ enum SnapshotCodec {
             d.cancelReason = decoded
         }
         d.attempts = try r.int(max: Int.max)
-        d.startedAt = try time(&r); d.lastActivityAt = try time(&r); d.finishedAt = try time(&r); d.copiedOutAt = try time(&r)
+        var times = Times()
+        d.startedAt = try times.read(&r); d.lastActivityAt = try times.read(&r); d.finishedAt = try times.read(&r)
+        d.copiedOutAt = try times.read(&r)
         d.events = Int64(try r.int(max: Int(Int64.max)))
         return d
     }
@@ -689,12 +697,35 @@ enum SnapshotCodec {
 
     /// 0 for none; `zigzag(ms) << 1 | 1` for whole milliseconds (the usual case); else
     /// `zigzag(ns) << 1`, shifted by one more bit so 0 stays free.
-    private static func time(_ t: Timestamp?, _ w: inout BinaryWriter) {
-        guard let ns = t?.nanosecondsSinceEpoch else { w.varint(0); return }
+    /// A record's times: the first one present as it is, each later one as the difference from
+    /// the one before it that is present. A transaction is queued, bought and finished seconds
+    /// apart: 1 to 3 bytes each instead of 7, which LZ4 cannot shorten (their low bytes differ
+    /// from record to record). Differences wrap, so any times round-trip.
+    private struct Times {
+        private var previous: Int64 = 0
+
+        mutating func write(_ t: Timestamp?, _ w: inout BinaryWriter) {
+            guard let ns = t?.nanosecondsSinceEpoch else { w.varint(0); return }
+            SnapshotCodec.time(ns &- previous, &w)
+            previous = ns
+        }
+
+        mutating func read(_ r: inout BinaryReader) throws(Failure) -> Timestamp? {
+            let raw = try r.varint()
+            if raw == 0 { return nil }
+            previous = previous &+ (try SnapshotCodec.time(tagged: raw, &r))
+            return Timestamp(nanosecondsSinceEpoch: previous)
+        }
+    }
+
+    /// A time in nanoseconds, never 0 as a first varint: `zigzag(ms) << 2 | 1` when whole
+    /// milliseconds, `zigzag(ns) << 2 | 2` when it fits, else `3` and a zigzag varint.
+    private static func time(_ ns: Int64, _ w: inout BinaryWriter) {
         let zig = { (v: Int64) in UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
+        let limit = Int64.max >> 3
         if ns % 1_000_000 == 0 {
             w.varint(zig(ns / 1_000_000) << 2 | 1)
-        } else if abs(ns) < Int64.max >> 3 {
+        } else if ns > -limit && ns < limit {
             w.varint(zig(ns) << 2 | 2)
         } else {
             w.varint(3)
@@ -702,13 +733,53 @@ enum SnapshotCodec {
         }
     }
 
-    private static func time(_ r: inout BinaryReader) throws(Failure) -> Timestamp? {
-        let raw = try r.varint()
-        if raw == 0 { return nil }
-        if raw == 3 { return Timestamp(nanosecondsSinceEpoch: try r.zigzag()) }
+    private static func time(tagged raw: UInt64, _ r: inout BinaryReader) throws(Failure) -> Int64 {
+        if raw == 3 { return try r.zigzag() }
         let zig = raw >> 2
         let value = Int64(bitPattern: (zig >> 1) ^ (0 &- (zig & 1)))
-        return Timestamp(nanosecondsSinceEpoch: raw & 3 == 1 ? value &* 1_000_000 : value)
+        return raw & 3 == 1 ? value &* 1_000_000 : value
+    }
+
+    /// `s`, written as what follows `prefix` when it starts with it (a transaction's download ids
+    /// start with its own id): `1` and the rest, or `0` and the whole. Bytes, not characters, so
+    /// the text read back is the same bytes.
+    private static func suffix(_ s: String, after prefix: String, _ w: inout BinaryWriter) {
+        let head = prefix.utf8.count
+        if head > 0, s.utf8.starts(with: prefix.utf8) {
+            w.varint(1); w.lengthPrefixed(bytes: s.utf8.dropFirst(head))
+        } else {
+            w.varint(0); w.lengthPrefixed(s)
+        }
+    }
+
+    private static func suffix(after prefix: String, _ r: inout BinaryReader) throws(Failure) -> String {
+        switch try r.varint() {
+        case 0: return try r.string()
+        case 1: return String(decoding: Array(prefix.utf8) + (try r.bytes()), as: UTF8.self)
+        default: throw Failure(message: "bad suffix tag")
+        }
+    }
+
+    /// An optional `s`, written as its length when it is the start of `whole` (a download's
+    /// transaction id starts its own id): `0` for none, `1` and the text, `2` and the length.
+    private static func prefix(_ s: String?, of whole: String, _ w: inout BinaryWriter) {
+        guard let s else { w.varint(0); return }
+        if !s.isEmpty, whole.utf8.starts(with: s.utf8) {
+            w.varint(2); w.varint(UInt64(s.utf8.count))
+        } else {
+            w.varint(1); w.lengthPrefixed(s)
+        }
+    }
+
+    private static func prefix(of whole: String, _ r: inout BinaryReader) throws(Failure) -> String? {
+        switch try r.varint() {
+        case 0: return nil
+        case 1: return try r.string()
+        case 2:
+            let count = try r.int(max: whole.utf8.count)
+            return String(decoding: whole.utf8.prefix(count), as: UTF8.self)
+        default: throw Failure(message: "bad prefix tag")
+        }
     }
 
     private static func error(_ e: StoreError?, _ w: inout BinaryWriter) {

@@ -236,7 +236,8 @@ struct AppendSession {
         self.cache = cache
         bulk = emptyLedger
         blocks = try EventStore.BlockWriter(
-            db, blockSize: configuration.blockSize, codec: configuration.blockCodec, chain: chain, lastLink: lastLink, storedTail: storedTail)
+            db, blockSize: configuration.blockSize, codec: configuration.blockCodec, layout: configuration.blockLayout, chain: chain,
+            lastLink: lastLink, storedTail: storedTail)
     }
 
     /// Runs the rules on one input event (and on what the ledger appends before it), advancing

@@ -34,6 +34,8 @@ public struct LedgerConfiguration: Sendable {
     /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
     /// (tests set small limits to reach them with a small ledger).
     var snapshotOverlay = SnapshotCodec.OverlayLimits()
+    /// How sealed blocks keep their events' links (tests write the older layout to read it back).
+    var blockLayout = BlockLayout.current
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).

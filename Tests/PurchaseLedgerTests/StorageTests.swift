@@ -165,20 +165,56 @@ import Testing
         #expect(throws: LedgerError.self) { try reader.forEachEvent { _ in true } }
     }
 
-    @Test func codecsMixInOneLedger() throws {
+    /// Every compression in both link layouts (the older one, 4 link bytes inside each frame, is
+    /// how ledgers before the trailing layout were written), in one ledger: read, verified, and
+    /// a change inside any event of any block is pinned to that event.
+    @Test func codecsAndLayoutsMixInOneLedger() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("mixed.ledger")
         var all: [RecordedEvent] = []
-        for (i, codec) in [BlockCodec.raw, .lz4, .lz4Dictionary, .raw].enumerated() {
-            let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4, codec: codec))
-            let slice = Self.everyType[(i * 8)..<min(Self.everyType.count, i * 8 + 8)]
+        let codecs: [BlockCodec] = [.raw, .lz4, .lz4Dictionary, .raw, .lz4, .lz4Dictionary]
+        for (i, codec) in codecs.enumerated() {
+            var c = testConfiguration(blockSize: 4, codec: codec)
+            c.blockLayout = i < 3 ? .inlineLinks : .trailingLinks
+            let ledger = try Ledger(path: path, configuration: c)
+            let slice = Self.everyType[min(Self.everyType.count, i * 6)..<min(Self.everyType.count, i * 6 + 6)]
             for e in slice { all += try ledger.append(e).events }
         }
         let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 4))
         #expect(try ledger.events(limit: 1000) == all)
-        let codecs = try DatabaseQueue(path: path).read { try Int.fetchAll($0, sql: "SELECT DISTINCT codec FROM event_blocks ORDER BY codec") }
-        #expect(codecs == [0, 1, 2])
-        #expect(try ledger.verify().isValid)
+        let stored = try DatabaseQueue(path: path).read { try Int.fetchAll($0, sql: "SELECT DISTINCT codec FROM event_blocks ORDER BY codec") }
+        #expect(stored == [0, 1, 2, 3, 4, 5])
+        #expect(try ledger.verify(all: true).isValid)
+
+        // A payload byte changed in each block in turn (raw blocks, whose bytes are the frames):
+        // verify names the event it belongs to, whichever the layout.
+        let blocks = try DatabaseQueue(path: path).read {
+            try Row.fetchAll($0, sql: "SELECT first_seq, last_seq, codec FROM event_blocks WHERE codec IN (0, 3) ORDER BY first_seq")
+        }
+        #expect(blocks.count >= 2)
+        for block in blocks {
+            let first: Int64 = block[0], last: Int64 = block[1]
+            let copy = dir.path("flipped-\(first).ledger")
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            // The last event of the block but one whose payload occurs once in the block's bytes.
+            var data = try DatabaseQueue(path: copy).read {
+                [UInt8](try Data.fetchOne($0, sql: "SELECT data FROM event_blocks WHERE first_seq = ?", arguments: [first])!)
+            }
+            func occurrences(_ seq: Int64) -> [Int] {
+                let payload = FrameCodec.payload(all[Int(seq) - 1].event.body)
+                return (0...(data.count - payload.count)).filter { data[$0..<($0 + payload.count)].elementsEqual(payload) }.map { $0 + payload.count - 1 }
+            }
+            let target = try #require((first..<last).reversed().first { occurrences($0).count == 1 })
+            data[occurrences(target)[0]] ^= 0x01
+            try DatabaseQueue(path: copy).write {
+                try $0.execute(sql: "UPDATE event_blocks SET data = ? WHERE first_seq = ?", arguments: [Data(data), first])
+            }
+            var readOnly = testConfiguration(blockSize: 4)
+            readOnly.readOnly = true
+            let report = try Ledger(path: copy, configuration: readOnly).verify(all: true)
+            #expect(!report.isValid)
+            #expect(report.problems.first?.seq == target, "codec \(block[2] as Int)")
+        }
     }
 
     @Test func aLedgerFromTheFirstMigrationOpensWithTheCurrentCode() throws {

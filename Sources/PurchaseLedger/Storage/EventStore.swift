@@ -135,7 +135,10 @@ enum EventStore {
             "INSERT INTO events (seq, stream, version, type, at_ns, recorded_ns, flags, codec, payload, link) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)")
 
         /// `storedTail` is the rows in the open tail when known, read from the file when nil.
-        init(_ db: Database, blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8], storedTail: Int? = nil) throws {
+        init(
+            _ db: Database, blockSize: Int, codec: BlockCodec, layout: BlockLayout = .current, chain: HashChain, lastLink: [UInt8],
+            storedTail: Int? = nil
+        ) throws {
             self.blockSize = max(1, blockSize)
             self.codec = codec
             if let storedTail {
@@ -143,7 +146,7 @@ enum EventStore {
             } else {
                 self.storedTail = Int(try lastSeq(db) - lastSealedSeq(db))
             }
-            sealer = Sealer(blockSize: self.blockSize, codec: codec, chain: chain, lastLink: lastLink)
+            sealer = Sealer(blockSize: self.blockSize, codec: codec, layout: layout, chain: chain, lastLink: lastLink)
         }
 
         /// The next frame of the log; its `link` is computed later, by the sealer.
@@ -206,7 +209,7 @@ enum EventStore {
                     """)
             for (row, slice) in result.sealed {
                 try insertBlock.execute(arguments: [
-                    row.first, row.last, row.codec.rawValue, row.dictionaryID, row.rawSize,
+                    row.first, row.last, row.layout.storedCodec(row.codec), row.dictionaryID, row.rawSize,
                     Data(try sealer.spool.read(slice)), Data(row.lastLink),
                 ])
             }
@@ -241,6 +244,7 @@ enum EventStore {
         private let slots = DispatchSemaphore(value: 8)
         private let blockSize: Int
         private let codec: BlockCodec
+        private let layout: BlockLayout
         private let chain: HashChain
         /// Whether work went to `queue`. Until it does, everything runs on the calling thread, and
         /// `finish()` need not wait.
@@ -258,9 +262,10 @@ enum EventStore {
         private var canonical = BinaryWriter(capacity: 256)
         private var failure: (any Error)?
 
-        init(blockSize: Int, codec: BlockCodec, chain: HashChain, lastLink: [UInt8]) {
+        init(blockSize: Int, codec: BlockCodec, layout: BlockLayout, chain: HashChain, lastLink: [UInt8]) {
             self.blockSize = blockSize
             self.codec = codec
+            self.layout = layout
             self.chain = chain
             self.lastLink = lastLink
         }
@@ -320,12 +325,12 @@ enum EventStore {
                 let frames = pending[start..<(start + blockSize)]
                 if codec == .lz4Dictionary && dictionary == nil {
                     // The first block sealed seeds the ledger's dictionary from its own frames.
-                    let raw = EventStore.rawBlock(frames)
+                    let raw = EventStore.rawBlock(frames, layout: layout)
                     let seeded = (id: Int64(1), bytes: Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)))
                     dictionary = seeded
                     newDictionary = seeded
                 }
-                var row = try EventStore.seal(frames, codec: codec, dictionary: dictionary)
+                var row = try EventStore.seal(frames, codec: codec, layout: layout, dictionary: dictionary)
                 let slice = try spool.append(row.data)
                 row.data = []
                 sealed.append((row, slice))
@@ -340,6 +345,7 @@ enum EventStore {
         var first: Int64
         var last: Int64
         var codec: BlockCodec
+        var layout: BlockLayout
         var dictionaryID: Int64?
         var rawSize: Int
         var data: [UInt8]
@@ -347,23 +353,29 @@ enum EventStore {
     }
 
     /// The frames of a block, uncompressed, as docs/format.md lays them out.
-    static func rawBlock(_ frames: ArraySlice<Frame>) -> [UInt8] {
+    static func rawBlock(_ frames: ArraySlice<Frame>, layout: BlockLayout) -> [UInt8] {
         var w = BinaryWriter(capacity: frames.count * 64)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
+        let inline = layout == .inlineLinks ? layout.linkPrefixSize : 0
         for f in frames {
             // Bytes are copied as stored, never re-encoded: sealing cannot hide or repair damage,
             // which the chain still catches.
             FrameCodec.appendBlockFrame(
                 type: UInt64(bitPattern: f.type), flags: UInt64(bitPattern: f.flags), at: f.at, recorded: f.recorded,
-                version: UInt64(bitPattern: f.version), payload: f.payload, link: f.link, previous: &previous, to: &w)
+                version: UInt64(bitPattern: f.version), payload: f.payload, link: f.link, inlineLink: inline, previous: &previous, to: &w)
+        }
+        if layout == .trailingLinks {
+            for f in frames { w.bytes.append(contentsOf: f.link.prefix(layout.linkPrefixSize)) }
         }
         return w.bytes
     }
 
     /// Seals consecutive frames into one compressed block.
-    static func seal(_ frames: ArraySlice<Frame>, codec: BlockCodec, dictionary: (id: Int64, bytes: [UInt8])?) throws -> SealedRow {
+    static func seal(
+        _ frames: ArraySlice<Frame>, codec: BlockCodec, layout: BlockLayout = .current, dictionary: (id: Int64, bytes: [UInt8])?
+    ) throws -> SealedRow {
         let first = frames.first!, last = frames.last!
-        let raw = rawBlock(frames)
+        let raw = rawBlock(frames, layout: layout)
         let data: [UInt8]
         do {
             switch codec {
@@ -375,7 +387,7 @@ enum EventStore {
             throw LedgerError.storage("compressing events \(first.seq)...\(last.seq) failed: \(error)")
         }
         return SealedRow(
-            first: first.seq, last: last.seq, codec: codec, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
+            first: first.seq, last: last.seq, codec: codec, layout: layout, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
             rawSize: raw.count, data: data, lastLink: last.link)
     }
 
@@ -464,6 +476,7 @@ enum EventStore {
         var from: Int64
         var through: Int64
         var codec: BlockCodec = .raw
+        var layout: BlockLayout = .inlineLinks
         var rawSize: Int = 0
         var data: [UInt8] = []
         var dictionary: [UInt8]? = nil
@@ -479,11 +492,12 @@ enum EventStore {
         let blockLast: Int64 = block[1]
         var sealed = SealedBlock(first: first, last: blockLast, from: seq, through: last)
         let codecValue: Int64 = block[2]
-        guard let codec = BlockCodec(rawValue: Int(codecValue)) else {
+        guard let (layout, codec) = BlockLayout.decode(storedCodec: codecValue) else {
             sealed.failure = .corrupt("the block of events \(first)...\(blockLast) has unknown codec \(codecValue)", seq: first)
             return sealed
         }
         sealed.codec = codec
+        sealed.layout = layout
         sealed.rawSize = Int(clamping: block[4] as Int64)
         guard let data = try block.withUnsafeData(atIndex: 5, { $0.map { [UInt8]($0) } }) else {
             sealed.failure = .corrupt("the block of events \(first)...\(blockLast) has no data", seq: first)
@@ -552,14 +566,31 @@ enum EventStore {
     ) rethrows -> (stopped: Bool, failure: LedgerError?) {
         try raw.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
+            let size = block.layout.linkPrefixSize
+            let inline = block.layout == .inlineLinks ? size : 0
+            // Trailing links: the frames end where the links of the block's events begin.
+            var links = buffer.count
+            if block.layout == .trailingLinks {
+                let count = block.last.subtractingReportingOverflow(block.first)
+                guard !count.overflow, count.partialValue >= 0, count.partialValue < buffer.count / size else {
+                    return (false, .corrupt("the block of events \(block.first)...\(block.last) is too short for their links", seq: block.first))
+                }
+                links = buffer.count - (Int(count.partialValue) + 1) * size
+                r = BinaryReader(buffer, offset: 0, end: links)
+            }
             var previous: (at: Int64, recorded: Int64) = (0, 0)
             var s = block.first
             while !r.isAtEnd {
-                let entry: FrameCodec.BlockEntry
+                var entry: FrameCodec.BlockEntry
                 do throws(BinaryReader.Failure) {
-                    entry = try FrameCodec.readBlockFrame(&r, seq: s, previous: &previous)
+                    entry = try FrameCodec.readBlockFrame(&r, seq: s, inlineLink: inline, previous: &previous)
                 } catch {
                     return (false, .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s))
+                }
+                if inline == 0 {
+                    let at = links + Int(s - block.first) * size
+                    guard at + size <= buffer.count else { break }
+                    entry.linkPrefix = at..<(at + size)
                 }
                 if s >= block.from && s <= block.through, try !visit(consume entry, buffer) { return (true, nil) }
                 s += 1

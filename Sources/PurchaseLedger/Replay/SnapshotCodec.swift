@@ -3,8 +3,8 @@ import Crypto
 /// The reducer state as pages of records, for snapshots (docs/format.md).
 ///
 /// Each kind of record (transactions, downloads, ...) is sorted by key and cut into pages where a
-/// key's hash says so. A page is stored LZ4-compressed, addressed by the SHA-256 of its stored
-/// bytes. A snapshot is a manifest: per page its address, sizes, record count and first key.
+/// key's hash says so. A page is stored LZ4-compressed, addressed by the first 16 bytes of the
+/// SHA-256 of its stored bytes. A snapshot is a manifest: per page its address, sizes, record count and first key.
 ///
 /// Transactions and downloads, nearly all of a state, stay in their pages when a snapshot is
 /// loaded (see ``RecordMap``): a page is decompressed and decoded only when a record in it is read.
@@ -14,6 +14,14 @@ import Crypto
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
     static let format = 7
+
+    /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
+    /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
+    /// whole 32 bytes made the manifests of a 1,000,000-event ledger 2.5 MB. 128 bits keep
+    /// collisions out of reach and still catch any damage.
+    static let addressSize = 16
+
+    static func address(of stored: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: stored).prefix(addressSize)) }
 
     typealias Failure = BinaryReader.Failure
 
@@ -233,7 +241,7 @@ enum SnapshotCodec {
         } catch {
             throw LedgerError.storage("compressing a snapshot page failed: \(error)")
         }
-        return StoredPage(address: Array(SHA256.hash(data: data)), rawSize: raw.count, data: data)
+        return StoredPage(address: address(of: data), rawSize: raw.count, data: data)
     }
 
     /// The pages of a paged kind's map: the pages of its base that nothing changed (and
@@ -442,13 +450,13 @@ enum SnapshotCodec {
             var kinds: [[PageEntry]] = []
             var overlays: [Kind: (added: Int, chunks: [OverlayChunk])] = [:]
             func address() throws(Failure) -> [UInt8] {
-                guard r.end - r.offset >= 32 else { throw Failure(message: "truncated manifest") }
-                defer { r.offset += 32 }
-                return Array(buffer[r.offset..<(r.offset + 32)])
+                guard r.end - r.offset >= addressSize else { throw Failure(message: "truncated manifest") }
+                defer { r.offset += addressSize }
+                return Array(buffer[r.offset..<(r.offset + addressSize)])
             }
             for kind in Kind.allCases {
                 let paged = kind.isPaged
-                let count = try r.int(max: buffer.count / 32)
+                let count = try r.int(max: buffer.count / addressSize)
                 var entries: [PageEntry] = []
                 entries.reserveCapacity(count)
                 for _ in 0..<count {
@@ -460,7 +468,7 @@ enum SnapshotCodec {
                 kinds.append(entries)
                 if paged {
                     let added = try r.int(max: 1 << 30)
-                    let chunkCount = try r.int(max: buffer.count / 32)
+                    let chunkCount = try r.int(max: buffer.count / addressSize)
                     var chunks: [OverlayChunk] = []
                     for _ in 0..<chunkCount {
                         chunks.append(
@@ -492,7 +500,7 @@ enum SnapshotCodec {
         }
         func load(_ address: [UInt8]) throws -> [UInt8] {
             guard let data = try fetch(address) else { throw Failure(message: "missing page") }
-            guard Array(SHA256.hash(data: data)) == address else { throw Failure(message: "page does not match its hash") }
+            guard SnapshotCodec.address(of: data) == address else { throw Failure(message: "page does not match its hash") }
             return data
         }
         /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is

@@ -1,10 +1,11 @@
 import Dispatch
 
 /// A page of transaction or download records as a snapshot stores it: LZ4-compressed, addressed
-/// by the SHA-256 of the stored bytes, and decoded the first time one of its records is read. A
-/// page the snapshot writer just built keeps the records it was built from.
+/// by the start of the SHA-256 of the stored bytes, and decoded the first time one of its records
+/// is read. A page the snapshot writer just built keeps the records it was built from.
 final class StoredRecordPage<Value: Sendable>: RecordPage<Value>, @unchecked Sendable {  // unchecked: `storage` is locked
-    /// The SHA-256 of the stored bytes: the page's key in `snapshot_pages`.
+    /// The first ``SnapshotCodec/addressSize`` bytes of the SHA-256 of the stored bytes: the
+    /// page's key in `snapshot_pages`.
     let address: [UInt8]
     /// The size of the page before compression.
     let rawSize: Int

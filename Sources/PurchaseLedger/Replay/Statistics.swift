@@ -53,7 +53,7 @@ extension Ledger {
             s.snapshots = try Int64.fetchOne(db, sql: "SELECT count(*) FROM snapshots") ?? 0
             s.snapshotBytes =
                 (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(manifest)), 0) FROM snapshots") ?? 0)
-                + (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(data) + 32), 0) FROM snapshot_pages") ?? 0)
+                + (try Int64.fetchOne(db, sql: "SELECT coalesce(sum(length(data) + length(hash)), 0) FROM snapshot_pages") ?? 0)
             s.dictionaries = try Int64.fetchOne(db, sql: "SELECT count(*) FROM dictionaries") ?? 0
         }
         for file in [path, path + "-wal"] {

@@ -297,8 +297,9 @@ struct AppendSession {
         if bulk {
             try Projector.writeAll(state: w.state, history: history, db)
         } else {
+            var copied: [String: String] = [:]
             for change in changes {
-                try Projector.apply(change, db, w.statements)
+                try Projector.apply(change, copied: &copied, db, w.statements)
             }
             try Projector.flush(dirty, state: w.state, db, w.statements)
             if markProjections { try Projector.markInStep(db) }

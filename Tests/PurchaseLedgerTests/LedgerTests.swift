@@ -28,6 +28,42 @@ import Testing
         #expect(try ledger.verify().isValid)
     }
 
+    /// A download copied out again, in later appends and twice in one: the history's view gives
+    /// each copy-out its destination, the table keeps all but the latest one's (that is the
+    /// download's), and the live rows equal those a rebuild and a bulk import write.
+    @Test func aDownloadCopiedOutAgainKeepsEachCopysDestination() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("copies.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        let events = [
+            E.product("p1", contents: [("c1", "1.0")]), E.queued("t1", "p1"), E.purchased("t1", downloads: ["d1", "d2"]),
+            E.start("d1"), E.done("d1"), E.copied("d1", to: "A/"), E.start("d2"), E.done("d2"), E.copied("d2", to: "X/"),
+            E.copied("d1", to: "B/"), E.copied("d1", to: "C/"), E.copied("d1", to: "D/"), E.copied("d2", to: "X/"),
+        ]
+        try ledger.append(contentsOf: Array(events[..<6]))
+        try ledger.append(contentsOf: Array(events[6..<10]))
+        try ledger.append(contentsOf: Array(events[10...]))
+        func history(_ path: String) throws -> (view: [String], stored: [String?]) {
+            try DatabaseQueue(path: path).read { db in
+                (
+                    try String.fetchAll(db, sql: "SELECT destination FROM owned_content_history_view ORDER BY seq"),
+                    try Optional<String>.fetchAll(db, sql: "SELECT destination FROM owned_content_history ORDER BY seq")
+                )
+            }
+        }
+        let live = try history(path)
+        #expect(live.view == ["A/", "X/", "B/", "C/", "D/", "X/"])
+        #expect(live.stored == ["A/", "X/", "B/", "C/", nil, nil])
+        #expect(try ledger.verify().isValid, "the live rows equal a rebuild's")
+        let tables = try Self.dump(path)
+        try ledger.rebuildProjections(rewritingEveryRow: true)
+        #expect(try Self.dump(path) == tables)
+
+        let imported = dir.path("imported.ledger")
+        try Ledger(path: imported, configuration: testConfiguration()).append(contentsOf: events)
+        #expect(try history(imported) == live)
+    }
+
     @Test func rebuildWritesOnlyTheRowsThatDifferFromTheLog() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("r.ledger")

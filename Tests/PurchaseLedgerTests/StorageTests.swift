@@ -231,10 +231,11 @@ import Testing
         #expect(applied == Migrations.names)
     }
 
-    /// A ledger from before 0002 (snapshot pages in a WITHOUT ROWID table) is read as it is by a
-    /// read-only open, which changes no byte, and migrated by the next writable open, its
-    /// snapshots intact.
-    @Test func layoutOnlyMigrationsLeaveReadOnlyOpensReading() throws {
+    /// A ledger from before 0002 (snapshot pages in a WITHOUT ROWID table, transactions and
+    /// downloads in rowid tables, every history row with its destination) is read as it is by a
+    /// read-only open, which changes no byte and verifies, and migrated by the next writable open,
+    /// its snapshots and what its tables and views say intact.
+    @Test func migrationsOptionalForReadingLeaveReadOnlyOpensReading() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("before-0002.ledger")
         let c = testConfiguration(blockSize: 4, snapshotInterval: 5)
@@ -257,6 +258,16 @@ import Testing
                 try db.execute(sql: "INSERT INTO old_\(table) SELECT * FROM \(table); DROP TABLE \(table); ALTER TABLE old_\(table) RENAME TO \(table)")
                 for index in indexes { try db.execute(sql: index) }
             }
+            // Every history row with its destination (0004 keeps none for a download's latest).
+            try db.execute(
+                sql: """
+                    CREATE TABLE old_history (seq INTEGER PRIMARY KEY, download_id TEXT NOT NULL, destination TEXT NOT NULL,
+                        copied_at_ms INTEGER NOT NULL, superseded_at_ms INTEGER, deleted_at_ms INTEGER);
+                    INSERT INTO old_history SELECT h.seq, h.download_id, coalesce(h.destination, d.destination), h.copied_at_ms,
+                        h.superseded_at_ms, h.deleted_at_ms FROM owned_content_history h JOIN downloads d USING (download_id);
+                    DROP TABLE owned_content_history;
+                    ALTER TABLE old_history RENAME TO owned_content_history;
+                    """)
             try db.execute(sql: embeddedMigrations[0].sql.components(separatedBy: "\n").drop { !$0.hasPrefix("CREATE VIEW owned_content_history_view") }.joined(separator: "\n"))
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier <> '0001_initial'; PRAGMA user_version = 1")
         }
@@ -271,7 +282,11 @@ import Testing
         }
         let before = try layout()
         #expect(before.migrations == ["0001_initial"] && before.withoutRowID == [true, false, false] && before.pages > 0)
-        #expect(Set(Migrations.names.dropFirst()) == Migrations.layoutOnly)
+        #expect(Set(Migrations.names.dropFirst()) == Migrations.optionalForReading)
+        let omitted = try DatabaseQueue(path: path).read {
+            try Int.fetchOne($0, sql: "SELECT count(*) FROM owned_content_history WHERE destination IS NULL")!
+        }
+        #expect(omitted == 0)
 
         var readOnly = c
         readOnly.readOnly = true
@@ -305,6 +320,10 @@ import Testing
         let reprojected = try rows()
         #expect(reprojected.transactions == projected.transactions && reprojected.downloads == projected.downloads)
         #expect(reprojected.history == projected.history)
+        let omittedAfter = try DatabaseQueue(path: path).read {
+            try Int.fetchOne($0, sql: "SELECT count(*) FROM owned_content_history WHERE destination IS NULL")!
+        }
+        #expect(omittedAfter > 0)
     }
 
     @Test func newerLedgersAndForeignFilesAreRefused() throws {

@@ -95,13 +95,31 @@ package enum Projector {
     private static let deleteOwned = PreparedSQL("DELETE FROM owned_content WHERE product = ?")
     private static let deleteRelated = PreparedSQL("DELETE FROM related_products WHERE product = ?")
 
-    /// Applies an owned-content change directly to the tables.
-    static func apply(_ change: OwnedChange, _ db: Database, _ statements: PreparedStatements) throws {
+    private static let storedDestination = PreparedSQL("SELECT destination FROM downloads WHERE download_id = ?")
+    /// The download's previous latest copy-out gets its destination back. It is found by a scan
+    /// (the history has no index on downloads): only a download copied out a second time pays it.
+    private static let keepDestination = PreparedSQL(
+        "UPDATE owned_content_history SET destination = ? WHERE download_id = ? AND destination IS NULL")
+
+    /// Applies an owned-content change directly to the tables. `copied` holds, for each download
+    /// copied out earlier in the same append, the destination of its latest copy-out (the
+    /// `downloads` rows are written after the changes, so they still hold what the append found).
+    static func apply(_ change: OwnedChange, copied: inout [String: String], _ db: Database, _ statements: PreparedStatements) throws {
         switch change {
         case .copied(let entry):
             let o = entry.owned
             try statements(supersede, db).execute(values: [ms(o.copiedAt).databaseValue, o.product.databaseValue, o.content.databaseValue], db)
-            try insert(into: Table.ownedContentHistory, historyRow(entry), db, statements, upsert: false)
+            let before: String?
+            if let earlier = copied[o.download] {
+                before = earlier
+            } else {
+                before = try String.fetchOne(statements(storedDestination, db), arguments: [o.download])
+            }
+            if let before {
+                try statements(keepDestination, db).execute(values: [before.databaseValue, o.download.databaseValue], db)
+            }
+            copied[o.download] = o.destination
+            try insert(into: Table.ownedContentHistory, historyRow(entry, latest: true), db, statements, upsert: false)
             try insert(into: Table.ownedContent, ownedRow(o, historySeq: entry.seq), db, statements)
         case .deleted(let product, let at):
             try statements(markDeleted, db).execute(values: [ms(at).databaseValue, product.databaseValue], db)
@@ -166,6 +184,8 @@ package enum Projector {
         package var entries: [OwnedContentHistoryEntry] = []
         private var current: [ContentKey: Int] = [:]
         package private(set) var currentSeq: [ContentKey: Int64] = [:]
+        /// The seq of each download's latest copy-out: its row's destination is the download's.
+        package private(set) var latestCopy: [String: Int64] = [:]
 
         mutating func apply(_ change: OwnedChange) {
             switch change {
@@ -174,6 +194,7 @@ package enum Projector {
                 if let index = current[key] { entries[index].supersededAt = entry.owned.copiedAt }
                 current[key] = entries.count
                 currentSeq[key] = entry.seq
+                latestCopy[entry.owned.download] = entry.seq
                 entries.append(entry)
             case .deleted(let product, let at):
                 for (key, index) in current where key.product == product {
@@ -293,7 +314,8 @@ package enum Projector {
         try replaceAll(Table.transactions, inChunks: state.transactions.values, db) { transactionRow($0) }
         try replaceAll(Table.downloads, inChunks: state.downloads.values, db) { downloadRow($0, state: state) }
         // The history's entries are in seq order, its key.
-        try replaceAll(Table.ownedContentHistory, inChunks: history.entries, db) { historyRow($0) }
+        let latest = history.latestCopy
+        try replaceAll(Table.ownedContentHistory, inChunks: history.entries, db) { historyRow($0, latest: latest[$0.owned.download] == $0.seq) }
         try markInStep(db)
     }
 
@@ -546,12 +568,14 @@ package enum Projector {
         ]
     }
 
-    package static func historyRow(_ entry: OwnedContentHistoryEntry) -> [DatabaseValue] {
+    /// A history row. The download's `latest` copy-out holds no destination: it is the
+    /// download's own (`downloads.destination`; `owned_content_history_view` puts it back).
+    package static func historyRow(_ entry: OwnedContentHistoryEntry, latest: Bool) -> [DatabaseValue] {
         let o = entry.owned
         return [
             entry.seq.databaseValue,
             o.download.databaseValue,
-            o.destination.databaseValue,
+            latest ? .null : o.destination.databaseValue,
             ms(o.copiedAt).databaseValue,
             ms(entry.supersededAt).databaseValue,
             ms(entry.deletedAt).databaseValue,
@@ -580,7 +604,9 @@ package enum Projector {
     /// The rows of each table, built when asked: a rebuild builds one table's rows on another
     /// thread while it compares the table before. Transactions and downloads come in id order
     /// only when `ordered`.
-    static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool) -> [(
+    /// `latestDestinationOmitted`: history rows as migration 0004 stores them (false: as a ledger
+    /// still waiting for it, opened read-only, does, every row with its destination).
+    static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool, latestDestinationOmitted: Bool = true) -> [(
         table: Table, build: @Sendable () -> [[DatabaseValue]]
     )] {
         var products: [[DatabaseValue]] = [], related: [[DatabaseValue]] = [], contents: [[DatabaseValue]] = []
@@ -621,7 +647,14 @@ package enum Projector {
                         .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
                 }
             ),
-            (Table.ownedContentHistory, { history.entries.map(historyRow) }),
+            (
+                Table.ownedContentHistory,
+                {
+                    history.entries.map {
+                        historyRow($0, latest: latestDestinationOmitted && history.latestCopy[$0.owned.download] == $0.seq)
+                    }
+                }
+            ),
         ]
     }
 }

@@ -23,15 +23,23 @@ enum Migrations {
     /// The names of the migrations this version knows, oldest first.
     static var names: [String] { embeddedMigrations.map(\.name) }
 
-    /// Migrations that change only how tables are stored, not their columns nor what they mean:
-    /// a ledger still waiting for them reads the same, so a read-only open (which cannot migrate)
-    /// accepts it, and the next writable open runs them.
-    static let layoutOnly: Set<String> = ["0002_snapshot_pages_rowid", "0003_projections_without_rowid"]
+    /// Migrations a ledger still waiting for reads the same without: they change how tables are
+    /// stored (0002, 0003), or drop a value readers find elsewhere (0004: a history row's
+    /// destination, which a ledger before it still holds, and which `verify` then expects). A
+    /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
+    static let optionalForReading: Set<String> = [
+        "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination",
+    ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except
-    /// perhaps some of the layout-only ones.
+    /// perhaps some of those optional for reading.
     static func readableWithoutMigrating(_ db: Database) throws -> Bool {
         let applied = try migrator.appliedIdentifiers(db)
-        return Set(names).subtracting(layoutOnly).isSubset(of: applied)
+        return Set(names).subtracting(optionalForReading).isSubset(of: applied)
+    }
+
+    /// Whether the migration `name` has run on `db`.
+    static func applied(_ name: String, _ db: Database) throws -> Bool {
+        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = ?)", arguments: [name]) ?? false
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
-/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 15,000
 /// events (at most 128 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
@@ -21,8 +21,11 @@ public struct LedgerConfiguration: Sendable {
     /// Events per sealed, compressed block.
     public var blockSize: Int = 1024
     public var blockCodec: BlockCodec = .lz4Dictionary
-    /// A snapshot of the reducer state is stored every this many events (0: never).
-    public var snapshotInterval: Int = 10_000
+    /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
+    /// replays at most this many events from the snapshot before; fewer snapshots keep the file
+    /// smaller. 15,000: on the shared 1,000,000-event workload the state at any seq takes about
+    /// 10 ms (p99 about 22 ms), and the file 79.7 bytes an event (81.8 with 10,000).
+    public var snapshotInterval: Int = 15_000
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
     public var maxSnapshots: Int = 128

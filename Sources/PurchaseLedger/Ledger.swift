@@ -32,7 +32,7 @@ public struct LedgerConfiguration: Sendable {
     /// The most of the file the snapshots may take (pages and manifests, against the bytes the
     /// file holds in use). Past it the oldest-spread snapshots are dropped, never the newest, so
     /// time travel to those seqs replays further; set 1 for no bound. The shared 1,000,000-event
-    /// workload stays at about a fifth.
+    /// workload takes 17%.
     public var maxSnapshotShare: Double = 0.25
     /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
     /// (tests set small limits to reach them with a small ledger).

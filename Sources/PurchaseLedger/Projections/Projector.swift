@@ -97,7 +97,7 @@ package enum Projector {
 
     private static let storedDestination = PreparedSQL("SELECT destination FROM downloads WHERE download_id = ?")
     /// The download's previous latest copy-out gets its destination back. It is found by a scan
-    /// (the history has no index on downloads): only a download copied out a second time pays it.
+    /// (the history has no index on `download_id`): only a download copied out again pays it.
     private static let keepDestination = PreparedSQL(
         "UPDATE owned_content_history SET destination = ? WHERE download_id = ? AND destination IS NULL")
 
@@ -272,11 +272,11 @@ package enum Projector {
     /// key order) through the function it is given, then builds the indexes again: one sort per
     /// index instead of an index update per row.
     ///
-    /// A `WITHOUT ROWID` table is a B-tree keyed by its primary key, and SQLite splits its pages
-    /// half and half however the rows arrive: filled in key order, its pages end about 11% empty
-    /// (1.8 MB of the transactions of a 1,000,000-event ledger). So its rows go to a temporary
-    /// table first, and are copied over with `INSERT INTO ... SELECT *`, which SQLite carries out
-    /// as a transfer of whole records into full pages, as VACUUM does.
+    /// A `WITHOUT ROWID` table is a B-tree keyed by its primary key, which SQLite does not pack
+    /// as it packs a rowid table filled in order: filled in key order, its pages end about 11%
+    /// empty (1.8 MB of the transactions of a 1,000,000-event ledger). So its rows go to a
+    /// temporary table first, and are copied over with `INSERT INTO ... SELECT *`, which SQLite
+    /// carries out as a transfer of whole records into full pages, as VACUUM does.
     private static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([DatabaseValue]) throws -> Void) throws -> Void) throws {
         let indexes = try Row.fetchAll(
             db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]

@@ -4,7 +4,8 @@ import Crypto
 ///
 /// Each kind of record (transactions, downloads, ...) is sorted by key and cut into pages where a
 /// key's hash says so. A page is stored LZ4-compressed, addressed by the first 16 bytes of the
-/// SHA-256 of its stored bytes. A snapshot is a manifest: per page its address, sizes, record count and first key.
+/// SHA-256 of its stored bytes. A snapshot is a manifest: per page its address, sizes, record
+/// count and first key.
 ///
 /// Transactions and downloads, nearly all of a state, stay in their pages when a snapshot is
 /// loaded (see ``RecordMap``): a page is decompressed and decoded only when a record in it is read.

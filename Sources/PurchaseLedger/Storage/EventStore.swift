@@ -324,8 +324,10 @@ enum EventStore {
             while pending.count - start >= blockSize {
                 let frames = pending[start..<(start + blockSize)]
                 if codec == .lz4Dictionary && dictionary == nil {
-                    // The first block sealed seeds the ledger's dictionary from its own frames.
-                    let raw = EventStore.rawBlock(frames, layout: layout)
+                    // The first block sealed seeds the ledger's dictionary from its own frames
+                    // (not their links, which are random bytes: nothing to match).
+                    var raw = EventStore.rawBlock(frames, layout: layout)
+                    if layout == .trailingLinks { raw.removeLast(frames.count * layout.linkPrefixSize) }
                     let seeded = (id: Int64(1), bytes: Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)))
                     dictionary = seeded
                     newDictionary = seeded

@@ -96,8 +96,15 @@ package enum Projector {
     private static let deleteRelated = PreparedSQL("DELETE FROM related_products WHERE product = ?")
 
     private static let storedDestination = PreparedSQL("SELECT destination FROM downloads WHERE download_id = ?")
-    /// The download's previous latest copy-out gets its destination back. It is found by a scan
-    /// (the history has no index on `download_id`): only a download copied out again pays it.
+    /// The download's previous latest copy-out gets its destination back. Usually it is still the
+    /// copy its content's owner row points to, found by key; otherwise (another download of the
+    /// same content copied since) by a scan, as the history has no index on `download_id`.
+    private static let keepOwnerDestination = PreparedSQL(
+        """
+        UPDATE owned_content_history SET destination = ?
+        WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
+          AND download_id = ? AND destination IS NULL
+        """)
     private static let keepDestination = PreparedSQL(
         "UPDATE owned_content_history SET destination = ? WHERE download_id = ? AND destination IS NULL")
 
@@ -108,7 +115,6 @@ package enum Projector {
         switch change {
         case .copied(let entry):
             let o = entry.owned
-            try statements(supersede, db).execute(values: [ms(o.copiedAt).databaseValue, o.product.databaseValue, o.content.databaseValue], db)
             let before: String?
             if let earlier = copied[o.download] {
                 before = earlier
@@ -116,9 +122,15 @@ package enum Projector {
                 before = try String.fetchOne(statements(storedDestination, db), arguments: [o.download])
             }
             if let before {
-                try statements(keepDestination, db).execute(values: [before.databaseValue, o.download.databaseValue], db)
+                // Before `supersede`, while the owner row still points to the copy it replaces.
+                let values = [before.databaseValue, o.product.databaseValue, o.content.databaseValue, o.download.databaseValue]
+                try statements(keepOwnerDestination, db).execute(values: values, db)
+                if db.changesCount == 0 {
+                    try statements(keepDestination, db).execute(values: [before.databaseValue, o.download.databaseValue], db)
+                }
             }
             copied[o.download] = o.destination
+            try statements(supersede, db).execute(values: [ms(o.copiedAt).databaseValue, o.product.databaseValue, o.content.databaseValue], db)
             try insert(into: Table.ownedContentHistory, historyRow(entry, latest: true), db, statements, upsert: false)
             try insert(into: Table.ownedContent, ownedRow(o, historySeq: entry.seq), db, statements)
         case .deleted(let product, let at):

@@ -320,10 +320,14 @@ import Testing
         let reprojected = try rows()
         #expect(reprojected.transactions == projected.transactions && reprojected.downloads == projected.downloads)
         #expect(reprojected.history == projected.history)
-        let omittedAfter = try DatabaseQueue(path: path).read {
-            try Int.fetchOne($0, sql: "SELECT count(*) FROM owned_content_history WHERE destination IS NULL")!
+        let (omittedAfter, free) = try DatabaseQueue(path: path).read {
+            (
+                try Int.fetchOne($0, sql: "SELECT count(*) FROM owned_content_history WHERE destination IS NULL")!,
+                try Int.fetchOne($0, sql: "PRAGMA freelist_count")!
+            )
         }
         #expect(omittedAfter > 0)
+        #expect(free == 0, "the pages the migrations freed are given back")
     }
 
     @Test func newerLedgersAndForeignFilesAreRefused() throws {

@@ -237,9 +237,10 @@ func fuzzHarness(inputs: Int) throws -> Bool {
     let seeds = (1...40).flatMap { CrashWorkload.batch($0) } + [CrashWorkload.catalog]
     let payloads = try seeds.map { try JSONLines.decode($0) }.map { ($0.type, $0.binaryPayload) }
     let block = try FuzzTargets.compressedSample()
+    let frames = [FuzzTargets.blockSample(trailingLinks: false), FuzzTargets.blockSample(trailingLinks: true)]
     var decoded = 0, rejected = 0
     for i in 0..<inputs {
-        switch i % 3 {
+        switch i % 4 {
         case 0:
             // JSON Lines: a valid line with random bytes changed, inserted or removed, or pure noise.
             var bytes = Array(seeds[Int.random(in: 0..<seeds.count, using: &generator)].utf8)
@@ -260,6 +261,25 @@ func fuzzHarness(inputs: Int) throws -> Bool {
             if Bool.random(using: &generator) { bytes = Array(bytes.prefix(Int.random(in: 0...bytes.count, using: &generator))) }
             let type = EventType.allCases.randomElement(using: &generator)!
             if FuzzTargets.decodePayload(type, bytes) { decoded += 1 } else { rejected += 1 }
+        case 3:
+            // Sealed-block frames, in either layout: bytes changed, inserted or cut, and the
+            // block's range of seqs right, off by a little, or absurd.
+            let trailing = Bool.random(using: &generator)
+            var bytes = frames[trailing ? 1 : 0]
+            for _ in 0..<Int.random(in: 1...3, using: &generator) where !bytes.isEmpty {
+                let p = Int.random(in: 0..<bytes.count, using: &generator)
+                if Bool.random(using: &generator) {
+                    bytes[p] = UInt8.random(in: 0...255, using: &generator)
+                } else {
+                    bytes.insert(UInt8.random(in: 0...255, using: &generator), at: p)
+                }
+            }
+            if Int.random(in: 0..<4, using: &generator) == 0 { bytes = Array(bytes.prefix(Int.random(in: 0...bytes.count, using: &generator))) }
+            let first: Int64 = [1, 0, -1, .max, .min, Int64.random(in: -100...100, using: &generator)].randomElement(using: &generator)!
+            let last: Int64 =
+                Bool.random(using: &generator)
+                ? 24 : [first, first &+ 23, first &- 1, .max, .min, Int64.random(in: -100...100, using: &generator)].randomElement(using: &generator)!
+            if FuzzTargets.decodeBlock(bytes, first: first, last: last, trailingLinks: trailing) { decoded += 1 } else { rejected += 1 }
         default:
             // LZ4: a compressed block with bytes changed or cut, and a wrong size claimed.
             var bytes = block.data
@@ -271,7 +291,7 @@ func fuzzHarness(inputs: Int) throws -> Bool {
             if FuzzTargets.decompress(bytes, size: size) { decoded += 1 } else { rejected += 1 }
         }
     }
-    print("fuzz: \(inputs) inputs (JSON Lines, payloads, LZ4 blocks), decoded \(decoded), rejected with an error \(rejected), crashes: 0")
+    print("fuzz: \(inputs) inputs (JSON Lines, payloads, block frames, LZ4 blocks), decoded \(decoded), rejected with an error \(rejected), crashes: 0")
     return true
 }
 

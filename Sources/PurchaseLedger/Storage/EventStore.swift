@@ -567,6 +567,13 @@ enum EventStore {
         _ visit: (consuming FrameCodec.BlockEntry, UnsafeRawBufferPointer) throws -> Bool
     ) rethrows -> (stopped: Bool, failure: LedgerError?) {
         try raw.withUnsafeBytes { buffer in
+            // The range comes from the block's row: a damaged one must not overflow the counting
+            // below (every frame takes at least a byte, so a block holds fewer events than bytes).
+            guard block.first >= 1, block.last >= block.first, block.last < Int64.max / 2,
+                block.last - block.first < Int64(max(buffer.count, 1))
+            else {
+                return (false, .corrupt("the block of events \(block.first)...\(block.last) has an impossible range", seq: block.first))
+            }
             var r = BinaryReader(buffer)
             let size = block.layout.linkPrefixSize
             let inline = block.layout == .inlineLinks ? size : 0

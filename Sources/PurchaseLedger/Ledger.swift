@@ -23,8 +23,8 @@ public struct LedgerConfiguration: Sendable {
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
     /// replays at most this many events from the snapshot before; fewer snapshots keep the file
-    /// smaller. 15,000: on the shared 1,000,000-event workload the state at any seq takes about
-    /// 10 ms (p99 about 22 ms), and the file 79.7 bytes an event (81.8 with 10,000).
+    /// smaller. 15,000: on the shared 1,000,000-event workload the state at a random seq takes
+    /// about 8 ms (p99 16-22 ms), and the file 79.6 bytes an event (81.8 with 10,000).
     public var snapshotInterval: Int = 15_000
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.

@@ -217,7 +217,22 @@ struct HTMLReport {
     private func f(_ v: Double) -> String { String(format: "%.1f", v) }
 }
 
+/// `s` with `&`, `<`, `>` and `"` escaped for HTML text and attribute values. One pass over the
+/// UTF-8 bytes, and none at all for the common text with nothing to escape: four Foundation
+/// replacements per cell took a quarter of a 35,000-row page's time.
 func esc(_ s: String) -> String {
-    s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-        .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    let special: (UInt8) -> Bool = { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") || $0 == UInt8(ascii: "\"") }
+    guard s.utf8.contains(where: special) else { return s }
+    var out: [UInt8] = []
+    out.reserveCapacity(s.utf8.count + 16)
+    for byte in s.utf8 {
+        switch byte {
+        case UInt8(ascii: "&"): out.append(contentsOf: "&amp;".utf8)
+        case UInt8(ascii: "<"): out.append(contentsOf: "&lt;".utf8)
+        case UInt8(ascii: ">"): out.append(contentsOf: "&gt;".utf8)
+        case UInt8(ascii: "\""): out.append(contentsOf: "&quot;".utf8)
+        default: out.append(byte)
+        }
+    }
+    return String(decoding: out, as: UTF8.self)
 }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 @testable import PurchaseLedger
 
@@ -64,6 +65,64 @@ import Testing
         #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(user: "alice", limit: 2, offset: 2)).map(\.transaction.transaction) == ["t3", "t5"])
         #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(kinds: [.consumable])).map(\.transaction.transaction) == ["t2", "t6"])
         #expect(try ledger.purchaseHistory(PurchaseHistoryQuery(from: try Timestamp.parse("2024-03-03T00:00:00Z"), to: try Timestamp.parse("2024-03-05T00:00:00Z"))).count == 2)
+    }
+
+    /// The report queries read projection rows by column position, found once per query: what
+    /// they decode equals the records of the state the log gives, and a row whose columns come in
+    /// another order, with a name repeated, reads as GRDB reads it by name (the first of the two).
+    @Test func reportQueriesDecodeTheRecordsTheStateHolds() throws {
+        let dir = try TemporaryDirectory()
+        let (ledger, path) = try ledger(dir)
+        let state = try ledger.state(atSeq: .max)
+        let history = try ledger.purchaseHistory(PurchaseHistoryQuery(limit: .max))
+        #expect(history.count == state.transactions.count)
+        for entry in history {
+            let id = entry.transaction.transaction
+            #expect(entry.transaction == state.transactions[id], "\(id)")
+            #expect(entry.downloads == entry.transaction.downloads.map { state.downloads[$0] }, "\(id)")
+            #expect(try ledger.purchaseHistory(transactionID: id) == entry)
+        }
+        #expect(try ledger.transactions() == state.transactions.values)
+        #expect(try ledger.downloads() == state.downloads.values)
+        #expect(try ledger.undelivered() == history.filter { $0.transaction.transaction == "t3" })
+
+        let t5 = try #require(state.transactions["t5"])
+        let shuffled = Row([
+            "events": t5.events, "user_id": t5.user, "state": t5.state.rawValue, "quantity": t5.quantity, "product": t5.product,
+            "transaction_id": t5.transaction, "finished": t5.finished, "revoked": t5.revoked, "was_deferred": t5.wasDeferred,
+            "discarded_content": t5.discardedContent, "original_transaction": t5.originalTransaction,
+            "queued_at_ms": t5.queuedAt.map(Projector.ms), "purchased_at_ms": t5.purchasedAt.map(Projector.ms),
+        ])
+        var expected = t5
+        expected.downloads = []
+        #expect(TransactionRecord(row: shuffled) == expected)
+        let repeated = try DatabaseQueue().read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT 'first' AS product, 'second' AS PRODUCT, 't9' AS transaction_id, 1 AS quantity, 'purchased' AS state,
+                      0 AS finished, 0 AS revoked, 0 AS was_deferred, 0 AS discarded_content, 2 AS events
+                    """)!
+        }
+        #expect(TransactionRecord(row: repeated).product == "first")
+
+        // A field holding a CR LF pair is quoted in CSV (it is one character to Swift, which the
+        // check for "\r" and "\n" once missed).
+        let failed =
+            #"{"type":"paymentQueued","at":"2024-03-08T12:00:00Z","transaction":"t7","product":"coins","user":"bob"}"#
+            + "\n" + #"{"type":"transactionFailed","at":"2024-03-08T12:00:01Z","transaction":"t7","error":{"domain":"SKErrorDomain","code":0,"message":"line one\r\nline two"}}"#
+        #expect(try cli(["append", path], stdin: failed).status == 0)
+        let csv = try cli(["report", path, "--user", "bob", "--format", "csv"]).stdout
+        #expect(csv.contains("\"SKErrorDomain 0: line one\r\nline two\""), "\(csv)")
+
+        // What the page shows is escaped, markup and all.
+        let marked =
+            #"{"type":"paymentQueued","at":"2024-03-09T12:00:00Z","transaction":"t8","product":"coins","user":"bob"}"#
+            + "\n" + #"{"type":"transactionFailed","at":"2024-03-09T12:00:01Z","transaction":"t8","error":{"domain":"SKErrorDomain","code":1,"message":"<b>\"x\" & y</b>"}}"#
+        #expect(try cli(["append", path], stdin: marked).status == 0)
+        let html = try cli(["report", path, "--user", "bob", "--format", "html"]).stdout
+        #expect(html.contains("&lt;b&gt;&quot;x&quot; &amp; y&lt;/b&gt;"))
+        #expect(!html.contains("<b>\"x\""))
     }
 
     @Test func everyFormatAndView() throws {

@@ -82,16 +82,15 @@ extension Ledger {
     /// Paid but never delivered: purchased or restored, not revoked, with hosted content never
     /// copied out (lost to an early finish, discarded, failed, or still pending).
     public func undelivered(limit: Int = 1000) throws -> [PurchaseHistoryEntry] {
-        let ids = try read { db in
-            try String.fetchAll(
+        try read { db in
+            try Ledger.historyEntries(
                 db,
-                sql: """
-                    SELECT DISTINCT t.transaction_id FROM transactions t JOIN downloads d ON d.transaction_id = t.transaction_id
-                    WHERE t.state IN ('purchased', 'restored') AND t.revoked = 0 AND d.copied_out = 0
-                    ORDER BY t.purchased_at_ms, t.transaction_id LIMIT ?
-                    """, arguments: [limit])
+                where: """
+                    WHERE t.state IN ('purchased', 'restored') AND t.revoked = 0
+                      AND EXISTS (SELECT 1 FROM downloads d WHERE d.transaction_id = t.transaction_id AND d.copied_out = 0)
+                    """,
+                orderedBy: "t.purchased_at_ms, t.transaction_id", suffix: "LIMIT ?", arguments: [limit])
         }
-        return try ids.compactMap { id in try purchaseHistory(transactionID: id) }
     }
 
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the ledger's
@@ -100,13 +99,13 @@ extension Ledger {
         try read { db in
             let now = try asOf.map(Projector.ms) ?? Int64.fetchOne(db, sql: "SELECT max(last_activity_at_ms) FROM downloads") ?? 0
             let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
-            return try Row.fetchAll(
+            let rows = try Row.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
                     ORDER BY last_activity_at_ms, download_id
-                    """, arguments: [now - idleMs]
-            ).map(DownloadRecord.init(row:))
+                    """, arguments: [now - idleMs])
+            return ColumnPositions.decode(rows, DownloadRecord.init(row:columns:))
         }
     }
 
@@ -114,17 +113,15 @@ extension Ledger {
     /// at every launch. Oldest first.
     public func unfinishedTransactions() throws -> [TransactionRecord] {
         try read { db in
-            try Row.fetchAll(
+            let rows = try Row.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
                     ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
-                    """
-            ).map { row in
-                var record = TransactionRecord(row: row)
-                record.downloads = try String.fetchAll(
-                    db, sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position",
-                    arguments: [record.transaction])
+                    """)
+            return try ColumnPositions.decode(rows) { row, c in
+                var record = TransactionRecord(row: row, columns: c)
+                record.downloads = try Ledger.downloadIDs(transaction: record.transaction, db)
                 return record
             }
         }
@@ -181,11 +178,9 @@ extension Ledger {
     /// One transaction as a history entry.
     public func purchaseHistory(transactionID id: String) throws -> PurchaseHistoryEntry? {
         let id = Identifier.normalize(id)
-        guard let t = try transaction(id) else { return nil }
-        let product = try read { db in try Row.fetchOne(db, sql: "SELECT kind, price, currency FROM products WHERE product = ?", arguments: [t.product]) }
-        return PurchaseHistoryEntry(
-            transaction: t, kind: (product?[0] as String?).flatMap(ProductKind.init(rawValue:)),
-            price: product?[1], currency: product?[2], downloads: try downloads(transaction: id))
+        return try read { db in
+            try Ledger.historyEntries(db, where: "WHERE t.transaction_id = ?", orderedBy: "t.transaction_id", arguments: [id]).first
+        }
     }
 
     /// The timelines of several transactions, in one pass over the log.

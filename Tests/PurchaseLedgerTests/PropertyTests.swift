@@ -85,13 +85,27 @@ import Testing
             // At every seq: the log folded from the first event, the ledger's time travel (from
             // its snapshots), and, where an append ended, the state it had live, are one state.
             var folded = LedgerState()
+            // Each transaction's timeline as folding from the first event gives it: the seq, and
+            // the transaction and its downloads after the event.
+            var timelines: [String: [(Int64, TransactionRecord?, [DownloadRecord])]] = [:]
             for e in try ledger.events(limit: 100_000) {
                 Reducer.replay(&folded, e.event, seq: e.seq)
+                if let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap({ folded.downloads[$0]?.transaction }) {
+                    let t = folded.transactions[owner]
+                    timelines[owner, default: []].append((e.seq, t, (t?.downloads ?? []).compactMap { folded.downloads[$0] }))
+                }
                 #expect(try ledger.state(atSeq: e.seq) == folded, "time travel to seq \(e.seq)")
                 if let state = live[e.seq] { #expect(folded == state, "replay equals the live state at seq \(e.seq)") }
                 tally.seqsChecked += 1
             }
             #expect(folded == ledger.currentState)
+            // A timeline starts from the latest snapshot before the transaction's first event.
+            for (id, expected) in timelines {
+                let timeline = try ledger.timeline(transaction: id)
+                #expect(timeline.map(\.event.seq) == expected.map(\.0), "timeline of \(id)")
+                #expect(timeline.map(\.transaction) == expected.map(\.1), "timeline of \(id)")
+                #expect(timeline.map(\.downloads) == expected.map(\.2), "timeline of \(id)")
+            }
             #expect(try ledger.verify().isValid)
         }
         // A generator whose events the rules mostly refuse would prove little: most of a run must

@@ -177,6 +177,13 @@ enum Snapshots {
     }
 
     /// The newest usable snapshot at or before `seq`.
+    /// The seqs of the snapshots this reducer and format can start from, in order.
+    static func seqs(_ db: Database) throws -> [Int64] {
+        try Int64.fetchAll(
+            db, sql: "SELECT seq FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
+            arguments: [Reducer.version, SnapshotCodec.format])
+    }
+
     static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache) throws -> LedgerState? {
         let rows = try Row.fetchCursor(
             db,

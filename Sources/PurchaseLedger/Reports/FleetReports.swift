@@ -183,12 +183,13 @@ extension Ledger {
         }
     }
 
-    /// The timelines of several transactions, in one pass over the log.
+    /// The timelines of several transactions, in one pass over the log: from the latest snapshot
+    /// before any of them has an event, to the end.
     public func timelines(transactions ids: Set<String>) throws -> [String: [TimelineEntry]] {
         let ids = Set(ids.map(Identifier.normalize))
         var result: [String: [TimelineEntry]] = [:]
-        var replay = LogReplay()
         try read { db in
+            var replay = LogReplay(from: try Ledger.stateBefore(transactions: ids, db, cache: pageCache))
             try replay.run(db) { step, _, state in
                 let e = step.event
                 let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
@@ -200,5 +201,37 @@ extension Ledger {
             }
         }
         return result
+    }
+
+    /// The state of the latest snapshot at which none of `ids` has an event yet, or an empty state.
+    ///
+    /// A transaction, once it has an event, stays in every later state (as a record, or as the
+    /// count of the events stored before it existed), and its downloads come after it: so every
+    /// event of its timeline comes after that snapshot, and the snapshots, in seq order, can be
+    /// searched by halves. A timeline in the middle of a 1,000,000-event ledger then replays half
+    /// the log, not all of it.
+    static func stateBefore(transactions ids: Set<String>, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
+        let seqs = try Snapshots.seqs(db)
+        func started(_ state: LedgerState) -> Bool {
+            ids.contains { state.transactions.contains($0) || state.orphanStreamEvents["transaction:" + $0] != nil }
+        }
+        var best = LedgerState()
+        var low = 0, high = seqs.count
+        while low < high {
+            let mid = (low + high) / 2
+            // A snapshot that does not decode gives way to the one before it: still a state at
+            // which the answer is known.
+            guard let state = try Snapshots.latest(db, atOrBefore: seqs[mid], cache: cache) else {
+                low = mid + 1
+                continue
+            }
+            if started(state) {
+                high = mid
+            } else {
+                if state.seq > best.seq { best = state }
+                low = mid + 1
+            }
+        }
+        return best
     }
 }

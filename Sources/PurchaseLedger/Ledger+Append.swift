@@ -84,13 +84,15 @@ extension Ledger {
         var decided = 0
         var summary: ImportSummary
         do {
-            summary = try appendSession(keepEvents: nil) {
-                guard let item = try ahead.next() else { return nil }
-                decided += 1
-                if let progress, decided % 10_000 == 0 {
-                    progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
+            summary = try withWriterCache(Ledger.bulkCacheKiB) {
+                try appendSession(keepEvents: nil) {
+                    guard let item = try ahead.next() else { return nil }
+                    decided += 1
+                    if let progress, decided % 10_000 == 0 {
+                        progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
+                    }
+                    return (item.event, item.line)
                 }
-                return (item.event, item.line)
             }
         } catch {
             // A refusal or a malformed line: report it now, even if the input is a pipe the

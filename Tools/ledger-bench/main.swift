@@ -578,16 +578,19 @@ case "crash", "flips", "fuzz":
     }
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-reliability-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: scratch) }
-    let ok: Bool
-    switch args[0] {
-    case "crash": ok = try crashHarness(kills: value("--kills", 200), scratch: scratch)
-    case "flips":
-        let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
-        ok = try flipHarness(trials: value("--trials", 500), workload: workload, scratch: scratch)
-    default: ok = try fuzzHarness(inputs: value("--inputs", 1_000_000))
+    // Removed before `exit`, which returns to no `defer`: every run used to leave its scratch
+    // ledgers (up to 12 MB) in the temporary directory.
+    let result = Result { () throws -> Bool in
+        switch args[0] {
+        case "crash": return try crashHarness(kills: value("--kills", 200), scratch: scratch)
+        case "flips":
+            let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
+            return try flipHarness(trials: value("--trials", 500), workload: workload, scratch: scratch)
+        default: return try fuzzHarness(inputs: value("--inputs", 1_000_000))
+        }
     }
-    exit(ok ? 0 : 1)
+    try? FileManager.default.removeItem(atPath: scratch)
+    exit(try result.get() ? 0 : 1)
 case "fleet":
     let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3
     let ledgers = args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000

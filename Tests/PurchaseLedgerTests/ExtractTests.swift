@@ -6,16 +6,24 @@ import Testing
 /// replays, seq by seq, to the same state of the chosen records as the original.
 @Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
 struct ExtractTests {
-    /// One 100,000-event ledger for the whole suite, imported through the library.
-    static let shared: Result<(TemporaryDirectory, String), any Error> = Result {
-        let dir = try TemporaryDirectory()
-        let path = dir.path("workload.ledger")
-        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: try Workload.file(events: 100_000)))))
-        var config = LedgerConfiguration()
-        config.durability = .normal
-        try Ledger(path: path, configuration: config).appendJSONLines(input)
-        return (dir, path)
-    }
+    /// One 100,000-event ledger for the whole suite, imported through the library, and removed
+    /// when the test process exits (a static is never deinitialized: its directory, and the
+    /// repros the tests write in it, were left behind by every run).
+    static let shared: Result<(TemporaryDirectory, String), any Error> = {
+        let result = Result { () throws -> (TemporaryDirectory, String) in
+            let dir = try TemporaryDirectory()
+            let path = dir.path("workload.ledger")
+            let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: try Workload.file(events: 100_000)))))
+            var config = LedgerConfiguration()
+            config.durability = .normal
+            try Ledger(path: path, configuration: config).appendJSONLines(input)
+            return (dir, path)
+        }
+        if case .success = result {
+            atexit { if case .success(let (dir, _)) = ExtractTests.shared { try? FileManager.default.removeItem(at: dir.url) } }
+        }
+        return result
+    }()
 
     static func workload() throws -> (TemporaryDirectory, Ledger) {
         let (dir, path) = try shared.get()

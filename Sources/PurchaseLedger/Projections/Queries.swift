@@ -31,6 +31,12 @@ extension Ledger {
         }
     }
 
+    /// A transaction's download ids, in delivery order, through a statement prepared once.
+    static func downloadIDs(transaction: String, _ db: Database) throws -> [String] {
+        try String.fetchAll(
+            db.cachedStatement(sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position"), arguments: [transaction])
+    }
+
     /// Current downloads, sorted by id; only `transaction`'s (in delivery order) when given.
     public func downloads(transaction: String? = nil) throws -> [DownloadRecord] {
         let transaction = Identifier.normalize(transaction)
@@ -158,7 +164,8 @@ package struct ColumnPositions: Sendable {
         self.positions = positions
     }
 
-    /// The positions of the rows of `rows`, all from one query: resolved once, from the first.
+    /// `rows`, all from one query, each decoded by `decode` with the positions resolved once,
+    /// from the first row.
     static func decode<T>(_ rows: [Row], _ decode: (Row, ColumnPositions) throws -> T) rethrows -> [T] {
         guard let first = rows.first else { return [] }
         let positions = ColumnPositions(first)

@@ -176,7 +176,6 @@ enum Snapshots {
         }
     }
 
-    /// The newest usable snapshot at or before `seq`.
     /// The seqs of the snapshots this reducer and format can start from, in order.
     static func seqs(_ db: Database) throws -> [Int64] {
         try Int64.fetchAll(
@@ -184,6 +183,7 @@ enum Snapshots {
             arguments: [Reducer.version, SnapshotCodec.format])
     }
 
+    /// The newest usable snapshot at or before `seq`.
     static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache) throws -> LedgerState? {
         let rows = try Row.fetchCursor(
             db,

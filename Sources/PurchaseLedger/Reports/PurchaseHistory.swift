@@ -126,10 +126,4 @@ extension Ledger {
                 price: c.value(row, "product_price"), currency: c.value(row, "product_currency"), downloads: downloads)
         }
     }
-
-    /// A transaction's download ids, in delivery order, through a statement prepared once.
-    static func downloadIDs(transaction: String, _ db: Database) throws -> [String] {
-        try String.fetchAll(
-            db.cachedStatement(sql: "SELECT download_id FROM downloads WHERE transaction_id = ? ORDER BY position"), arguments: [transaction])
-    }
 }

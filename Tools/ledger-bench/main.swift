@@ -600,6 +600,12 @@ case "fleet-crash":
     let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
     let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? ".build/release/purchase-ledger"
     exit(try fleetCrash(workload: workload, kills: kills, binary: binary) ? 0 : 1)
+case "import-floor":
+    guard args.count > 1 else {
+        print("usage: ledger-bench import-floor WORKLOAD [RUNS]")
+        exit(2)
+    }
+    try importFloor(workload: args[1], runs: args.count > 2 ? max(1, Int(args[2]) ?? 3) : 3)
 case "codec":
     var c = configuration()
     c.readOnly = true

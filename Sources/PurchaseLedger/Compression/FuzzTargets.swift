@@ -1,6 +1,10 @@
 import Foundation
 import GRDB
 
+#if canImport(CLZ4)
+    import CLZ4
+#endif
+
 /// Entry points for fuzzing the decoders of untrusted bytes, outside the public API.
 @_spi(Fuzzing)
 public enum FuzzTargets {
@@ -133,5 +137,79 @@ public enum CodecBenchmark {
             }
         }
         return total
+    }
+}
+
+/// What an import cannot avoid doing, for `ledger-bench import-floor`: the compression a file of
+/// this size needs, the chain every event is linked into. Outside the public API.
+@_spi(Benchmarks)
+extension CodecBenchmark {
+    /// Compresses every sample's raw bytes with liblz4's fast mode (acceleration 1, the
+    /// dictionary loaded once and its state copied for each sample): the total compressed
+    /// size, or nil where liblz4 is not linked. The ledger uses high-compression mode; this
+    /// says what the faster one would cost in file size.
+    public static func compressAllFast(_ samples: [Sample]) -> Int? {
+        #if canImport(CLZ4)
+            var total = 0
+            let working = LZ4_createStream()!
+            defer { LZ4_freeStream(working) }
+            var loaded: (bytes: [UInt8], stream: UnsafeMutablePointer<LZ4_stream_t>)?
+            defer { if let loaded { LZ4_freeStream(loaded.stream) } }
+            var output: [UInt8] = []
+            for s in samples where !s.raw.isEmpty {
+                if let dictionary = s.dictionary, !dictionary.isEmpty {
+                    if loaded?.bytes != dictionary {
+                        if let loaded { LZ4_freeStream(loaded.stream) }
+                        let stream = LZ4_createStream()!
+                        dictionary.withUnsafeBufferPointer { d in
+                            _ = LZ4_loadDict(stream, UnsafeRawPointer(d.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(d.count))
+                        }
+                        loaded = (dictionary, stream)
+                    }
+                    working.update(from: loaded!.stream, count: 1)
+                } else {
+                    LZ4_resetStream_fast(working)
+                }
+                let bound = Int(LZ4_compressBound(Int32(s.raw.count)))
+                if output.count < bound { output = [UInt8](repeating: 0, count: bound) }
+                let written = withExtendedLifetime(loaded?.bytes) {
+                    s.raw.withUnsafeBufferPointer { src in
+                        output.withUnsafeMutableBufferPointer { dst in
+                            LZ4_compress_fast_continue(
+                                working, UnsafeRawPointer(src.baseAddress!).assumingMemoryBound(to: CChar.self),
+                                UnsafeMutableRawPointer(dst.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(s.raw.count), Int32(bound), 1)
+                        }
+                    }
+                }
+                guard written > 0 else { return nil }
+                total += Int(written)
+            }
+            return total
+        #else
+            return nil
+        #endif
+    }
+
+    /// The canonical frame of every event of the ledger: the bytes its chain links hash.
+    public static func canonicalFrames(of ledger: Ledger) throws -> [[UInt8]] {
+        var frames: [[UInt8]] = []
+        try ledger.forEachEvent { e in
+            frames.append(FrameCodec.canonical(e, payload: FrameCodec.payload(e.event.body)))
+            return true
+        }
+        return frames
+    }
+
+    /// SHA-256 of `bytes` in one pass: the machine's bare hashing speed, a floor under any chain.
+    public static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        HashChain.sha256(bytes)
+    }
+
+    /// Links `frames` into a SHA-256 chain from the genesis link, as an append does; the last link.
+    public static func chain(_ frames: [[UInt8]]) -> [UInt8] {
+        let chain = HashChain(key: nil)
+        var link = HashChain.genesis
+        for frame in frames { link = chain.link(after: link, frame: frame) }
+        return link
     }
 }

@@ -26,13 +26,64 @@ extension Ledger {
     }
 
     /// The events of one stream (`transaction:<id>`, `download:<id>`, `catalog`, `restore`), in order.
+    /// A transaction's or a download's stream is read from the latest snapshot before its first
+    /// event, not from the start of the log.
     public func events(inStream stream: String) throws -> [RecordedEvent] {
         var found: [RecordedEvent] = []
-        try forEachEvent { event in
-            if event.stream == stream { found.append(event) }
-            return true
+        try read { db in
+            var start: Int64 = 1
+            if stream.hasPrefix("transaction:") {
+                start = try Ledger.stateBefore(transactions: [String(stream.dropFirst("transaction:".count))], db, cache: pageCache).seq + 1
+            } else if stream.hasPrefix("download:") {
+                start = try Ledger.stateBefore(download: String(stream.dropFirst("download:".count)), db, cache: pageCache).seq + 1
+            }
+            try EventStore.scan(db, from: start, through: .max) { step in
+                if step.event.stream == stream { found.append(step.event) }
+                return true
+            }
         }
         return found
+    }
+
+    /// Calls `body` with the events of one transaction and of the downloads its purchase or
+    /// restore named, in order, from `seq` on (`purchase-ledger events --transaction`). The log is
+    /// read from the latest snapshot before the transaction's first event: in a large ledger a
+    /// recent transaction costs a few blocks, not the whole log. Return false to stop early.
+    ///
+    /// ```swift
+    /// try ledger.forEachEvent(ofTransaction: "tx-0120000") { e in
+    ///     print(e.seq, e.event.type.name)
+    ///     return true
+    /// }
+    /// ```
+    public func forEachEvent(ofTransaction id: String, from seq: Int64 = 1, _ body: (RecordedEvent) throws -> Bool) throws {
+        let id = Identifier.normalize(id)
+        try read { db in
+            let start = try Ledger.stateBefore(transactions: [id], db, cache: pageCache).seq + 1
+            var downloads = Set<String>()
+            try EventStore.scan(db, from: start, through: .max) { step in
+                let e = step.event
+                let event = e.event.body
+                if event.transactionID == id {
+                    if case .transactionPurchased(_, _, _, _, let specs?) = event { downloads.formUnion(specs.map(\.download)) }
+                    if case .transactionRestored(_, _, _, _, _, let specs?) = event { downloads.formUnion(specs.map(\.download)) }
+                }
+                guard e.seq >= seq, event.transactionID == id || event.downloadID.map(downloads.contains) == true else { return true }
+                return try body(e)
+            }
+        }
+    }
+
+    /// Calls `body` with the events of one download, in order, from `seq` on, reading the log from
+    /// the latest snapshot before its first event. Return false to stop early.
+    public func forEachEvent(ofDownload id: String, from seq: Int64 = 1, _ body: (RecordedEvent) throws -> Bool) throws {
+        let id = Identifier.normalize(id)
+        try read { db in
+            let start = try Ledger.stateBefore(download: id, db, cache: pageCache).seq + 1
+            try EventStore.scan(db, from: max(start, seq), through: .max) { step in
+                step.event.event.body.downloadID == id ? try body(step.event) : true
+            }
+        }
     }
 
     /// The stored events from `seq` on, then each new one as it is appended (by this process or

@@ -311,21 +311,22 @@ struct EventsCommand: ParsableCommand {
             wantedType = t
         }
         let ledger = try options.open()
-        var downloadsOfTransaction = Set<String>()
+        let download = download.map(Identifier.normalize)
         var shown = 0
-        try ledger.forEachEvent { e in
-            let body = e.event.body
-            if let transaction, body.transactionID == transaction {
-                if case .transactionPurchased(_, _, _, _, let specs?) = body { downloadsOfTransaction.formUnion(specs.map(\.download)) }
-                if case .transactionRestored(_, _, _, _, _, let specs?) = body { downloadsOfTransaction.formUnion(specs.map(\.download)) }
-            }
-            guard e.seq >= from else { return true }
-            if let transaction, body.transactionID != transaction, !(body.downloadID.map(downloadsOfTransaction.contains) ?? false) { return true }
-            if let download, body.downloadID != download { return true }
+        let show = { (e: RecordedEvent) -> Bool in
+            if let download, e.event.body.downloadID != download { return true }
             if let wantedType, e.event.type != wantedType { return true }
             console.print(json ? e.jsonLine : describe(e, console: console))
             shown += 1
             return limit.map { shown < $0 } ?? true
+        }
+        // A transaction's or a download's events are read from the snapshot before its first one.
+        if let transaction {
+            try ledger.forEachEvent(ofTransaction: transaction, from: from, show)
+        } else if let download {
+            try ledger.forEachEvent(ofDownload: download, from: from, show)
+        } else {
+            try ledger.forEachEvent(from: from, show)
         }
     }
 }

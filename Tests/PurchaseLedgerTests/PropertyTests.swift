@@ -106,6 +106,45 @@ import Testing
                 #expect(timeline.map(\.transaction) == expected.map(\.1), "timeline of \(id)")
                 #expect(timeline.map(\.downloads) == expected.map(\.2), "timeline of \(id)")
             }
+            // A transaction's events (with those of the downloads its purchase or restore named),
+            // a download's, and a stream's are read from a snapshot too: the same as filtering
+            // the whole log.
+            let all = try ledger.events(limit: 100_000)
+            for id in timelines.keys {
+                var named = Set<String>()
+                var expected: [Int64] = []
+                for e in all {
+                    let body = e.event.body
+                    if body.transactionID == id {
+                        if case .transactionPurchased(_, _, _, _, let specs?) = body { named.formUnion(specs.map(\.download)) }
+                        if case .transactionRestored(_, _, _, _, _, let specs?) = body { named.formUnion(specs.map(\.download)) }
+                    }
+                    if body.transactionID == id || body.downloadID.map(named.contains) == true { expected.append(e.seq) }
+                }
+                var seqs: [Int64] = []
+                try ledger.forEachEvent(ofTransaction: id) { e in
+                    seqs.append(e.seq)
+                    return true
+                }
+                #expect(seqs == expected, "events of transaction \(id)")
+                let from = expected.count > 1 ? expected[1] : 1
+                var later: [Int64] = []
+                try ledger.forEachEvent(ofTransaction: id, from: from) { e in
+                    later.append(e.seq)
+                    return true
+                }
+                #expect(later == expected.filter { $0 >= from }, "events of transaction \(id) from \(from)")
+                #expect(try ledger.events(inStream: "transaction:" + id).map(\.seq) == all.filter { $0.stream == "transaction:" + id }.map(\.seq))
+            }
+            for id in Set(all.compactMap(\.event.body.downloadID)) {
+                var seqs: [Int64] = []
+                try ledger.forEachEvent(ofDownload: id) { e in
+                    seqs.append(e.seq)
+                    return true
+                }
+                #expect(seqs == all.filter { $0.event.body.downloadID == id }.map(\.seq), "events of download \(id)")
+                #expect(try ledger.events(inStream: "download:" + id).map(\.seq) == all.filter { $0.stream == "download:" + id }.map(\.seq))
+            }
             #expect(try ledger.verify().isValid)
         }
         // A generator whose events the rules mostly refuse would prove little: most of a run must

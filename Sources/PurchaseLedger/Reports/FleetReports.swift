@@ -211,10 +211,21 @@ extension Ledger {
     /// searched by halves. A timeline in the middle of a 1,000,000-event ledger then replays half
     /// the log, not all of it.
     static func stateBefore(transactions ids: Set<String>, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
-        let seqs = try Snapshots.seqs(db)
-        func started(_ state: LedgerState) -> Bool {
+        try stateBefore(db, cache: cache) { state in
             ids.contains { state.transactions.contains($0) || state.orphanStreamEvents["transaction:" + $0] != nil }
         }
+    }
+
+    /// The state of the latest snapshot at which the download `id` has no event yet (the same
+    /// holds of a download as of a transaction), or an empty state.
+    static func stateBefore(download id: String, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
+        try stateBefore(db, cache: cache) { state in state.downloads.contains(id) || state.orphanStreamEvents["download:" + id] != nil }
+    }
+
+    /// The state of the latest snapshot at which `started` is false, or an empty state; `started`
+    /// must stay true in every state after one where it is.
+    private static func stateBefore(_ db: Database, cache: SnapshotPageCache, started: (LedgerState) -> Bool) throws -> LedgerState {
+        let seqs = try Snapshots.seqs(db)
         var best = LedgerState()
         var low = 0, high = seqs.count
         while low < high {

@@ -105,6 +105,24 @@ import Testing
                     """)!
         }
         #expect(TransactionRecord(row: repeated).product == "first")
+        // The same through SQLite's C API, as the report queries read: the first of a repeated
+        // name, text as UTF-8 of its stored length, NULL as nil.
+        let read = try DatabaseQueue().read { db in
+            try StatementColumns.fetchAll(
+                db,
+                sql: """
+                    SELECT 'first' AS product, 'second' AS PRODUCT, 't9' AS transaction_id, 1 AS quantity, 'purchased' AS state,
+                      0 AS finished, 1 AS revoked, 'é✓ x' AS user_id, NULL AS original_transaction, 'SKErrorDomain' AS error_domain,
+                      2 AS error_code, 'a' || char(0) || 'b' AS error_message, 1709900000123 AS queued_at_ms, 2 AS events
+                    """
+            ) { TransactionRecord(columns: $0) }
+        }
+        #expect(read.map(\.product) == ["first"])
+        #expect(read.first?.user == "é✓ x")
+        #expect(read.first?.revoked == true && read.first?.finished == false)
+        #expect(read.first?.originalTransaction == nil)
+        #expect(read.first?.error == StoreError(domain: "SKErrorDomain", code: 2, message: "a\u{0}b"))
+        #expect(read.first?.queuedAt == Timestamp(millisecondsSinceEpoch: 1_709_900_000_123))
 
         // A field holding a CR LF pair is quoted in CSV (it is one character to Swift, which the
         // check for "\r" and "\n" once missed).

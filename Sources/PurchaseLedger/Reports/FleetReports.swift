@@ -99,13 +99,13 @@ extension Ledger {
         try read { db in
             let now = try asOf.map(Projector.ms) ?? Int64.fetchOne(db, sql: "SELECT max(last_activity_at_ms) FROM downloads") ?? 0
             let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
-            let rows = try Row.fetchAll(
+            return try StatementColumns.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
                     ORDER BY last_activity_at_ms, download_id
-                    """, arguments: [now - idleMs])
-            return ColumnPositions.decode(rows, DownloadRecord.init(row:columns:))
+                    """, arguments: [now - idleMs]
+            ) { DownloadRecord(columns: $0) }
         }
     }
 
@@ -113,17 +113,17 @@ extension Ledger {
     /// at every launch. Oldest first.
     public func unfinishedTransactions() throws -> [TransactionRecord] {
         try read { db in
-            let rows = try Row.fetchAll(
+            var records = try StatementColumns.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM transactions WHERE finished = 0 AND state IN ('purchased', 'restored', 'failed')
                     ORDER BY coalesce(purchased_at_ms, failed_at_ms), transaction_id
-                    """)
-            return try ColumnPositions.decode(rows) { row, c in
-                var record = TransactionRecord(row: row, columns: c)
-                record.downloads = try Ledger.downloadIDs(transaction: record.transaction, db)
-                return record
+                    """
+            ) { TransactionRecord(columns: $0) }
+            for i in records.indices {
+                records[i].downloads = try Ledger.downloadIDs(transaction: records[i].transaction, db)
             }
+            return records
         }
     }
 

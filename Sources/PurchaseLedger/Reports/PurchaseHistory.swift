@@ -102,28 +102,31 @@ extension Ledger {
             ORDER BY \(order)
             \(suffix)
             """
-        let transactions = try Row.fetchAll(
+        var entries = try StatementColumns.fetchAll(
             db, sql: "SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency " + selection,
-            arguments: arguments)
-        guard !transactions.isEmpty else { return [] }
-        let downloadRows = try Row.fetchAll(
+            arguments: arguments
+        ) { c in
+            PurchaseHistoryEntry(
+                transaction: TransactionRecord(columns: c), kind: c.string("product_kind").flatMap(ProductKind.init(rawValue:)),
+                price: c.string("product_price"), currency: c.string("product_currency"), downloads: [])
+        }
+        guard !entries.isEmpty else { return [] }
+        var downloads: [String: [DownloadRecord]] = [:]
+        for record in try StatementColumns.fetchAll(
             db,
             sql: """
                 SELECT * FROM downloads
                 WHERE transaction_id IN (SELECT t.transaction_id \(selection))
                 ORDER BY transaction_id, position
-                """, arguments: arguments)
-        var downloads: [String: [DownloadRecord]] = [:]
-        for record in ColumnPositions.decode(downloadRows, DownloadRecord.init(row:columns:)) {
+                """, arguments: arguments, { DownloadRecord(columns: $0) })
+        {
             downloads[record.transaction ?? "", default: []].append(record)
         }
-        return ColumnPositions.decode(transactions) { row, c in
-            var record = TransactionRecord(row: row, columns: c)
-            let downloads = downloads[record.transaction] ?? []
-            record.downloads = downloads.map(\.download)
-            return PurchaseHistoryEntry(
-                transaction: record, kind: (c.value(row, "product_kind") as String?).flatMap(ProductKind.init(rawValue:)),
-                price: c.value(row, "product_price"), currency: c.value(row, "product_currency"), downloads: downloads)
+        for i in entries.indices {
+            let own = downloads[entries[i].transaction.transaction] ?? []
+            entries[i].transaction.downloads = own.map(\.download)
+            entries[i].downloads = own
         }
+        return entries
     }
 }

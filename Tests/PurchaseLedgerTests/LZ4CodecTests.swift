@@ -106,7 +106,7 @@ import Testing
                 if input.count > 1000 { swiftTotal += bySwift.count; liblz4Total += byLib.count }
             }
         }
-        // Compression ratio on the compressible samples: within 3% of liblz4's HC level 3.
+        // Compression ratio on the compressible samples: within 3% of liblz4's high-compression mode.
         #expect(Double(swiftTotal) <= Double(liblz4Total) * 1.03, "Swift \(swiftTotal) bytes, liblz4 \(liblz4Total) bytes")
         // A dictionary the block needs: without it both refuse the block.
         let input = Array(ExtractTestsData.jsonl.utf8.prefix(3000))

@@ -642,7 +642,7 @@ struct CodecComparison {
         let ratios = zip(swiftMBs, liblz4MBs).map { $0 / $1 }
         return String(
             format:
-                "%d blocks, %.1f MB raw\ndecompression: Swift median %.0f MB/s (min %.0f, max %.0f), liblz4 median %.0f MB/s (min %.0f, max %.0f); Swift/liblz4 %.2fx (per-run median)\ncompression: Swift %d bytes, liblz4 HC level 3 %d bytes (%.3fx); ratio raw/compressed %.2f vs %.2f",
+                "%d blocks, %.1f MB raw\ndecompression: Swift median %.0f MB/s (min %.0f, max %.0f), liblz4 median %.0f MB/s (min %.0f, max %.0f); Swift/liblz4 %.2fx (per-run median)\ncompression: Swift %d bytes, liblz4 HC %d bytes (%.3fx); ratio raw/compressed %.2f vs %.2f",
             blocks, Double(rawBytes) / 1e6, median(swiftMBs), swiftMBs.min() ?? 0, swiftMBs.max() ?? 0,
             median(liblz4MBs), liblz4MBs.min() ?? 0, liblz4MBs.max() ?? 0, median(ratios),
             swiftBytes, liblz4Bytes, sizeRatio, Double(rawBytes) / Double(max(swiftBytes, 1)), Double(rawBytes) / Double(max(liblz4Bytes, 1)))

@@ -120,7 +120,7 @@ public enum CodecBenchmark {
         return true
     }
 
-    /// Compresses every sample's raw bytes with one codec (liblz4: HC level 3, as the ledger does);
+    /// Compresses every sample's raw bytes with one codec (liblz4: high-compression mode at the ledger's level);
     /// the total compressed size, or nil when a codec is missing.
     public static func compressAll(_ samples: [Sample], swift: Bool) -> Int? {
         var total = 0

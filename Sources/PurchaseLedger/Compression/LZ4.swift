@@ -33,9 +33,15 @@ enum LZ4 {
     /// The largest input one call handles (liblz4's `LZ4_MAX_INPUT_SIZE`).
     static let maxInputSize = 0x7E00_0000
 
+    /// liblz4's high-compression level for blocks and snapshot pages. On the 1,000,000-event
+    /// workload, against level 3: the file 79.03 bytes/event instead of 79.59 (level 4: 79.43,
+    /// level 5: 79.22), the import about 0.3 s slower (6%, on the thread that seals blocks and
+    /// the one that encodes snapshots); decompression is the same whatever the level.
+    static let level: Int32 = 6
+
     /// Compresses `input`; with a dictionary, matches may refer into it, and the same dictionary is
     /// needed to decompress. liblz4 uses its high-compression mode at `level`.
-    static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = 3) throws(Failure) -> [UInt8] {
+    static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
         guard input.count <= maxInputSize else { throw Failure(description: "block of \(input.count) bytes is too large") }
         if input.isEmpty { return [] }
         switch implementation {
@@ -100,7 +106,7 @@ enum LZ4 {
     // MARK: - liblz4
 
     #if canImport(CLZ4)
-        static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = 3) throws(Failure) -> [UInt8] {
+        static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
             if input.isEmpty { return [] }
             let bound = Int(LZ4_compressBound(Int32(input.count)))
             var output = [UInt8](repeating: 0, count: bound)

@@ -282,7 +282,7 @@ enum LZ4Block {
     /// Compresses `input` as one block. With a dictionary, matches may reach into its last 64 KiB;
     /// the same dictionary is needed to decode. `attempts` is how many earlier positions with the
     /// same hash are tried per position (more: slower, smaller).
-    static func compress(_ input: UnsafeRawBufferPointer, dictionary: UnsafeRawBufferPointer, attempts: Int = 16) -> [UInt8] {
+    static func compress(_ input: UnsafeRawBufferPointer, dictionary: UnsafeRawBufferPointer, attempts: Int = 32) -> [UInt8] {
         let history = min(dictionary.count, maxDistance + 1)
         let total = history + input.count
         // The dictionary's tail and the input side by side: one window for the matcher.

@@ -299,7 +299,10 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
 
         // The Swift LZ4 codec (Apple platforms) against liblz4 on this ledger's own blocks.
         let codec = try codecComparison(ledger, runs: runs)
-        report(size, Figure(name: "LZ4 decompression, Swift codec (vs liblz4)", unit: "MB/s", samples: codec.swiftMBs, ceiling: codec.liblz4MBs, target: ">= 0.5x liblz4",
+        report(
+            size,
+            Figure(
+                name: "LZ4 decompression, Swift codec (vs liblz4)", unit: "MB/s", samples: codec.swiftMBs, ceiling: codec.liblz4MBs, target: ">= 0.5x liblz4",
                 ceilingName: "liblz4"))
         report(size, Figure(name: "LZ4 compressed bytes, Swift codec / liblz4 HC", unit: "x", samples: [codec.sizeRatio], target: "about 1"))
 

@@ -286,7 +286,8 @@ struct EventsCommand: ParsableCommand {
         commandName: "events",
         abstract: "List stored events with their seq, anomaly flags and the cancellations the ledger appended.",
         discussion: """
-            --transaction also lists the events of the transaction's downloads.
+            --transaction also lists the events of the transaction's downloads. A transaction or \
+            download with no event in the ledger is an error (exit status 2), not an empty list.
 
             Examples:
               purchase-ledger events user.ledger --transaction t1
@@ -313,8 +314,12 @@ struct EventsCommand: ParsableCommand {
         let ledger = try options.open()
         let download = download.map(Identifier.normalize)
         var shown = 0
+        // Whether the transaction or download asked for has any event at all (before `from` too).
+        var found = false
         let show = { (e: RecordedEvent) -> Bool in
             if let download, e.event.body.downloadID != download { return true }
+            found = true
+            guard e.seq >= from else { return true }
             if let wantedType, e.event.type != wantedType { return true }
             console.print(json ? e.jsonLine : describe(e, console: console))
             shown += 1
@@ -322,11 +327,18 @@ struct EventsCommand: ParsableCommand {
         }
         // A transaction's or a download's events are read from the snapshot before its first one.
         if let transaction {
-            try ledger.forEachEvent(ofTransaction: transaction, from: from, show)
+            try ledger.forEachEvent(ofTransaction: transaction, show)
         } else if let download {
-            try ledger.forEachEvent(ofDownload: download, from: from, show)
+            try ledger.forEachEvent(ofDownload: download, show)
         } else {
             try ledger.forEachEvent(from: from, show)
+        }
+        // A mistyped id says so, as `timeline` does, rather than printing nothing.
+        if let transaction, !found {
+            throw LedgerError.make(.malformedInput, "transaction \(Identifier.normalize(transaction))\(download.map { " has no download \($0)" } ?? " is not in this ledger")")
+        }
+        if let download, !found, transaction == nil {
+            throw LedgerError.make(.malformedInput, "download \(download) is not in this ledger")
         }
     }
 }

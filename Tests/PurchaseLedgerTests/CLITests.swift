@@ -206,6 +206,15 @@ let sampleLog = """
         #expect(lines.allSatisfy { $0.contains(#""type":"downloadStarted""#) && $0.contains(#""seq":"#) })
         #expect(try cli(["events", ledger, "--download", "t1-d1", "--from", "6"]).stdout.split(separator: "\n").count == 3)
         #expect(try cli(["events", ledger, "--type", "nope"]).status == 2)
+        // A mistyped id is an error naming it, not an empty listing; a filter that matches
+        // nothing of a known transaction is not.
+        let unknown = try cli(["events", ledger, "--transaction", "t9"])
+        #expect(unknown.status == 2 && unknown.stdout.isEmpty)
+        #expect(unknown.stderr.contains("transaction t9 is not in this ledger"), "\(unknown.stderr)")
+        #expect(try cli(["events", ledger, "--download", "t9-d1"]).stderr.contains("download t9-d1 is not in this ledger"))
+        #expect(try cli(["events", ledger, "--transaction", "t1", "--download", "t9-d1"]).stderr.contains("transaction t1 has no download t9-d1"))
+        let none = try cli(["events", ledger, "--transaction", "t1", "--from", "1000"])
+        #expect(none.status == 0 && none.stdout.isEmpty)
 
         let timeline = try cli(["timeline", ledger, "--transaction", "t1"])
         #expect(timeline.status == 0)

@@ -85,5 +85,11 @@ import Testing
         #expect(try ledger.ownedContent().map(\.destination) == ["Documents/book1"])
         #expect(try ledger.contentURL(for: "t1-d1") == nil)
         #expect(try ledger.state(atSeq: 3).transactions["t1"]?.state == .purchased)
+        var seen: [String] = []
+        try ledger.forEachEvent(ofTransaction: "t1") { e in
+            seen.append(e.event.type.name)
+            return true
+        }
+        #expect(seen == ["paymentQueued", "transactionPurchased", "downloadStarted", "downloadFinished", "contentCopiedOut", "transactionFinished"])
     }
 }

@@ -18,6 +18,7 @@ import GRDBSQLite
 //   ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
+//   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
 
 struct Figure {
     var name: String
@@ -629,6 +630,7 @@ case "run":
         out: option("--out", "bench-results/results.json"))
 default:
     print("usage: ledger-bench run [--workloads DIR] [--sizes 100000,1000000] [--runs 3] [--out FILE]")
+    print("       ledger-bench import-floor WORKLOAD [RUNS]; others: see the top of Tools/ledger-bench/main.swift")
     exit(2)
 }
 

@@ -94,7 +94,7 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
         let ledger = try Ledger(path: path, configuration: testConfiguration())
         let before = try ledger.append(contentsOf: c.given).lastSeq
         if c.breaking.type.isCommand {
-            let stateBefore = try ledger.currentState
+            let stateBefore = ledger.currentState
             let files = try [path, path + "-wal"].map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
             do {
                 _ = try ledger.append(c.breaking)
@@ -104,7 +104,7 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
                 #expect(error.rule == c.rule)
             }
             #expect(try ledger.lastSeq() == before)
-            expectNoDifference(try ledger.currentState, stateBefore)
+            expectNoDifference(ledger.currentState, stateBefore)
             #expect(try [path, path + "-wal"].map { try Data(contentsOf: URL(fileURLWithPath: $0)) } == files, "a refused append writes nothing")
         } else {
             let stored = try ledger.append(c.breaking)

@@ -9,18 +9,21 @@ import Crypto
 struct HashChain: Sendable {
     static let genesis = [UInt8](repeating: 0, count: 32)
 
-    /// Kept as bytes: Crypto's `SymmetricKey` is not `Sendable`.
-    private let key: [UInt8]?
+    /// The HMAC state with the key already hashed in (nil: plain SHA-256), copied for each link:
+    /// keying a new HMAC for every event (a `SymmetricKey`, two padded key blocks, two hashers)
+    /// cost more than hashing the event (a keyed 100,000-event `verify` 0.47 -> 0.35 s). A
+    /// copy-on-write value, only ever copied, never changed in place, so sharing it between
+    /// threads is safe although Crypto does not mark it `Sendable`.
+    nonisolated(unsafe) private let keyed: HMAC<SHA256>?
 
     init(key: [UInt8]?) {
-        self.key = key
+        keyed = key.map { HMAC<SHA256>(key: SymmetricKey(data: $0)) }
     }
 
     func link(after previous: [UInt8], frame: [UInt8]) -> [UInt8] {
-        if let key {
-            var mac = HMAC<SHA256>(key: SymmetricKey(data: key))
-            mac.update(data: previous)
-            mac.update(data: frame)
+        if var mac = keyed {
+            previous.withUnsafeBytes { mac.update(data: $0) }
+            frame.withUnsafeBytes { mac.update(data: $0) }
             return mac.finalize().withUnsafeBytes { Array($0) }
         }
         var hasher = SHA256()

@@ -30,9 +30,36 @@ extension Ledger {
 
     /// The first seq after which `predicate` holds for the state and the event just applied.
     public func firstSeq(where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
+        try firstSeq(from: { _ in LedgerState() }, where: predicate)
+    }
+
+    /// ``firstSeq(where:)`` for a predicate that cannot hold before the transaction `id` has an
+    /// event (one about its record or its downloads' records, as `replay --when` asks): the log
+    /// is replayed from the latest snapshot before that transaction's first event, not from the
+    /// start.
+    ///
+    /// ```swift
+    /// // When did t1 first become purchased?
+    /// let seq = try ledger.firstSeq(involvingTransaction: "t1") { state, _ in
+    ///     state.transactions["t1"]?.state == .purchased
+    /// }
+    /// ```
+    public func firstSeq(involvingTransaction id: String, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
+        let id = Identifier.normalize(id)
+        return try firstSeq(from: { db in try Ledger.stateBefore(transactions: [id], db, cache: pageCache) }, where: predicate)
+    }
+
+    /// ``firstSeq(where:)`` for a predicate that cannot hold before the download `id` has an
+    /// event, replayed from the latest snapshot before its first one.
+    public func firstSeq(involvingDownload id: String, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
+        let id = Identifier.normalize(id)
+        return try firstSeq(from: { db in try Ledger.stateBefore(download: id, db, cache: pageCache) }, where: predicate)
+    }
+
+    private func firstSeq(from start: (Database) throws -> LedgerState, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
         var found: Int64?
         try read { db in
-            var replay = LogReplay()
+            var replay = LogReplay(from: try start(db))
             try replay.run(db) { step, _, state in
                 guard try predicate(state, step.event) else { return true }
                 found = step.event.seq

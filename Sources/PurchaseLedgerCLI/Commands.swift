@@ -167,7 +167,12 @@ struct ReplayCommand: ParsableCommand {
             state = try ledger.state(atSeq: seq)
         } else if let when {
             let condition = try Condition(when)
-            guard let seq = try ledger.firstSeq(where: { s, _ in condition.holds(s) }) else {
+            // Replayed from the snapshot before the record's first event: it cannot hold earlier.
+            let found =
+                condition.isTransaction
+                ? try ledger.firstSeq(involvingTransaction: condition.id) { s, _ in condition.holds(s) }
+                : try ledger.firstSeq(involvingDownload: condition.id) { s, _ in condition.holds(s) }
+            guard let seq = found else {
                 console.print("the condition never holds")
                 return
             }
@@ -197,7 +202,7 @@ struct Condition {
             throw ValidationError("a condition reads transaction:ID:STATE or download:ID:STATE, not \(text)")
         }
         isTransaction = parts[0] == "transaction"
-        id = String(parts[1][..<colon])
+        id = Identifier.normalize(String(parts[1][..<colon]))
         state = String(parts[1][parts[1].index(after: colon)...])
         let valid =
             isTransaction

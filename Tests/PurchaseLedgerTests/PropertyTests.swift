@@ -135,6 +135,13 @@ import Testing
                 }
                 #expect(later == expected.filter { $0 >= from }, "events of transaction \(id) from \(from)")
                 #expect(try ledger.events(inStream: "transaction:" + id).map(\.seq) == all.filter { $0.stream == "transaction:" + id }.map(\.seq))
+                // When a condition on it first holds: the same from its snapshot as from the start.
+                for holds in [
+                    { (s: LedgerState) in s.transactions[id]?.state == .purchased }, { s in s.transactions[id]?.finished == true },
+                    { s in (s.transactions[id]?.downloads ?? []).contains { s.downloads[$0]?.copiedOut == true } },
+                ] {
+                    #expect(try ledger.firstSeq(involvingTransaction: id) { s, _ in holds(s) } == ledger.firstSeq { s, _ in holds(s) }, "\(id)")
+                }
             }
             for id in Set(all.compactMap(\.event.body.downloadID)) {
                 var seqs: [Int64] = []
@@ -144,6 +151,9 @@ import Testing
                 }
                 #expect(seqs == all.filter { $0.event.body.downloadID == id }.map(\.seq), "events of download \(id)")
                 #expect(try ledger.events(inStream: "download:" + id).map(\.seq) == all.filter { $0.stream == "download:" + id }.map(\.seq))
+                for holds in [{ (s: LedgerState) in s.downloads[id]?.state == .finished }, { s in s.downloads[id]?.state == .failed }] {
+                    #expect(try ledger.firstSeq(involvingDownload: id) { s, _ in holds(s) } == ledger.firstSeq { s, _ in holds(s) }, "\(id)")
+                }
             }
             #expect(try ledger.verify().isValid)
         }

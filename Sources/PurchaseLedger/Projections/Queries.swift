@@ -149,17 +149,13 @@ extension Ledger {
 ///
 /// GRDB finds a column by name again at every read, lowercasing the name and every column's
 /// name to compare them: decoding the transactions and downloads of a 100,000-row history report
-/// by name spent about 1 s there. The row decoders below read through this instead: a query
-/// resolves the positions from its first row and reads every row by position.
-package struct ColumnPositions: Sendable {
+/// by name spent about 1 s there. ``StatementColumns`` resolves the positions once per statement
+/// and reads every row by position.
+struct ColumnPositions: Sendable {
     private let positions: [String: Int]
 
-    /// The positions of `row`'s columns (by lowercase name; the first of a repeated name, as GRDB
-    /// reads it).
-    package init(_ row: Row) {
-        self.init(names: row.columnNames)
-    }
-
+    /// The positions of the columns `names` (by lowercase name; the first of a repeated name, as
+    /// GRDB reads it).
     init(names: some Sequence<String>) {
         var positions: [String: Int] = [:]
         for (i, name) in names.enumerated() {
@@ -181,7 +177,7 @@ package struct ColumnPositions: Sendable {
 /// The columns of one projection row, read by name (lowercase): a GRDB row (the fleet store's),
 /// or the current row of a SQLite statement (``StatementColumns``). The record decoders are
 /// generic over it, so each reader's calls are specialized, not dispatched.
-package protocol ProjectionColumns {
+protocol ProjectionColumns {
     func string(_ column: String) -> String?
     func int64(_ column: String) -> Int64?
     func double(_ column: String) -> Double?
@@ -193,18 +189,18 @@ extension ProjectionColumns {
 }
 
 /// A GRDB row's columns, decoded as GRDB decodes them.
-package struct RowColumns: ProjectionColumns {
-    let row: Row
-    let positions: ColumnPositions
+struct RowColumns: ProjectionColumns {
+    private let row: Row
+    private let positions: ColumnPositions
 
-    package init(_ row: Row, _ positions: ColumnPositions) {
+    init(_ row: Row) {
         self.row = row
-        self.positions = positions
+        positions = ColumnPositions(names: row.columnNames)
     }
 
-    package func string(_ column: String) -> String? { positions.value(row, column) }
-    package func int64(_ column: String) -> Int64? { positions.value(row, column) }
-    package func double(_ column: String) -> Double? { positions.value(row, column) }
+    func string(_ column: String) -> String? { positions.value(row, column) }
+    func int64(_ column: String) -> Int64? { positions.value(row, column) }
+    func double(_ column: String) -> Double? { positions.value(row, column) }
 }
 
 /// The current row of a prepared statement, read through SQLite's C API by positions found once
@@ -260,12 +256,7 @@ struct StatementColumns: ProjectionColumns {
 extension TransactionRecord {
     /// A `transactions` projection row (SQLite's, or the fleet store's as a GRDB row).
     package init(row: Row) {
-        self.init(columns: RowColumns(row, ColumnPositions(row)))
-    }
-
-    /// A `transactions` projection row whose columns are at `columns`.
-    package init(row: Row, columns: ColumnPositions) {
-        self.init(columns: RowColumns(row, columns))
+        self.init(columns: RowColumns(row))
     }
 
     init(columns c: some ProjectionColumns) {
@@ -292,12 +283,7 @@ extension TransactionRecord {
 extension DownloadRecord {
     /// A `downloads` projection row (SQLite's, or the fleet store's as a GRDB row).
     package init(row: Row) {
-        self.init(columns: RowColumns(row, ColumnPositions(row)))
-    }
-
-    /// A `downloads` projection row whose columns are at `columns`.
-    package init(row: Row, columns: ColumnPositions) {
-        self.init(columns: RowColumns(row, columns))
+        self.init(columns: RowColumns(row))
     }
 
     init(columns c: some ProjectionColumns) {

@@ -202,47 +202,4 @@ extension Ledger {
         }
         return result
     }
-
-    /// The state of the latest snapshot at which none of `ids` has an event yet, or an empty state.
-    ///
-    /// A transaction, once it has an event, stays in every later state (as a record, or as the
-    /// count of the events stored before it existed), and its downloads come after it: so every
-    /// event of its timeline comes after that snapshot, and the snapshots, in seq order, can be
-    /// searched by halves. A timeline in the middle of a 1,000,000-event ledger then replays half
-    /// the log, not all of it.
-    static func stateBefore(transactions ids: Set<String>, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
-        try stateBefore(db, cache: cache) { state in
-            ids.contains { state.transactions.contains($0) || state.orphanStreamEvents["transaction:" + $0] != nil }
-        }
-    }
-
-    /// The state of the latest snapshot at which the download `id` has no event yet (the same
-    /// holds of a download as of a transaction), or an empty state.
-    static func stateBefore(download id: String, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
-        try stateBefore(db, cache: cache) { state in state.downloads.contains(id) || state.orphanStreamEvents["download:" + id] != nil }
-    }
-
-    /// The state of the latest snapshot at which `started` is false, or an empty state; `started`
-    /// must stay true in every state after one where it is.
-    private static func stateBefore(_ db: Database, cache: SnapshotPageCache, started: (LedgerState) -> Bool) throws -> LedgerState {
-        let seqs = try Snapshots.seqs(db)
-        var best = LedgerState()
-        var low = 0, high = seqs.count
-        while low < high {
-            let mid = (low + high) / 2
-            // A snapshot that does not decode gives way to the one before it: still a state at
-            // which the answer is known.
-            guard let state = try Snapshots.latest(db, atOrBefore: seqs[mid], cache: cache) else {
-                low = mid + 1
-                continue
-            }
-            if started(state) {
-                high = mid
-            } else {
-                if state.seq > best.seq { best = state }
-                low = mid + 1
-            }
-        }
-        return best
-    }
 }

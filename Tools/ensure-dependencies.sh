@@ -12,7 +12,10 @@ pkg-config --exists liblz4 2>/dev/null || missing+=(liblz4-dev)
 for option in "$@"; do
   case "$option" in
     --with-chromium) command -v chromium >/dev/null 2>&1 || missing+=(chromium) ;;
-    --with-postgres) ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql) ;;
+    --with-postgres)
+      ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+      # The TLS tests make their own certificate authority and server certificate.
+      command -v openssl >/dev/null 2>&1 || missing+=(openssl) ;;
   esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -9,6 +9,9 @@ import PurchaseLedgerFleet
 public enum PurchaseLedgerCLI {
     public static func main(_ arguments: [String]) -> Int32 {
         let console = Console.current
+        // Passwords given on the command line or in PGPASSWORD never reach the output, whatever
+        // path prints them (an error quoting an argument, a URL that does not parse).
+        console.secrets.withLock { $0 = FleetAddress.secrets(in: arguments) }
         defer { console.flush() }
         do {
             var command = try Root.parseAsRoot(arguments)
@@ -50,8 +53,17 @@ struct CommandExit: Error {
 
 /// Where commands write. Buffered stdout, unbuffered stderr; in tests a capturing console is set
 /// with `Console.$current.withValue`.
+///
+/// Everything written is made safe for a terminal (``TerminalText/escape(_:keepingColours:)``):
+/// control characters, C1 controls and bidirectional overrides in ids, titles or messages are
+/// shown as `\u001b` and the like, so a ledger's data can neither retitle, clear nor rewrite the
+/// reader's terminal; the only escape sequences left are this console's own colours. Any
+/// ``secrets`` (passwords) are replaced by `***`.
 public final class Console: Sendable {
     @TaskLocal public static var current = Console()
+
+    /// Text that must never be printed: replaced by `***` in every line written.
+    package let secrets = Locked<[String]>([])
 
     private let sink: (@Sendable (_ text: String, _ toError: Bool) -> Void)?
     private let buffer = Locked<[UInt8]>([])
@@ -80,7 +92,18 @@ public final class Console: Sendable {
         write(text + "\n")
     }
 
+    /// A line of data (CSV) in which a carriage return is part of a quoted value: kept, with
+    /// newline and tab; every other control character is escaped as `print` does.
+    public func printData(_ text: String) {
+        write(text + "\n", keepingCarriageReturns: true)
+    }
+
     public func write(_ text: String) {
+        write(text, keepingCarriageReturns: false)
+    }
+
+    private func write(_ text: String, keepingCarriageReturns: Bool) {
+        let text = safe(text, keepingCarriageReturns: keepingCarriageReturns)
         if let sink { return sink(text, false) }
         let full = buffer.withLock { bytes -> Bool in
             bytes.append(contentsOf: text.utf8)
@@ -90,6 +113,7 @@ public final class Console: Sendable {
     }
 
     public func error(_ text: String) {
+        let text = safe(text)
         if let sink { return sink(text + "\n", true) }
         flush()
         FileHandle.standardError.write(Data((text + "\n").utf8))
@@ -103,10 +127,20 @@ public final class Console: Sendable {
         if !bytes.isEmpty { FileHandle.standardOutput.write(Data(bytes)) }
     }
 
+    /// `text` with control characters escaped (colours kept when this console shows them) and
+    /// secrets replaced.
+    private func safe(_ text: String, keepingCarriageReturns: Bool = false) -> String {
+        var text = TerminalText.escape(text, keepingColours: colours, keepingCarriageReturns: keepingCarriageReturns)
+        for secret in secrets.withLock({ $0 }) where text.contains(secret) {
+            text = text.replacingOccurrences(of: secret, with: "***")
+        }
+        return text
+    }
+
     /// A progress line on stderr, only when stderr is a terminal.
     func progress(_ text: String) {
         guard stderrIsTerminal, sink == nil else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[K\(text)".utf8))
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(safe(text))".utf8))
     }
 
     func endProgress() {
@@ -139,7 +173,7 @@ struct Root: ParsableCommand {
         subcommands: [
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
             TimelineCommand.self, ExtractCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self,
-            ShipCommand.self, StatsCommand.self, DemoCommand.self,
+            ShipCommand.self, MigrateCommand.self, StatsCommand.self, DemoCommand.self,
         ]
     )
 }

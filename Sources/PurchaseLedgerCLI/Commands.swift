@@ -145,6 +145,7 @@ struct ReplayCommand: ParsableCommand {
         if [at != nil, until != nil, firstAnomaly, when != nil].filter({ $0 }).count > 1 {
             throw ValidationError("give at most one of --at, --until, --first-anomaly and --when")
         }
+        try NumberOption.check("--at", at, 0...Int64.max)
     }
 
     func run() throws {
@@ -306,6 +307,11 @@ struct EventsCommand: ParsableCommand {
     @Option(help: "Start at this seq.") var from: Int64 = 1
     @Option(help: "Stop after this many events.") var limit: Int?
     @Flag(help: "One JSON object per line, as export writes them.") var json = false
+
+    func validate() throws {
+        try NumberOption.check("--from", from, 1...Int64.max)
+        try NumberOption.check("--limit", limit, 0...Int.max)
+    }
 
     func run() throws {
         let console = Console.current

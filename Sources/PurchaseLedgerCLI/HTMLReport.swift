@@ -75,7 +75,11 @@ struct HTMLReport {
         for currency in currencies { html += revenueChart(daily.filter { $0.currency == currency }, currency: currency) }
         html += "</div>\n"
 
-        html += "<h2>\(esc(table.title)) (\(table.rows.count))</h2>\n<table><thead><tr>"
+        html += "<h2>\(esc(table.title)) (\(table.rows.count))</h2>\n"
+        if let cut = table.truncatedAt {
+            html += "<p class=\"note\">The report stops at --limit \(cut) rows: more rows match. Run it again with a higher --limit to see them all.</p>\n"
+        }
+        html += "<table><thead><tr>"
         html += table.columns.map { "<th>\(esc($0))</th>" }.joined() + "</tr></thead><tbody>\n"
         for row in table.rows { html += "<tr>" + row.map { "<td>\(esc($0))</td>" }.joined() + "</tr>\n" }
         html += "</tbody>"

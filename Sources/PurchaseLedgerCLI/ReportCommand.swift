@@ -20,6 +20,8 @@ struct ReportTable {
     /// Total rows (the revenue view's per-currency totals), shown after the rows, with their JSON.
     var totals: [[String]]
     var totalsJSON: [String]?
+    /// The `--limit` that cut the rows, when more rows matched than it let through.
+    var truncatedAt: Int?
 
     init(
         title: String, columns: [String], rows: [[String]], json: @autoclosure @escaping () -> [String], transactions: [String] = [],
@@ -85,6 +87,9 @@ struct ReportCommand: ParsableCommand {
         if groupBy != nil && view != .revenue {
             throw ValidationError("--group-by applies to the revenue view only (add --view revenue)")
         }
+        // Seconds as a Duration must not overflow (about 292 years of nanoseconds).
+        try NumberOption.check("--idle", idle, 0...(Int(Int64.max / 1_000_000_000) - 1))
+        try NumberOption.check("--limit", limit, 1...Int(Int32.max))
     }
 
     func run() throws {
@@ -151,24 +156,29 @@ struct ReportCommand: ParsableCommand {
             var rows = [table.columns] + table.rows
             if !table.totals.isEmpty { rows += [table.columns.map { String(repeating: "-", count: $0.count) }] + table.totals }
             console.print(textTable(rows, console: console))
-            console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
+            console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")" + (table.truncatedAt != nil ? " (cut by --limit)" : ""))
+            if let cut = table.truncatedAt { console.error("note: the report stops at --limit \(cut) rows; more rows match (raise --limit to see them)") }
         case .csv:
             // A view with totals marks each row in a first column: `row` (a product line) or `total`.
             let marked = table.totalsJSON != nil
-            console.print(((marked ? ["kind"] : []) + table.columns).map(csvField).joined(separator: ","))
-            for row in table.rows { console.print(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
-            for row in table.totals { console.print((["total"] + row).map(csvField).joined(separator: ",")) }
+            console.printData(((marked ? ["kind"] : []) + table.columns).map(csvField).joined(separator: ","))
+            for row in table.rows { console.printData(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
+            for row in table.totals { console.printData((["total"] + row).map(csvField).joined(separator: ",")) }
+            if let cut = table.truncatedAt { console.error("note: the report stops at --limit \(cut) rows; more rows match (raise --limit to see them)") }
         case .json:
             // One row per line, so a large report stays readable and diffable.
             func lines(_ rows: [String]) -> String { "[" + rows.joined(separator: ",\n") + "]" }
-            if let totals = table.totalsJSON {
-                console.print(
-                    JSONWriter.object { w in
-                        w.key("rows"); w.raw(lines(table.json)); w.key("totals"); w.raw(lines(totals))
-                    })
-            } else {
-                console.print(lines(table.json))
-            }
+            console.print(
+                JSONWriter.object { w in
+                    w.key("rows")
+                    w.raw(lines(table.json))
+                    if let totals = table.totalsJSON {
+                        w.key("totals")
+                        w.raw(lines(totals))
+                    }
+                    w.field("truncated", table.truncatedAt != nil)
+                    if let cut = table.truncatedAt { w.field("limit", cut) }
+                })
         case .html:
             console.print(try html())
         }
@@ -187,7 +197,7 @@ struct ReportCommand: ParsableCommand {
     func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportData {
         switch view {
         case .history: .history(try ledger.purchaseHistory(historyQuery(from: from, to: to)), devices: nil)
-        case .undelivered: .history(try ledger.undelivered(limit: limit), devices: nil)
+        case .undelivered: .history(try ledger.undelivered(limit: limit + 1), devices: nil)
         case .revenue: .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy))
         case .stuck: .stuck(try ledger.stuckDownloads(idle: .seconds(idle)), devices: nil)
         case .unfinished: .unfinished(try ledger.unfinishedTransactions(), devices: nil)
@@ -198,7 +208,7 @@ struct ReportCommand: ParsableCommand {
     func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?) async throws -> ReportData {
         switch view {
         case .history, .undelivered:
-            let entries = view == .history ? try await fleet.purchaseHistory(historyQuery(from: from, to: to)) : try await fleet.undelivered(limit: limit)
+            let entries = view == .history ? try await fleet.purchaseHistory(historyQuery(from: from, to: to)) : try await fleet.undelivered(limit: limit + 1)
             return .history(entries.map(\.entry), devices: entries.map(\.ledgerID))
         case .revenue: return .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy))
         case .stuck:
@@ -212,7 +222,8 @@ struct ReportCommand: ParsableCommand {
     }
 
     func historyQuery(from: Timestamp?, to: Timestamp?) -> PurchaseHistoryQuery {
-        PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit)
+        // One row more than asked for: whether it comes says whether --limit cut the report.
+        PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit + 1)
     }
 
     func makeTable(_ data: ReportData) -> ReportTable {
@@ -227,8 +238,13 @@ struct ReportCommand: ParsableCommand {
         }
         let deviceColumn = { (devices: [String]?) in devices == nil ? [] : ["device"] }
         switch data {
-        case .history(let entries, let devices):
-            return ReportTable(
+        case .history(var entries, var devices):
+            let cut = entries.count > limit
+            if cut {
+                entries.removeLast(entries.count - limit)
+                devices = devices.map { Array($0.prefix(limit)) }
+            }
+            var table = ReportTable(
                 title: view == .history ? "Purchase history" : "Paid but never delivered",
                 columns: deviceColumn(devices) + [
                     "purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
@@ -264,6 +280,8 @@ struct ReportCommand: ParsableCommand {
                     }
                 },
                 transactions: entries.map(\.transaction.transaction))
+            table.truncatedAt = cut ? limit : nil
+            return table
         case .revenue(let lines):
             /// The figures a revenue line and a currency's total share, amounts as exact decimal strings.
             func amounts(_ w: inout JSONWriter, _ purchases: Int, _ units: Int, _ refunded: Int, _ gross: Decimal, _ refunds: Decimal) {
@@ -364,13 +382,4 @@ struct ReportCommand: ParsableCommand {
                 + (d.copiedOut ? " copied to \(d.destination ?? "")" : "") + (d.lost ? " LOST" : "") + (d.discarded ? " discarded" : "")
         }.joined(separator: "; ")
     }
-}
-
-/// RFC 4180: quote fields holding a comma, quote, CR or LF; double the quotes inside.
-func csvField(_ s: String) -> String {
-    // Over the UTF-8 bytes, not the characters: these four are ASCII, and walking grapheme
-    // clusters showed in the profile of a large report.
-    guard s.utf8.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") })
-    else { return s }
-    return "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\""
 }

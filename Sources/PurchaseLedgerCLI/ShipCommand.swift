@@ -10,8 +10,8 @@ struct ShipCommand: ParsableCommand {
         discussion: """
             Each ledger goes in one PostgreSQL transaction: the events the server does not hold yet, and \
             the ledger's projections after them, computed by the same reducer. Shipping again sends only \
-            what is new; a ship killed at any moment leaves the server as it was. An empty database is made \
-            a fleet store on the first ship (Migrations/postgres).
+            what is new; a ship killed at any moment leaves the server as it was. Ship runs no DDL: make \
+            the database a fleet store first with `purchase-ledger migrate URL` (as its owner).
 
             A ledger whose file was tampered with (its hash chain breaks), or whose history differs from \
             what was shipped before, is refused with the seq, and nothing of it is written; the other \
@@ -28,7 +28,7 @@ struct ShipCommand: ParsableCommand {
     @Argument(help: "The ledger files.", completion: .file(extensions: ["ledger"]))
     var ledgers: [String]
 
-    @Option(help: "The fleet store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.")
+    @Option(help: "The fleet store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=...].")
     var to: String
 
     @Flag(help: "Print a JSON summary instead of text.")
@@ -42,7 +42,8 @@ struct ShipCommand: ParsableCommand {
 
     func validate() throws {
         guard !ledgers.isEmpty else { throw ValidationError("give at least one ledger file") }
-        guard FleetAddress.isURL(to) else { throw ValidationError("--to takes a postgres:// URL, not \(to)") }
+        try NumberOption.check("--connections", connections, 1...64)
+        guard FleetAddress.isURL(to) else { throw ValidationError("--to takes a postgres:// URL, not \(FleetAddress.redacted(to))") }
     }
 
     struct Outcome: Sendable {
@@ -58,7 +59,7 @@ struct ShipCommand: ParsableCommand {
         let (ledgers, url, showProgress, connections) = (self.ledgers, to, console.stderrIsTerminal && !json, max(1, self.connections))
         let started = ContinuousClock.now
         let outcomes: [Outcome] = try blocking { [configuration] in
-            let fleet = try await FleetStore.connect(url, create: true)
+            let fleet = try await FleetStore.connect(url)
             do {
                 let shipped = try await fleet.ship(paths: ledgers, configuration: configuration, connections: connections) { done, total in
                     if showProgress { console.error("shipped \(done) of \(total) ledgers") }

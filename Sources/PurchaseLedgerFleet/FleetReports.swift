@@ -86,14 +86,13 @@ extension FleetStore {
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the fleet's latest
     /// download activity), oldest first.
     public func stuckDownloads(idle: Duration = .seconds(3600), asOf: Timestamp? = nil) async throws -> [FleetDownload] {
-        let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
         var now = asOf.map(Projector.ms)
         if now == nil {
             now = try await fetch("SELECT coalesce(max(last_activity_at_ms), 0) AS now FROM downloads").first?["now"] ?? 0
         }
         return try await fetch(
             """
-            SELECT * FROM downloads WHERE started AND state IN ('waiting', 'active') AND last_activity_at_ms <= \(now! - idleMs)
+            SELECT * FROM downloads WHERE started AND state IN ('waiting', 'active') AND last_activity_at_ms <= \(StuckCutoff.milliseconds(now: now!, idle: idle))
             ORDER BY last_activity_at_ms, download_id COLLATE "C", ledger_id
             """
         ).map { FleetDownload(ledgerID: $0["ledger_id"], download: DownloadRecord(row: $0)) }

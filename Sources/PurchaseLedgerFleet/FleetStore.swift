@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Logging
 import NIOCore
+import NIOSSL
 import PostgresNIO
 import PurchaseLedger
 
@@ -19,6 +20,13 @@ public struct FleetError: Error, Sendable, CustomStringConvertible {
         case schemaTooNew
         /// The connection string is not a `postgres://` URL.
         case badURL
+        /// TLS was required and could not be had: the server offers none, its certificate did
+        /// not verify, or the handshake failed.
+        case tls
+        /// The role lacks a privilege the operation needs (docs/fleet.md lists the GRANTs).
+        case permission
+        /// The fleet schema is missing or older than this version: run `purchase-ledger migrate`.
+        case notMigrated
         /// Any other error the server reported.
         case server
     }
@@ -32,51 +40,6 @@ public struct FleetError: Error, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
-}
-
-/// Where a fleet store is: parsed from `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE`.
-///
-/// The password may instead come from the `PGPASSWORD` environment variable; `?host=/dir` (a
-/// directory) connects through the Unix socket `/dir/.s.PGSQL.PORT`, as libpq does.
-public struct FleetAddress: Sendable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-    public var user: String
-    public var password: String?
-    public var database: String
-    public var socketDirectory: String?
-
-    public init(_ url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
-        guard let components = URLComponents(string: url), ["postgres", "postgresql"].contains(components.scheme ?? "") else {
-            throw FleetError(.badURL, "\(url) is not a PostgreSQL URL; give postgres://USER@HOST:PORT/DATABASE")
-        }
-        host = components.host.flatMap { $0.isEmpty ? nil : $0 } ?? "localhost"
-        port = components.port ?? 5432
-        user = components.user ?? environment["PGUSER"] ?? "postgres"
-        password = components.password ?? environment["PGPASSWORD"]
-        database = String(components.path.drop { $0 == "/" })
-        if database.isEmpty { database = user }
-        socketDirectory = components.queryItems?.first { $0.name == "host" }?.value.flatMap { $0.hasPrefix("/") ? $0 : nil }
-    }
-
-    /// Whether `text` is a `postgres://` or `postgresql://` URL rather than a ledger path.
-    public static func isURL(_ text: String) -> Bool {
-        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
-    }
-
-    /// The URL without its password.
-    public var description: String {
-        "postgres://\(user)@\(socketDirectory ?? host):\(port)/\(database)"
-    }
-
-    var configuration: PostgresConnection.Configuration {
-        if let socketDirectory {
-            return .init(unixSocketPath: "\(socketDirectory)/.s.PGSQL.\(port)", username: user, password: password, database: database)
-        }
-        var configuration = PostgresConnection.Configuration(host: host, port: port, username: user, password: password, database: database, tls: .disable)
-        configuration.options.connectTimeout = .seconds(10)
-        return configuration
-    }
 }
 
 /// A PostgreSQL database holding many ledgers: their logs, their projections (each row keyed by
@@ -108,30 +71,62 @@ public final class FleetStore: Sendable {
         self.logger = logger
     }
 
-    /// Connects to the database at `url`. With `create`, an empty database is made a fleet store
-    /// (pending migrations are applied, in order, each once); without it, the database must
-    /// already be one. Throws ``FleetError``.
-    public static func connect(_ url: String, create: Bool = false) async throws -> FleetStore {
-        try await connect(address: try FleetAddress(url), create: create)
+    /// Connects to the fleet store at `url`. Runs no DDL: the database must already hold this
+    /// version's schema (``FleetError/Code-swift.enum/notMigrated`` says to run
+    /// `purchase-ledger migrate`), so a role with the shipping or reporting rights of
+    /// docs/fleet.md is enough. With `migrate`, pending migrations are applied first
+    /// (``migrate(_:)``, the owner's rights). Throws ``FleetError``.
+    public static func connect(_ url: String, migrate: Bool = false) async throws -> FleetStore {
+        let address = try FleetAddress(url)
+        if migrate { _ = try await FleetStore.migrate(address: address) }
+        return try await connect(address: address)
     }
 
-    static func connect(address: FleetAddress, create: Bool) async throws -> FleetStore {
-        var logger = Logger(label: "purchase-ledger.fleet")
-        logger.logLevel = .critical
-        let connection: PostgresConnection
+    /// Creates or upgrades the fleet schema at `url`: makes an empty database a fleet store, or
+    /// applies the migrations it lacks, in order, each once, under an advisory lock (two
+    /// migrations started together apply each once). Needs the rights of the schema's owner.
+    /// Returns the migrations applied (none when it was up to date). Refuses a database that
+    /// holds other tables, or one migrated by a newer version.
+    @discardableResult
+    public static func migrate(_ url: String) async throws -> [String] {
+        try await migrate(address: try FleetAddress(url))
+    }
+
+    static func migrate(address: FleetAddress) async throws -> [String] {
+        let store = try await open(address)
         do {
-            connection = try await PostgresConnection.connect(configuration: address.configuration, id: 1, logger: logger)
+            let applied = try await store.run { try await store.applyMigrations() }
+            await store.close()
+            return applied
         } catch {
-            throw FleetStore.describe(error, address: address)
+            await store.close()
+            throw error
         }
-        let store = FleetStore(address: address, connection: connection, logger: logger)
+    }
+
+    static func connect(address: FleetAddress) async throws -> FleetStore {
+        let store = try await open(address)
         do {
-            try await store.prepare(create: create)
+            try await store.run { try await store.checkSchema() }
         } catch {
             await store.close()
             throw error
         }
         return store
+    }
+
+    private static func open(_ address: FleetAddress) async throws -> FleetStore {
+        var logger = Logger(label: "purchase-ledger.fleet")
+        logger.logLevel = .critical
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: try address.configuration(), id: 1, logger: logger)
+        } catch let error as FleetError {
+            throw error
+        } catch {
+            throw FleetStore.describe(error, address: address)
+        }
+        return FleetStore(address: address, connection: connection, logger: logger)
     }
 
     /// Closes the connection. A store released without it closes its connection itself.
@@ -150,61 +145,63 @@ public final class FleetStore: Sendable {
     /// The migrations this version knows, from `Migrations/postgres/NNNN_name.sql`, oldest first.
     public static var migrationNames: [String] { embeddedMigrations.map(\.name) }
 
-    private func prepare(create: Bool) async throws {
-        try await run {
-            let hasMigrations =
-                try await connection.query(
-                    "SELECT to_regclass('public.fleet_migrations') IS NOT NULL", logger: logger
-                ).collect().first?.decode(Bool.self) ?? false
-            if !hasMigrations {
+    /// The migrations the server has applied; nil when it has no fleet_migrations table.
+    private func appliedMigrations() async throws -> Set<String>? {
+        let exists =
+            try await connection.query("SELECT to_regclass('public.fleet_migrations') IS NOT NULL", logger: logger).collect().first?.decode(Bool.self) ?? false
+        guard exists else { return nil }
+        var applied = Set<String>()
+        for try await name in try await connection.query("SELECT name FROM fleet_migrations", logger: logger).decode(String.self) {
+            applied.insert(name)
+        }
+        let known = Set(FleetStore.migrationNames)
+        if let unknown = applied.subtracting(known).sorted().last {
+            throw FleetError(
+                .schemaTooNew,
+                "\(address) was migrated by a newer purchase-ledger (it has \(unknown); this version knows up to \(FleetStore.migrationNames.last ?? "none")); upgrade to use it"
+            )
+        }
+        return applied
+    }
+
+    /// Reads, never writes: the schema must be this version's.
+    private func checkSchema() async throws {
+        guard let applied = try await appliedMigrations() else {
+            throw FleetError(
+                .notMigrated, "\(address) is not a purchase-ledger fleet store yet (no fleet_migrations table); run `purchase-ledger migrate \(address)` as its owner first")
+        }
+        if let pending = embeddedMigrations.first(where: { !applied.contains($0.name) }) {
+            throw FleetError(.notMigrated, "\(address) needs migration \(pending.name); run `purchase-ledger migrate \(address)` as its owner first")
+        }
+    }
+
+    /// Applies pending migrations under an advisory lock; refuses a database migrated by a newer
+    /// version, or one that holds tables of something else.
+    private func applyMigrations() async throws -> [String] {
+        try await transaction {
+            try await connection.query("SELECT pg_advisory_xact_lock(7074127443)", logger: logger)
+            let applied: Set<String>
+            if let known = try await appliedMigrations() {
+                applied = known
+            } else {
                 let tables =
-                    try await connection.query(
-                        """
-                        SELECT count(*) FROM pg_tables WHERE schemaname = 'public'
-                        """, logger: logger
-                    ).collect().first?.decode(Int64.self) ?? 0
-                guard create else {
-                    throw FleetError(.notAFleetStore, "\(address) is not a purchase-ledger fleet store (no fleet_migrations table); ship a ledger into it first")
-                }
+                    try await connection.query("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", logger: logger).collect().first?.decode(Int64.self) ?? 0
                 guard tables == 0 else {
                     throw FleetError(
                         .notAFleetStore, "\(address) holds \(tables) other table\(tables == 1 ? "" : "s") and is not a purchase-ledger fleet store; give an empty database")
                 }
-            }
-            try await migrate(create: create)
-        }
-    }
-
-    /// Applies pending migrations under an advisory lock (two shippers starting together migrate
-    /// once); refuses a database migrated by a newer version.
-    private func migrate(create: Bool) async throws {
-        try await connection.query(
-            """
-            CREATE TABLE IF NOT EXISTS fleet_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
-            """, logger: logger)
-        try await transaction {
-            try await connection.query("SELECT pg_advisory_xact_lock(7074127443)", logger: logger)
-            var applied = Set<String>()
-            for try await name in try await connection.query("SELECT name FROM fleet_migrations", logger: logger).decode(String.self) {
-                applied.insert(name)
-            }
-            let known = Set(FleetStore.migrationNames)
-            if let unknown = applied.subtracting(known).sorted().last {
-                throw FleetError(
-                    .schemaTooNew,
-                    "\(address) was migrated by a newer purchase-ledger (it has \(unknown); this version knows up to \(FleetStore.migrationNames.last ?? "none")); upgrade to use it"
-                )
+                try await connection.query(
+                    "CREATE TABLE fleet_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", logger: logger)
+                applied = []
             }
             let pending = embeddedMigrations.filter { !applied.contains($0.name) }
-            if !pending.isEmpty && !create {
-                throw FleetError(.notAFleetStore, "\(address) needs migration \(pending[0].name); ship into it to apply it")
-            }
             for migration in pending {
                 for statement in FleetStore.statements(migration.sql) {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 try await connection.query("INSERT INTO fleet_migrations (name) VALUES (\(migration.name))", logger: logger)
             }
+            return pending.map(\.name)
         }
     }
 
@@ -255,26 +252,61 @@ public final class FleetStore: Sendable {
     }
 
     static func describe(_ error: any Error, address: FleetAddress) -> FleetError {
+        if isTLSError(error) {
+            return FleetError(.tls, "TLS with \(address) failed (sslmode=\(address.tlsMode.rawValue)): \(tlsReason(error))")
+        }
         guard let error = error as? PSQLError else {
             return FleetError(.server, "\(address): \(String(reflecting: error))")
         }
         let state = error.serverInfo?[.sqlState] ?? ""
         let message = error.serverInfo?[.message] ?? ""
         switch error.code {
+        case .server where state == "28000" && message.contains("pg_hba.conf") && (message.contains("no encryption") || message.contains("SSL off")):
+            return FleetError(
+                .tls,
+                "\(address): the server accepts no plain-text connection from here (\(message)); connect with TLS: ?sslmode=require, or verify-full with sslrootcert"
+            )
+        case .server where state == "28000" && message.contains("pg_hba.conf"):
+            return FleetError(.authentication, "\(address): the server's pg_hba.conf lets no such connection in (\(message))")
         case .server where state.hasPrefix("28"):
             return FleetError(.authentication, "\(address): the server refused the credentials of user \(address.user) (\(message))")
         case .server where state == "3D000":
             return FleetError(.notAFleetStore, "\(address): \(message)")
+        case .server where state == "42501":
+            return FleetError(
+                .permission, "\(address): role \(address.user) lacks a privilege (\(message)); docs/fleet.md lists the GRANTs for shipping and reporting roles")
         case .server:
-            return FleetError(.server, "\(address): PostgreSQL error \(state): \(message)")
+            let context = error.serverInfo?[.locationContext].map { " (\($0.prefix(200)))" } ?? ""
+            return FleetError(.server, "\(address): PostgreSQL error \(state): \(message)\(context)")
+        case .sslUnsupported:
+            return FleetError(.tls, "\(address) does not offer TLS, and sslmode=\(address.tlsMode.rawValue) never falls back to plain text")
         case .authMechanismRequiresPassword:
             return FleetError(.authentication, "\(address): the server asks user \(address.user) for a password; put it in the URL or in PGPASSWORD")
-        case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown:
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .failedToAddSSLHandler:
+            if let tls = error.underlying, isTLSError(tls) {
+                return FleetError(.tls, "TLS with \(address) failed (sslmode=\(address.tlsMode.rawValue)): \(tlsReason(tls))")
+            }
             let cause = error.underlying.map { "\($0)" } ?? "the connection was closed"
             return FleetError(.unreachable, "cannot reach PostgreSQL at \(address): \(cause)")
         default:
             return FleetError(.server, "\(address): \(error.code)")
         }
+    }
+
+    /// Why a TLS handshake failed, in words: the certificate checks say which.
+    private static func tlsReason(_ error: any Error) -> String {
+        let text = "\(error)"
+        if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("certificate verify failed") {
+            return "the server's certificate did not verify against the trusted authorities (sslrootcert) (\(text))"
+        }
+        if text.contains("failedToValidateHostname") {
+            return "the server's certificate does not name the host connected to (\(text)); verify-full checks the name, verify-ca does not"
+        }
+        return text
+    }
+
+    private static func isTLSError(_ error: any Error) -> Bool {
+        error is NIOSSLError || error is NIOSSLExtraError || error is BoringSSLError
     }
 }
 

@@ -16,13 +16,15 @@ package final class LocalPostgres: Sendable {
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/DATABASE`.
-    package func url(database: String = "postgres", password: String? = nil) -> String {
-        "postgres://postgres:\(password ?? self.password)@127.0.0.1:\(port)/\(database)"
+    package func url(database: String = "postgres", password: String? = nil, host: String = "127.0.0.1", user: String = "postgres") -> String {
+        "postgres://\(user):\(password ?? self.password)@\(host):\(port)/\(database)"
     }
 
     /// Starts a server. `durable: false` turns fsync off (tests); the benchmark keeps it on.
-    /// `settings` are more `-c name=value` server settings.
-    package init(durable: Bool = false, settings: [String] = []) throws {
+    /// `settings` are more `-c name=value` server settings. With `tls` (PEM files of a server
+    /// certificate and its key), the server runs with `ssl=on`; `hba` replaces `pg_hba.conf`
+    /// (for example `hostssl` lines only, so that plain-text connections over TCP are refused).
+    package init(durable: Bool = false, settings: [String] = [], tls: (certificate: String, key: String)? = nil, hba: String? = nil) throws {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         guard let version = versions.compactMap(Int.init).max() else {
             throw Failure(description: "no PostgreSQL server in /usr/lib/postgresql; run Tools/ensure-dependencies.sh --with-postgres")
@@ -34,6 +36,13 @@ package final class LocalPostgres: Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let passwordFile = directory + "/password"
         try Data(password.utf8).write(to: URL(fileURLWithPath: passwordFile))
+        var settings = settings
+        if let tls {
+            try FileManager.default.copyItem(atPath: tls.certificate, toPath: directory + "/server.crt")
+            try FileManager.default.copyItem(atPath: tls.key, toPath: directory + "/server.key")
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: directory + "/server.key")
+            settings += ["ssl=on", "ssl_cert_file=\(directory)/server.crt", "ssl_key_file=\(directory)/server.key"]
+        }
         if asUser != nil {
             try LocalPostgres.run("/bin/chown", ["-R", "postgres:postgres", directory])
         }
@@ -44,6 +53,11 @@ package final class LocalPostgres: Sendable {
                     "-D", directory + "/data", "-U", "postgres", "--auth-host=scram-sha-256", "--auth-local=trust",
                     "--pwfile=\(passwordFile)", "-E", "UTF8", "--locale=C", "--no-sync",
                 ])
+            if let hba {
+                let path = directory + "/data/pg_hba.conf"
+                try Data(hba.utf8).write(to: URL(fileURLWithPath: path))
+                if asUser != nil { try LocalPostgres.run("/bin/chown", ["postgres:postgres", path]) }
+            }
             let options =
                 "-p \(port) -k \(directory) -c listen_addresses=127.0.0.1" + (durable ? "" : " -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
                 + settings.map { " -c \($0)" }.joined()

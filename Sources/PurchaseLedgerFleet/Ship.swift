@@ -55,7 +55,7 @@ extension FleetStore {
         var stores = [self]
         do {
             for _ in 1..<max(1, min(connections, batches.count)) {
-                stores.append(try await FleetStore.connect(address: address, create: false))
+                stores.append(try await FleetStore.connect(address: address))
             }
         } catch {
             for store in stores.dropFirst() { await store.close() }
@@ -119,6 +119,11 @@ extension FleetStore {
                 guard let identity = try ledger.identity() else {
                     throw LedgerError.make(.io, "\(entry.path) has no ledger id yet (made by an older version and only opened read-only); open it for writing once")
                 }
+                // A fleet keys every row by a uuid: an id edited into something else is this
+                // file's problem, not the batch's.
+                guard UUID(uuidString: identity.id) != nil else {
+                    throw LedgerError.make(.notALedger, "\(entry.path): its ledger id \(identity.id.debugDescription.prefix(80)) is not a ledger id (a UUID)")
+                }
                 opened.append((i, ledger, identity))
             } catch let error as LedgerError {
                 outcomes[i] = ShipOutcome(path: entry.path, result: .failure(error))
@@ -127,13 +132,39 @@ extension FleetStore {
             }
         }
         if !opened.isEmpty {
+            do {
+                try await shipInOneTransaction(opened, into: &outcomes)
+            } catch let error as FleetError where error.code == .server {
+                // A value the server refused (checked in Swift where it can be, but the server
+                // has the last word) rolls back the whole batch: ship its ledgers one by one, so
+                // only the ledger that holds it is refused, with the server's reason.
+                for entry in opened {
+                    do {
+                        try await shipInOneTransaction([entry], into: &outcomes)
+                    } catch let error as FleetError where error.code == .server {
+                        outcomes[entry.index] = ShipOutcome(
+                            path: entry.ledger.path,
+                            result: .failure(
+                                LedgerError.make(.io, "\(entry.ledger.path) (ledger \(entry.identity.id)): the fleet store refused a value: \(error.message)")))
+                    }
+                }
+            }
+        }
+        return outcomes.map { $0! }
+    }
+
+    private func shipInOneTransaction(_ opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)], into outcomes: inout [ShipOutcome?]) async throws {
+        do {
             try await run {
                 try await transaction {
                     try await shipLocked(opened, into: &outcomes)
                 }
             }
+        } catch {
+            // What the rolled-back transaction wrote of the catalog is gone: write it again next time.
+            lastCatalog.withLock { $0 = nil }
+            throw error
         }
-        return outcomes.map { $0! }
     }
 
     private func shipLocked(_ opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)], into outcomes: inout [ShipOutcome?]) async throws {
@@ -166,6 +197,9 @@ extension FleetStore {
             guard let held = server[id] else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
             do {
                 let shipment = try entry.ledger.shipment(after: held.seq, link: held.link)
+                if let field = shipment.textHoldingNUL() {
+                    throw LedgerError.make(.malformedInput, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
+                }
                 outcomes[entry.index] = ShipOutcome(
                     path: entry.ledger.path,
                     result: .success(
@@ -490,5 +524,21 @@ struct CopyBinary {
     mutating func finish() -> ByteBuffer {
         buffer.writeInteger(Int16(-1))
         return take()
+    }
+}
+
+extension Shipment {
+    /// The first text value (as `table.column`, or `events.stream`) holding a NUL byte: SQLite
+    /// stores one, PostgreSQL's text refuses it.
+    func textHoldingNUL() -> String? {
+        for chained in events where chained.event.stream.utf8.contains(0) { return "events.stream at seq \(chained.event.seq)" }
+        for (table, rows) in projections {
+            for row in rows {
+                for (i, value) in row.enumerated() {
+                    if case .string(let text) = value.storage, text.utf8.contains(0) { return "\(table.name).\(table.columns[i])" }
+                }
+            }
+        }
+        return nil
     }
 }

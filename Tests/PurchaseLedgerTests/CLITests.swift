@@ -265,7 +265,7 @@ let sampleLog = """
         #expect(csv[0].hasPrefix("purchased,transaction,store id"))
         #expect(csv[1].contains(#","ch1 1.0 finished copied to Documents/book, ""final""","#), "RFC 4180 quoting")
         let json = try cli(["report", ledger, "--format", "json"])
-        let entries = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+        let entries = try #require((try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["rows"] as? [[String: Any]])
         #expect(entries.first?["price"] as? String == "4.99")
         let html = try cli(["report", ledger, "--format", "html"])
         #expect(html.stdout.hasPrefix("<!doctype html>") && !html.stdout.contains("<script"))

@@ -18,12 +18,17 @@ enum FleetServer {
         ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).contains { Int($0) != nil }
     }
 
-    /// A new empty database's URL.
-    static func database() throws -> (LocalPostgres, String) {
+    /// A new database's URL: a fleet store (migrated by `purchase-ledger migrate`), or empty.
+    static func database(migrated: Bool = true) throws -> (LocalPostgres, String) {
         let server = try shared.get()
         let name = "fleet_" + UUID().uuidString.prefix(8).lowercased()
         try server.createDatabase(name)
-        return (server, server.url(database: name))
+        let url = server.url(database: name)
+        if migrated {
+            let result = try cli(["migrate", url])
+            guard result.status == 0 else { throw LocalPostgres.Failure(description: "migrate failed: \(result.stderr)") }
+        }
+        return (server, url)
     }
 }
 
@@ -96,7 +101,7 @@ struct FleetTests {
         let ledger = try Ledger(path: path)
         _ = try ledger.append(contentsOf: Array(events.prefix(2500)))
 
-        let fleet = try await FleetStore.connect(url, create: true)
+        let fleet = try await FleetStore.connect(url, migrate: true)
         let first = try await fleet.ship(ledger)
         #expect(first.shippedEvents == Int(try ledger.lastSeq()) && first.alreadyShipped == 0)
         let again = try await fleet.ship(ledger)
@@ -144,7 +149,7 @@ struct FleetTests {
         let path = dir.path("awkward.ledger")
         let ledger = try Ledger(path: path)
         _ = try ledger.append(contentsOf: try lines.map { try JSONLines.decode($0) })
-        let fleet = try await FleetStore.connect(url, create: true)
+        let fleet = try await FleetStore.connect(url, migrate: true)
         #expect(try await fleet.ship(ledger).shippedEvents == lines.count)
         let id = try #require(try ledger.identity()).id
         try await FleetFixture.expectSameProjections(ledger, fleet, id: id)
@@ -332,7 +337,7 @@ struct FleetTests {
         let dir = try TemporaryDirectory()
         let path = dir.path("a.ledger")
         _ = try Ledger(path: path).append(Event(at: Timestamp.parse("2024-03-01T00:00:00Z"), .restoreStarted(user: "u1")))
-        let (server, url) = try FleetServer.database()
+        let (server, url) = try FleetServer.database(migrated: false)
 
         let unreachable = try cli(["ship", path, "--to", "postgres://postgres@127.0.0.1:1/fleet"])
         #expect(unreachable.status == 3 && unreachable.stderr.contains("cannot reach PostgreSQL"), "\(unreachable.stderr)")
@@ -341,19 +346,28 @@ struct FleetTests {
         let noDatabase = try cli(["report", server.url(database: "missing_db"), "--view", "revenue"])
         #expect(noDatabase.status == 3 && noDatabase.stderr.contains("missing_db"), "\(noDatabase.stderr)")
 
-        // Not a fleet store: a report on an empty database, a ship into someone else's tables.
-        let empty = try cli(["report", url, "--view", "revenue"])
-        #expect(empty.status == 3 && empty.stderr.contains("not a purchase-ledger fleet store"), "\(empty.stderr)")
+        // Not a fleet store yet: a report or a ship on an empty database says to migrate, and
+        // writes nothing; migrate refuses someone else's tables.
+        for command in [["report", url, "--view", "revenue"], ["ship", path, "--to", url]] {
+            let empty = try cli(command)
+            #expect(empty.status == 3 && empty.stderr.contains("not a purchase-ledger fleet store yet") && empty.stderr.contains("purchase-ledger migrate"), "\(empty.stderr)")
+        }
+        let database = String(url.split(separator: "/").last!)
+        #expect(try server.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
         let name = "other_" + UUID().uuidString.prefix(6).lowercased()
         try server.createDatabase(name)
         try server.psql("CREATE TABLE invoices (id int)", database: name)
-        let foreign = try cli(["ship", path, "--to", server.url(database: name)])
+        let foreign = try cli(["migrate", server.url(database: name)])
         #expect(foreign.status == 3 && foreign.stderr.contains("not a purchase-ledger fleet store"), "\(foreign.stderr)")
         #expect(try server.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database: name).trimmingCharacters(in: .whitespacesAndNewlines) == "1")
 
-        // A store migrated by a newer version.
+        // Migrated (twice: the second applies nothing), then a store migrated by a newer version.
+        let migrated = try cli(["migrate", url])
+        #expect(migrated.status == 0 && migrated.stdout.contains("applied"), "\(migrated.stdout) \(migrated.stderr)")
+        let again = try cli(["migrate", url])
+        #expect(again.status == 0 && again.stdout.contains("up to date"), "\(again.stdout)")
         #expect(try cli(["ship", path, "--to", url]).status == 0)
-        try server.psql("INSERT INTO fleet_migrations (name) VALUES ('9999_from_the_future')", database: String(url.split(separator: "/").last!))
+        try server.psql("INSERT INTO fleet_migrations (name) VALUES ('9999_from_the_future')", database: database)
         let newer = try cli(["report", url, "--view", "revenue"])
         #expect(newer.status == 3 && newer.stderr.contains("newer purchase-ledger"), "\(newer.stderr)")
     }

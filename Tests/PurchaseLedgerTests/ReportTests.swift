@@ -149,7 +149,9 @@ import Testing
         let csv = try cli(["report", path, "--view", "revenue", "--format", "csv"]).stdout
         #expect(csv.contains("atlas,EUR,9.99,2,2,1,19.98,9.99,9.99"))
         let json = try cli(["report", path, "--view", "undelivered", "--format", "json"]).stdout
-        let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        let rows = try #require(object["rows"] as? [[String: Any]])
+        #expect(object["truncated"] as? Bool == false)
         #expect(rows.count == 1 && rows[0]["contentLost"] as? Bool == true)
         for view in ["history", "revenue", "undelivered", "stuck", "unfinished", "failures"] {
             for format in ["table", "csv", "json", "html"] {
@@ -164,7 +166,7 @@ import Testing
         #expect(table.contains("SKErrorDomain") && table.contains("20.00%"))
         // Filters reach SQL as bound parameters: injection attempts find nothing.
         for attack in ["' OR '1'='1", "alice'; DROP TABLE transactions; --", "%", "alice\" OR 1=1 --"] {
-            #expect(try cli(["report", path, "--user", attack, "--format", "json"]).stdout == "[]\n")
+            #expect(try cli(["report", path, "--user", attack, "--format", "json"]).stdout == "{\"rows\":[],\"truncated\":false}\n")
             #expect(try cli(["report", path, "--product", attack, "--format", "csv"]).stdout.split(separator: "\n").count == 1)
         }
         #expect(try cli(["verify", path]).status == 0, "nothing was dropped")

@@ -13,11 +13,14 @@ enum Workload {
         if FileManager.default.fileExists(atPath: path) { return path }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", generator, "-n", String(events), "-o", path + ".part"]
+        // Suites run in parallel and may both generate it: each into a file of its own, then
+        // renamed into place atomically (the generator is deterministic, so either copy is right).
+        let part = path + ".\(UUID().uuidString).part"
+        process.arguments = ["python3", generator, "-n", String(events), "-o", part]
         try process.run()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else { throw LedgerError.make(.io, "the workload generator failed") }
-        try FileManager.default.moveItem(atPath: path + ".part", toPath: path)
+        guard rename(part, path) == 0 else { throw LedgerError.make(.io, "cannot move the workload into \(path): errno \(errno)") }
         return path
     }
 

@@ -53,7 +53,7 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
         let shipPaths = paths
         let shipSeconds = try blocking {
             let start = ContinuousClock.now
-            let fleet = try await FleetStore.connect(server.url(database: "ship_\(run)"), create: true)
+            let fleet = try await FleetStore.connect(server.url(database: "ship_\(run)"), migrate: true)
             let outcomes = try await fleet.ship(paths: shipPaths, batchSize: batchSize, connections: connections)
             await fleet.close()
             for outcome in outcomes { _ = try outcome.result.get() }
@@ -62,7 +62,7 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
         // The ceiling: the same rows COPYed in one go into the same schema.
         try server.psql("CHECKPOINT")
         let copySeconds = try blocking {
-            let fleet = try await FleetStore.connect(server.url(database: "copy_\(run)"), create: true)
+            let fleet = try await FleetStore.connect(server.url(database: "copy_\(run)"), migrate: true)
             let start = ContinuousClock.now
             try await fleet.rawCopy(shipments)
             let seconds = (ContinuousClock.now - start) / .seconds(1)
@@ -126,6 +126,7 @@ func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
     defer { server.stop() }
     try server.createDatabase("fleet")
     let url = server.url(database: "fleet")
+    _ = try blocking { try await FleetStore.migrate(url) }
     let (killed, finished) = try ShipKiller.run(binary: binary, paths: paths, url: url, kills: kills, maxDelay: 1.5, before: devices.grow)
     try devices.grow(kills)
     let final = Process()

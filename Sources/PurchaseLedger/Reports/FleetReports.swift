@@ -98,13 +98,13 @@ extension Ledger {
     public func stuckDownloads(idle: Duration = .seconds(3600), asOf: Timestamp? = nil) throws -> [DownloadRecord] {
         try read { db in
             let now = try asOf.map(Projector.ms) ?? Int64.fetchOne(db, sql: "SELECT max(last_activity_at_ms) FROM downloads") ?? 0
-            let idleMs = idle.components.seconds * 1000 + idle.components.attoseconds / 1_000_000_000_000_000
+            let cutoff = StuckCutoff.milliseconds(now: now, idle: idle)
             return try StatementColumns.fetchAll(
                 db,
                 sql: """
                     SELECT * FROM downloads WHERE started = 1 AND state IN ('waiting', 'active') AND last_activity_at_ms <= ?
                     ORDER BY last_activity_at_ms, download_id
-                    """, arguments: [now - idleMs]
+                    """, arguments: [cutoff]
             ) { DownloadRecord(columns: $0) }
         }
     }
@@ -201,5 +201,19 @@ extension Ledger {
             }
         }
         return result
+    }
+}
+
+/// The last activity time (ms) at or before which a download counts as stuck: `now - idle`,
+/// saturating, so an idle time of centuries (or a negative one) gives an answer, never a trap.
+package enum StuckCutoff {
+    package static func milliseconds(now: Int64, idle: Duration) -> Int64 {
+        let (seconds, overflow) = idle.components.seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return idle.components.seconds > 0 ? Int64.min : Int64.max }
+        let (idleMs, overflow2) = seconds.addingReportingOverflow(idle.components.attoseconds / 1_000_000_000_000_000)
+        if overflow2 { return idle.components.seconds > 0 ? Int64.min : Int64.max }
+        let (cutoff, overflow3) = now.subtractingReportingOverflow(idleMs)
+        if overflow3 { return idleMs > 0 ? Int64.min : Int64.max }
+        return cutoff
     }
 }

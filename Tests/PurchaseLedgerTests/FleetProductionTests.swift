@@ -1,0 +1,220 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+@testable import PurchaseLedgerFleet
+
+/// A certificate authority and server certificates made with openssl, in a folder of the test's.
+struct TestCertificates {
+    let ca: String
+    let otherCA: String
+    /// Signed by `ca`, naming `localhost` only (so verify-full to 127.0.0.1 must fail).
+    let certificate: String
+    let key: String
+
+    init(in dir: TemporaryDirectory) throws {
+        func openssl(_ arguments: [String]) throws {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else { throw LocalPostgres.Failure(description: "openssl \(arguments.joined(separator: " ")) failed") }
+        }
+        for name in ["ca", "other-ca"] {
+            try openssl([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir.path("\(name).key"), "-out", dir.path("\(name).pem"),
+                "-days", "2", "-subj", "/CN=purchase-ledger test \(name)",
+            ])
+        }
+        try openssl(["req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir.path("server.key"), "-out", dir.path("server.csr"), "-subj", "/CN=localhost"])
+        try Data("subjectAltName=DNS:localhost\n".utf8).write(to: URL(fileURLWithPath: dir.path("san.ext")))
+        try openssl([
+            "x509", "-req", "-in", dir.path("server.csr"), "-CA", dir.path("ca.pem"), "-CAkey", dir.path("ca.key"), "-CAcreateserial",
+            "-out", dir.path("server.pem"), "-days", "2", "-extfile", dir.path("san.ext"),
+        ])
+        ca = dir.path("ca.pem")
+        otherCA = dir.path("other-ca.pem")
+        certificate = dir.path("server.pem")
+        key = dir.path("server.key")
+    }
+}
+
+/// A ledger of a few purchases, from the sample log.
+func sampleLedger(_ path: String) throws {
+    _ = try Ledger(path: path).append(contentsOf: try sampleLog.split(separator: "\n").map { try JSONLines.decode(String($0)) })
+}
+
+@Suite(.serialized, .enabled(if: FleetServer.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres)"))
+struct FleetProductionTests {
+    @Test func urlsParseAsLibpqDoesAndTheDefaultTLSModeDependsOnTheHost() throws {
+        let remote = try FleetAddress("postgres://ledger:pw@db.internal/fleet", environment: [:])
+        #expect(remote.tlsMode == .require && remote.host == "db.internal" && remote.port == 5432 && remote.password == "pw")
+        #expect(try FleetAddress("postgres://ledger@127.0.0.1:6543/fleet", environment: [:]).tlsMode == .prefer)
+        #expect(try FleetAddress("postgres://ledger@localhost/fleet", environment: [:]).tlsMode == .prefer)
+        #expect(try FleetAddress("postgres://ledger@[::1]:7000/fleet", environment: [:]).port == 7000)
+        #expect(try FleetAddress("postgres://ledger@db/fleet?sslmode=disable", environment: [:]).tlsMode == .disable)
+        #expect(try FleetAddress("postgres://ledger@db/fleet", environment: ["PGSSLMODE": "verify-full"]).tlsMode == .verifyFull)
+        #expect(try FleetAddress("postgres://ledger@db/fleet?sslmode=prefer", environment: ["PGSSLMODE": "verify-full"]).tlsMode == .prefer, "the URL wins")
+        let rooted = try FleetAddress("postgres://ledger@db/fleet?sslmode=require&sslrootcert=/etc/ca.pem", environment: [:])
+        #expect(rooted.tlsMode == .verifyCA && rooted.rootCertificates == "/etc/ca.pem", "require with a root certificate verifies it, as libpq does")
+        // Unencoded # ? / @ in a password: parsed, never printed.
+        let odd = try FleetAddress("postgres://ledger:s3cr#t/?@x@db.internal:5433/fleet?sslmode=require", environment: [:])
+        #expect(odd.password == "s3cr#t/?@x" && odd.host == "db.internal" && odd.port == 5433 && odd.database == "fleet")
+        #expect(!odd.description.contains("s3cr"))
+        #expect(try FleetAddress("postgres://ledger:p%40ss@db/fleet", environment: [:]).password == "p@ss")
+        #expect(throws: FleetError.self) { try FleetAddress("postgres://ledger@db/fleet?sslmode=sometimes", environment: [:]) }
+        #expect(throws: FleetError.self) { try FleetAddress("postgres://ledger@db:99999/fleet", environment: [:]) }
+        #expect(throws: FleetError.self) { try FleetAddress("postgres://ledger@db/fleet?sslcert=x", environment: [:]) }
+    }
+
+    /// Every error path a malformed or unreachable URL can take, on every command that takes one:
+    /// the password is in none of their output, raw or percent-decoded.
+    @Test func noOutputEverEchoesThePassword() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        try sampleLedger(path)
+        let secret = "s3cr#t/?x"
+        let encoded = "s3cr%23t%2F%3Fx"
+        let urls = [
+            "postgres://ledger:\(secret)@127.0.0.1:1/fleet",
+            "postgres://ledger:\(encoded)@127.0.0.1:1/fleet",
+            "postgres://ledger:\(secret)@127.0.0.1:99999/fleet",
+            "postgres://ledger:\(secret)@127.0.0.1:1/fleet?sslmode=bogus",
+            "postgres://ledger:\(secret)@127.0.0.1:1/fleet?nonsense=1",
+            "postgres://ledger:\(secret)@[::1/fleet",
+            "postgre://ledger:\(secret)@host/fleet",
+            "postgres://ledger:\(secret)@no-such-host.invalid/fleet",
+            "postgres://ledger@127.0.0.1:1/fleet?password=\(secret)",
+        ]
+        var checked = 0
+        for url in urls {
+            for command in [["ship", path, "--to", url], ["report", url, "--view", "revenue"], ["migrate", url], ["report", url, "extra-argument"]] {
+                let result = try cli(command)
+                #expect(result.status != 0, "\(command)")
+                for text in [result.stdout, result.stderr] {
+                    #expect(!text.contains("s3cr"), "\(command[0]) printed the password: \(text)")
+                }
+                checked += 1
+            }
+        }
+        // PGPASSWORD too.
+        let fromEnvironment = try cli(["report", "postgres://ledger@127.0.0.1:1/fleet?sslmode=bogus-\(secret)"], environment: ["PGPASSWORD": secret])
+        #expect(!fromEnvironment.stderr.contains("s3cr") && fromEnvironment.status == 3)
+        #expect(checked == urls.count * 4)
+    }
+
+    @Test func aTLSOnlyServerIsReachedWithTLSAndPlainTextIsRefusedWithTheRightReason() throws {
+        let dir = try TemporaryDirectory()
+        let certificates = try TestCertificates(in: dir)
+        let server = try LocalPostgres(
+            tls: (certificates.certificate, certificates.key),
+            hba: "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhostssl all all ::1/128 scram-sha-256\n")
+        defer { server.stop() }
+        try server.createDatabase("fleet")
+        let path = dir.path("a.ledger")
+        try sampleLedger(path)
+        func url(_ host: String, _ query: String) -> String { server.url(database: "fleet", host: host) + query }
+
+        // Plain text is refused by the server, and the error says TLS, not the password.
+        let plain = try cli(["migrate", url("127.0.0.1", "?sslmode=disable")])
+        #expect(plain.status == 3 && plain.stderr.contains("accepts no plain-text connection") && plain.stderr.contains("sslmode=require"), "\(plain.stderr)")
+        #expect(!plain.stderr.contains("credentials"))
+        let fromEnvironment = try cli(["migrate", url("127.0.0.1", "")], environment: ["PGSSLMODE": "disable"])
+        #expect(fromEnvironment.status == 3 && fromEnvironment.stderr.contains("accepts no plain-text connection"))
+
+        // verify-full: the certificate names localhost and is signed by the test's CA.
+        let full = url("localhost", "?sslmode=verify-full&sslrootcert=\(certificates.ca)")
+        let migrated = try cli(["migrate", full])
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        let shipped = try cli(["ship", path, "--to", full])
+        #expect(shipped.status == 0 && shipped.stdout.contains("1 of 1 ledger shipped"), "\(shipped.stdout) \(shipped.stderr)")
+        let report = try cli(["report", full, "--view", "revenue", "--format", "csv"])
+        #expect(report.status == 0 && report.stdout.contains("book,USD,4.99"), "\(report.stdout) \(report.stderr)")
+
+        // The same certificate does not name 127.0.0.1: verify-full refuses, verify-ca accepts.
+        let wrongName = try cli(["report", url("127.0.0.1", "?sslmode=verify-full&sslrootcert=\(certificates.ca)"), "--view", "revenue"])
+        #expect(wrongName.status == 3 && wrongName.stderr.contains("does not name the host"), "\(wrongName.stderr)")
+        #expect(try cli(["report", url("127.0.0.1", "?sslmode=verify-ca&sslrootcert=\(certificates.ca)"), "--view", "revenue"]).status == 0)
+        // Another authority: refused, whatever the name.
+        let otherCA = try cli(["report", url("localhost", "?sslmode=verify-ca&sslrootcert=\(certificates.otherCA)"), "--view", "revenue"])
+        #expect(otherCA.status == 3 && otherCA.stderr.contains("did not verify"), "\(otherCA.stderr)")
+        let missingRoot = try cli(["report", url("localhost", "?sslmode=verify-full&sslrootcert=\(dir.path("none.pem"))"), "--view", "revenue"])
+        #expect(missingRoot.status == 3 && missingRoot.stderr.contains("cannot read sslrootcert"), "\(missingRoot.stderr)")
+        // require (no check of the certificate) and the loopback default (prefer) both take TLS here.
+        #expect(try cli(["report", url("127.0.0.1", "?sslmode=require"), "--view", "revenue"]).status == 0)
+        #expect(try cli(["report", url("127.0.0.1", ""), "--view", "revenue"]).status == 0)
+    }
+
+    @Test func aPlainServerIsRefusedUnderRequireAndUsedUnderTheLoopbackDefault() throws {
+        let (_, url) = try FleetServer.database()
+        let required = try cli(["report", url + "?sslmode=require", "--view", "revenue"])
+        #expect(required.status == 3 && required.stderr.contains("does not offer TLS"), "\(required.stderr)")
+        #expect(try cli(["report", url, "--view", "revenue"]).status == 0, "prefer on loopback falls back to plain text")
+        #expect(try cli(["report", url + "?sslmode=disable", "--view", "revenue"]).status == 0)
+    }
+
+    /// The GRANTs of docs/fleet.md, run as written: shipping and reporting work under them, and
+    /// neither role can do more.
+    @Test func shipAndReportRunUnderTheDocumentedLeastPrivilegeRoles() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!)
+        let docs = try String(contentsOf: packageRoot.appending(path: "docs/fleet.md"), encoding: .utf8)
+        let marker = try #require(docs.range(of: "<!-- roles.sql -->\n```sql\n"))
+        let sql = docs[marker.upperBound...].components(separatedBy: "\n```")[0]
+        // Role names are per cluster: give this test's its own.
+        let suffix = "_" + database.suffix(8)
+        let named = sql.replacingOccurrences(of: "ledger_ship", with: "ledger_ship" + suffix).replacingOccurrences(of: "ledger_report", with: "ledger_report" + suffix)
+        try server.psql(named, database: database)
+        let shipURL = server.url(database: database, password: "change-me", user: "ledger_ship" + suffix)
+        let reportURL = server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix)
+
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        try sampleLedger(path)
+        let shipped = try cli(["ship", path, "--to", shipURL])
+        #expect(shipped.status == 0, "\(shipped.stderr)")
+        // Again, with new events: the shipping role replaces projection rows.
+        _ = try Ledger(path: path).append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-02T09:00:00Z","transaction":"t9","product":"book","user":"bob"}"#))
+        #expect(try cli(["ship", path, "--to", shipURL]).status == 0)
+        let report = try cli(["report", reportURL, "--format", "csv"])
+        #expect(report.status == 0 && report.stdout.contains("t9"), "\(report.stderr)")
+
+        // Neither role can do more than that.
+        let reporterShips = try cli(["ship", path, "--to", reportURL])
+        #expect(reporterShips.status == 3 && reporterShips.stderr.contains("lacks a privilege") && reporterShips.stderr.contains("docs/fleet.md"), "\(reporterShips.stderr)")
+        try server.createDatabase("empty" + suffix)
+        let shipperMigrates = try cli(["migrate", server.url(database: "empty" + suffix, password: "change-me", user: "ledger_ship" + suffix)])
+        #expect(shipperMigrates.status == 3 && shipperMigrates.stderr.contains("lacks a privilege"), "\(shipperMigrates.stderr)")
+        let role = "ledger_ship" + suffix
+        let events = try server.psql(
+            "SELECT has_table_privilege('\(role)', 'events', 'UPDATE'), has_table_privilege('\(role)', 'events', 'DELETE')", database: database)
+        #expect(events.trimmingCharacters(in: .whitespacesAndNewlines) == "f|f", "events are append-only for the shipping role")
+    }
+
+    /// One ledger the server cannot take (an id that is not a UUID, a NUL byte in a user id)
+    /// is refused with its reason; the others of the same batch still go, and the exit status says so.
+    @Test func oneBadLedgerInABatchNeverStopsTheOthers() throws {
+        let (_, url) = try FleetServer.database()
+        let dir = try TemporaryDirectory()
+        let paths = (0..<4).map { dir.path("device-\($0).ledger") }
+        for path in paths { try sampleLedger(path) }
+        try FleetTests.setLedgerID(of: paths[1], to: "not-a-uuid")
+        // JSON input refuses a NUL; the library took one (and verify passes on the file).
+        _ = try Ledger(path: paths[2]).append(
+            Event(at: Timestamp.parse("2024-03-02T09:00:00Z"), .paymentQueued(transaction: "t9", product: "book", quantity: 1, user: "bo\u{0}b")))
+        let result = try cli(["ship"] + paths + ["--to", url, "--json"])
+        #expect(result.status == 1, "\(result.stdout) \(result.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let ledgers = try #require(json["ledgers"] as? [[String: Any]])
+        #expect(ledgers.count == 4 && (json["failed"] as? Int) == 2)
+        #expect((ledgers[1]["error"] as? String)?.contains("not a ledger id") == true, "\(ledgers[1])")
+        #expect((ledgers[2]["error"] as? String)?.contains("transactions.user_id holds a NUL byte") == true, "\(ledgers[2])")
+        #expect(ledgers[0]["shippedEvents"] as? Int == ledgers[3]["shippedEvents"] as? Int && (ledgers[0]["shippedEvents"] as? Int ?? 0) > 0)
+        let text = try cli(["ship"] + paths + ["--to", url])
+        #expect(text.status == 1 && text.stdout.contains("2 of 4 ledgers shipped") && text.stderr.contains("not a ledger id"), "\(text.stdout) \(text.stderr)")
+    }
+}

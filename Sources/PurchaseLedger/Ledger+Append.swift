@@ -56,6 +56,11 @@ extension Ledger {
             guard index < events.count else { return nil }
             defer { index += 1 }
             if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
+            do {
+                if configuration.checksInput { try InputLimits.check(events[index]) }
+            } catch let error as LedgerError {
+                throw error.at(line: index + 1)
+            }
             return (events[index], index + 1)
         }
         return AppendResult(events: stored, ignored: summary.ignored, lastSeq: summary.lastSeq)
@@ -112,6 +117,11 @@ extension Ledger {
         var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
+            do {
+                if configuration.checksInput { try InputLimits.check(input) }
+            } catch {
+                throw error.at(line: index + 1)
+            }
             try Reducer.take(input.normalizingIDs(), line: index + 1, &state) { _, outcome, _, _ in outcomes.append(outcome) }
         }
         return outcomes

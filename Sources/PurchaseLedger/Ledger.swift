@@ -39,6 +39,9 @@ public struct LedgerConfiguration: Sendable {
     var snapshotOverlay = SnapshotCodec.OverlayLimits()
     /// How sealed blocks keep their events' links (tests write the older layout to read it back).
     var blockLayout = BlockLayout.current
+    /// Whether events given to the library are checked as JSON input is (``InputLimits``). Tests
+    /// turn it off to write what versions before the checks let in (a NUL in an id).
+    package var checksInput = true
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).
@@ -319,8 +322,16 @@ public final class Ledger: Sendable {
             let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
             let tables = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") ?? 0
             let interrupted = try interruptedCreation(db, applicationID: applicationID)
+            if applicationID != Ledger.applicationID && applicationID != 0 {
+                // Another application marked the file as its own: never turned into a ledger.
+                throw LedgerError(
+                    .notALedger, "\(path) is an SQLite database of another application (application_id \(applicationID)), not a ledger; nothing was written")
+            }
             if applicationID != Ledger.applicationID && tables > 0 && !interrupted {
                 throw LedgerError(.notALedger, "\(path) is an SQLite database but not a ledger")
+            }
+            if configuration.readOnly && tables == 0 && applicationID == 0 {
+                throw LedgerError(.notALedger, "\(path) is empty: no ledger yet (append or import events to make it one)")
             }
             if try migrator.hasBeenSuperseded(db) {
                 throw LedgerError(

@@ -193,10 +193,21 @@ struct LedgerOptions: ParsableArguments {
         return configuration
     }
 
-    /// The secret key of a keyed (HMAC) hash chain, from a file.
+    /// The secret key of a keyed (HMAC) hash chain, from a file: its bytes as they are (a
+    /// trailing newline is part of the key). Refused when shorter than 16 bytes (guessable) or
+    /// readable by group or others (`chmod 600` it): a key anyone on the machine can read keys
+    /// nothing.
     static func chainKey(fromFile path: String) throws -> [UInt8] {
-        guard let key = FileManager.default.contents(atPath: path), !key.isEmpty else {
+        var info = stat()
+        guard stat(path, &info) == 0, let key = FileManager.default.contents(atPath: path) else {
             throw LedgerError.io("cannot read the key file \(path)")
+        }
+        if info.st_mode & 0o077 != 0 {
+            throw LedgerError.make(
+                .malformedInput, "the key file \(path) is readable by group or others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 \(path)")
+        }
+        guard key.count >= 16 else {
+            throw LedgerError.make(.malformedInput, "the key file \(path) holds \(key.count) bytes; a chain key needs at least 16 (head -c 32 /dev/urandom > \(path))")
         }
         return [UInt8](key)
     }

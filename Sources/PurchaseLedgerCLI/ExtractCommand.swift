@@ -41,6 +41,10 @@ struct ExtractCommand: ParsableCommand {
         let console = Console.current
         let ledger = try options.open()
         let path = output ?? Self.defaultOutput(for: options.ledger)
+        // The output replaces a file (with --force): never the ledger being read, under any name.
+        if Self.sameFile(path, options.ledger) {
+            throw LedgerError.make(.malformedInput, "-o \(path) is the ledger being extracted from; give another file")
+        }
         if FileManager.default.fileExists(atPath: path) {
             guard force else { throw LedgerError.io("\(path) already exists; give another -o, or --force to replace it") }
             for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
@@ -72,6 +76,14 @@ struct ExtractCommand: ParsableCommand {
             console.print("also kept, as they share a download id with a chosen transaction: " + s.addedTransactions.joined(separator: ", "))
         }
         console.print(console.dim("try: purchase-ledger timeline \(s.path) --transaction \(s.transactions[0])"))
+    }
+
+    /// Whether two paths name one file (the same device and inode: symbolic and hard links, `./`
+    /// and `..` included).
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        var sa = stat(), sb = stat()
+        guard stat(a, &sa) == 0, stat(b, &sb) == 0 else { return false }
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
     }
 
     /// `user.ledger` -> `user-repro.ledger`, beside it.

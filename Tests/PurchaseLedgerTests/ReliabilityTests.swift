@@ -34,8 +34,28 @@ import Testing
     @Test func giantLinesPathLikeDestinationsAndTenThousandEvents() throws {
         let dir = try TemporaryDirectory()
         let ledger = try Ledger(path: dir.path("big.ledger"), configuration: testConfiguration(blockSize: 1024, snapshotInterval: 0))
-        let giant = String(repeating: "x", count: 1_000_000)
-        try ledger.append(try JSONLines.decode(#"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":"\#(giant)"}"#))
+        // Ids up to 1,024 bytes, free text up to 4,096: one byte more is refused with the field,
+        // through JSON and through the library alike, and nothing is written.
+        let longest = String(repeating: "x", count: InputLimits.idBytes)
+        try ledger.append(try JSONLines.decode(#"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":"\#(longest)"}"#))
+        for giant in [String(repeating: "x", count: InputLimits.idBytes + 1), String(repeating: "x", count: 1_000_000)] {
+            let line = #"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":"\#(giant)"}"#
+            #expect(throws: LedgerError.self) { try JSONLines.decode(line) }
+            let refused = #expect(throws: LedgerError.self) {
+                try ledger.append(Event(at: Timestamp.parse("2024-03-01T00:00:00Z"), .restoreStarted(user: giant)))
+            }
+            #expect(refused?.description == "line 1: malformed: field `user` is \(giant.utf8.count) bytes; at most 1024 are allowed (an id, docs/json.md)")
+        }
+        #expect(try ledger.lastSeq() == 1)
+        let text = String(repeating: "é", count: InputLimits.textBytes / 2)
+        let message = #"{"type":"restoreFailed","at":"2024-03-01T00:00:00Z","error":{"domain":"d","code":1,"message":"\#(text)"}}"#
+        try ledger.append(try JSONLines.decode(message))
+        let tooLong = try #require(#expect(throws: LedgerError.self) { try JSONLines.decode(message.replacingOccurrences(of: #""d""#, with: "\"d\(text)\"")) })
+        #expect(tooLong.message.contains("field `error.domain` is 4097 bytes; at most 4096"), "\(tooLong)")
+        // A line over 1 MiB is refused before it is all read in, with its line number.
+        let huge = "\n" + #"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":""# + String(repeating: "y", count: 2 << 20) + "\"}\n"
+        let lineError = try #require(#expect(throws: LedgerError.self) { _ = try JSONLinesInput(bytes: Array(huge.utf8)) })
+        #expect(lineError.line == 2 && lineError.message.contains("longer than 1048576 bytes"), "\(lineError)")
         try ledger.append(E.product("p1", contents: [("c1", "1.0")]))
         try ledger.append(contentsOf: [
             E.queued("t1"), E.purchased("t1", downloads: ["d1"]), E.start("d1"), E.done("d1"),
@@ -50,7 +70,7 @@ import Testing
         #expect(try ledger.verify().isValid)
         let first = try #require(try ledger.events(from: 1, limit: 1).first)
         guard case .restoreStarted(let user) = first.event.body else { Issue.record("not the giant line"); return }
-        #expect(user?.count == 1_000_000)
+        #expect(user?.count == InputLimits.idBytes)
     }
 
     /// The harness binary, built by Tools/test.sh next to purchase-ledger.

@@ -153,6 +153,28 @@ struct JSONTape {
         return tokens.count - 1
     }
 
+    /// Whether object `object` (still open: its members so far end at `key`) has a member
+    /// before `key` with the same name, compared as UTF-8 bytes.
+    fileprivate func hasEarlierKey(equalTo key: Int, in object: Int) -> Bool {
+        let k = tokens[key]
+        var i = object + 1
+        while i < key {
+            let t = tokens[i]
+            if !t.flag && !k.flag {
+                // Plain keys: their bytes in the input, length first.
+                if t.end - t.start == k.end - k.start
+                    && bytes[Int(t.start)..<Int(t.end)].elementsEqual(bytes[Int(k.start)..<Int(k.end)])
+                {
+                    return true
+                }
+            } else if string(i).utf8.elementsEqual(string(key).utf8) {
+                return true
+            }
+            i = after(i + 1)
+        }
+        return false
+    }
+
     fileprivate mutating func close(_ container: Int) {
         tokens[container].end = Int32(tokens.count)
     }
@@ -207,7 +229,13 @@ struct JSONParser {
             while true {
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a quoted key") }
-                _ = tape.append(try string(&tape))
+                let keyStart = i
+                let key = tape.append(try string(&tape))
+                // A key given twice is ambiguous (which one counts?): refused, not last-wins.
+                if tape.hasEarlierKey(equalTo: key, in: object) {
+                    i = keyStart
+                    throw fail("duplicate key \"\(tape.string(key))\" in an object")
+                }
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
                 i += 1

@@ -38,7 +38,7 @@ public enum JSONLines {
         }
         let atText = try f.string("at")
         guard let at = RFC3339.parse(Array(atText.utf8)) else {
-            throw .malformed("field `at` must be an RFC 3339 UTC time such as 2024-03-01T09:15:02.137Z")
+            throw .malformed(RFC3339.failure(atText, "field `at`"))
         }
         let body = try decodeBody(type, f)
         return Line(event: Event(at: at, body), appendedByLedger: (try? f.optionalBool("appendedByLedger")) == true)
@@ -68,6 +68,7 @@ public enum JSONLines {
             var related: [String] = []
             for (k, item) in try f.optionalArray("relatedProducts").enumerated() {
                 guard let s = f.string(item: item) else { throw .malformed("field `relatedProducts[\(k)]` must be a string") }
+                try InputLimits.check(s, key: "product", name: "`relatedProducts[\(k)]`")
                 related.append(s)
             }
             return .productRegistered(
@@ -297,12 +298,14 @@ private struct Fields {
     func string(_ key: String) throws(LedgerError) -> String {
         guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
         guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
+        try InputLimits.check(s, key: key, name: name(key))
         return s
     }
 
     func optionalString(_ key: String) throws(LedgerError) -> String? {
         guard let v = get(key) else { return nil }
         guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
+        try InputLimits.check(s, key: key, name: name(key))
         return s
     }
 

@@ -106,6 +106,13 @@ public final class JSONLinesReader {
                 throw error.at(line: lineNumber)
             }
             if decoded.appendedByLedger {
+                // Only the cancellations the ledger appends itself (before an early finish) may
+                // be marked so: they are left out, and appended again when their finish comes.
+                guard case .downloadCancelled(_, .transactionFinished) = decoded.event.body else {
+                    throw LedgerError.malformed(
+                        "field `appendedByLedger` marks only the downloadCancelled events (reason transactionFinished) that the ledger appends itself; this line is a \(decoded.event.type.name) the ledger would not append"
+                    ).at(line: lineNumber)
+                }
                 skippedLedgerAppended += 1
                 continue
             }
@@ -119,8 +126,11 @@ public final class JSONLinesReader {
         var scanned = start
         while true {
             if let newline = buffer[scanned...].firstIndex(of: 0x0A) {
+                try checkLength(newline - start)
                 return (start, newline, newline + 1)
             }
+            // A line over the limit is refused before more of it is read into memory.
+            try checkLength(buffer.count - start)
             if atEnd {
                 return start < buffer.count ? (start, buffer.count, buffer.count) : nil
             }
@@ -133,6 +143,11 @@ public final class JSONLinesReader {
             scanned = buffer.count
             if try readChunk() == 0 { atEnd = true }
         }
+    }
+
+    private func checkLength(_ length: Int) throws(LedgerError) {
+        guard length > InputLimits.lineBytes else { return }
+        throw LedgerError.malformed("the line is longer than \(InputLimits.lineBytes) bytes, the limit of one event (docs/json.md)").at(line: lineNumber + 1)
     }
 
     /// Appends up to a chunk of input to `buffer`; 0 at the end of the input.

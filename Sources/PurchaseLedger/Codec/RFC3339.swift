@@ -137,11 +137,27 @@ enum RFC3339 {
     }
 }
 
+extension RFC3339 {
+    /// The times a ledger can hold: nanoseconds since 1970 in 64 bits.
+    static let supportedRange = "1677-09-21T00:12:43.145224192Z...2262-04-11T23:47:16.854775807Z"
+
+    /// Why `text` does not parse: out of the supported range (a well-formed time of another
+    /// year), or not an RFC 3339 UTC time at all. `what` names it (a field, or the text).
+    static func failure(_ text: String, _ what: String) -> String {
+        var bytes = Array(text.prefix(40).utf8)
+        if bytes.count >= 4, bytes[0..<4].allSatisfy({ $0 >= 48 && $0 <= 57 }) {
+            bytes.replaceSubrange(0..<4, with: Array("2000".utf8))
+            if parse(bytes) != nil { return "\(what) is outside the supported range of times, \(supportedRange)" }
+        }
+        return "\(what) must be an RFC 3339 UTC time such as 2024-03-01T09:15:02.137Z"
+    }
+}
+
 extension Timestamp {
     /// Parses an RFC 3339 UTC time such as `2024-03-01T09:15:02.137Z`.
     public static func parse(_ text: String) throws(LedgerError) -> Timestamp {
         guard let value = RFC3339.parse(text) else {
-            throw .malformed("\"\(text)\" is not an RFC 3339 UTC time such as 2024-03-01T09:15:02.137Z")
+            throw .malformed(RFC3339.failure(text, "\"\(text.prefix(40))\""))
         }
         return value
     }

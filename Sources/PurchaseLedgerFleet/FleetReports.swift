@@ -32,6 +32,15 @@ extension FleetStore {
     /// Transactions matching `query` across the fleet (a user's history from every device),
     /// sorted by purchase date (queue date when never purchased), with their downloads.
     public func purchaseHistory(_ query: PurchaseHistoryQuery = PurchaseHistoryQuery()) async throws -> [FleetHistoryEntry] {
+        var entries: [FleetHistoryEntry] = []
+        try await forEachHistoryEntry(query) { entries.append($0) }
+        return entries
+    }
+
+    /// ``purchaseHistory(_:)`` as a stream: each entry is handed to `body` as its rows arrive
+    /// from the server (one query, downloads joined), so memory stays flat whatever the number
+    /// of rows. `body` must not use this store.
+    public func forEachHistoryEntry(_ query: PurchaseHistoryQuery, _ body: (FleetHistoryEntry) throws -> Void) async throws {
         var conditions: [String] = []
         var binds = PostgresBindings()
         func bind(_ value: some PostgresNonThrowingEncodable & Sendable) -> String {
@@ -43,28 +52,85 @@ extension FleetStore {
         if let from = query.from { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= \(bind(Projector.ms(from)))") }
         if let to = query.to { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) < \(bind(Projector.ms(to)))") }
         if !query.kinds.isEmpty { conditions.append("p.kind = ANY(\(bind(query.kinds.map(\.rawValue))))") }
-        let sql = """
+        let selection = """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
             FROM transactions t LEFT JOIN products p ON p.product = t.product
             \(conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND "))
             ORDER BY coalesce(t.purchased_at_ms, t.queued_at_ms) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
             LIMIT \(bind(Int64(query.limit))) OFFSET \(bind(Int64(query.offset)))
             """
-        return try await historyEntries(PostgresQuery(unsafeSQL: sql, binds: binds))
+        try await streamHistory(selection, order: "coalesce(t.purchased_at_ms, t.queued_at_ms)", binds: binds, body)
     }
 
     /// Paid but never delivered, across the fleet: purchased or restored, not revoked, with
     /// hosted content never copied out.
     public func undelivered(limit: Int = 1000) async throws -> [FleetHistoryEntry] {
-        try await historyEntries(
-            """
+        var entries: [FleetHistoryEntry] = []
+        try await forEachUndelivered(limit: limit) { entries.append($0) }
+        return entries
+    }
+
+    /// ``undelivered(limit:)`` as a stream, as ``forEachHistoryEntry(_:_:)``.
+    public func forEachUndelivered(limit: Int, _ body: (FleetHistoryEntry) throws -> Void) async throws {
+        var binds = PostgresBindings()
+        binds.append(Int64(limit))
+        let selection = """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
             FROM transactions t LEFT JOIN products p ON p.product = t.product
             WHERE t.state IN ('purchased', 'restored') AND NOT t.revoked
               AND EXISTS (SELECT 1 FROM downloads d WHERE d.ledger_id = t.ledger_id AND d.transaction_id = t.transaction_id AND NOT d.copied_out)
             ORDER BY t.purchased_at_ms NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
-            LIMIT \(Int64(limit))
-            """)
+            LIMIT $1
+            """
+        try await streamHistory(selection, order: "t.purchased_at_ms", binds: binds, body)
+    }
+
+    /// The transactions `selection` picks (in its order), each with its downloads: one
+    /// statement, its rows read as they come. A transaction's rows are consecutive (one per
+    /// download, or one with no download); download columns are prefixed `d__`.
+    private func streamHistory(_ selection: String, order: String, binds: PostgresBindings, _ body: (FleetHistoryEntry) throws -> Void) async throws {
+        let downloadColumns = Projector.Table.downloads.columns.map { "d.\($0) AS d__\($0)" }.joined(separator: ", ")
+        let sql = """
+            WITH t AS (\(selection))
+            SELECT t.*, \(downloadColumns) FROM t
+            LEFT JOIN downloads d ON d.ledger_id = t.ledger_id AND d.transaction_id = t.transaction_id
+            ORDER BY \(order) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id, d.position
+            """
+        try await run {
+            var current: (key: [UInt8], ledger: String, columns: PostgresColumns, downloads: [DownloadRecord])?
+            var names: [String: Int]?
+            func emit() throws {
+                guard let c = current else { return }
+                var record = TransactionRecord(columns: c.columns)
+                record.downloads = c.downloads.map(\.download)
+                try body(
+                    FleetHistoryEntry(
+                        ledgerID: c.ledger,
+                        entry: PurchaseHistoryEntry(
+                            transaction: record, kind: c.columns.string("product_kind").flatMap(ProductKind.init(rawValue:)),
+                            price: c.columns.string("product_price"), currency: c.columns.string("product_currency"), downloads: c.downloads)))
+            }
+            for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
+                let random = row.makeRandomAccess()
+                if names == nil {
+                    var map: [String: Int] = [:]
+                    for (i, cell) in random.enumerated() where map[cell.columnName] == nil { map[cell.columnName] = i }
+                    names = map
+                }
+                let columns = PostgresColumns(row: random, names: names!)
+                let ledgerBytes = columns.bytes("ledger_id")
+                let key = ledgerBytes + Array((columns.string("transaction_id") ?? "").utf8)
+                if current?.key != key {
+                    try emit()
+                    let uuid = try random[names!["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
+                    current = (key, uuid, columns, [])
+                }
+                if columns.string("d__download_id") != nil {
+                    current!.downloads.append(DownloadRecord(columns: PostgresColumns(row: random, names: names!, prefix: "d__")))
+                }
+            }
+            try emit()
+        }
     }
 
     /// Revenue per product and currency over the fleet (``Ledger/revenue(from:to:groupBy:)``):
@@ -140,23 +206,6 @@ extension FleetStore {
 
     // MARK: - Rows
 
-    /// History entries from transaction rows joined with their product, with their downloads.
-    private func historyEntries(_ query: PostgresQuery) async throws -> [FleetHistoryEntry] {
-        let rows = try await fetch(query)
-        let transactions = rows.map { FleetTransaction(ledgerID: $0["ledger_id"], transaction: TransactionRecord(row: $0)) }
-        let downloads = try await downloads(of: transactions)
-        return zip(rows, transactions).map { row, t in
-            var record = t.transaction
-            let own = downloads[DownloadOwner(ledger: t.ledgerID, transaction: record.transaction)] ?? []
-            record.downloads = own.map(\.download)
-            return FleetHistoryEntry(
-                ledgerID: t.ledgerID,
-                entry: PurchaseHistoryEntry(
-                    transaction: record, kind: (row["product_kind"] as String?).flatMap(ProductKind.init(rawValue:)),
-                    price: row["product_price"], currency: row["product_currency"], downloads: own))
-        }
-    }
-
     private func withDownloadIDs(_ transactions: [FleetTransaction]) async throws -> [FleetTransaction] {
         let downloads = try await downloads(of: transactions)
         return transactions.map { t in
@@ -214,5 +263,43 @@ extension FleetStore {
         case .bytea: return Data(buffer: try cell.decode(ByteBuffer.self))
         default: return try cell.decode(String.self)
         }
+    }
+}
+
+/// A PostgreSQL row's columns, read as the ledger's projection decoders read SQLite's: booleans
+/// as 1 and 0, NULL as nil; `prefix` reads the columns of a joined table (`d__download_id`).
+struct PostgresColumns: ProjectionColumns {
+    let row: PostgresRandomAccessRow
+    let names: [String: Int]
+    var prefix = ""
+
+    private func cell(_ column: String) -> PostgresCell? {
+        guard let i = names[prefix.isEmpty ? column : prefix + column] else { return nil }
+        let cell = row[i]
+        return cell.bytes == nil ? nil : cell
+    }
+
+    func string(_ column: String) -> String? {
+        guard let cell = cell(column) else { return nil }
+        return try? cell.decode(String.self)
+    }
+
+    func int64(_ column: String) -> Int64? {
+        guard let cell = cell(column) else { return nil }
+        switch cell.dataType {
+        case .bool: return (try? cell.decode(Bool.self)).map { $0 ? 1 : 0 }
+        default: return try? cell.decode(Int64.self)
+        }
+    }
+
+    func double(_ column: String) -> Double? {
+        guard let cell = cell(column) else { return nil }
+        return try? cell.decode(Double.self)
+    }
+
+    /// The raw bytes of a column (a uuid's 16), for comparing rows cheaply.
+    func bytes(_ column: String) -> [UInt8] {
+        guard let cell = cell(column), let bytes = cell.bytes else { return [] }
+        return Array(buffer: bytes)
     }
 }

@@ -376,43 +376,65 @@ extension FleetStore {
         func rows(_ table: Projector.Table) -> [Row] {
             (catalog.first { $0.table.name == table.name }?.rows ?? []).map { Row(Dictionary(uniqueKeysWithValues: zip(table.columns, $0))) }
         }
-        let related = Dictionary(grouping: rows(.relatedProducts)) { $0["product"] as String }
-        for row in rows(.products) {
-            let product: String = row["product"]
-            let won = try await connection.query(
-                """
-                INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
-                VALUES (\(product), \(row["kind"] as String), \(row["price"] as String), \(row["currency"] as String),
-                        \(row["downloadable"] as Bool), \(row["title"] as String?), \(row["registered_at_ms"] as Int64))
-                ON CONFLICT (product) DO UPDATE SET kind = excluded.kind, price = excluded.price, currency = excluded.currency,
-                    downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
-                WHERE products.registered_at_ms < excluded.registered_at_ms
-                RETURNING product
-                """, logger: logger
-            ).collect()
-            guard !won.isEmpty else { continue }
-            try await connection.query("DELETE FROM related_products WHERE product = \(product)", logger: logger)
-            for pair in related[product] ?? [] {
+        // A statement per table, whatever the number of products (arrays through unnest), not
+        // one per product: 20,000 products took 18.5 s one statement each.
+        let products = rows(.products)
+        let titles = products.map { $0["title"] as String? }
+        let won = try await connection.query(
+            """
+            INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
+            SELECT p.product, p.kind, p.price, p.currency, p.downloadable, CASE WHEN p.has_title THEN p.title END, p.registered_at_ms
+            FROM unnest(\(products.map { $0["product"] as String })::text[], \(products.map { $0["kind"] as String })::text[],
+                        \(products.map { $0["price"] as String })::text[], \(products.map { $0["currency"] as String })::text[],
+                        \(products.map { $0["downloadable"] as Bool })::bool[], \(titles.map { $0 ?? "" })::text[],
+                        \(titles.map { $0 != nil })::bool[], \(products.map { $0["registered_at_ms"] as Int64 })::int8[])
+                 AS p(product, kind, price, currency, downloadable, title, has_title, registered_at_ms)
+            ON CONFLICT (product) DO UPDATE SET kind = excluded.kind, price = excluded.price, currency = excluded.currency,
+                downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
+            WHERE products.registered_at_ms < excluded.registered_at_ms
+            RETURNING product
+            """, logger: logger
+        ).collect().map { try $0.decode(String.self) }
+        if !won.isEmpty {
+            // Related products are those of the winning registration.
+            let winners = Set(won)
+            let pairs = rows(.relatedProducts).filter { winners.contains($0["product"]) }
+            try await connection.query("DELETE FROM related_products WHERE product = ANY(\(won)::text[])", logger: logger)
+            if !pairs.isEmpty {
                 try await connection.query(
                     """
-                    INSERT INTO related_products (product, related_product) VALUES (\(product), \(pair["related_product"] as String))
+                    INSERT INTO related_products (product, related_product)
+                    SELECT * FROM unnest(\(pairs.map { $0["product"] as String })::text[], \(pairs.map { $0["related_product"] as String })::text[])
                     """, logger: logger)
             }
         }
-        for row in rows(.productContents) {
-            let (product, content): (String, String) = (row["product"], row["content"])
-            guard let version = ContentVersion(row["latest_version"]) else { continue }
-            let current = try await connection.query(
+        // Each content's latest version: the highest any ledger saw, compared in Swift as the
+        // ledger compares versions; the rows read are locked until the commit.
+        let contents = rows(.productContents).compactMap { row -> (product: String, content: String, version: ContentVersion)? in
+            ContentVersion(row["latest_version"]).map { (row["product"], row["content"], $0) }
+        }
+        if !contents.isEmpty {
+            var current: [String: ContentVersion] = [:]
+            for row in try await connection.query(
                 """
-                SELECT latest_version FROM product_contents WHERE product = \(product) AND content = \(content) FOR UPDATE
+                SELECT pc.product, pc.content, pc.latest_version FROM product_contents pc
+                JOIN unnest(\(contents.map(\.product))::text[], \(contents.map(\.content))::text[]) AS k(product, content)
+                  ON pc.product = k.product AND pc.content = k.content
+                FOR UPDATE OF pc
                 """, logger: logger
-            ).collect().first.map { try $0.decode(String.self) }
-            if let current, let known = ContentVersion(current), !version.isNewer(than: known) { continue }
-            try await connection.query(
-                """
-                INSERT INTO product_contents (product, content, latest_version) VALUES (\(product), \(content), \(version.text))
-                ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
-                """, logger: logger)
+            ).collect() {
+                let (product, content, version) = try row.decode((String, String, String).self)
+                if let known = ContentVersion(version) { current[product + "\u{0}" + content] = known }
+            }
+            let newer = contents.filter { c in current[c.product + "\u{0}" + c.content].map { c.version.isNewer(than: $0) } ?? true }
+            if !newer.isEmpty {
+                try await connection.query(
+                    """
+                    INSERT INTO product_contents (product, content, latest_version)
+                    SELECT * FROM unnest(\(newer.map(\.product))::text[], \(newer.map(\.content))::text[], \(newer.map(\.version.text))::text[])
+                    ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
+                    """, logger: logger)
+            }
         }
         lastCatalog.withLock { $0 = fingerprint }
     }

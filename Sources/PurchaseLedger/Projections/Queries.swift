@@ -177,7 +177,7 @@ struct ColumnPositions: Sendable {
 /// The columns of one projection row, read by name (lowercase): a GRDB row (the fleet store's),
 /// or the current row of a SQLite statement (``StatementColumns``). The record decoders are
 /// generic over it, so each reader's calls are specialized, not dispatched.
-protocol ProjectionColumns {
+package protocol ProjectionColumns {
     func string(_ column: String) -> String?
     func int64(_ column: String) -> Int64?
     func double(_ column: String) -> Double?
@@ -259,7 +259,7 @@ extension TransactionRecord {
         self.init(columns: RowColumns(row))
     }
 
-    init(columns c: some ProjectionColumns) {
+    package init(columns c: some ProjectionColumns) {
         self.init(
             transaction: c.string("transaction_id") ?? "", product: c.string("product") ?? "", user: c.string("user_id"),
             quantity: c.int("quantity") ?? 0, state: c.string("state").flatMap(TransactionStatus.init(rawValue:)) ?? .purchasing)
@@ -286,7 +286,7 @@ extension DownloadRecord {
         self.init(columns: RowColumns(row))
     }
 
-    init(columns c: some ProjectionColumns) {
+    package init(columns c: some ProjectionColumns) {
         self.init(download: c.string("download_id") ?? "", transaction: c.string("transaction_id"), url: c.string("url"), content: c.string("content"))
         self.contentVersion = c.string("content_version").flatMap(ContentVersion.init)
         self.contentLength = c.int64("content_length")

@@ -7,7 +7,7 @@ struct HTMLReport {
     let table: ReportTable
     let from: Timestamp?
     let to: Timestamp?
-    let summary: Summary
+    var summary: Summary
     /// Timelines drawn at most (each needs the transaction's events).
     static let maxTimelines = 40
 
@@ -21,20 +21,9 @@ struct HTMLReport {
     }
 
     init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?) throws {
-        let history = try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max))
-        let ids = Array(table.transactions.prefix(Self.maxTimelines))
-        self.init(
-            table: table, from: from, to: to,
-            summary: Summary(
-                revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
-                counts: [
-                    ("transactions", String(history.count)),
-                    ("purchased or restored", String(history.filter { $0.transaction.grantsOwnership }.count)),
-                    ("revoked", String(history.filter { $0.transaction.revoked }.count)),
-                    ("failed", String(history.filter { $0.transaction.state == .failed }.count)),
-                    ("with content lost", String(history.filter(\.contentLost).count)),
-                ],
-                timelines: try ledger.timelines(transactions: Set(ids)), source: "the ledger's projections"))
+        var summary = try Summary(ledger: ledger, from: from, to: to)
+        summary.timelines = try ledger.timelines(transactions: Set(table.transactions.prefix(Self.maxTimelines)))
+        self.init(table: table, from: from, to: to, summary: summary)
     }
 
     init(table: ReportTable, from: Timestamp?, to: Timestamp?, summary: Summary) {
@@ -45,8 +34,16 @@ struct HTMLReport {
     }
 
     func render() throws -> String {
-        let revenue = summary.revenue, daily = summary.daily, timelines = summary.timelines
-        let ids = Array(table.transactions.prefix(Self.maxTimelines)).filter { timelines[$0] != nil }
+        var html = head()
+        for row in table.rows { html += Self.row(row) }
+        html += foot(rows: table.rows.count, truncatedAt: table.truncatedAt, totals: table.totals)
+        html += timelines(Array(table.transactions.prefix(Self.maxTimelines)), of: table.transactions.count)
+        return html + Self.end
+    }
+
+    /// The page up to the table's first row: figures, charts, the table's title and header.
+    func head() -> String {
+        let revenue = summary.revenue, daily = summary.daily
         let totals = RevenueTotal.totals(of: revenue)
         var figures = summary.counts
         for total in totals { figures += Self.figures(total) }
@@ -61,7 +58,7 @@ struct HTMLReport {
             .figure b{display:block;font-size:22px}.figure span{color:#666;font-size:12px}
             table{border-collapse:collapse;font-size:12px;width:100%}th,td{padding:4px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
             th{background:#f6f6f6;position:sticky;top:0}tfoot th{position:static;border-top:2px solid #bbb}.charts{display:flex;flex-wrap:wrap;gap:16px}
-            .timeline{margin:10px 0 18px}.timeline h3{font-size:13px;margin:0 0 4px}
+            .timeline{margin:10px 0 18px}.timeline h3{font-size:13px;margin:0 0 4px}.note{background:#fff4d6;border:1px solid #f0c36d;padding:6px 10px}
             .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
             </style></head><body>
             <h1>\(esc(table.title))</h1>
@@ -74,31 +71,46 @@ struct HTMLReport {
         if currencies.isEmpty { html += "<p>No purchases in this period.</p>\n" }
         for currency in currencies { html += revenueChart(daily.filter { $0.currency == currency }, currency: currency) }
         html += "</div>\n"
-
-        html += "<h2>\(esc(table.title)) (\(table.rows.count))</h2>\n"
-        if let cut = table.truncatedAt {
-            html += "<p class=\"note\">The report stops at --limit \(cut) rows: more rows match. Run it again with a higher --limit to see them all.</p>\n"
-        }
+        html += "<h2>\(esc(table.title))</h2>\n"
         html += "<table><thead><tr>"
         html += table.columns.map { "<th>\(esc($0))</th>" }.joined() + "</tr></thead><tbody>\n"
-        for row in table.rows { html += "<tr>" + row.map { "<td>\(esc($0))</td>" }.joined() + "</tr>\n" }
-        html += "</tbody>"
-        if !table.totals.isEmpty {
-            html += "<tfoot>" + table.totals.map { "<tr class=\"total\">" + $0.map { "<th>\(esc($0))</th>" }.joined() + "</tr>" }.joined(separator: "\n") + "</tfoot>"
-        }
-        html += "</table>\n"
-
-        if !ids.isEmpty {
-            html +=
-                "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
-            if table.transactions.count > ids.count {
-                html += "<p class=\"sub\">The first \(ids.count) of \(table.transactions.count) transactions.</p>\n"
-            }
-            for id in ids { if let entries = timelines[id] { html += timeline(id, entries) } }
-        }
-        html += "</body></html>"
         return html
     }
+
+    /// One row of the table.
+    static func row(_ cells: [String]) -> String {
+        "<tr>" + cells.map { "<td>\(esc($0))</td>" }.joined() + "</tr>\n"
+    }
+
+    /// The table's end: its totals, how many rows it has, and whether `--limit` cut it.
+    func foot(rows: Int, truncatedAt: Int?, totals: [[String]]) -> String {
+        var html = "</tbody>"
+        if !totals.isEmpty {
+            html += "<tfoot>" + totals.map { "<tr class=\"total\">" + $0.map { "<th>\(esc($0))</th>" }.joined() + "</tr>" }.joined(separator: "\n") + "</tfoot>"
+        }
+        html += "</table>\n<p class=\"sub\">\(rows) row\(rows == 1 ? "" : "s")</p>\n"
+        if let cut = truncatedAt {
+            html += "<p class=\"note\">The report stops at --limit \(cut) rows: more rows match. Run it again with a higher --limit to see them all.</p>\n"
+        }
+        return html
+    }
+
+    /// The timelines of `first` (the first transactions of the `total` in the table) that
+    /// `summary` has.
+    func timelines(_ first: [String], of total: Int) -> String {
+        let timelines = summary.timelines
+        let ids = first.filter { timelines[$0] != nil }
+        guard !ids.isEmpty else { return "" }
+        var html =
+            "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
+        if total > ids.count {
+            html += "<p class=\"sub\">The first \(ids.count) of \(total) transactions.</p>\n"
+        }
+        for id in ids { if let entries = timelines[id] { html += timeline(id, entries) } }
+        return html
+    }
+
+    static let end = "</body></html>"
 
     /// The summary figures of one currency's revenue total.
     private static func figures(_ t: RevenueTotal) -> [(String, String)] {
@@ -239,4 +251,25 @@ func esc(_ s: String) -> String {
         }
     }
     return String(decoding: out, as: UTF8.self)
+}
+
+extension HTMLReport.Summary {
+    /// A ledger's figures and charts (the timelines are added once the rows are known).
+    init(ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
+        var counts = (transactions: 0, owned: 0, revoked: 0, failed: 0, lost: 0)
+        for entry in try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max)) {
+            counts.transactions += 1
+            if entry.transaction.grantsOwnership { counts.owned += 1 }
+            if entry.transaction.revoked { counts.revoked += 1 }
+            if entry.transaction.state == .failed { counts.failed += 1 }
+            if entry.contentLost { counts.lost += 1 }
+        }
+        self.init(
+            revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
+            counts: [
+                ("transactions", String(counts.transactions)), ("purchased or restored", String(counts.owned)),
+                ("revoked", String(counts.revoked)), ("failed", String(counts.failed)), ("with content lost", String(counts.lost)),
+            ],
+            source: "the ledger's projections")
+    }
 }

@@ -93,17 +93,25 @@ struct ReportCommand: ParsableCommand {
     }
 
     func run() throws {
-        let console = Console.current
         let fromTime = try from.map(Timestamp.parse)
         let toTime = try to.map(Timestamp.parse)
         if FleetAddress.isURL(options.ledger) {
             return try runFleet(from: fromTime, to: toTime)
         }
         let ledger = try options.open()
+        if view == .history || view == .undelivered {
+            try streamHistory(ledger, from: fromTime, to: toTime)
+            return try printUserSummary(ledger)
+        }
         let table = try makeTable(fetch(ledger, from: fromTime, to: toTime))
         try print(table, from: fromTime, to: toTime) {
             try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render()
         }
+    }
+
+    /// Under a table of one user's history: what they own and spent.
+    func printUserSummary(_ ledger: Ledger) throws {
+        let console = Console.current
         if let user, view == .history, format == .table {
             let summary = try ledger.userSummary(user)
             console.print("")
@@ -121,10 +129,9 @@ struct ReportCommand: ParsableCommand {
     /// which ledger they come from (the `device` column).
     func runFleet(from: Timestamp?, to: Timestamp?) throws {
         let url = options.ledger
-        let (data, summary) = try blocking { [self] in
+        let (data, summary) = try blocking { [self] () -> (ReportData?, HTMLReport.Summary?) in
             let fleet = try await FleetStore.connect(url)
             do {
-                let data = try await fetch(fleet, from: from, to: to)
                 var summary: HTMLReport.Summary?
                 if format == .html {
                     let daily = try await fleet.revenue(from: from, to: to, groupBy: .day).map { line in
@@ -136,6 +143,22 @@ struct ReportCommand: ParsableCommand {
                         counts: [("ledgers", String(ledgers)), ("events", String(events))],
                         source: "the fleet store \(fleet.address)")
                 }
+                if view == .history || view == .undelivered {
+                    // Rows are written as the server sends them: memory stays flat.
+                    let stream = RowStream(self, columns: historyColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+                    let add = { (e: FleetHistoryEntry) throws in
+                        stream.add(historyCells(e.entry, device: e.ledgerID), json: historyJSON(e.entry, device: e.ledgerID), transaction: e.entry.transaction.transaction)
+                    }
+                    if view == .history {
+                        try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
+                    } else {
+                        try await fleet.forEachUndelivered(limit: limit + 1, add)
+                    }
+                    await fleet.close()
+                    stream.finish { _ in [:] }
+                    return (nil, nil)
+                }
+                let data = try await fetch(fleet, from: from, to: to)
                 await fleet.close()
                 return (data, summary)
             } catch {
@@ -143,10 +166,29 @@ struct ReportCommand: ParsableCommand {
                 throw error
             }
         }
+        guard let data else { return }
         let table = makeTable(data)
         try print(table, from: from, to: to) {
             try HTMLReport(table: table, from: from, to: to, summary: summary!).render()
         }
+    }
+
+    /// A table with the history views' title and columns and no rows: what an HTML page's head needs.
+    var emptyTable: ReportTable {
+        ReportTable(title: historyTitle, columns: historyColumns(fleet: FleetAddress.isURL(options.ledger)), rows: [], json: [])
+    }
+
+    /// The history and undelivered views of a ledger, written through a ``RowStream`` as the
+    /// fleet's are.
+    func streamHistory(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
+        var summary: HTMLReport.Summary?
+        if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to) }
+        let stream = RowStream(self, columns: historyColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+        let entries = view == .history ? try ledger.purchaseHistory(historyQuery(from: from, to: to)) : try ledger.undelivered(limit: limit + 1)
+        for e in entries {
+            stream.add(historyCells(e, device: nil), json: historyJSON(e, device: nil), transaction: e.transaction.transaction)
+        }
+        try stream.finish { ids in try ledger.timelines(transactions: Set(ids)) }
     }
 
     func print(_ table: ReportTable, from: Timestamp?, to: Timestamp?, html: () throws -> String) throws {
@@ -245,40 +287,9 @@ struct ReportCommand: ParsableCommand {
                 devices = devices.map { Array($0.prefix(limit)) }
             }
             var table = ReportTable(
-                title: view == .history ? "Purchase history" : "Paid but never delivered",
-                columns: deviceColumn(devices) + [
-                    "purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
-                    "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost",
-                ],
-                rows: entries.enumerated().map { i, e in
-                    let t = e.transaction
-                    return device(devices, i) + [
-                        (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
-                        t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
-                        e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? "",
-                        t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? "", downloadSummary(e), e.contentLost ? "yes" : "",
-                    ]
-                },
-                json: entries.enumerated().map { i, e in
-                    row(devices, i) { w in
-                        let t = e.transaction
-                        w.key("transaction")
-                        StateJSON.write(t, to: &w)
-                        w.field("kind", e.kind?.rawValue)
-                        w.field("price", e.price)
-                        w.field("currency", e.currency)
-                        w.field("outcome", e.outcome)
-                        w.field("restore", e.isRestore)
-                        w.field("deferred", t.wasDeferred)
-                        w.field("queuedAt", t.queuedAt?.description)
-                        w.field("purchasedAt", t.purchasedAt?.description)
-                        w.field("finishedAt", t.finishedAt?.description)
-                        w.field("revokedAt", t.revokedAt?.description)
-                        w.field("contentLost", e.contentLost)
-                        w.key("downloads")
-                        w.array(e.downloads) { w, d in StateJSON.write(d, to: &w) }
-                    }
-                },
+                title: historyTitle, columns: historyColumns(fleet: devices != nil),
+                rows: entries.enumerated().map { i, e in historyCells(e, device: devices?[i]) },
+                json: entries.enumerated().map { i, e in historyJSON(e, device: devices?[i]) },
                 transactions: entries.map(\.transaction.transaction))
             table.truncatedAt = cut ? limit : nil
             return table
@@ -376,10 +387,138 @@ struct ReportCommand: ParsableCommand {
         }
     }
 
+    var historyTitle: String { view == .history ? "Purchase history" : "Paid but never delivered" }
+
+    /// The history and undelivered views' columns; `device` first over a fleet store.
+    func historyColumns(fleet: Bool) -> [String] {
+        (fleet ? ["device"] : []) + [
+            "purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
+            "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost",
+        ]
+    }
+
+    func historyCells(_ e: PurchaseHistoryEntry, device: String?) -> [String] {
+        let t = e.transaction
+        let revoked: String = t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? ""
+        let error: String = t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? ""
+        let cells: [String] = [
+            (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
+            t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
+            e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", revoked, error, downloadSummary(e), e.contentLost ? "yes" : "",
+        ]
+        return (device.map { [$0] } ?? []) + cells
+    }
+
+    func historyJSON(_ e: PurchaseHistoryEntry, device: String?) -> String {
+        JSONWriter.object { w in
+            if let device { w.field("ledger", device) }
+            let t = e.transaction
+            w.key("transaction")
+            StateJSON.write(t, to: &w)
+            w.field("kind", e.kind?.rawValue)
+            w.field("price", e.price)
+            w.field("currency", e.currency)
+            w.field("outcome", e.outcome)
+            w.field("restore", e.isRestore)
+            w.field("deferred", t.wasDeferred)
+            w.field("queuedAt", t.queuedAt?.description)
+            w.field("purchasedAt", t.purchasedAt?.description)
+            w.field("finishedAt", t.finishedAt?.description)
+            w.field("revokedAt", t.revokedAt?.description)
+            w.field("contentLost", e.contentLost)
+            w.key("downloads")
+            w.array(e.downloads) { w, d in StateJSON.write(d, to: &w) }
+        }
+    }
+
     func downloadSummary(_ e: PurchaseHistoryEntry) -> String {
         e.downloads.map { d in
             "\(d.content ?? d.download) \(d.contentVersion?.text ?? "") \(d.started ? d.state.rawValue : "not started")"
                 + (d.copiedOut ? " copied to \(d.destination ?? "")" : "") + (d.lost ? " LOST" : "") + (d.discarded ? " discarded" : "")
         }.joined(separator: "; ")
+    }
+}
+
+/// Writes a report's rows as they come, in any format, so that memory stays flat in the number of
+/// rows: a CSV line, a JSON object, an HTML row at a time; a table in blocks of 1,000 rows whose
+/// columns are as wide as the widest cell so far. It takes one row more than `--limit` to know
+/// whether the limit cut the report, and writes at most `--limit`.
+final class RowStream: @unchecked Sendable {  // Used by one command, from one task at a time.
+    let format: ReportCommand.Format
+    let columns: [String]
+    let limit: Int
+    let console = Console.current
+    let html: HTMLReport?
+    private(set) var count = 0
+    private(set) var truncated = false
+    /// The first transactions, whose timelines an HTML page draws.
+    private(set) var firstTransactions: [String] = []
+    private var block: [[String]] = []
+    private var widths: [Int]
+
+    init(_ command: ReportCommand, columns: [String], html: HTMLReport?) {
+        format = command.format
+        self.columns = columns
+        limit = command.limit
+        self.html = html
+        widths = columns.map(\.count)
+        switch format {
+        case .csv: console.printData(columns.map(csvField).joined(separator: ","))
+        case .json: console.write("{\"rows\":[")
+        case .html: console.write(html?.head() ?? "")
+        case .table: break
+        }
+    }
+
+    func add(_ cells: [String], json: @autoclosure () -> String, transaction: String) {
+        guard count < limit else {
+            truncated = true
+            return
+        }
+        count += 1
+        if firstTransactions.count < HTMLReport.maxTimelines { firstTransactions.append(transaction) }
+        switch format {
+        case .csv: console.printData(cells.map(csvField).joined(separator: ","))
+        case .json: console.write((count == 1 ? "" : ",\n") + json())
+        case .html: console.write(HTMLReport.row(cells))
+        case .table:
+            block.append(cells)
+            if block.count == 1000 { flushBlock() }
+        }
+    }
+
+    private func flushBlock() {
+        for row in block { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
+        var lines: [String] = []
+        if count <= block.count { lines.append(console.bold(pad(columns))) }
+        for row in block { lines.append(pad(row)) }
+        if !lines.isEmpty { console.print(lines.joined(separator: "\n")) }
+        block.removeAll(keepingCapacity: true)
+    }
+
+    private func pad(_ row: [String]) -> String {
+        row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.rightPad(widths[i]) }.joined(separator: "  ")
+    }
+
+    /// Ends the report: the row count, and a note when `--limit` cut it. `timelines` gives the
+    /// HTML page the timelines of its first transactions.
+    func finish(timelines: ([String]) throws -> [String: [Ledger.TimelineEntry]]) rethrows {
+        let note = "note: the report stops at --limit \(limit) rows; more rows match (raise --limit to see them)"
+        switch format {
+        case .csv:
+            if truncated { console.error(note) }
+        case .json:
+            console.print("],\"truncated\":\(truncated)" + (truncated ? ",\"limit\":\(limit)" : "") + "}")
+        case .html:
+            guard var html else { return }
+            html.summary.timelines = try timelines(firstTransactions)
+            console.print(html.foot(rows: count, truncatedAt: truncated ? limit : nil, totals: []) + html.timelines(firstTransactions, of: count) + HTMLReport.end)
+        case .table:
+            if count == 0 { block = [] }
+            flushBlock()
+            if count == 0 { console.print(console.bold(pad(columns))) }
+            console.print("\(count) row\(count == 1 ? "" : "s")" + (truncated ? " (cut by --limit)" : ""))
+            if truncated { console.error(note) }
+        }
     }
 }

@@ -6,7 +6,10 @@ import PurchaseLedgerFleet
 /// machine, with a PostgreSQL server started here (fsync on): shipping the workload split into N
 /// device ledgers, against a raw COPY of the same rows from the same client; a fleet revenue
 /// report; one user's history.
-func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
+///
+/// With `tls`, the server also takes TLS (a certificate made here with openssl), and each run ships
+/// the same ledgers a third time, with `sslmode=require`, against the plain ship (`sslmode=disable`).
+func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool = false) throws {
     let scratch = "bench-results/fleet-\(count)-" + URL(fileURLWithPath: workload).deletingPathExtension().lastPathComponent
     var paths = (0..<count).map { "\(scratch)/device-\($0).ledger" }
     if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
@@ -29,8 +32,21 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
 
     // fsync on; WAL sized for a bulk load, so no checkpoint lands in the middle of a run.
     let settings = ProcessInfo.processInfo.environment["FLEET_BENCH_SETTINGS"].map { $0.split(separator: " ").map(String.init) } ?? []
-    let server = try LocalPostgres(durable: true, settings: settings)
+    var certificate: (certificate: String, key: String)?
+    if tls {
+        let key = scratch + "/server.key", crt = scratch + "/server.pem"
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", crt, "-days", "2", "-subj", "/CN=localhost"]
+        openssl.standardError = FileHandle.nullDevice
+        try openssl.run()
+        openssl.waitUntilExit()
+        certificate = (crt, key)
+    }
+    let server = try LocalPostgres(durable: true, settings: settings, tls: certificate)
     defer { server.stop() }
+    let plain = tls ? "?sslmode=disable" : ""
+    var tlsRatios: [Double] = [], tlsRates: [Double] = []
     if !settings.isEmpty { print("server settings: \(settings.joined(separator: " "))") }
     let environment = ProcessInfo.processInfo.environment
     let connections = environment["FLEET_BENCH_CONNECTIONS"].flatMap { Int($0) } ?? 2
@@ -44,25 +60,33 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
     // starts from the same server state.
     for run in 0...runs {
         if run > 0 {
-            for name in ["ship_\(run - 1)", "copy_\(run - 1)"] { try server.psql("DROP DATABASE \(name)") }
+            for name in ["ship_\(run - 1)", "copy_\(run - 1)"] + (tls ? ["tls_\(run - 1)"] : []) { try server.psql("DROP DATABASE \(name)") }
         }
-        for name in ["ship_\(run)", "copy_\(run)"] { try server.createDatabase(name) }
+        for name in ["ship_\(run)", "copy_\(run)"] + (tls ? ["tls_\(run)"] : []) { try server.createDatabase(name) }
         try server.psql("CHECKPOINT")
         // Ship: the CLI's path (batches of ledgers, one PostgreSQL transaction each), opening,
         // reading and checking every file.
         let shipPaths = paths
-        let shipSeconds = try blocking {
-            let start = ContinuousClock.now
-            let fleet = try await FleetStore.connect(server.url(database: "ship_\(run)"), migrate: true)
-            let outcomes = try await fleet.ship(paths: shipPaths, batchSize: batchSize, connections: connections)
-            await fleet.close()
-            for outcome in outcomes { _ = try outcome.result.get() }
-            return (ContinuousClock.now - start) / .seconds(1)
+        func ship(_ url: String) throws -> Double {
+            try blocking {
+                let start = ContinuousClock.now
+                let fleet = try await FleetStore.connect(url, migrate: true)
+                let outcomes = try await fleet.ship(paths: shipPaths, batchSize: batchSize, connections: connections)
+                await fleet.close()
+                for outcome in outcomes { _ = try outcome.result.get() }
+                return (ContinuousClock.now - start) / .seconds(1)
+            }
+        }
+        let shipSeconds = try ship(server.url(database: "ship_\(run)") + plain)
+        var tlsSeconds = 0.0
+        if tls {
+            try server.psql("CHECKPOINT")
+            tlsSeconds = try ship(server.url(database: "tls_\(run)") + "?sslmode=require")
         }
         // The ceiling: the same rows COPYed in one go into the same schema.
         try server.psql("CHECKPOINT")
         let copySeconds = try blocking {
-            let fleet = try await FleetStore.connect(server.url(database: "copy_\(run)"), migrate: true)
+            let fleet = try await FleetStore.connect(server.url(database: "copy_\(run)") + plain, migrate: true)
             let start = ContinuousClock.now
             try await fleet.rawCopy(shipments)
             let seconds = (ContinuousClock.now - start) / .seconds(1)
@@ -79,16 +103,28 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int) throws {
         copyRates.append(copy)
         ratios.append(ship / copy)
         print(String(format: "run %d: ship %.0f ev/s (%.2f s), raw COPY %.0f ev/s (%.2f s), ratio %.2fx", run, ship, shipSeconds, copy, copySeconds, ship / copy))
+        if tls {
+            let rate = Double(events) / tlsSeconds
+            tlsRates.append(rate)
+            tlsRatios.append(rate / ship)
+            print(String(format: "run %d: ship over TLS (sslmode=require) %.0f ev/s (%.2f s), %.2fx of the plain ship", run, rate, tlsSeconds, rate / ship))
+        }
     }
     func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
     print(
         String(
             format: "ship: median %.0f ev/s (min %.0f, max %.0f); raw COPY median %.0f ev/s; ratio median %.2fx",
             median(shipRates), shipRates.min()!, shipRates.max()!, median(copyRates), median(ratios)))
+    if tls {
+        print(
+            String(
+                format: "ship over TLS: median %.0f ev/s (min %.0f, max %.0f); ratio to the plain ship of the same run: median %.2fx (min %.2f, max %.2f)",
+                median(tlsRates), tlsRates.min()!, tlsRates.max()!, median(tlsRatios), tlsRatios.min()!, tlsRatios.max()!))
+    }
 
     // Reports over the shipped fleet.
     let users = Array(Set(try opened.prefix(200).flatMap { try $0.transactions().compactMap(\.user) })).sorted()
-    let shippedURL = server.url(database: lastDatabase)
+    let shippedURL = server.url(database: lastDatabase) + plain
     let (revenue, history) = try blocking {
         let fleet = try await FleetStore.connect(shippedURL)
         var revenue: [Double] = [], history: [Double] = []

@@ -19,6 +19,8 @@ import GRDBSQLite
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 //   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
+//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls]   ship N device ledgers into a PostgreSQL
+//                                                 started here (with --tls, also over TLS, same run)
 
 struct Figure {
     var name: String
@@ -601,7 +603,8 @@ case "crash", "flips", "fuzz":
 case "fleet":
     let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3
     let ledgers = args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000
-    try fleetBenchmark(workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs)
+    try fleetBenchmark(
+        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"))
 case "fleet-crash":
     let kills = args.firstIndex(of: "--kills").map { Int(args[$0 + 1]) ?? 50 } ?? 50
     let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"

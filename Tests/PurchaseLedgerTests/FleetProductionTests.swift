@@ -161,13 +161,9 @@ struct FleetProductionTests {
     @Test func shipAndReportRunUnderTheDocumentedLeastPrivilegeRoles() throws {
         let (server, url) = try FleetServer.database()
         let database = String(url.split(separator: "/").last!)
-        let docs = try String(contentsOf: packageRoot.appending(path: "docs/fleet.md"), encoding: .utf8)
-        let marker = try #require(docs.range(of: "<!-- roles.sql -->\n```sql\n"))
-        let sql = docs[marker.upperBound...].components(separatedBy: "\n```")[0]
         // Role names are per cluster: give this test's its own.
         let suffix = "_" + database.suffix(8)
-        let named = sql.replacingOccurrences(of: "ledger_ship", with: "ledger_ship" + suffix).replacingOccurrences(of: "ledger_report", with: "ledger_report" + suffix)
-        try server.psql(named, database: database)
+        try server.psql(try Self.documentedSQL("roles.sql", suffix: suffix), database: database)
         let shipURL = server.url(database: database, password: "change-me", user: "ledger_ship" + suffix)
         let reportURL = server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix)
 
@@ -193,6 +189,41 @@ struct FleetProductionTests {
         let events = try server.psql(
             "SELECT has_table_privilege('\(role)', 'events', 'UPDATE'), has_table_privilege('\(role)', 'events', 'DELETE')", database: database)
         #expect(events.trimmingCharacters(in: .whitespacesAndNewlines) == "f|f", "events are append-only for the shipping role")
+    }
+
+    /// A block of SQL from docs/fleet.md, as written there, with this test's role names.
+    static func documentedSQL(_ name: String, suffix: String) throws -> String {
+        let docs = try String(contentsOf: packageRoot.appending(path: "docs/fleet.md"), encoding: .utf8)
+        let marker = try #require(docs.range(of: "<!-- \(name) -->\n```sql\n"))
+        let sql = docs[marker.upperBound...].components(separatedBy: "\n```")[0]
+        return sql.replacingOccurrences(of: "ledger_ship", with: "ledger_ship" + suffix).replacingOccurrences(of: "ledger_report", with: "ledger_report" + suffix)
+    }
+
+    /// The row-level security of docs/fleet.md: a reporting role sees the ledgers of its scope
+    /// only, and the shipping role still replaces rows.
+    @Test func rowLevelSecurityLimitsAReportingRoleToItsLedgers() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!)
+        let suffix = "_" + database.suffix(8)
+        try server.psql(try Self.documentedSQL("roles.sql", suffix: suffix), database: database)
+        try server.psql(try Self.documentedSQL("rls.sql", suffix: suffix), database: database)
+        let shipURL = server.url(database: database, password: "change-me", user: "ledger_ship" + suffix)
+        let reportURL = server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix)
+        let dir = try TemporaryDirectory()
+        let paths = (0..<3).map { dir.path("device-\($0).ledger") }
+        for path in paths { try sampleLedger(path) }
+        #expect(try cli(["ship"] + paths + ["--to", shipURL]).status == 0)
+        let ids = try paths.map { try #require(try Ledger(path: $0).identity()).id }
+        #expect(try cli(["report", reportURL, "--format", "csv"]).stdout.split(separator: "\n").count == 1, "no scope: no rows")
+        try server.psql("INSERT INTO report_scope VALUES ('ledger_report\(suffix)', '\(ids[1])')", database: database)
+        let scoped = try cli(["report", reportURL, "--format", "csv"])
+        let rows = scoped.stdout.split(separator: "\n").dropFirst()
+        #expect(!rows.isEmpty && rows.allSatisfy { $0.hasPrefix(ids[1]) }, "\(scoped.stdout) \(scoped.stderr)")
+        // The shipping role still replaces a ledger's rows under RLS.
+        _ = try Ledger(path: paths[1]).append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-02T09:00:00Z","transaction":"t9","product":"book","user":"bob"}"#))
+        #expect(try cli(["ship"] + paths + ["--to", shipURL]).status == 0)
+        #expect(try cli(["report", reportURL, "--format", "csv"]).stdout.contains("t9"))
     }
 
     /// One ledger the server cannot take (an id that is not a UUID, a NUL byte in a user id, from

@@ -173,7 +173,7 @@ struct Root: ParsableCommand {
         subcommands: [
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
             TimelineCommand.self, ExtractCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self,
-            ShipCommand.self, MigrateCommand.self, StatsCommand.self, DemoCommand.self,
+            ShipCommand.self, MigrateCommand.self, KeygenCommand.self, CheckpointCommand.self, StatsCommand.self, DemoCommand.self,
         ]
     )
 }

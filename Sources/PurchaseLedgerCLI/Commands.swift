@@ -460,8 +460,14 @@ struct VerifyCommand: ParsableCommand {
             recorded in a state where they made no sense) are listed but are not problems. The newest \
             snapshot is compared with the log replayed to its seq; --every-snapshot compares each one.
 
-            Example:
+            With --checkpoint and --public-key: checks that the file extends a signed checkpoint (same \
+            ledger id, at least its seq, the same hash chain link there), recomputing the chain over the \
+            whole log, and exits 1 naming the seq when it does not. A plain (unkeyed) chain can be \
+            recomputed by anyone who edits the file; a checkpoint kept elsewhere cannot.
+
+            Examples:
               purchase-ledger verify user.ledger --all
+              purchase-ledger verify user.ledger --checkpoint user.checkpoint.json --public-key support.key.pub
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -469,10 +475,34 @@ struct VerifyCommand: ParsableCommand {
     @Flag(help: "Compare every snapshot with the log, not only the newest (about 0.1 s each at 1,000,000 events).")
     var everySnapshot = false
     @Flag(help: "Print the report as JSON.") var json = false
+    @Option(help: "A checkpoint (from `checkpoint`) the file must extend.", completion: .file()) var checkpoint: String?
+    @Option(name: .customLong("public-key"), help: "The public key the checkpoint must be signed with (FILE.pub from keygen).", completion: .file())
+    var publicKey: String?
+
+    func validate() throws {
+        if (checkpoint == nil) != (publicKey == nil) { throw ValidationError("give --checkpoint and --public-key together") }
+    }
 
     func run() throws {
         let console = Console.current
         let ledger = try options.open()
+        if let checkpoint, let publicKey {
+            let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))
+            let key = try CheckpointPublicKey(fileText: try KeyFiles.read(publicKey, secret: false))
+            do {
+                try ledger.verify(against: statement, publicKey: key)
+            } catch let mismatch as CheckpointMismatch {
+                console.print(console.red("problem: ") + mismatch.description)
+                throw CommandExit(status: 1)
+            } catch let error as LedgerError where error.code == .corruptData {
+                console.print(console.red("problem: ") + error.description)
+                throw CommandExit(status: 1)
+            }
+            console.print(
+                console.green("ok") + ": the file extends the checkpoint of ledger \(statement.ledgerID) at seq \(statement.seq) (signed \(statement.at)); "
+                    + "hash chain intact from the first event to the last")
+            return
+        }
         let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
         console.endProgress()
         if json {

@@ -240,7 +240,7 @@ extension FleetStore {
     }
 
     static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { String(format: "%02x", $0) }.joined()
+        Hex.encode(bytes)
     }
 
     /// COPYs events of one or more ledgers into `events`.

@@ -1,0 +1,109 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// Signed checkpoints: what a plain hash chain cannot show (a history rewritten with every link
+/// recomputed, a file rolled back or cut short), a checkpoint kept elsewhere does.
+struct CheckpointTests {
+    /// A ledger with sealed blocks and snapshots: product p1, then `count` purchases of users u0...
+    static func ledger(_ path: String, count: Int, key: [UInt8]? = nil) throws -> Ledger {
+        var configuration = testConfiguration()
+        configuration.chainKey = key
+        let ledger = try Ledger(path: path, configuration: configuration)
+        try ledger.append(E.product("p1"))
+        try ledger.append(contentsOf: (0..<count).flatMap { [E.queued("t\($0)", user: "u\($0 % 7)"), E.purchased("t\($0)")] })
+        return ledger
+    }
+
+    /// What a forger who knows the format does: the same events, one changed, written into a new
+    /// file by the library itself (so every link is right), given the original's ledger id.
+    static func forge(_ ledger: Ledger, to path: String, key: [UInt8]? = nil, keep: Int? = nil, change: (Event) -> Event) throws -> Ledger {
+        var events = try ledger.events(from: 1, limit: .max).filter { !$0.appendedByLedger }.map(\.event)
+        if let keep { events = Array(events.prefix(keep)) }
+        events = events.map(change)
+        var configuration = testConfiguration()
+        configuration.chainKey = key
+        let forged = try Ledger(path: path, configuration: configuration)
+        try forged.append(contentsOf: events)
+        let id = try #require(try ledger.identity()).id
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [id]) }
+        return try Ledger(path: path, configuration: configuration)
+    }
+
+    @Test(arguments: [nil, Array("a chain key of thirty-two bytes!".utf8)])
+    func aCheckpointCatchesRewritesRollbacksAndTruncationsThatThePlainChainCannot(key: [UInt8]?) throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Self.ledger(dir.path("a.ledger"), count: 300, key: key)
+        let blocks = try ledger.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM event_blocks") } ?? 0
+        #expect(blocks > 10, "sealed blocks")
+        let signer = CheckpointSigningKey()
+        let checkpoint = try ledger.checkpoint(signingKey: signer)
+        let id = try ledger.identity()?.id
+        #expect(checkpoint.seq == 601 && checkpoint.ledgerID == id)
+        try ledger.verify(against: checkpoint, publicKey: signer.publicKey)
+        // It round-trips through its JSON and still verifies; the ledger may grow past it.
+        let read = try Checkpoint(json: checkpoint.json)
+        #expect(read == checkpoint)
+        try ledger.append(contentsOf: [E.queued("t-late"), E.purchased("t-late")])
+        try ledger.verify(against: read, publicKey: signer.publicKey)
+
+        // A user rewritten at seq 100, every link recomputed: the chain is whole, verify passes,
+        // and only the checkpoint shows it.
+        let forged = try Self.forge(ledger, to: dir.path("forged.ledger"), key: key) { event in
+            if case .paymentQueued("t49", let p, let q, _) = event.body { return Event(at: event.at, .paymentQueued(transaction: "t49", product: p, quantity: q, user: "mallory")) }
+            return event
+        }
+        #expect(try forged.verify().isValid, "a recomputed chain verifies")
+        let rewritten = try #require(#expect(throws: CheckpointMismatch.self) { try forged.verify(against: checkpoint, publicKey: signer.publicKey) })
+        #expect(rewritten.seq == 601 && rewritten.message.contains("rewritten"), "\(rewritten)")
+
+        // Cut short (or an older copy put back): the seq where the file ends.
+        let short = try Self.forge(ledger, to: dir.path("short.ledger"), key: key, keep: 500) { $0 }
+        let truncated = try #require(#expect(throws: CheckpointMismatch.self) { try short.verify(against: checkpoint, publicKey: signer.publicKey) })
+        #expect(truncated.seq == 500 && truncated.message.contains("ends at seq 500"), "\(truncated)")
+
+        // Another ledger, another key, an altered checkpoint.
+        let other = try Self.ledger(dir.path("other.ledger"), count: 3, key: key)
+        #expect(throws: CheckpointMismatch.self) { try other.verify(against: checkpoint, publicKey: signer.publicKey) }
+        #expect(throws: CheckpointMismatch.self) { try ledger.verify(against: checkpoint, publicKey: CheckpointSigningKey().publicKey) }
+        var altered = checkpoint
+        altered.seq = 3
+        #expect(throws: CheckpointMismatch.self) { try ledger.verify(against: altered, publicKey: signer.publicKey) }
+    }
+
+    @Test func theCommandsWriteKeysPrivatelyAndVerifyExitsOneNamingTheSeq() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        _ = try Self.ledger(path, count: 50)
+        let key = dir.path("support.key")
+        #expect(try cli(["keygen", "-o", key]).status == 0)
+        let mode = try FileManager.default.attributesOfItem(atPath: key)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        #expect(try String(contentsOfFile: key + ".pub", encoding: .utf8).hasPrefix("purchase-ledger public key ed25519 "))
+        let again = try cli(["keygen", "-o", key])
+        #expect(again.status == 3 && again.stderr.contains("never replaces"), "\(again.stderr)")
+
+        let checkpoint = dir.path("a.checkpoint.json")
+        let before = try fileBytes(path)
+        #expect(try cli(["checkpoint", path, "--signing-key", key, "-o", checkpoint]).status == 0)
+        #expect(try fileBytes(path) == before, "checkpoint writes nothing into the ledger")
+        let ok = try cli(["verify", path, "--checkpoint", checkpoint, "--public-key", key + ".pub"])
+        #expect(ok.status == 0 && ok.stdout.contains("extends the checkpoint"), "\(ok.stdout) \(ok.stderr)")
+
+        let forged = try Self.forge(try Ledger(path: path, configuration: testConfiguration()), to: dir.path("forged.ledger")) { event in
+            if case .paymentQueued("t7", let p, let q, _) = event.body { return Event(at: event.at, .paymentQueued(transaction: "t7", product: p, quantity: q, user: "mallory")) }
+            return event
+        }
+        _ = forged
+        #expect(try cli(["verify", dir.path("forged.ledger")]).status == 0, "the plain chain was recomputed")
+        let caught = try cli(["verify", dir.path("forged.ledger"), "--checkpoint", checkpoint, "--public-key", key + ".pub"])
+        #expect(caught.status == 1 && caught.stdout.contains("seq 101") && caught.stdout.contains("rewritten"), "\(caught.stdout) \(caught.stderr)")
+
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: key)
+        let open = try cli(["checkpoint", path, "--signing-key", key])
+        #expect(open.status == 2 && open.stderr.contains("chmod 600"), "\(open.stderr)")
+        let half = try cli(["verify", path, "--checkpoint", checkpoint])
+        #expect(half.status == 2 && half.stderr.contains("together"))
+    }
+}

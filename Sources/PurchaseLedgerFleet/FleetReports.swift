@@ -98,7 +98,7 @@ extension FleetStore {
             """
         try await run {
             var current: (key: [UInt8], ledger: String, columns: PostgresColumns, downloads: [DownloadRecord])?
-            var names: [String: Int]?
+            var names: (transaction: [String: Int], download: [String: Int])?
             func emit() throws {
                 guard let c = current else { return }
                 var record = TransactionRecord(columns: c.columns)
@@ -113,20 +113,28 @@ extension FleetStore {
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
                 let random = row.makeRandomAccess()
                 if names == nil {
-                    var map: [String: Int] = [:]
-                    for (i, cell) in random.enumerated() where map[cell.columnName] == nil { map[cell.columnName] = i }
-                    names = map
+                    // Column positions, found once: the transaction's by name, the download's
+                    // without their prefix.
+                    var transaction: [String: Int] = [:], download: [String: Int] = [:]
+                    for (i, cell) in random.enumerated() {
+                        if cell.columnName.hasPrefix("d__") {
+                            download[String(cell.columnName.dropFirst(3))] = i
+                        } else if transaction[cell.columnName] == nil {
+                            transaction[cell.columnName] = i
+                        }
+                    }
+                    names = (transaction, download)
                 }
-                let columns = PostgresColumns(row: random, names: names!)
-                let ledgerBytes = columns.bytes("ledger_id")
-                let key = ledgerBytes + Array((columns.string("transaction_id") ?? "").utf8)
+                let columns = PostgresColumns(row: random, names: names!.transaction)
+                let key = columns.bytes("ledger_id") + Array((columns.string("transaction_id") ?? "").utf8)
                 if current?.key != key {
                     try emit()
-                    let uuid = try random[names!["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
+                    let uuid = try random[names!.transaction["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
                     current = (key, uuid, columns, [])
                 }
-                if columns.string("d__download_id") != nil {
-                    current!.downloads.append(DownloadRecord(columns: PostgresColumns(row: random, names: names!, prefix: "d__")))
+                let download = PostgresColumns(row: random, names: names!.download)
+                if download.string("download_id") != nil {
+                    current!.downloads.append(DownloadRecord(columns: download))
                 }
             }
             try emit()
@@ -267,33 +275,46 @@ extension FleetStore {
 }
 
 /// A PostgreSQL row's columns, read as the ledger's projection decoders read SQLite's: booleans
-/// as 1 and 0, NULL as nil; `prefix` reads the columns of a joined table (`d__download_id`).
+/// as 1 and 0, NULL as nil. `names` gives each column's position (a joined table's columns under
+/// their own names). Binary values of the usual types are read straight from their bytes.
 struct PostgresColumns: ProjectionColumns {
     let row: PostgresRandomAccessRow
     let names: [String: Int]
-    var prefix = ""
 
     private func cell(_ column: String) -> PostgresCell? {
-        guard let i = names[prefix.isEmpty ? column : prefix + column] else { return nil }
+        guard let i = names[column] else { return nil }
         let cell = row[i]
         return cell.bytes == nil ? nil : cell
     }
 
     func string(_ column: String) -> String? {
-        guard let cell = cell(column) else { return nil }
+        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
+        if cell.format == .binary, cell.dataType == .text || cell.dataType == .varchar || cell.dataType == .name {
+            return String(buffer: bytes)
+        }
         return try? cell.decode(String.self)
     }
 
     func int64(_ column: String) -> Int64? {
-        guard let cell = cell(column) else { return nil }
-        switch cell.dataType {
-        case .bool: return (try? cell.decode(Bool.self)).map { $0 ? 1 : 0 }
-        default: return try? cell.decode(Int64.self)
+        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
+        if cell.format == .binary {
+            switch cell.dataType {
+            case .int8: return bytes.getInteger(at: bytes.readerIndex, as: Int64.self)
+            case .int4: return bytes.getInteger(at: bytes.readerIndex, as: Int32.self).map(Int64.init)
+            case .int2: return bytes.getInteger(at: bytes.readerIndex, as: Int16.self).map(Int64.init)
+            case .bool: return bytes.getInteger(at: bytes.readerIndex, as: UInt8.self).map { $0 == 0 ? 0 : 1 }
+            default: break
+            }
         }
+        if cell.dataType == .bool { return (try? cell.decode(Bool.self)).map { $0 ? 1 : 0 } }
+        return try? cell.decode(Int64.self)
     }
 
     func double(_ column: String) -> Double? {
-        guard let cell = cell(column) else { return nil }
+        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
+        if cell.format == .binary, cell.dataType == .float8, let bits = bytes.getInteger(at: bytes.readerIndex, as: UInt64.self) {
+            return Double(bitPattern: bits)
+        }
         return try? cell.decode(Double.self)
     }
 

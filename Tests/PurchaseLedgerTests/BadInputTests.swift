@@ -26,7 +26,7 @@ struct BadInputTests {
             #"{"type":"restoreFailed","at":"2024-03-01T00:00:00Z","error":{"domain":"d","code":1,"code":2,"message":"m"}}"#,
         ] {
             let error = try #require(#expect(throws: LedgerError.self) { try JSONLines.decode(line) })
-            #expect(error.message.contains("duplicate key"), "\(error)")
+            #expect(error.message.contains("is given twice"), "\(error)")
         }
         #expect(throws: Never.self) { try JSONLines.decode(#"{"type":"restoreStarted","at":"2024-03-01T00:00:00Z","user":"type"}"#) }
     }

@@ -16,12 +16,18 @@ public enum InputLimits {
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = ["transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url"]
 
-    static func check(_ value: String, key: String, name: String) throws(LedgerError) {
+    /// `name` is built only for the error: building it for every field cost an import 4%.
+    @inline(__always)
+    static func check(_ value: String, key: String, name: @autoclosure () -> String) throws(LedgerError) {
         let count = value.utf8.count
         guard count > idBytes else { return }
+        try refuse(count, key: key, name: name())
+    }
+
+    private static func refuse(_ count: Int, key: String, name: String) throws(LedgerError) {
         let limit = idKeys.contains(key) ? idBytes : textBytes
         guard count > limit else { return }
-        throw .malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(limit == idBytes ? "an id" : "free text"), docs/json.md)")
+        throw LedgerError.malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(limit == idBytes ? "an id" : "free text"), docs/json.md)")
     }
 
     /// The same checks for an event given to the library as for a JSON line: the event goes

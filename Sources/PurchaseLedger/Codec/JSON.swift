@@ -67,28 +67,36 @@ struct JSONTape {
         return bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[Int(t.start)..<Int(t.end)]), as: UTF8.self) }
     }
 
-    /// The value of the last member named `key` of object token `object`, or nil. Keys are
-    /// compared as UTF-8 bytes, length first.
-    func member(_ object: Int, _ key: String) -> Int? {
+    /// The value of the member named `key` of object token `object`, or nil, and whether the
+    /// object names `key` more than once (which the reader refuses: which one would count?).
+    /// Keys are compared as UTF-8 bytes, length first. The whole object is scanned either way,
+    /// so finding a repeated key costs nothing more.
+    func member(_ object: Int, _ key: String) -> (value: Int?, repeated: Bool) {
         var key = key
         return key.withUTF8 { k in
             tokens.withUnsafeBufferPointer { tokens in
                 bytes.withUnsafeBufferPointer { bytes in
                     var found: Int?
+                    var repeated = false
                     var i = object + 1
                     let end = Int(tokens[object].end)
                     while i < end {
                         let name = tokens[i]
+                        var matches = false
                         if name.flag {
-                            if decoded[Int(name.start)].utf8.elementsEqual(k) { found = i + 1 }
+                            matches = decoded[Int(name.start)].utf8.elementsEqual(k)
                         } else if Int(name.end - name.start) == k.count
                             && (k.isEmpty || memcmp(bytes.baseAddress! + Int(name.start), k.baseAddress!, k.count) == 0)
                         {
+                            matches = true
+                        }
+                        if matches {
+                            if found != nil { repeated = true }
                             found = i + 1
                         }
                         i = self.after(i + 1)
                     }
-                    return found
+                    return (found, repeated)
                 }
             }
         }
@@ -153,28 +161,6 @@ struct JSONTape {
         return tokens.count - 1
     }
 
-    /// Whether object `object` (still open: its members so far end at `key`) has a member
-    /// before `key` with the same name, compared as UTF-8 bytes.
-    fileprivate func hasEarlierKey(equalTo key: Int, in object: Int) -> Bool {
-        let k = tokens[key]
-        var i = object + 1
-        while i < key {
-            let t = tokens[i]
-            if !t.flag && !k.flag {
-                // Plain keys: their bytes in the input, length first.
-                if t.end - t.start == k.end - k.start
-                    && bytes[Int(t.start)..<Int(t.end)].elementsEqual(bytes[Int(k.start)..<Int(k.end)])
-                {
-                    return true
-                }
-            } else if string(i).utf8.elementsEqual(string(key).utf8) {
-                return true
-            }
-            i = after(i + 1)
-        }
-        return false
-    }
-
     fileprivate mutating func close(_ container: Int) {
         tokens[container].end = Int32(tokens.count)
     }
@@ -229,13 +215,7 @@ struct JSONParser {
             while true {
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a quoted key") }
-                let keyStart = i
-                let key = tape.append(try string(&tape))
-                // A key given twice is ambiguous (which one counts?): refused, not last-wins.
-                if tape.hasEarlierKey(equalTo: key, in: object) {
-                    i = keyStart
-                    throw fail("duplicate key \"\(tape.string(key))\" in an object")
-                }
+                _ = tape.append(try string(&tape))
                 skipSpace()
                 guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':' after a key") }
                 i += 1

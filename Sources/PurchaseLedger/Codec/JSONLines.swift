@@ -287,23 +287,25 @@ private struct Fields {
     let object: Int
     var prefix = ""
 
-    /// The token of `key`'s value; nil when absent or null.
-    private func get(_ key: String) -> Int? {
-        guard let v = tape.member(object, key), tape.tokens[v].kind != .null else { return nil }
+    /// The token of `key`'s value; nil when absent or null. A key given twice is malformed.
+    private func get(_ key: String) throws(LedgerError) -> Int? {
+        let (value, repeated) = tape.member(object, key)
+        if repeated { throw .malformed("field \(name(key)) is given twice in one object") }
+        guard let v = value, tape.tokens[v].kind != .null else { return nil }
         return v
     }
 
     private func name(_ key: String) -> String { "`\(prefix)\(key)`" }
 
     func string(_ key: String) throws(LedgerError) -> String {
-        guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
+        guard let v = try get(key) else { throw .malformed("missing field \(name(key))") }
         guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
         try InputLimits.check(s, key: key, name: name(key))
         return s
     }
 
     func optionalString(_ key: String) throws(LedgerError) -> String? {
-        guard let v = get(key) else { return nil }
+        guard let v = try get(key) else { return nil }
         guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
         try InputLimits.check(s, key: key, name: name(key))
         return s
@@ -320,13 +322,13 @@ private struct Fields {
     }
 
     func optionalBool(_ key: String) throws(LedgerError) -> Bool? {
-        guard let v = get(key) else { return nil }
+        guard let v = try get(key) else { return nil }
         guard tape.tokens[v].kind == .bool else { throw .malformed("field \(name(key)) must be true or false") }
         return tape.tokens[v].flag
     }
 
     func optionalInt(_ key: String) throws(LedgerError) -> Int64? {
-        guard let v = get(key) else { return nil }
+        guard let v = try get(key) else { return nil }
         let t = tape.tokens[v]
         guard t.kind == .number else { throw .malformed("field \(name(key)) must be an integer") }
         if let i = t.integer { return i }
@@ -348,7 +350,7 @@ private struct Fields {
     }
 
     func optionalDouble(_ key: String) throws(LedgerError) -> Double? {
-        guard let v = get(key) else { return nil }
+        guard let v = try get(key) else { return nil }
         guard tape.tokens[v].kind == .number else { throw .malformed("field \(name(key)) must be a number") }
         return tape.tokens[v].double
     }
@@ -362,7 +364,7 @@ private struct Fields {
     }
 
     func storeError(_ key: String) throws(LedgerError) -> StoreError {
-        guard let v = get(key) else { throw .malformed("missing field \(name(key))") }
+        guard let v = try get(key) else { throw .malformed("missing field \(name(key))") }
         let g = try object(v, key)
         guard let code = try g.optionalInt("code") else { throw .malformed("missing field \(g.name("code"))") }
         return StoreError(domain: try g.string("domain"), code: code, message: try g.string("message"))
@@ -374,7 +376,7 @@ private struct Fields {
     }
 
     func optionalArrayOrNil(_ key: String) throws(LedgerError) -> [Int]? {
-        guard let v = get(key) else { return nil }
+        guard let v = try get(key) else { return nil }
         guard tape.tokens[v].kind == .array else { throw .malformed("field \(name(key)) must be an array") }
         return tape.items(v)
     }

@@ -99,8 +99,8 @@ struct ReportCommand: ParsableCommand {
             return try runFleet(from: fromTime, to: toTime)
         }
         let ledger = try options.open()
-        if view == .history || view == .undelivered {
-            try streamHistory(ledger, from: fromTime, to: toTime)
+        if streamsRows {
+            try streamRows(ledger, from: fromTime, to: toTime)
             return try printUserSummary(ledger)
         }
         let table = try makeTable(fetch(ledger, from: fromTime, to: toTime))
@@ -143,16 +143,25 @@ struct ReportCommand: ParsableCommand {
                         counts: [("ledgers", String(ledgers)), ("events", String(events))],
                         source: "the fleet store \(fleet.address)")
                 }
-                if view == .history || view == .undelivered {
+                if streamsRows {
                     // Rows are written as the server sends them: memory stays flat.
-                    let stream = RowStream(self, columns: historyColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+                    let stream = RowStream(self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
                     let add = { (e: FleetHistoryEntry) throws in
                         stream.add(historyCells(e.entry, device: e.ledgerID), json: historyJSON(e.entry, device: e.ledgerID), transaction: e.entry.transaction.transaction)
                     }
-                    if view == .history {
-                        try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
-                    } else {
-                        try await fleet.forEachUndelivered(limit: limit + 1, add)
+                    switch view {
+                    case .history: try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
+                    case .undelivered: try await fleet.forEachUndelivered(limit: limit + 1, add)
+                    case .stuck:
+                        try await fleet.forEachStuckDownload(idle: .seconds(idle), limit: limit + 1) { d in
+                            stream.add(stuckCells(d.download, device: d.ledgerID), json: stuckJSON(d.download, device: d.ledgerID), transaction: d.download.transaction)
+                        }
+                    case .unfinished:
+                        try await fleet.forEachUnfinishedTransaction(limit: limit + 1) { t in
+                            stream.add(
+                                unfinishedCells(t.transaction, device: t.ledgerID), json: unfinishedJSON(t.transaction, device: t.ledgerID), transaction: t.transaction.transaction)
+                        }
+                    case .revenue, .failures: break
                     }
                     await fleet.close()
                     stream.finish { _ in [:] }
@@ -173,22 +182,86 @@ struct ReportCommand: ParsableCommand {
         }
     }
 
-    /// A table with the history views' title and columns and no rows: what an HTML page's head needs.
+    /// The views written row by row (a ``RowStream``): all but the two made of totals.
+    var streamsRows: Bool { view != .revenue && view != .failures }
+
+    /// A table with a streamed view's title and columns and no rows: what an HTML page's head needs.
     var emptyTable: ReportTable {
-        ReportTable(title: historyTitle, columns: historyColumns(fleet: FleetAddress.isURL(options.ledger)), rows: [], json: [])
+        ReportTable(title: rowTitle, columns: rowColumns(fleet: FleetAddress.isURL(options.ledger)), rows: [], json: [])
     }
 
-    /// The history and undelivered views of a ledger, written through a ``RowStream`` as the
-    /// fleet's are.
-    func streamHistory(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
+    /// A streamed view of a ledger, written through a ``RowStream`` as the fleet's are.
+    func streamRows(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
         var summary: HTMLReport.Summary?
         if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to) }
-        let stream = RowStream(self, columns: historyColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
-        let entries = view == .history ? try ledger.purchaseHistory(historyQuery(from: from, to: to)) : try ledger.undelivered(limit: limit + 1)
-        for e in entries {
-            stream.add(historyCells(e, device: nil), json: historyJSON(e, device: nil), transaction: e.transaction.transaction)
+        let stream = RowStream(self, columns: rowColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+        switch view {
+        case .history, .undelivered:
+            let entries = view == .history ? try ledger.purchaseHistory(historyQuery(from: from, to: to)) : try ledger.undelivered(limit: limit + 1)
+            for e in entries {
+                stream.add(historyCells(e, device: nil), json: historyJSON(e, device: nil), transaction: e.transaction.transaction)
+            }
+        case .stuck:
+            for d in try ledger.stuckDownloads(idle: .seconds(idle)).prefix(limit + 1) {
+                stream.add(stuckCells(d, device: nil), json: stuckJSON(d, device: nil), transaction: d.transaction)
+            }
+        case .unfinished:
+            for t in try ledger.unfinishedTransactions().prefix(limit + 1) {
+                stream.add(unfinishedCells(t, device: nil), json: unfinishedJSON(t, device: nil), transaction: t.transaction)
+            }
+        case .revenue, .failures: break
         }
         try stream.finish { ids in try ledger.timelines(transactions: Set(ids)) }
+    }
+
+    var rowTitle: String {
+        switch view {
+        case .history: "Purchase history"
+        case .undelivered: "Paid but never delivered"
+        case .stuck: "Stuck downloads"
+        case .unfinished: "Never finished (redelivered at every launch)"
+        case .revenue, .failures: ""
+        }
+    }
+
+    /// A streamed view's columns; `device` first over a fleet store.
+    func rowColumns(fleet: Bool) -> [String] {
+        switch view {
+        case .stuck: (fleet ? ["device"] : []) + ["download", "transaction", "content", "state", "progress", "last activity", "attempts"]
+        case .unfinished: (fleet ? ["device"] : []) + ["transaction", "user", "product", "state", "since", "events"]
+        default: historyColumns(fleet: fleet)
+        }
+    }
+
+    func stuckCells(_ d: DownloadRecord, device: String?) -> [String] {
+        (device.map { [$0] } ?? []) + [
+            d.download, d.transaction ?? "", d.content ?? d.url ?? "", d.state.rawValue,
+            String(format: "%.0f%%", d.progress * 100), d.lastActivityAt?.description ?? "", String(d.attempts),
+        ]
+    }
+
+    func stuckJSON(_ d: DownloadRecord, device: String?) -> String {
+        JSONWriter.object { w in
+            if let device { w.field("ledger", device) }
+            w.key("download")
+            StateJSON.write(d, to: &w)
+            w.field("lastActivityAt", d.lastActivityAt?.description)
+            w.field("attempts", d.attempts)
+        }
+    }
+
+    func unfinishedCells(_ t: TransactionRecord, device: String?) -> [String] {
+        (device.map { [$0] } ?? []) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)]
+    }
+
+    func unfinishedJSON(_ t: TransactionRecord, device: String?) -> String {
+        JSONWriter.object { w in
+            if let device { w.field("ledger", device) }
+            w.key("transaction")
+            StateJSON.write(t, to: &w)
+            w.field("since", (t.purchasedAt ?? t.failedAt)?.description)
+            w.field("events", t.events)
+        }
     }
 
     func print(_ table: ReportTable, from: Timestamp?, to: Timestamp?, html: () throws -> String) throws {
@@ -226,41 +299,20 @@ struct ReportCommand: ParsableCommand {
         }
     }
 
-    /// What a view shows, fetched from a ledger or a fleet store; `devices` (ledger ids, one per
-    /// row) only from a fleet store.
+    /// What the views made of totals show, from a ledger or a fleet store (the other views are
+    /// written row by row: ``streamRows(_:from:to:)``).
     enum ReportData {
-        case history([PurchaseHistoryEntry], devices: [String]?)
         case revenue([RevenueLine])
-        case stuck([DownloadRecord], devices: [String]?)
-        case unfinished([TransactionRecord], devices: [String]?)
         case failures([FailureRate])
     }
 
     func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportData {
-        switch view {
-        case .history: .history(try ledger.purchaseHistory(historyQuery(from: from, to: to)), devices: nil)
-        case .undelivered: .history(try ledger.undelivered(limit: limit + 1), devices: nil)
-        case .revenue: .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy))
-        case .stuck: .stuck(try ledger.stuckDownloads(idle: .seconds(idle)), devices: nil)
-        case .unfinished: .unfinished(try ledger.unfinishedTransactions(), devices: nil)
-        case .failures: .failures(try ledger.failureRates(from: from, to: to))
-        }
+        view == .revenue ? .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy)) : .failures(try ledger.failureRates(from: from, to: to))
     }
 
     func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?) async throws -> ReportData {
-        switch view {
-        case .history, .undelivered:
-            let entries = view == .history ? try await fleet.purchaseHistory(historyQuery(from: from, to: to)) : try await fleet.undelivered(limit: limit + 1)
-            return .history(entries.map(\.entry), devices: entries.map(\.ledgerID))
-        case .revenue: return .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy))
-        case .stuck:
-            let downloads = try await fleet.stuckDownloads(idle: .seconds(idle))
-            return .stuck(downloads.map(\.download), devices: downloads.map(\.ledgerID))
-        case .unfinished:
-            let transactions = try await fleet.unfinishedTransactions()
-            return .unfinished(transactions.map(\.transaction), devices: transactions.map(\.ledgerID))
-        case .failures: return .failures(try await fleet.failureRates(from: from, to: to))
-        }
+        view == .revenue
+            ? .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy)) : .failures(try await fleet.failureRates(from: from, to: to))
     }
 
     func historyQuery(from: Timestamp?, to: Timestamp?) -> PurchaseHistoryQuery {
@@ -269,30 +321,9 @@ struct ReportCommand: ParsableCommand {
     }
 
     func makeTable(_ data: ReportData) -> ReportTable {
-        /// The device column and JSON field, first, when rows come from a fleet store.
-        func device(_ devices: [String]?, _ i: Int) -> [String] { devices.map { [$0[i]] } ?? [] }
-        /// One JSON row: the device's ledger id first (for a fleet store), then what `body` writes.
-        func row(_ devices: [String]? = nil, _ i: Int = 0, _ body: (inout JSONWriter) -> Void) -> String {
-            JSONWriter.object { w in
-                if let devices { w.field("ledger", devices[i]) }
-                body(&w)
-            }
-        }
-        let deviceColumn = { (devices: [String]?) in devices == nil ? [] : ["device"] }
+        /// One JSON row.
+        func row(_ body: (inout JSONWriter) -> Void) -> String { JSONWriter.object { w in body(&w) } }
         switch data {
-        case .history(var entries, var devices):
-            let cut = entries.count > limit
-            if cut {
-                entries.removeLast(entries.count - limit)
-                devices = devices.map { Array($0.prefix(limit)) }
-            }
-            var table = ReportTable(
-                title: historyTitle, columns: historyColumns(fleet: devices != nil),
-                rows: entries.enumerated().map { i, e in historyCells(e, device: devices?[i]) },
-                json: entries.enumerated().map { i, e in historyJSON(e, device: devices?[i]) },
-                transactions: entries.map(\.transaction.transaction))
-            table.truncatedAt = cut ? limit : nil
-            return table
         case .revenue(let lines):
             /// The figures a revenue line and a currency's total share, amounts as exact decimal strings.
             func amounts(_ w: inout JSONWriter, _ purchases: Int, _ units: Int, _ refunded: Int, _ gross: Decimal, _ refunds: Decimal) {
@@ -338,39 +369,6 @@ struct ReportCommand: ParsableCommand {
                         amounts(&w, total.purchases, total.units, total.refundedUnits, total.gross, total.refunds)
                     }
                 })
-        case .stuck(let downloads, let devices):
-            return ReportTable(
-                title: "Stuck downloads", columns: deviceColumn(devices) + ["download", "transaction", "content", "state", "progress", "last activity", "attempts"],
-                rows: downloads.enumerated().map { i, d in
-                    device(devices, i) + [
-                        d.download, d.transaction ?? "", d.content ?? d.url ?? "", d.state.rawValue,
-                        String(format: "%.0f%%", d.progress * 100), d.lastActivityAt?.description ?? "", String(d.attempts),
-                    ]
-                },
-                json: downloads.enumerated().map { i, d in
-                    row(devices, i) { w in
-                        w.key("download")
-                        StateJSON.write(d, to: &w)
-                        w.field("lastActivityAt", d.lastActivityAt?.description)
-                        w.field("attempts", d.attempts)
-                    }
-                },
-                transactions: downloads.compactMap(\.transaction))
-        case .unfinished(let transactions, let devices):
-            return ReportTable(
-                title: "Never finished (redelivered at every launch)", columns: deviceColumn(devices) + ["transaction", "user", "product", "state", "since", "events"],
-                rows: transactions.enumerated().map { i, t in
-                    device(devices, i) + [t.transaction, t.user ?? "", t.product, t.state.rawValue, (t.purchasedAt ?? t.failedAt)?.description ?? "", String(t.events)]
-                },
-                json: transactions.enumerated().map { i, t in
-                    row(devices, i) { w in
-                        w.key("transaction")
-                        StateJSON.write(t, to: &w)
-                        w.field("since", (t.purchasedAt ?? t.failedAt)?.description)
-                        w.field("events", t.events)
-                    }
-                },
-                transactions: transactions.map(\.transaction))
         case .failures(let rates):
             return ReportTable(
                 title: "Payment failures", columns: ["domain", "code", "message", "count", "share"],
@@ -470,13 +468,15 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         }
     }
 
-    func add(_ cells: [String], json: @autoclosure () -> String, transaction: String) {
+    func add(_ cells: [String], json: @autoclosure () -> String, transaction: String?) {
         guard count < limit else {
             truncated = true
             return
         }
         count += 1
-        if firstTransactions.count < HTMLReport.maxTimelines { firstTransactions.append(transaction) }
+        if let transaction, firstTransactions.count < HTMLReport.maxTimelines, !firstTransactions.contains(transaction) {
+            firstTransactions.append(transaction)
+        }
         switch format {
         case .csv: console.printData(cells.map(csvField).joined(separator: ","))
         case .json: console.write((count == 1 ? "" : ",\n") + json())

@@ -160,26 +160,55 @@ extension FleetStore {
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the fleet's latest
     /// download activity), oldest first.
     public func stuckDownloads(idle: Duration = .seconds(3600), asOf: Timestamp? = nil) async throws -> [FleetDownload] {
+        var downloads: [FleetDownload] = []
+        try await forEachStuckDownload(idle: idle, asOf: asOf, limit: .max) { downloads.append($0) }
+        return downloads
+    }
+
+    /// ``stuckDownloads(idle:asOf:)`` as a stream of at most `limit` rows, each handed to `body`
+    /// as it arrives. `body` must not use this store.
+    public func forEachStuckDownload(
+        idle: Duration = .seconds(3600), asOf: Timestamp? = nil, limit: Int, _ body: (FleetDownload) throws -> Void
+    ) async throws {
         var now = asOf.map(Projector.ms)
         if now == nil {
             now = try await fetch("SELECT coalesce(max(last_activity_at_ms), 0) AS now FROM downloads").first?["now"] ?? 0
         }
-        return try await fetch(
-            """
+        let query: PostgresQuery = """
             SELECT * FROM downloads WHERE started AND state IN ('waiting', 'active') AND last_activity_at_ms <= \(StuckCutoff.milliseconds(now: now!, idle: idle))
             ORDER BY last_activity_at_ms, download_id COLLATE "C", ledger_id
+            LIMIT \(Int64(limit))
             """
-        ).map { FleetDownload(ledgerID: $0["ledger_id"], download: DownloadRecord(row: $0)) }
+        try await run {
+            var names: [String: Int]?
+            for try await row in try await connection.query(query, logger: logger) {
+                let random = row.makeRandomAccess()
+                if names == nil { names = Dictionary(random.enumerated().map { ($1.columnName, $0) }, uniquingKeysWith: { a, _ in a }) }
+                let ledger = try random[names!["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
+                try body(FleetDownload(ledgerID: ledger, download: DownloadRecord(columns: PostgresColumns(row: random, names: names!))))
+            }
+        }
     }
 
     /// Transactions that reached a final state but were never finished, across the fleet.
     public func unfinishedTransactions() async throws -> [FleetTransaction] {
-        let rows = try await fetch(
+        var transactions: [FleetTransaction] = []
+        try await forEachUnfinishedTransaction(limit: .max) { transactions.append($0) }
+        return transactions
+    }
+
+    /// ``unfinishedTransactions()`` as a stream of at most `limit` rows, as ``forEachHistoryEntry(_:_:)``.
+    public func forEachUnfinishedTransaction(limit: Int, _ body: (FleetTransaction) throws -> Void) async throws {
+        var binds = PostgresBindings()
+        binds.append(Int64(limit))
+        let selection = """
+            SELECT t.* FROM transactions t WHERE NOT t.finished AND t.state IN ('purchased', 'restored', 'failed')
+            ORDER BY coalesce(t.purchased_at_ms, t.failed_at_ms) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
+            LIMIT $1
             """
-            SELECT * FROM transactions WHERE NOT finished AND state IN ('purchased', 'restored', 'failed')
-            ORDER BY coalesce(purchased_at_ms, failed_at_ms) NULLS FIRST, transaction_id COLLATE "C", ledger_id
-            """)
-        return try await withDownloadIDs(rows.map { FleetTransaction(ledgerID: $0["ledger_id"], transaction: TransactionRecord(row: $0)) })
+        try await streamHistory(selection, order: "coalesce(t.purchased_at_ms, t.failed_at_ms)", binds: binds) { entry in
+            try body(FleetTransaction(ledgerID: entry.ledgerID, transaction: entry.entry.transaction))
+        }
     }
 
     /// Payment failures by error code across the fleet, most frequent first.
@@ -213,38 +242,6 @@ extension FleetStore {
     }
 
     // MARK: - Rows
-
-    private func withDownloadIDs(_ transactions: [FleetTransaction]) async throws -> [FleetTransaction] {
-        let downloads = try await downloads(of: transactions)
-        return transactions.map { t in
-            var t = t
-            t.transaction.downloads = (downloads[DownloadOwner(ledger: t.ledgerID, transaction: t.transaction.transaction)] ?? []).map(\.download)
-            return t
-        }
-    }
-
-    private struct DownloadOwner: Hashable {
-        var ledger: String
-        var transaction: String
-    }
-
-    /// The downloads of these transactions, in delivery order: one query.
-    private func downloads(of transactions: [FleetTransaction]) async throws -> [DownloadOwner: [DownloadRecord]] {
-        guard !transactions.isEmpty else { return [:] }
-        let rows = try await fetch(
-            """
-            SELECT d.* FROM downloads d
-            JOIN unnest(\(transactions.map(\.ledgerID))::text[], \(transactions.map(\.transaction.transaction))::text[]) AS k(ledger_id, transaction_id)
-              ON d.ledger_id = k.ledger_id::uuid AND d.transaction_id = k.transaction_id
-            ORDER BY d.position
-            """)
-        var result: [DownloadOwner: [DownloadRecord]] = [:]
-        for row in rows {
-            let record = DownloadRecord(row: row)
-            result[DownloadOwner(ledger: row["ledger_id"], transaction: record.transaction ?? ""), default: []].append(record)
-        }
-        return result
-    }
 
     /// Runs a query and converts its rows to GRDB rows, so the ledger's own row decoders read them.
     func fetch(_ query: PostgresQuery) async throws -> [Row] {

@@ -99,6 +99,10 @@ struct ExportCommand: ParsableCommand {
         let ledger = try options.open()
         let total = try ledger.lastSeq()
         try ledger.forEachEvent { e in
+            // JSON cannot carry a NaN, and an importer would refuse what the file should never hold.
+            if let wrong = InputLimits.storedValueProblem(e.event.body) {
+                throw LedgerError.make(.corruptData, "a stored value the importer would refuse: \(wrong); the file was edited (verify says more)", seq: e.seq)
+            }
             let event = redact ? Redaction.redact(e.event) : e.event
             console.print(JSONLines.encode(event, seq: e.seq, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger))
             if e.seq % 50_000 == 0 { console.progress("exported \(e.seq)/\(total)") }

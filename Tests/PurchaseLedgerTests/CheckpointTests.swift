@@ -106,4 +106,39 @@ struct CheckpointTests {
         let half = try cli(["verify", path, "--checkpoint", checkpoint])
         #expect(half.status == 2 && half.stderr.contains("together"))
     }
+
+    /// Values only an edited file can hold (written here as a forger would: the library without
+    /// its input checks, every link right): verify reports them as damage with their seq, export
+    /// refuses to write JSON it cannot (a NaN) or that import would refuse.
+    @Test func storedValuesTheImporterWouldRefuseAreDamageWithTheirSeq() throws {
+        let dir = try TemporaryDirectory()
+        var unchecked = testConfiguration()
+        unchecked.checksInput = false
+        // A NaN progress cannot even reach this file's projections (SQLite stores NaN as NULL);
+        // in an edited payload, the check names it.
+        #expect(InputLimits.storedValueProblem(.downloadProgressed(download: "d1", progress: .nan, bytesWritten: nil, timeRemaining: nil))?.contains("nan") == true)
+        for (name, bad) in [
+            ("infinite", Event(at: E.at(5), .downloadProgressed(download: "d1", progress: 0.5, bytesWritten: nil, timeRemaining: .infinity))),
+            (
+                "price",
+                Event(
+                    at: E.at(5),
+                    .productRegistered(
+                        ProductRegistration(
+                            product: "p2", kind: .consumable, price: "-1.00", currency: "USD", downloadable: false, contents: [], relatedProducts: [])))
+            ),
+        ] {
+            let path = dir.path("\(name).ledger")
+            let ledger = try Ledger(path: path, configuration: unchecked)
+            try ledger.append(contentsOf: [E.product("p1", contents: [("c1", "1.0")]), E.queued("t1"), E.purchased("t1", downloads: ["d1"]), E.start("d1"), bad])
+            let report = try ledger.verify()
+            #expect(report.problems.first?.seq == 5 && report.problems.first?.message.contains("the importer would refuse") == true, "\(name): \(report.problems)")
+            let verify = try cli(["verify", path])
+            #expect(verify.status == 1 && verify.stdout.contains("seq 5"), "\(name): \(verify.stdout)")
+            let export = try cli(["export", path])
+            #expect(export.status == 3 && export.stderr.contains("seq 5") && !export.stdout.contains("nan"), "\(name): \(export.stderr)")
+            // The checked library refuses the same event at input.
+            #expect(throws: LedgerError.self) { try Ledger(path: dir.path("\(name)-checked.ledger"), configuration: testConfiguration()).append(bad) }
+        }
+    }
 }

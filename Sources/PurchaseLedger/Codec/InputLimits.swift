@@ -37,3 +37,39 @@ public enum InputLimits {
         _ = try JSONLines.decodeLine(Array(JSONLines.encode(event).utf8))
     }
 }
+
+extension InputLimits {
+    /// What, in an event decoded from the file, the importer would have refused: a progress that
+    /// is NaN or outside 0...1, an infinite or negative time remaining, a negative length, a price
+    /// that is not a decimal, a currency that is not three capitals, a quantity outside 1...10.
+    /// Such a value can only come from an edited file (its links recomputed): `verify` reports it
+    /// as damage with its seq, and `export` refuses to write it (JSON has no NaN).
+    package static func storedValueProblem(_ body: EventBody) -> String? {
+        func lengths(_ specs: [DownloadSpec]?) -> String? {
+            specs?.first { $0.contentLength < 0 }.map { "download \($0.download) has a negative contentLength" }
+        }
+        switch body {
+        case .downloadProgressed(_, let progress, let bytes, let remaining):
+            if !(progress >= 0 && progress <= 1) { return "progress \(progress) is not a number in 0...1" }
+            if let remaining, !remaining.isFinite || (remaining < 0 && remaining != -1) { return "timeRemaining \(remaining) is not seconds >= 0 or -1" }
+            if let bytes, bytes < 0 { return "bytesWritten \(bytes) is negative" }
+        case .productRegistered(let r):
+            if !JSONLines.isDecimal(r.price) { return "price \(r.price.debugDescription.prefix(40)) is not a decimal" }
+            if !(r.currency.utf8.count == 3 && r.currency.utf8.allSatisfy({ $0 >= 65 && $0 <= 90 })) {
+                return "currency \(r.currency.debugDescription.prefix(40)) is not an ISO 4217 code"
+            }
+            if let bad = r.contents.first(where: { $0.contentLength < 0 }) { return "content \(bad.content) has a negative contentLength" }
+        case .paymentQueued(_, _, let quantity, _):
+            if !(1...10).contains(quantity) { return "quantity \(quantity) is not in 1...10" }
+        case .transactionPurchased(_, _, _, _, let downloads), .transactionRestored(_, _, _, _, _, let downloads):
+            return lengths(downloads)
+        case .contentCopiedOut(_, _, _, let bytes):
+            if let bytes, bytes < 0 { return "bytesCopied \(bytes) is negative" }
+        case .contentRegistered(_, _, let length):
+            if let length, length < 0 { return "contentLength \(length) is negative" }
+        default:
+            return nil
+        }
+        return nil
+    }
+}

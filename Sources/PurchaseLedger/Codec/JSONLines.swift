@@ -167,7 +167,7 @@ public enum JSONLines {
         return specs
     }
 
-    private static func isDecimal(_ s: String) -> Bool {
+    static func isDecimal(_ s: String) -> Bool {
         var sawDigit = false, sawDot = false, digitsAfterDot = 0
         for b in s.utf8 {
             if b >= 48 && b <= 57 {

@@ -160,6 +160,11 @@ private struct Verifier {
                 if stored != nil { chainReported = false }
                 if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
 
+                // Values the importer would refuse (NaN, a negative length...): only an edited file has them.
+                if let wrong = InputLimits.storedValueProblem(e.event.body) {
+                    try me.problem(.corruptData, e.seq, "a stored value the importer would refuse: \(wrong); the file was edited")
+                }
+
                 // The rules: the same reducer, and the outcome must be what was recorded. Once an
                 // event is lost, the state after it is unknown: the rules are not checked any more.
                 guard !lost else { return false }

@@ -389,7 +389,10 @@ public final class Ledger: Sendable {
                 let check = try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'key_check'")
                 guard check == Data(HashChain.keyCheck(key)) else { throw LedgerError(.keyMismatch, "the chain key given is not this ledger's key") }
             } else if key != nil {
-                throw LedgerError(.keyMismatch, "this ledger's chain has no key; it cannot be given one after creation")
+                throw LedgerError(
+                    .notKeyed,
+                    "a chain key was given, but the file says its hash chain has no key: it is another ledger, or a keyed ledger whose key check was removed from ledger_info (tampering); a key cannot be added after creation"
+                )
             }
         }
     }

@@ -489,7 +489,14 @@ struct VerifyCommand: ParsableCommand {
 
     func run() throws {
         let console = Console.current
-        let ledger = try options.open()
+        let ledger: Ledger
+        do {
+            ledger = try options.open()
+        } catch let error as LedgerError where error.code == .notKeyed {
+            // Verifying with the key a ledger was made with, and finding it plain, is tampering.
+            console.print(console.red("problem: ") + error.message)
+            throw CommandExit(status: 1)
+        }
         if let checkpoint, let publicKey {
             let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))
             let key = try CheckpointPublicKey(fileText: try KeyFiles.read(publicKey, secret: false))

@@ -141,4 +141,26 @@ struct CheckpointTests {
             #expect(throws: LedgerError.self) { try Ledger(path: dir.path("\(name)-checked.ledger"), configuration: testConfiguration()).append(bad) }
         }
     }
+
+    /// A keyed ledger passed off as plain (its chain mode and key check edited in ledger_info):
+    /// verifying it with its key is tampering (exit 1), and the library opened with the key refuses it.
+    @Test func aKeyedLedgerTurnedPlainFailsVerifyWithItsKeyAsTampering() throws {
+        let dir = try TemporaryDirectory()
+        let key = dir.path("chain.key")
+        _ = FileManager.default.createFile(atPath: key, contents: Data(Array("a chain key of thirty-two bytes!".utf8)), attributes: [.posixPermissions: 0o600])
+        let path = dir.path("keyed.ledger")
+        #expect(try cli(["append", path, "--key-file", key], stdin: sampleLog).status == 0)
+        #expect(try cli(["verify", path, "--key-file", key]).status == 0)
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE ledger_info SET value = 'sha256' WHERE key = 'chain'")
+            try db.execute(sql: "UPDATE ledger_info SET value = NULL WHERE key = 'key_check'")
+        }
+        let verify = try cli(["verify", path, "--key-file", key])
+        #expect(verify.status == 1 && verify.stdout.contains("tampering"), "\(verify.stdout) \(verify.stderr)")
+        var keyed = LedgerConfiguration()
+        keyed.chainKey = Array("a chain key of thirty-two bytes!".utf8)
+        #expect { try Ledger(path: path, configuration: keyed) } throws: { ($0 as? LedgerError)?.code == .notKeyed }
+        // Without the key, the plain chain does not match the keyed links either.
+        #expect(try cli(["verify", path]).status == 1)
+    }
 }

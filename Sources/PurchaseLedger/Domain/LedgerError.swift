@@ -16,7 +16,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         enum Kind: String, Sendable {
             case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
-            case keyRequired, keyMismatch, unregisteredURL, storage, io
+            case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io
         }
 
         let kind: Kind
@@ -37,6 +37,9 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let keyRequired = Code(kind: .keyRequired)
         /// The key given is not the ledger's key.
         public static let keyMismatch = Code(kind: .keyMismatch)
+        /// A key was given, but the file says its chain has no key: another ledger, or a keyed
+        /// ledger whose key check was removed to pass it off as plain (tampering).
+        public static let notKeyed = Code(kind: .notKeyed)
         /// No download is registered for the content URL asked about.
         public static let unregisteredURL = Code(kind: .unregisteredURL)
         /// SQLite failed (disk full, I/O error, lock timeout...).

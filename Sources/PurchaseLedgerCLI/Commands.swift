@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PurchaseLedger
+import PurchaseLedgerFleet
 
 /// A reader of a JSON Lines file, or of stdin for nil / "-".
 func inputReader(_ file: String?) throws -> JSONLinesReader {
@@ -467,11 +468,14 @@ struct VerifyCommand: ParsableCommand {
             With --checkpoint and --public-key: checks that the file extends a signed checkpoint (same \
             ledger id, at least its seq, the same hash chain link there), recomputing the chain over the \
             whole log, and exits 1 naming the seq when it does not. A plain (unkeyed) chain can be \
-            recomputed by anyone who edits the file; a checkpoint kept elsewhere cannot.
+            recomputed by anyone who edits the file; a checkpoint kept elsewhere cannot. With --against \
+            postgres://..., the same check against the seq and link a fleet store holds of this ledger \
+            (from its last ship): a file put back to an older copy or rewritten no longer extends it.
 
             Examples:
               purchase-ledger verify user.ledger --all
               purchase-ledger verify user.ledger --checkpoint user.checkpoint.json --public-key support.key.pub
+              purchase-ledger verify user.ledger --against postgres://ledger_report@db.internal/fleet
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -482,9 +486,11 @@ struct VerifyCommand: ParsableCommand {
     @Option(help: "A checkpoint (from `checkpoint`) the file must extend.", completion: .file()) var checkpoint: String?
     @Option(name: .customLong("public-key"), help: "The public key the checkpoint must be signed with (FILE.pub from keygen).", completion: .file())
     var publicKey: String?
+    @Option(help: "A fleet store (postgres://...) the file must extend: the seq and link it holds of this ledger.") var against: String?
 
     func validate() throws {
         if (checkpoint == nil) != (publicKey == nil) { throw ValidationError("give --checkpoint and --public-key together") }
+        if let against, !FleetAddress.isURL(against) { throw ValidationError("--against takes a postgres:// URL, not \(FleetAddress.redacted(against))") }
     }
 
     func run() throws {
@@ -496,6 +502,36 @@ struct VerifyCommand: ParsableCommand {
             // Verifying with the key a ledger was made with, and finding it plain, is tampering.
             console.print(console.red("problem: ") + error.message)
             throw CommandExit(status: 1)
+        }
+        if let against {
+            guard let id = try ledger.identity()?.id else { throw LedgerError.io("this ledger has no id yet; open it for writing once") }
+            let held = try blocking { () -> (seq: Int64, link: [UInt8])? in
+                let fleet = try await FleetStore.connect(against)
+                do {
+                    let held = try await fleet.shippedHead(ofLedger: id)
+                    await fleet.close()
+                    return held
+                } catch {
+                    await fleet.close()
+                    throw error
+                }
+            }
+            guard let held else {
+                console.print(console.red("problem: ") + "the fleet store holds nothing of ledger \(id): it was never shipped there")
+                throw CommandExit(status: 1)
+            }
+            do {
+                try ledger.verifyExtends(seq: held.seq, link: held.link, witness: "what the fleet store holds")
+            } catch let mismatch as CheckpointMismatch {
+                console.print(console.red("problem: ") + mismatch.description)
+                throw CommandExit(status: 1)
+            } catch let error as LedgerError where error.code == .corruptData {
+                console.print(console.red("problem: ") + error.description)
+                throw CommandExit(status: 1)
+            }
+            console.print(
+                console.green("ok") + ": the file extends what the fleet store holds of ledger \(id) (seq \(held.seq)); hash chain intact from the first event to the last")
+            if checkpoint == nil { return }
         }
         if let checkpoint, let publicKey {
             let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))

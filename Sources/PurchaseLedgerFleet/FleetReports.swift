@@ -235,6 +235,17 @@ extension FleetStore {
         }
     }
 
+    /// What the store holds of ledger `id`: its last shipped seq and the chain's link there (nil
+    /// when it never shipped). The fleet is a witness of each ledger's history: a file that no
+    /// longer extends it was rolled back, cut short or rewritten (``Ledger`` checks it, with
+    /// `verifyExtends`; `purchase-ledger verify LEDGER --against URL`).
+    public func shippedHead(ofLedger id: String) async throws -> (seq: Int64, link: [UInt8])? {
+        guard UUID(uuidString: id) != nil else { return nil }
+        let rows = try await fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
+        guard let row = rows.first else { return nil }
+        return (row["last_seq"], [UInt8](row["last_link"] as Data))
+    }
+
     /// How many ledgers and events the store holds.
     public func counts() async throws -> (ledgers: Int, events: Int) {
         let row = try await fetch("SELECT (SELECT count(*) FROM ledgers) AS ledgers, (SELECT count(*) FROM events) AS events").first

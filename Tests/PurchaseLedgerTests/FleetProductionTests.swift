@@ -285,4 +285,44 @@ struct FleetProductionTests {
         #expect(versions["p0"] == "1.10" && versions["p1"] == "1.9" && versions["p\(count - 2)"] == "1.9", "the highest version any ledger saw")
         await fleet.close()
     }
+
+    /// The fleet as a witness: `verify --against` checks a file against the seq and link the
+    /// fleet store holds of it, catching a file put back to an older copy or rewritten with every
+    /// link recomputed, which plain `verify` cannot.
+    @Test func theFleetWitnessesEachLedgersHistory() throws {
+        let (_, url) = try FleetServer.database()
+        let dir = try TemporaryDirectory()
+        let path = dir.path("device.ledger")
+        let ledger = try CheckpointTests.ledger(path, count: 60)
+        let older = dir.path("older.ledger")
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: path + suffix) {
+            try FileManager.default.copyItem(atPath: path + suffix, toPath: older + suffix)
+        }
+        try ledger.append(contentsOf: [E.queued("t-late"), E.purchased("t-late")])
+        #expect(try cli(["ship", path, "--to", url]).status == 0)
+        let ok = try cli(["verify", path, "--against", url])
+        #expect(ok.status == 0 && ok.stdout.contains("extends what the fleet store holds"), "\(ok.stdout) \(ok.stderr)")
+
+        // The older copy put back: the file ends before what the fleet holds.
+        #expect(try cli(["verify", older]).status == 0, "on its own, the older copy verifies")
+        let rolledBack = try cli(["verify", older, "--against", url])
+        #expect(rolledBack.status == 1 && rolledBack.stdout.contains("ends at seq 121, before what the fleet store holds seq 123"), "\(rolledBack.stdout)")
+
+        // Rewritten with every link recomputed, the same id: caught, and ship refuses it too.
+        let forged = try CheckpointTests.forge(ledger, to: dir.path("forged.ledger")) { event in
+            if case .paymentQueued("t3", let p, let q, _) = event.body { return Event(at: event.at, .paymentQueued(transaction: "t3", product: p, quantity: q, user: "mallory")) }
+            return event
+        }
+        #expect(try forged.verify().isValid)
+        let rewritten = try cli(["verify", dir.path("forged.ledger"), "--against", url])
+        #expect(rewritten.status == 1 && rewritten.stdout.contains("seq 123") && rewritten.stdout.contains("rewritten"), "\(rewritten.stdout)")
+        let reship = try cli(["ship", dir.path("forged.ledger"), "--to", url])
+        #expect(reship.status == 1 && reship.stderr.contains("rewritten"), "\(reship.stderr)")
+
+        // A ledger the fleet never saw.
+        let unknown = dir.path("unknown.ledger")
+        _ = try CheckpointTests.ledger(unknown, count: 2)
+        let never = try cli(["verify", unknown, "--against", url])
+        #expect(never.status == 1 && never.stdout.contains("never shipped"), "\(never.stdout)")
+    }
 }

@@ -198,20 +198,25 @@ extension Ledger {
         guard id == checkpoint.ledgerID else {
             throw CheckpointMismatch(message: "the checkpoint is of ledger \(checkpoint.ledgerID); this file is ledger \(id ?? "(no id)")")
         }
-        let walked = try read { db in try ChainWalk.walk(db, chain: chain, stopAt: checkpoint.seq) }
+        try verifyExtends(seq: checkpoint.seq, link: checkpoint.link, witness: "the checkpoint's", since: " since \(checkpoint.at)")
+    }
+
+    /// Checks that this file has at least `seq` events and the chain's link `link` at that seq,
+    /// recomputing the chain over the whole log: what a checkpoint, or a fleet store that holds the
+    /// ledger (`witness` names it in messages), says of its history. Throws ``CheckpointMismatch``.
+    package func verifyExtends(seq: Int64, link expected: [UInt8], witness: String, since: String = "") throws {
+        let walked = try read { db in try ChainWalk.walk(db, chain: chain, stopAt: seq) }
         let last = walked.last
-        guard let link = checkpoint.seq == 0 ? HashChain.genesis : walked.atStop, last >= checkpoint.seq else {
+        guard let link = seq == 0 ? HashChain.genesis : walked.atStop, last >= seq else {
             throw CheckpointMismatch(
                 seq: last,
-                message:
-                    "the file ends at seq \(last), before the checkpoint's seq \(checkpoint.seq): events were removed from its end, or an older copy of the file was put back"
-            )
+                message: "the file ends at seq \(last), before \(witness) seq \(seq): events were removed from its end, or an older copy of the file was put back")
         }
-        guard link == checkpoint.link else {
+        guard link == expected else {
             throw CheckpointMismatch(
-                seq: checkpoint.seq,
+                seq: seq,
                 message:
-                    "the hash chain at seq \(checkpoint.seq) is not the checkpoint's: the history up to that seq was rewritten since \(checkpoint.at) (the links were recomputed, so only a checkpoint shows it)"
+                    "the hash chain at seq \(seq) is not \(witness): the history up to that seq was rewritten\(since) (the links were recomputed, so only a record kept outside the file shows it)"
             )
         }
     }

@@ -520,15 +520,7 @@ struct VerifyCommand: ParsableCommand {
                 console.print(console.red("problem: ") + "the fleet store holds nothing of ledger \(id): it was never shipped there")
                 throw CommandExit(status: 1)
             }
-            do {
-                try ledger.verifyExtends(seq: held.seq, link: held.link, witness: "what the fleet store holds")
-            } catch let mismatch as CheckpointMismatch {
-                console.print(console.red("problem: ") + mismatch.description)
-                throw CommandExit(status: 1)
-            } catch let error as LedgerError where error.code == .corruptData {
-                console.print(console.red("problem: ") + error.description)
-                throw CommandExit(status: 1)
-            }
+            try problemExit { try ledger.verifyExtends(seq: held.seq, link: held.link, witness: "what the fleet store holds") }
             console.print(
                 console.green("ok") + ": the file extends what the fleet store holds of ledger \(id) (seq \(held.seq)); hash chain intact from the first event to the last")
             if checkpoint == nil { return }
@@ -536,21 +528,32 @@ struct VerifyCommand: ParsableCommand {
         if let checkpoint, let publicKey {
             let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))
             let key = try CheckpointPublicKey(fileText: try KeyFiles.read(publicKey, secret: false))
-            do {
-                try ledger.verify(against: statement, publicKey: key)
-            } catch let mismatch as CheckpointMismatch {
-                console.print(console.red("problem: ") + mismatch.description)
-                throw CommandExit(status: 1)
-            } catch let error as LedgerError where error.code == .corruptData {
-                console.print(console.red("problem: ") + error.description)
-                throw CommandExit(status: 1)
-            }
+            try problemExit { try ledger.verify(against: statement, publicKey: key) }
             console.print(
                 console.green("ok") + ": the file extends the checkpoint of ledger \(statement.ledgerID) at seq \(statement.seq) (signed \(statement.at)); "
                     + "hash chain intact from the first event to the last")
             return
         }
         let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
+        try printReport(report)
+    }
+
+    /// Runs a check of the file's history; a mismatch or damage is a problem (exit 1), printed.
+    private func problemExit(_ check: () throws -> Void) throws {
+        let console = Console.current
+        do {
+            try check()
+        } catch let mismatch as CheckpointMismatch {
+            console.print(console.red("problem: ") + mismatch.description)
+            throw CommandExit(status: 1)
+        } catch let error as LedgerError where error.code == .corruptData {
+            console.print(console.red("problem: ") + error.description)
+            throw CommandExit(status: 1)
+        }
+    }
+
+    private func printReport(_ report: VerificationReport) throws {
+        let console = Console.current
         console.endProgress()
         if json {
             console.print(

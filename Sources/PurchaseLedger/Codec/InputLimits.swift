@@ -30,11 +30,22 @@ public enum InputLimits {
         throw LedgerError.malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(limit == idBytes ? "an id" : "free text"), docs/json.md)")
     }
 
-    /// The same checks for an event given to the library as for a JSON line: the event goes
-    /// through its JSON form, so the limits above, a NUL in a string, a NaN or infinite number,
-    /// a quantity or progress out of range are refused with the field's name, as at import.
+    /// The same checks for an event given to the library as for a JSON line: every text field
+    /// within its limit and free of NUL (which JSON input cannot carry), and the values
+    /// ``storedValueProblem(_:)`` checks. Direct, field by field: going through the event's JSON
+    /// form cost a fsync-less append a fifth of its speed.
     static func check(_ event: Event) throws(LedgerError) {
-        _ = try JSONLines.decodeLine(Array(JSONLines.encode(event).utf8))
+        if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
+        var failure: LedgerError?
+        event.body.forEachText { key, name, value in
+            guard failure == nil else { return }
+            if value.utf8.contains(0) {
+                failure = .malformed("field `\(name)` holds a NUL character")
+                return
+            }
+            do throws(LedgerError) { try check(value, key: key, name: "`\(name)`") } catch { failure = error }
+        }
+        if let failure { throw failure }
     }
 }
 
@@ -71,5 +82,84 @@ extension InputLimits {
             return nil
         }
         return nil
+    }
+}
+
+extension EventBody {
+    /// Calls `body` with each text field: its JSON key (which decides its limit), its name as
+    /// errors give it (`downloads[0].content`), and its value. Exhaustive on purpose: a new text
+    /// field must be added here to be checked.
+    func forEachText(_ body: (_ key: String, _ name: String, _ value: String) -> Void) {
+        func error(_ e: StoreError, _ prefix: String = "error.") {
+            body("domain", prefix + "domain", e.domain)
+            body("message", prefix + "message", e.message)
+        }
+        func specs(_ downloads: [DownloadSpec]?) {
+            for (i, d) in (downloads ?? []).enumerated() {
+                body("download", "downloads[\(i)].download", d.download)
+                body("content", "downloads[\(i)].content", d.content)
+            }
+        }
+        func optional(_ key: String, _ value: String?) { if let value { body(key, key, value) } }
+        switch self {
+        case .productRegistered(let r):
+            body("product", "product", r.product)
+            body("price", "price", r.price)
+            body("currency", "currency", r.currency)
+            optional("title", r.title)
+            for (i, c) in r.contents.enumerated() { body("content", "contents[\(i)].content", c.content) }
+            for (i, p) in r.relatedProducts.enumerated() { body("product", "relatedProducts[\(i)]", p) }
+        case .contentVersionPublished(let product, let content, _):
+            body("product", "product", product)
+            body("content", "content", content)
+        case .paymentQueued(let t, let p, _, let u):
+            body("transaction", "transaction", t)
+            body("product", "product", p)
+            optional("user", u)
+        case .transactionDeferred(let t), .transactionFinished(let t, _):
+            body("transaction", "transaction", t)
+        case .transactionPurchased(let t, let p, let u, let s, let d):
+            body("transaction", "transaction", t)
+            optional("product", p)
+            optional("user", u)
+            optional("storeTransactionId", s)
+            specs(d)
+        case .transactionFailed(let t, let e):
+            body("transaction", "transaction", t)
+            error(e)
+        case .transactionRestored(let t, let original, let p, let u, let s, let d):
+            body("transaction", "transaction", t)
+            body("originalTransaction", "originalTransaction", original)
+            body("product", "product", p)
+            optional("user", u)
+            optional("storeTransactionId", s)
+            specs(d)
+        case .transactionRevoked(let t, let reason):
+            body("transaction", "transaction", t)
+            body("reason", "reason", reason)
+        case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d), .downloadCancelled(let d, _), .downloadProgressed(let d, _, _, _):
+            body("download", "download", d)
+        case .downloadFinished(let d, let url):
+            body("download", "download", d)
+            body("contentURL", "contentURL", url)
+        case .downloadFailed(let d, let e):
+            body("download", "download", d)
+            error(e)
+        case .contentCopiedOut(let d, let destination, let checksum, _):
+            body("download", "download", d)
+            body("destination", "destination", destination)
+            optional("checksum", checksum)
+        case .contentDeleted(let p):
+            body("product", "product", p)
+        case .restoreStarted(let u):
+            optional("user", u)
+        case .restoreCompleted:
+            break
+        case .restoreFailed(let e):
+            error(e)
+        case .contentRegistered(let url, let d, _):
+            body("url", "url", url)
+            body("download", "download", d)
+        }
     }
 }

@@ -514,9 +514,7 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
             html.summary.timelines = try timelines(firstTransactions)
             console.print(html.foot(rows: count, truncatedAt: truncated ? limit : nil, totals: []) + html.timelines(firstTransactions, of: count) + HTMLReport.end)
         case .table:
-            if count == 0 { block = [] }
             flushBlock()
-            if count == 0 { console.print(console.bold(pad(columns))) }
             console.print("\(count) row\(count == 1 ? "" : "s")" + (truncated ? " (cut by --limit)" : ""))
             if truncated { console.error(note) }
         }

@@ -95,6 +95,9 @@ struct OutputSafetyTests {
         }
         #expect(try cli(["report", path, "--format", "html", "--limit", "1"]).stdout.contains("stops at --limit 1 rows"))
         #expect(try cli(["report", path, "--view", "undelivered", "--format", "json", "--limit", "1"]).status == 0)
+        // An empty table: its header once, then "0 rows".
+        let empty = try cli(["report", path, "--view", "stuck"]).stdout
+        #expect(empty.components(separatedBy: "download").count == 2 && empty.hasSuffix("0 rows\n"), "\(empty)")
     }
 
     @Test func numbersOutOfRangeAreUsageErrorsNotTraps() throws {

@@ -198,14 +198,7 @@ struct LedgerOptions: ParsableArguments {
     /// readable by group or others (`chmod 600` it): a key anyone on the machine can read keys
     /// nothing.
     static func chainKey(fromFile path: String) throws -> [UInt8] {
-        var info = stat()
-        guard stat(path, &info) == 0, let key = FileManager.default.contents(atPath: path) else {
-            throw LedgerError.io("cannot read the key file \(path)")
-        }
-        if info.st_mode & 0o077 != 0 {
-            throw LedgerError.make(
-                .malformedInput, "the key file \(path) is readable by group or others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 \(path)")
-        }
+        let key = try KeyFiles.read(path, what: "the key file", secret: true)
         guard key.count >= 16 else {
             throw LedgerError.make(.malformedInput, "the key file \(path) holds \(key.count) bytes; a chain key needs at least 16 (head -c 32 /dev/urandom > \(path))")
         }

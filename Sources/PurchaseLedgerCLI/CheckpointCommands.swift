@@ -55,7 +55,7 @@ struct CheckpointCommand: ParsableCommand {
     var output: String?
 
     func run() throws {
-        let key = try CheckpointSigningKey(fileText: try KeyFiles.read(signingKey, secret: true))
+        let key = try CheckpointSigningKey(fileText: try KeyFiles.text(signingKey, what: "the signing key", secret: true))
         let checkpoint = try options.open().checkpoint(signingKey: key)
         if let output {
             guard FileManager.default.createFile(atPath: output, contents: Data((checkpoint.json + "\n").utf8)) else {
@@ -69,16 +69,21 @@ struct CheckpointCommand: ParsableCommand {
 }
 
 enum KeyFiles {
-    /// A key file's text; a secret one must not be readable by group or others.
-    static func read(_ path: String, secret: Bool) throws -> String {
+    /// A key file's bytes (`what` names it in errors); a secret one must not be readable by group
+    /// or others: a key anyone on the machine can read protects nothing.
+    static func read(_ path: String, what: String, secret: Bool) throws -> Data {
         var info = stat()
         guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else {
-            throw LedgerError.io("cannot read \(path)")
+            throw LedgerError.io("cannot read \(what) \(path)")
         }
         if secret && info.st_mode & 0o077 != 0 {
             throw LedgerError.make(
-                .malformedInput, "the signing key \(path) is readable by group or others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 \(path)")
+                .malformedInput, "\(what) \(path) is readable by group or others (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 \(path)")
         }
-        return String(decoding: data, as: UTF8.self)
+        return data
+    }
+
+    static func text(_ path: String, what: String, secret: Bool) throws -> String {
+        String(decoding: try read(path, what: what, secret: secret), as: UTF8.self)
     }
 }

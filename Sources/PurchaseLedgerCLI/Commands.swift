@@ -527,7 +527,7 @@ struct VerifyCommand: ParsableCommand {
         }
         if let checkpoint, let publicKey {
             let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))
-            let key = try CheckpointPublicKey(fileText: try KeyFiles.read(publicKey, secret: false))
+            let key = try CheckpointPublicKey(fileText: try KeyFiles.text(publicKey, what: "the public key", secret: false))
             try problemExit { try ledger.verify(against: statement, publicKey: key) }
             console.print(
                 console.green("ok") + ": the file extends the checkpoint of ledger \(statement.ledgerID) at seq \(statement.seq) (signed \(statement.at)); "

@@ -36,7 +36,7 @@ struct HTMLReport {
     func render() throws -> String {
         var html = head()
         for row in table.rows { html += Self.row(row) }
-        html += foot(rows: table.rows.count, truncatedAt: table.truncatedAt, totals: table.totals)
+        html += foot(rows: table.rows.count, truncatedAt: nil, totals: table.totals)
         html += timelines(Array(table.transactions.prefix(Self.maxTimelines)), of: table.transactions.count)
         return html + Self.end
     }

@@ -20,8 +20,6 @@ struct ReportTable {
     /// Total rows (the revenue view's per-currency totals), shown after the rows, with their JSON.
     var totals: [[String]]
     var totalsJSON: [String]?
-    /// The `--limit` that cut the rows, when more rows matched than it let through.
-    var truncatedAt: Int?
 
     init(
         title: String, columns: [String], rows: [[String]], json: @autoclosure @escaping () -> [String], transactions: [String] = [],
@@ -271,15 +269,13 @@ struct ReportCommand: ParsableCommand {
             var rows = [table.columns] + table.rows
             if !table.totals.isEmpty { rows += [table.columns.map { String(repeating: "-", count: $0.count) }] + table.totals }
             console.print(textTable(rows, console: console))
-            console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")" + (table.truncatedAt != nil ? " (cut by --limit)" : ""))
-            if let cut = table.truncatedAt { console.error("note: the report stops at --limit \(cut) rows; more rows match (raise --limit to see them)") }
+            console.print("\(table.rows.count) row\(table.rows.count == 1 ? "" : "s")")
         case .csv:
             // A view with totals marks each row in a first column: `row` (a product line) or `total`.
             let marked = table.totalsJSON != nil
             console.printData(((marked ? ["kind"] : []) + table.columns).map(csvField).joined(separator: ","))
             for row in table.rows { console.printData(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
             for row in table.totals { console.printData((["total"] + row).map(csvField).joined(separator: ",")) }
-            if let cut = table.truncatedAt { console.error("note: the report stops at --limit \(cut) rows; more rows match (raise --limit to see them)") }
         case .json:
             // One row per line, so a large report stays readable and diffable.
             func lines(_ rows: [String]) -> String { "[" + rows.joined(separator: ",\n") + "]" }
@@ -291,8 +287,8 @@ struct ReportCommand: ParsableCommand {
                         w.key("totals")
                         w.raw(lines(totals))
                     }
-                    w.field("truncated", table.truncatedAt != nil)
-                    if let cut = table.truncatedAt { w.field("limit", cut) }
+                    // The views made of totals are never cut (the row views stream: RowStream).
+                    w.field("truncated", false)
                 })
         case .html:
             console.print(try html())

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs ledger-bench: builds it in release mode, generates the shared workloads when missing
-# (../shared/bench/gen_workload.py), prints the table and writes bench-results/results.json.
+# (Tools/gen_workload.py, the shared reference generator), prints the table and writes bench-results/results.json.
 #   Tools/bench.sh                      # 100,000 and 1,000,000 events, 3 runs each
 #   Tools/bench.sh --sizes 100000 --runs 5
 set -euo pipefail
@@ -9,7 +9,7 @@ Tools/ensure-dependencies.sh
 sizes=100000,1000000
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--sizes" ] && { j=$((i + 1)); sizes=${!j}; }; done
 mkdir -p bench-results
-generator=../shared/bench/gen_workload.py
+generator=Tools/gen_workload.py   # a copy of ../shared/bench/gen_workload.py (WorkloadTests checks they match)
 for n in ${sizes//,/ }; do
   if [ ! -s "bench-results/workload-$n.jsonl" ]; then
     echo "generating the $n-event workload..." >&2

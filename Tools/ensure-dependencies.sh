@@ -8,6 +8,8 @@ missing=()
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists liblz4 2>/dev/null || missing+=(liblz4-dev)
 { pkg-config --exists sqlite3 2>/dev/null || [ -f /usr/include/sqlite3.h ]; } || missing+=(libsqlite3-dev)
+# The workload generator (Tools/gen_workload.py) the tests and benchmarks run.
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # --with-chromium: headless Chromium, which the HTML report test renders pages with.
 for option in "$@"; do
   case "$option" in

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/ensure-dependencies.sh --with-postgres
 mkdir -p bench-results
-[ -s bench-results/workload-100000.jsonl ] || python3 ../shared/bench/gen_workload.py -n 100000 -o bench-results/workload-100000.jsonl
+[ -s bench-results/workload-100000.jsonl ] || python3 Tools/gen_workload.py -n 100000 -o bench-results/workload-100000.jsonl
 swift build -c release --product ledger-bench >&2
 swift build -c release --product purchase-ledger >&2
 bench="$(swift build -c release --show-bin-path)/ledger-bench"

@@ -4,7 +4,7 @@ import Testing
 
 /// `extract` on the shared 100,000-event workload: for several transactions and users, the repro
 /// replays, seq by seq, to the same state of the chosen records as the original.
-@Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
+@Suite(.serialized, .enabled(if: Workload.available, "needs python3 and Tools/gen_workload.py"))
 struct ExtractTests {
     /// One 100,000-event ledger for the whole suite, imported through the library, and removed
     /// when the test process exits (a static is never deinitialized: its directory, and the

@@ -211,7 +211,7 @@ enum ExtractTestsData {
 
 /// Ledgers written by the CLI with one codec, read by the CLI with the other (separate processes,
 /// `PURCHASE_LEDGER_LZ4=swift` forcing the Swift codec): the same replay, verify and export.
-@Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
+@Suite(.serialized, .enabled(if: Workload.available, "needs python3 and Tools/gen_workload.py"))
 struct CrossCodecLedgerTests {
     static let swift = ["PURCHASE_LEDGER_LZ4": "swift"]
 

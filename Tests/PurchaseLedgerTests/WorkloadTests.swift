@@ -3,9 +3,12 @@ import GRDB
 import Testing
 @testable import PurchaseLedger
 
-/// The shared workload generator (`../shared/bench/gen_workload.py`), 100,000 events.
+/// The workload generator, in the project (`Tools/gen_workload.py`, a copy of the shared
+/// reference generator, so a plain clone runs every suite); 100,000 events.
 enum Workload {
-    static let generator = packageRoot.deletingLastPathComponent().appending(path: "shared/bench/gen_workload.py").path
+    static let generator = packageRoot.appending(path: "Tools/gen_workload.py").path
+    /// The shared reference, beside the project on the team's machines: the copy must not drift.
+    static let reference = packageRoot.deletingLastPathComponent().appending(path: "shared/bench/gen_workload.py").path
 
     /// Generates the workload once per test run into the temporary directory.
     static func file(events: Int) throws -> String {
@@ -27,8 +30,13 @@ enum Workload {
     static var available: Bool { FileManager.default.fileExists(atPath: generator) }
 }
 
-@Suite(.serialized, .enabled(if: Workload.available, "needs ../shared/bench/gen_workload.py"))
+@Suite(.serialized, .enabled(if: Workload.available, "needs python3 and Tools/gen_workload.py"))
 struct WorkloadTests {
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: Workload.reference), "the shared reference generator is not beside this clone"))
+    func theProjectsGeneratorIsTheSharedReference() throws {
+        #expect(try Data(contentsOf: URL(fileURLWithPath: Workload.generator)) == Data(contentsOf: URL(fileURLWithPath: Workload.reference)))
+    }
+
     @Test func theSharedWorkloadImportsRebuildsExportsAndVerifies() throws {
         let dir = try TemporaryDirectory()
         let workload = try Workload.file(events: 100_000)

@@ -65,8 +65,8 @@ extension Ledger {
                 let e = step.event
                 let event = e.event.body
                 if event.transactionID == id {
-                    if case .transactionPurchased(_, _, _, _, let specs?) = event { downloads.formUnion(specs.map(\.download)) }
-                    if case .transactionRestored(_, _, _, _, _, let specs?) = event { downloads.formUnion(specs.map(\.download)) }
+                    if case .transactionPurchased(_, _, _, _, let specs?, _) = event { downloads.formUnion(specs.map(\.download)) }
+                    if case .transactionRestored(_, _, _, _, _, let specs?, _) = event { downloads.formUnion(specs.map(\.download)) }
                 }
                 guard e.seq >= seq, event.transactionID == id || event.downloadID.map(downloads.contains) == true else { return true }
                 return try body(e)

@@ -462,6 +462,28 @@ public final class Ledger: Sendable {
         (try? withWriter { $0.state }) ?? LedgerState()
     }
 
+    /// Whether the projection tables (what reports and queries read) are in step with the log
+    /// and were written by this version. A writable open makes them so; a read-only open of a
+    /// ledger last written by an older version may find them stale.
+    public func projectionsAreCurrent() throws -> Bool {
+        try read { db in
+            let status = try Projector.status(db)
+            return try status.current && status.seq == EventStore.lastSeq(db)
+        }
+    }
+
+    /// `read`, for the queries of the projection tables: on a read-only ledger whose tables are
+    /// stale, throws `staleProjections` instead of answering from them.
+    func readProjections<T>(_ body: (Database) throws -> T) throws -> T {
+        if configuration.readOnly, try !projectionsAreCurrent() {
+            throw LedgerError(
+                .staleProjections,
+                "\(path): its report tables were written by an older purchase-ledger (or lag its log) and it was opened read-only; open it for writing once (`purchase-ledger rebuild \(path)`), which rebuilds them from the log and changes nothing else"
+            )
+        }
+        return try read(body)
+    }
+
     func read<T>(_ body: (Database) throws -> T) throws -> T {
         do {
             return try pool.read(body)

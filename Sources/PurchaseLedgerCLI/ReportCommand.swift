@@ -49,11 +49,14 @@ struct ReportCommand: ParsableCommand {
         abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures.",
         discussion: """
             history: what was bought, when, for how much, what was delivered (sorted by purchase date). \
-            revenue: per product and currency, refunds deducted, then a total per currency (gross, refunds, net, \
-            units); --group-by day, week or month splits it by purchase date. undelivered: paid, not refunded, hosted \
+            revenue: per product, currency and price paid, refunds deducted, then a total per currency (gross, \
+            refunds, net, units); --group-by day, week or month splits it by purchase date, --group-by storefront by \
+            storefront. Only production purchases their buyer paid for count; --all-environments adds sandbox, \
+            Xcode and family-shared purchases on lines of their own, totalled apart. undelivered: paid, not refunded, hosted \
             content never copied out. stuck: started downloads with no progress for --idle seconds. \
             unfinished: transactions the store keeps redelivering. failures: payment failures by error code. \
-            Prices are the registered prices, per unit, in the currency's units.
+            Prices are per unit, in the currency's units, as paid: fixed when the transaction was purchased or \
+            restored (its own price, else the product's registration then), never changed by a later registration.
 
             Examples:
               purchase-ledger report user.ledger --user u-03322
@@ -78,12 +81,27 @@ struct ReportCommand: ParsableCommand {
     @Option(help: "Seconds without progress that make a download stuck.") var idle: Int = 3600
     @Option(help: "table, csv, json or html.") var format: Format = .table
     @Option(help: "At most this many rows.") var limit: Int = 100_000
-    @Option(name: .customLong("group-by"), help: "Split the revenue view by day, week (ISO, from Monday) or month of purchase, in UTC.")
-    var groupBy: RevenuePeriod?
+    @Option(
+        name: .customLong("group-by"),
+        help: "Split the revenue view by day, week (ISO, from Monday) or month of purchase, in UTC, or by storefront.")
+    var grouping: RevenueGrouping?
+    @Flag(name: .customLong("all-environments"), help: "Revenue: add sandbox, Xcode and family-shared purchases, marked and totalled apart.")
+    var allEnvironments = false
+
+    enum RevenueGrouping: String, ExpressibleByArgument, CaseIterable {
+        case day, week, month, storefront
+    }
+
+    /// The period the revenue view is split by, if any.
+    var groupBy: RevenuePeriod? { grouping.flatMap { RevenuePeriod(rawValue: $0.rawValue) } }
+    var byStorefront: Bool { grouping == .storefront }
 
     func validate() throws {
-        if groupBy != nil && view != .revenue {
+        if grouping != nil && view != .revenue {
             throw ValidationError("--group-by applies to the revenue view only (add --view revenue)")
+        }
+        if allEnvironments && view != .revenue {
+            throw ValidationError("--all-environments applies to the revenue view only (add --view revenue)")
         }
         // Seconds as a Duration must not overflow (about 292 years of nanoseconds).
         try NumberOption.check("--idle", idle, 0...(Int(Int64.max / 1_000_000_000) - 1))
@@ -303,12 +321,15 @@ struct ReportCommand: ParsableCommand {
     }
 
     func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportData {
-        view == .revenue ? .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy)) : .failures(try ledger.failureRates(from: from, to: to))
+        view == .revenue
+            ? .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments))
+            : .failures(try ledger.failureRates(from: from, to: to))
     }
 
     func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?) async throws -> ReportData {
         view == .revenue
-            ? .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy)) : .failures(try await fleet.failureRates(from: from, to: to))
+            ? .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments))
+            : .failures(try await fleet.failureRates(from: from, to: to))
     }
 
     func historyQuery(from: Timestamp?, to: Timestamp?) -> PurchaseHistoryQuery {
@@ -331,37 +352,51 @@ struct ReportCommand: ParsableCommand {
                 w.field("net", "\(gross - refunds)")
             }
             let totals = RevenueTotal.totals(of: lines)
-            let period = groupBy.map { [$0.rawValue] } ?? []
-            let blank = groupBy == nil ? [] : [""]
+            // Leading columns: the period and the storefront when split by them; the environment
+            // and ownership (after the price) when every environment is shown.
+            let lead = (groupBy.map { [$0.rawValue] } ?? []) + (byStorefront ? ["storefront"] : [])
+            let blank = Array(repeating: "", count: lead.count)
+            func marks(_ environment: StoreEnvironment, _ ownership: Ownership) -> [String] {
+                allEnvironments ? [environment.rawValue, ownership.rawValue] : []
+            }
             return ReportTable(
-                title: groupBy.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
-                columns: period + ["product", "currency", "price", "purchases", "units", "refunded units", "gross", "refunds", "net"],
+                title: grouping.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
+                columns: lead + ["product", "currency", "price"] + (allEnvironments ? ["environment", "ownership"] : [])
+                    + ["purchases", "units", "refunded units", "gross", "refunds", "net"],
                 rows: lines.map {
-                    (groupBy == nil ? [] : [$0.period ?? ""]) + [
-                        $0.product, $0.currency, $0.price, String($0.purchases), String($0.units),
-                        String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)",
-                    ]
+                    (groupBy == nil ? [] : [$0.period ?? ""]) + (byStorefront ? [$0.storefront ?? ""] : []) + [$0.product, $0.currency, $0.price]
+                        + marks($0.environment, $0.ownership)
+                        + [String($0.purchases), String($0.units), String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"]
                 },
                 json: lines.map {
                     let line = $0
                     return row { w in
                         if groupBy != nil { w.field("period", line.period) }
+                        if byStorefront { w.field("storefront", line.storefront) }
                         w.field("product", line.product)
                         w.field("currency", line.currency)
                         w.field("price", line.price)
+                        if allEnvironments {
+                            w.field("environment", line.environment.rawValue)
+                            w.field("ownership", line.ownership.rawValue)
+                            w.field("revenue", line.countsAsRevenue)
+                        }
                         amounts(&w, line.purchases, line.units, line.refundedUnits, line.gross, line.refunds)
                     }
                 },
                 totals: totals.map {
-                    blank + [
-                        "TOTAL", $0.currency, "", String($0.purchases), String($0.units), String($0.refundedUnits),
-                        "\($0.gross)", "\($0.refunds)", "\($0.net)",
-                    ]
+                    blank + [$0.countsAsRevenue ? "TOTAL" : "NOT REVENUE", $0.currency, ""] + marks($0.environment, $0.ownership)
+                        + [String($0.purchases), String($0.units), String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"]
                 },
                 totalsJSON: totals.map {
                     let total = $0
                     return row { w in
                         w.field("currency", total.currency)
+                        if allEnvironments {
+                            w.field("environment", total.environment.rawValue)
+                            w.field("ownership", total.ownership.rawValue)
+                            w.field("revenue", total.countsAsRevenue)
+                        }
                         amounts(&w, total.purchases, total.units, total.refundedUnits, total.gross, total.refunds)
                     }
                 })
@@ -387,7 +422,7 @@ struct ReportCommand: ParsableCommand {
     func historyColumns(fleet: Bool) -> [String] {
         (fleet ? ["device"] : []) + [
             "purchased", "transaction", "store id", "original", "user", "product", "kind", "qty", "price", "currency",
-            "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost",
+            "storefront", "paid as", "offer", "outcome", "deferred", "finished", "revoked", "error", "downloads", "content lost",
         ]
     }
 
@@ -398,6 +433,7 @@ struct ReportCommand: ParsableCommand {
         let cells: [String] = [
             (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
             t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
+            t.paid.storefront ?? "", paidAs(t), t.paid.offer.map { [$0.type.rawValue, $0.id].compactMap { $0 }.joined(separator: " ") } ?? "",
             e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", revoked, error, downloadSummary(e), e.contentLost ? "yes" : "",
         ]
         return (device.map { [$0] } ?? []) + cells
@@ -423,6 +459,14 @@ struct ReportCommand: ParsableCommand {
             w.key("downloads")
             w.array(e.downloads) { w, d in StateJSON.write(d, to: &w) }
         }
+    }
+
+    /// Empty for money as revenue counts it (production, purchased); else what it was:
+    /// `sandbox`, `xcode`, `familyShared`, or both.
+    func paidAs(_ t: TransactionRecord) -> String {
+        guard t.state == .purchased || t.state == .restored else { return "" }
+        return [t.paid.environment == .production ? nil : t.paid.environment.rawValue, t.paid.ownership == .purchased ? nil : t.paid.ownership.rawValue]
+            .compactMap { $0 }.joined(separator: " ")
     }
 
     func downloadSummary(_ e: PurchaseHistoryEntry) -> String {

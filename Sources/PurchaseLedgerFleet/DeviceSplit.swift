@@ -43,11 +43,11 @@ package enum DeviceSplit {
             case .paymentQueued(let t, let product, _, let user):
                 transactionProduct[t] = product
                 device = deviceFor(transaction: t, user: user)
-            case .transactionPurchased(let t, let product, let user, _, let downloads):
+            case .transactionPurchased(let t, let product, let user, _, let downloads, _):
                 if let product { transactionProduct[t] = product }
                 device = deviceFor(transaction: t, user: user)
                 own(downloads, device!, transaction: t)
-            case .transactionRestored(let t, _, let product, _, _, let downloads):
+            case .transactionRestored(let t, _, let product, _, _, let downloads, _):
                 transactionProduct[t] = product
                 transactionDevice[t] = restoreDevice
                 device = restoreDevice

@@ -54,7 +54,7 @@ extension FleetStore {
         if !query.kinds.isEmpty { conditions.append("p.kind = ANY(\(bind(query.kinds.map(\.rawValue))))") }
         let selection = """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
-            FROM transactions t LEFT JOIN products p ON p.product = t.product
+            FROM transactions t LEFT JOIN products p ON p.ledger_id = t.ledger_id AND p.product = t.product
             \(conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND "))
             ORDER BY coalesce(t.purchased_at_ms, t.queued_at_ms) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
             LIMIT \(bind(Int64(query.limit))) OFFSET \(bind(Int64(query.offset)))
@@ -76,7 +76,7 @@ extension FleetStore {
         binds.append(Int64(limit))
         let selection = """
             SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
-            FROM transactions t LEFT JOIN products p ON p.product = t.product
+            FROM transactions t LEFT JOIN products p ON p.ledger_id = t.ledger_id AND p.product = t.product
             WHERE t.state IN ('purchased', 'restored') AND NOT t.revoked
               AND EXISTS (SELECT 1 FROM downloads d WHERE d.ledger_id = t.ledger_id AND d.transaction_id = t.transaction_id AND NOT d.copied_out)
             ORDER BY t.purchased_at_ms NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
@@ -108,7 +108,8 @@ extension FleetStore {
                         ledgerID: c.ledger,
                         entry: PurchaseHistoryEntry(
                             transaction: record, kind: c.columns.string("product_kind").flatMap(ProductKind.init(rawValue:)),
-                            price: c.columns.string("product_price"), currency: c.columns.string("product_currency"), downloads: c.downloads)))
+                            catalogPrice: c.columns.string("product_price"), catalogCurrency: c.columns.string("product_currency"),
+                            downloads: c.downloads)))
             }
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
                 let random = row.makeRandomAccess()
@@ -143,16 +144,14 @@ extension FleetStore {
 
     /// Revenue per product and currency over the fleet (``Ledger/revenue(from:to:groupBy:)``):
     /// summed per day, product and price in SQL, made into lines by the same Swift code.
-    public func revenue(from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil) async throws -> [RevenueLine] {
-        let rows = try await fetch(
-            """
-            SELECT CASE WHEN \(groupBy != nil) THEN floor(t.purchased_at_ms / 86400000.0)::bigint ELSE 0 END AS day,
-                   t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity)::bigint AS units,
-                   sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)::bigint AS refunded
-            FROM transactions t JOIN products p ON p.product = t.product
-            WHERE t.state = 'purchased' AND t.purchased_at_ms >= \(from.map(Projector.ms) ?? Int64.min) AND t.purchased_at_ms < \(to.map(Projector.ms) ?? Int64.max)
-            GROUP BY 1, t.product, p.currency, p.price
-            """)
+    public func revenue(
+        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false
+    ) async throws -> [RevenueLine] {
+        var binds = PostgresBindings()
+        binds.append(from.map(Projector.ms) ?? Int64.min)
+        binds.append(to.map(Projector.ms) ?? Int64.max)
+        let sql = RevenueGroup.sql(byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .postgres)
+        let rows = try await fetch(PostgresQuery(unsafeSQL: sql, binds: binds))
         return RevenueLine.lines(
             rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
     }

@@ -59,9 +59,6 @@ public final class FleetStore: Sendable {
     public let address: FleetAddress
     let connection: PostgresConnection
     let logger: Logger
-    /// The catalog rows this store wrote last: ledgers of one app share them, so most ships skip
-    /// the catalog.
-    let lastCatalog = Locked<[[[DatabaseValue]]]?>(nil)
     /// Each fleet table's column types, as the server names them: the binary COPY's layout.
     let columnTypeCache = Locked<[String: [String: CopyBinary.ColumnType]]?>(nil)
 

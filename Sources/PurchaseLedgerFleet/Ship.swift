@@ -109,7 +109,7 @@ extension FleetStore {
 
     /// One PostgreSQL transaction for several ledgers: lock their rows (in ledger-id order, so
     /// concurrent shippers never deadlock), read and check each file, then COPY the events and
-    /// projections of all that passed, merge the catalog once and move their rows.
+    /// projections of all that passed (the catalog with them, per ledger) and move their rows.
     private func shipBatch(_ entries: [(path: String, open: () throws -> Ledger)]) async throws -> [ShipOutcome] {
         var outcomes: [ShipOutcome?] = Array(repeating: nil, count: entries.count)
         var opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)] = []
@@ -154,16 +154,10 @@ extension FleetStore {
     }
 
     private func shipInOneTransaction(_ opened: [(index: Int, ledger: Ledger, identity: LedgerIdentity)], into outcomes: inout [ShipOutcome?]) async throws {
-        do {
-            try await run {
-                try await transaction {
-                    try await shipLocked(opened, into: &outcomes)
-                }
+        try await run {
+            try await transaction {
+                try await shipLocked(opened, into: &outcomes)
             }
-        } catch {
-            // What the rolled-back transaction wrote of the catalog is gone: write it again next time.
-            lastCatalog.withLock { $0 = nil }
-            throw error
         }
     }
 
@@ -177,13 +171,13 @@ extension FleetStore {
             SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now()
             FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[]) AS k(id, origin) ORDER BY k.id
             ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
-            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted
+            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, rows_version
             """, logger: logger
         ).collect()
-        var server: [String: (seq: Int64, link: [UInt8], inserted: Bool)] = [:]
+        var server: [String: (seq: Int64, link: [UInt8], inserted: Bool, rowsVersion: Int16)] = [:]
         for row in rows {
-            let (id, seq, link, inserted) = try row.decode((String, Int64, ByteBuffer, Bool).self)
-            server[id] = (seq, Array(buffer: link), inserted)
+            let (id, seq, link, inserted, rowsVersion) = try row.decode((String, Int64, ByteBuffer, Bool, Int16).self)
+            server[id] = (seq, Array(buffer: link), inserted, rowsVersion)
         }
         var accepted: [(ledger: String, shipment: Shipment)] = []
         var refusedNew: [String] = []
@@ -205,7 +199,8 @@ extension FleetStore {
                     result: .success(
                         ShipResult(
                             ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
-                if !shipment.events.isEmpty { accepted.append((id, shipment)) }
+                // Rows written before this version's layout are replaced even with no new event.
+                if !shipment.events.isEmpty || held.rowsVersion < FleetStore.rowsVersion { accepted.append((id, shipment)) }
             } catch let error as LedgerError {
                 outcomes[entry.index] = ShipOutcome(
                     path: entry.ledger.path,
@@ -225,15 +220,17 @@ extension FleetStore {
             WITH t AS (DELETE FROM transactions WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  d AS (DELETE FROM downloads WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  o AS (DELETE FROM owned_content WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
-                 h AS (DELETE FROM owned_content_history WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[]))
+                 h AS (DELETE FROM owned_content_history WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 p AS (DELETE FROM products WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 c AS (DELETE FROM product_contents WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 r AS (DELETE FROM related_products WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[]))
             SELECT 1
             """, logger: logger)
         try await copyEvents(accepted.map { ($0.ledger, $0.shipment.events) })
         try await copyProjections(accepted)
-        for (_, shipment) in accepted { try await mergeCatalog(shipment) }
         try await connection.query(
             """
-            UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now()
+            UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now(), rows_version = \(FleetStore.rowsVersion)
             FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[]) AS k(id, seq, link)
             WHERE l.ledger_id = k.id::uuid
             """, logger: logger)
@@ -362,82 +359,13 @@ extension FleetStore {
         }
     }
 
-    static let perLedgerTables: Set<String> = ["transactions", "downloads", "owned_content", "owned_content_history"]
+    /// Every projection table is kept per ledger: the catalog too (a ledger's registrations
+    /// never touch another ledger's rows, contract 5.1).
+    static let perLedgerTables: Set<String> = Set(Projector.Table.all.map(\.name))
 
-    /// The catalog is shared by every ledger: a product's newest registration wins (ties: the
-    /// first shipped), related products are those of the winning registration, and each
-    /// content's latest version is the highest any ledger saw (compared as the ledger compares
-    /// versions, in Swift). Skipped when this store already wrote the very same catalog.
-    private func mergeCatalog(_ shipment: Shipment) async throws {
-        let catalog = shipment.projections.filter { !FleetStore.perLedgerTables.contains($0.table.name) }
-        let fingerprint = catalog.map(\.rows)
-        if lastCatalog.withLock({ $0 }) == fingerprint { return }
-        // The library's own row layout, read by column name as the SQLite projections are.
-        func rows(_ table: Projector.Table) -> [Row] {
-            (catalog.first { $0.table.name == table.name }?.rows ?? []).map { Row(Dictionary(uniqueKeysWithValues: zip(table.columns, $0))) }
-        }
-        // A statement per table, whatever the number of products (arrays through unnest), not
-        // one per product: 20,000 products took 18.5 s one statement each.
-        let products = rows(.products)
-        let titles = products.map { $0["title"] as String? }
-        let won = try await connection.query(
-            """
-            INSERT INTO products (product, kind, price, currency, downloadable, title, registered_at_ms)
-            SELECT p.product, p.kind, p.price, p.currency, p.downloadable, CASE WHEN p.has_title THEN p.title END, p.registered_at_ms
-            FROM unnest(\(products.map { $0["product"] as String })::text[], \(products.map { $0["kind"] as String })::text[],
-                        \(products.map { $0["price"] as String })::text[], \(products.map { $0["currency"] as String })::text[],
-                        \(products.map { $0["downloadable"] as Bool })::bool[], \(titles.map { $0 ?? "" })::text[],
-                        \(titles.map { $0 != nil })::bool[], \(products.map { $0["registered_at_ms"] as Int64 })::int8[])
-                 AS p(product, kind, price, currency, downloadable, title, has_title, registered_at_ms)
-            ON CONFLICT (product) DO UPDATE SET kind = excluded.kind, price = excluded.price, currency = excluded.currency,
-                downloadable = excluded.downloadable, title = excluded.title, registered_at_ms = excluded.registered_at_ms
-            WHERE products.registered_at_ms < excluded.registered_at_ms
-            RETURNING product
-            """, logger: logger
-        ).collect().map { try $0.decode(String.self) }
-        if !won.isEmpty {
-            // Related products are those of the winning registration.
-            let winners = Set(won)
-            let pairs = rows(.relatedProducts).filter { winners.contains($0["product"]) }
-            try await connection.query("DELETE FROM related_products WHERE product = ANY(\(won)::text[])", logger: logger)
-            if !pairs.isEmpty {
-                try await connection.query(
-                    """
-                    INSERT INTO related_products (product, related_product)
-                    SELECT * FROM unnest(\(pairs.map { $0["product"] as String })::text[], \(pairs.map { $0["related_product"] as String })::text[])
-                    """, logger: logger)
-            }
-        }
-        // Each content's latest version: the highest any ledger saw, compared in Swift as the
-        // ledger compares versions; the rows read are locked until the commit.
-        let contents = rows(.productContents).compactMap { row -> (product: String, content: String, version: ContentVersion)? in
-            ContentVersion(row["latest_version"]).map { (row["product"], row["content"], $0) }
-        }
-        if !contents.isEmpty {
-            var current: [String: ContentVersion] = [:]
-            for row in try await connection.query(
-                """
-                SELECT pc.product, pc.content, pc.latest_version FROM product_contents pc
-                JOIN unnest(\(contents.map(\.product))::text[], \(contents.map(\.content))::text[]) AS k(product, content)
-                  ON pc.product = k.product AND pc.content = k.content
-                FOR UPDATE OF pc
-                """, logger: logger
-            ).collect() {
-                let (product, content, version) = try row.decode((String, String, String).self)
-                if let known = ContentVersion(version) { current[product + "\u{0}" + content] = known }
-            }
-            let newer = contents.filter { c in current[c.product + "\u{0}" + c.content].map { c.version.isNewer(than: $0) } ?? true }
-            if !newer.isEmpty {
-                try await connection.query(
-                    """
-                    INSERT INTO product_contents (product, content, latest_version)
-                    SELECT * FROM unnest(\(newer.map(\.product))::text[], \(newer.map(\.content))::text[], \(newer.map(\.version.text))::text[])
-                    ON CONFLICT (product, content) DO UPDATE SET latest_version = excluded.latest_version
-                    """, logger: logger)
-            }
-        }
-        lastCatalog.withLock { $0 = fingerprint }
-    }
+    /// The layout of the projection rows a ship writes; a ledger whose rows are older (shipped
+    /// before migration 0003) has them all replaced on its next ship.
+    static let rowsVersion: Int16 = 2
 }
 
 /// Rows in PostgreSQL's binary COPY format: a signature and a header, then each row as its number

@@ -42,7 +42,7 @@ struct ExtractTests {
             Reducer.replay(&state, e.event, seq: e.seq)
             let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
             if e.appendedByLedger, cancelled == nil { cancelled = owner }
-            if case .transactionRestored(let t, _, _, let u, _, _) = e.event.body, restored == nil { restored = t; restoringUser = u }
+            if case .transactionRestored(let t, _, _, let u, _, _, _) = e.event.body, restored == nil { restored = t; restoringUser = u }
             if e.anomaly != nil, anomalous == nil, let owner { anomalous = owner }
             if case .transactionFinished(let t, _) = e.event.body, plain == nil, state.transactions[t]?.downloads.isEmpty == false { plain = t }
             return true

@@ -252,9 +252,10 @@ struct FleetProductionTests {
         #expect(text.status == 1 && text.stdout.contains("2 of 4 ledgers shipped") && text.stderr.contains("not a ledger id"), "\(text.stdout) \(text.stderr)")
     }
 
-    /// The catalog goes in a statement per table: thousands of products, the newest registration
-    /// of each winning with its related products, each content's highest version kept.
-    @Test func aLargeCatalogMergesInBulkWithTheNewestRegistrationWinning() async throws {
+    /// The catalog goes in bulk, and each ledger keeps its own (contract 5.1): thousands of
+    /// products registered by two ledgers at different prices, titles, related products and
+    /// content versions; neither ledger's registrations change the other's rows.
+    @Test func aLargeCatalogGoesInBulkAndEachLedgerKeepsItsOwn() async throws {
         let (_, url) = try FleetServer.database()
         let dir = try TemporaryDirectory()
         func registration(_ i: Int, day: Int, price: String, version: String, title: Bool) -> String {
@@ -265,24 +266,27 @@ struct FleetProductionTests {
         let count = 3000
         let a = dir.path("a.ledger"), b = dir.path("b.ledger")
         #expect(try cli(["append", a], stdin: (0..<count).map { registration($0, day: 1, price: "0.99", version: "1.9", title: true) }.joined(separator: "\n")).status == 0)
-        // b registers the even products later (newer: they win), with version 1.10 (newer than
-        // 1.9) for the first half and 1.2 (older) for the rest, and no title.
+        // b registers the even products later, at another price, with version 1.10 for the first
+        // half and 1.2 for the rest, and no title: in a shared catalog they would have won.
         let later = (0..<count).filter { $0 % 2 == 0 }.map { registration($0, day: 2, price: "1.99", version: $0 < count / 2 ? "1.10" : "1.2", title: false) }
         #expect(try cli(["append", b], stdin: later.joined(separator: "\n")).status == 0)
         #expect(try cli(["ship", a, b, "--to", url]).status == 0)
+        let idA = try #require(try Ledger(path: a).identity()).id, idB = try #require(try Ledger(path: b).identity()).id
         let fleet = try await FleetStore.connect(url)
-        let products = try await fleet.fetch("SELECT product, price, title FROM products")
-        #expect(products.count == count)
-        let byProduct = Dictionary(uniqueKeysWithValues: products.map { ($0["product"] as String, $0) })
-        #expect(byProduct["p0"]?["price"] == "1.99" && (byProduct["p0"]?["title"] as String?) == nil, "the newer registration wins, its NULL title too")
-        #expect(byProduct["p1"]?["price"] == "0.99" && byProduct["p1"]?["title"] == "Product 1 on day 1")
-        let related = try await fleet.fetch("SELECT product, related_product FROM related_products")
-        #expect(related.count == count)
-        #expect(Set(related.filter { $0["product"] == "p0" }.map { $0["related_product"] as String }) == ["r0-2"])
+        func key(_ row: Row, _ column: String = "product") -> String { (row["ledger_id"] as String) + " " + (row[column] as String) }
+        let products = try await fleet.fetch("SELECT ledger_id::text, product, price, title FROM products")
+        #expect(products.count == count + count / 2)
+        let byProduct = Dictionary(uniqueKeysWithValues: products.map { (key($0), $0) })
+        #expect(byProduct["\(idA) p0"]?["price"] == "0.99" && byProduct["\(idA) p0"]?["title"] == "Product 0 on day 1", "a's rows are a's")
+        #expect(byProduct["\(idB) p0"]?["price"] == "1.99" && (byProduct["\(idB) p0"]?["title"] as String?) == nil)
+        #expect(byProduct["\(idB) p1"] == nil)
+        let related = try await fleet.fetch("SELECT ledger_id::text, product, related_product FROM related_products")
+        #expect(related.count == count + count / 2)
+        #expect(Set(related.filter { $0["product"] == "p0" }.map { key($0, "related_product") }) == ["\(idA) r0-1", "\(idB) r0-2"])
         let versions = Dictionary(
-            uniqueKeysWithValues: try await fleet.fetch("SELECT product, latest_version FROM product_contents").map { ($0["product"] as String, $0["latest_version"] as String) })
-        #expect(versions.count == count)
-        #expect(versions["p0"] == "1.10" && versions["p1"] == "1.9" && versions["p\(count - 2)"] == "1.9", "the highest version any ledger saw")
+            uniqueKeysWithValues: try await fleet.fetch("SELECT ledger_id::text, product, latest_version FROM product_contents").map { (key($0), $0["latest_version"] as String) })
+        #expect(versions.count == count + count / 2)
+        #expect(versions["\(idA) p0"] == "1.9" && versions["\(idB) p0"] == "1.10" && versions["\(idB) p\(count - 2)"] == "1.2")
         await fleet.close()
     }
 

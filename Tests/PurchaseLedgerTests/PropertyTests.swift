@@ -116,8 +116,8 @@ import Testing
                 for e in all {
                     let body = e.event.body
                     if body.transactionID == id {
-                        if case .transactionPurchased(_, _, _, _, let specs?) = body { named.formUnion(specs.map(\.download)) }
-                        if case .transactionRestored(_, _, _, _, _, let specs?) = body { named.formUnion(specs.map(\.download)) }
+                        if case .transactionPurchased(_, _, _, _, let specs?, _) = body { named.formUnion(specs.map(\.download)) }
+                        if case .transactionRestored(_, _, _, _, _, let specs?, _) = body { named.formUnion(specs.map(\.download)) }
                     }
                     if body.transactionID == id || body.downloadID.map(named.contains) == true { expected.append(e.seq) }
                 }

@@ -87,12 +87,18 @@ import Testing
         #expect(try ledger.undelivered() == history.filter { $0.transaction.transaction == "t3" })
 
         let t5 = try #require(state.transactions["t5"])
-        let shuffled = Row([
+        var columns: [String: (any DatabaseValueConvertible)?] = [
             "events": t5.events, "user_id": t5.user, "state": t5.state.rawValue, "quantity": t5.quantity, "product": t5.product,
             "transaction_id": t5.transaction, "finished": t5.finished, "revoked": t5.revoked, "was_deferred": t5.wasDeferred,
             "discarded_content": t5.discardedContent, "original_transaction": t5.originalTransaction,
             "queued_at_ms": t5.queuedAt.map(Projector.ms), "purchased_at_ms": t5.purchasedAt.map(Projector.ms),
-        ])
+        ]
+        columns["price"] = t5.paid.price
+        columns["currency"] = t5.paid.currency
+        columns["price_source"] = t5.paid.priceSource?.rawValue
+        columns["ownership"] = t5.paid.ownership.rawValue
+        columns["environment"] = t5.paid.environment.rawValue
+        let shuffled = Row(columns)
         var expected = t5
         expected.downloads = []
         #expect(TransactionRecord(row: shuffled) == expected)

@@ -24,6 +24,21 @@ import Testing
         expectRoundTrips(CancelReason.self)
     }
 
+    @Test func purchaseTermsInTheLogAndSnapshots() {
+        #expect(StoreEnvironment.allCases.map(\.storedCode) == [0, 1, 2])
+        #expect(StoreEnvironment.allCases == [.production, .sandbox, .xcode])
+        #expect(Ownership.allCases.map(\.storedCode) == [0, 1])
+        #expect(Ownership.allCases == [.purchased, .familyShared])
+        #expect(OfferType.allCases.map(\.storedCode) == [1, 2, 3, 4])
+        #expect(OfferType.allCases == [.introductory, .promotional, .code, .winBack])
+        #expect(PriceSource.allCases.map(\.storedCode) == [0, 1])
+        #expect(PriceSource.allCases == [.event, .catalog])
+        expectRoundTrips(StoreEnvironment.self)
+        expectRoundTrips(Ownership.self)
+        expectRoundTrips(OfferType.self)
+        expectRoundTrips(PriceSource.self)
+    }
+
     @Test func aCodeNoCaseHasIsRefused() {
         #expect(ProductKind(storedCode: 4) == nil)
         #expect(DownloadStatus(storedCode: 200) == nil)

@@ -14,7 +14,9 @@ public enum InputLimits {
     public static let lineBytes = 1 << 20
 
     /// The JSON keys whose values are ids.
-    static let idKeys: Set<String> = ["transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url"]
+    static let idKeys: Set<String> = [
+        "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id",
+    ]
 
     /// `name` is built only for the error: building it for every field cost an import 4%.
     @inline(__always)
@@ -72,7 +74,8 @@ extension InputLimits {
             if let bad = r.contents.first(where: { $0.contentLength < 0 }) { return "content \(bad.content) has a negative contentLength" }
         case .paymentQueued(_, _, let quantity, _):
             if !(1...10).contains(quantity) { return "quantity \(quantity) is not in 1...10" }
-        case .transactionPurchased(_, _, _, _, let downloads), .transactionRestored(_, _, _, _, _, let downloads):
+        case .transactionPurchased(_, _, _, _, let downloads, let terms), .transactionRestored(_, _, _, _, _, let downloads, let terms):
+            if let problem = terms.problem { return problem }
             return lengths(downloads)
         case .contentCopiedOut(_, _, _, let bytes):
             if let bytes, bytes < 0 { return "bytesCopied \(bytes) is negative" }
@@ -101,6 +104,12 @@ extension EventBody {
             }
         }
         func optional(_ key: String, _ value: String?) { if let value { body(key, key, value) } }
+        func paid(_ terms: PurchaseTerms) {
+            optional("price", terms.price)
+            optional("currency", terms.currency)
+            optional("storefront", terms.storefront)
+            if let id = terms.offer?.id { body("offerId", "offer.id", id) }
+        }
         switch self {
         case .productRegistered(let r):
             body("product", "product", r.product)
@@ -118,22 +127,24 @@ extension EventBody {
             optional("user", u)
         case .transactionDeferred(let t), .transactionFinished(let t, _):
             body("transaction", "transaction", t)
-        case .transactionPurchased(let t, let p, let u, let s, let d):
+        case .transactionPurchased(let t, let p, let u, let s, let d, let terms):
             body("transaction", "transaction", t)
             optional("product", p)
             optional("user", u)
             optional("storeTransactionId", s)
             specs(d)
+            paid(terms)
         case .transactionFailed(let t, let e):
             body("transaction", "transaction", t)
             error(e)
-        case .transactionRestored(let t, let original, let p, let u, let s, let d):
+        case .transactionRestored(let t, let original, let p, let u, let s, let d, let terms):
             body("transaction", "transaction", t)
             body("originalTransaction", "originalTransaction", original)
             body("product", "product", p)
             optional("user", u)
             optional("storeTransactionId", s)
             specs(d)
+            paid(terms)
         case .transactionRevoked(let t, let reason):
             body("transaction", "transaction", t)
             body("reason", "reason", reason)

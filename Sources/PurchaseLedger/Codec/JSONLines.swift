@@ -92,14 +92,14 @@ public enum JSONLines {
             return .transactionPurchased(
                 transaction: try f.string("transaction"), product: try f.optionalString("product"),
                 user: try f.optionalString("user"), storeTransactionId: try f.optionalString("storeTransactionId"),
-                downloads: try downloads(f))
+                downloads: try downloads(f), terms: try terms(f))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string("transaction"), error: try f.storeError("error"))
         case .transactionRestored:
             return .transactionRestored(
                 transaction: try f.string("transaction"), originalTransaction: try f.string("originalTransaction"),
                 product: try f.string("product"), user: try f.optionalString("user"),
-                storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f))
+                storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f), terms: try terms(f))
         case .transactionRevoked:
             return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"))
         case .transactionFinished:
@@ -152,6 +152,28 @@ public enum JSONLines {
             if let length, length < 0 { throw .malformed("field `contentLength` must not be negative") }
             return .contentRegistered(url: try f.string("url"), download: try f.string("download"), contentLength: length)
         }
+    }
+
+    /// The v2 fields of a purchase or restore (contract 5.1), checked.
+    private static func terms(_ f: Fields) throws(LedgerError) -> PurchaseTerms {
+        func named<T: RawRepresentable<String> & CaseIterable>(_ key: String, _ g: Fields, _: T.Type) throws(LedgerError) -> T? {
+            guard let text = try g.optionalString(key) else { return nil }
+            guard let value = T(rawValue: text) else {
+                let names = T.allCases.map(\.rawValue)
+                throw .malformed("field \(g.qualified(key)) must be \(names.dropLast().joined(separator: ", ")) or \(names.last!)")
+            }
+            return value
+        }
+        var terms = PurchaseTerms(
+            price: try f.optionalString("price"), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
+            environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self))
+        if let item = try f.optionalItem("offer") {
+            let g = try f.object(item, "offer")
+            guard let type = try named("type", g, OfferType.self) else { throw .malformed("missing field \(g.qualified("type"))") }
+            terms.offer = Offer(type: type, id: try g.optionalString("id"))
+        }
+        if let problem = terms.problem { throw .malformed(problem) }
+        return terms
     }
 
     private static func downloads(_ f: Fields) throws(LedgerError) -> [DownloadSpec]? {
@@ -218,6 +240,15 @@ public enum JSONLines {
             }
             w.endArray()
         }
+        func terms(_ t: PurchaseTerms) {
+            opt("price", t.price); opt("currency", t.currency); opt("storefront", t.storefront)
+            opt("environment", t.environment?.rawValue); opt("ownership", t.ownership?.rawValue)
+            if let offer = t.offer {
+                w.key("offer"); w.beginObject(); w.field("type", offer.type.rawValue)
+                if let id = offer.id { w.field("id", id) }
+                w.endObject()
+            }
+        }
         switch body {
         case .productRegistered(let p):
             w.field("product", p.product); w.field("kind", p.kind.rawValue); w.field("price", p.price)
@@ -242,13 +273,15 @@ public enum JSONLines {
             w.field("transaction", t); w.field("product", product); w.field("quantity", quantity); opt("user", user)
         case .transactionDeferred(let t):
             w.field("transaction", t)
-        case .transactionPurchased(let t, let product, let user, let store, let specs):
+        case .transactionPurchased(let t, let product, let user, let store, let specs, let paid):
             w.field("transaction", t); opt("product", product); opt("user", user); opt("storeTransactionId", store); downloads(specs)
+            terms(paid)
         case .transactionFailed(let t, let e):
             w.field("transaction", t); error(e)
-        case .transactionRestored(let t, let original, let product, let user, let store, let specs):
+        case .transactionRestored(let t, let original, let product, let user, let store, let specs, let paid):
             w.field("transaction", t); w.field("originalTransaction", original); w.field("product", product)
             opt("user", user); opt("storeTransactionId", store); downloads(specs)
+            terms(paid)
         case .transactionRevoked(let t, let reason):
             w.field("transaction", t); w.field("reason", reason)
         case .transactionFinished(let t, let discard):
@@ -296,6 +329,12 @@ private struct Fields {
     }
 
     private func name(_ key: String) -> String { "`\(prefix)\(key)`" }
+
+    /// The key as errors name it: `` `offer.type` ``.
+    func qualified(_ key: String) -> String { name(key) }
+
+    /// The token of `key`'s value, of any kind; nil when absent or null.
+    func optionalItem(_ key: String) throws(LedgerError) -> Int? { try get(key) }
 
     func string(_ key: String) throws(LedgerError) -> String {
         guard let v = try get(key) else { throw .malformed("missing field \(name(key))") }

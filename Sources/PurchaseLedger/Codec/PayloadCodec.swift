@@ -28,14 +28,16 @@ enum PayloadCodec {
             w.field(4, user)
         case .transactionDeferred(let t):
             w.field(1, t)
-        case .transactionPurchased(let t, let product, let user, let store, let specs):
+        case .transactionPurchased(let t, let product, let user, let store, let specs, let paid):
             w.field(1, t); w.field(2, product); w.field(4, user); w.field(5, store)
             downloads(specs, &w)
+            terms(paid, &w)
         case .transactionFailed(let t, let e):
             w.field(1, t); error(e, &w)
-        case .transactionRestored(let t, let original, let product, let user, let store, let specs):
+        case .transactionRestored(let t, let original, let product, let user, let store, let specs, let paid):
             w.field(1, t); w.field(2, product); w.field(3, original); w.field(4, user); w.field(5, store)
             downloads(specs, &w)
+            terms(paid, &w)
         case .transactionRevoked(let t, let reason):
             w.field(1, t); w.field(2, reason)
         case .transactionFinished(let t, let discard):
@@ -94,6 +96,46 @@ enum PayloadCodec {
         }
         // Distinguishes an empty list from no list (some wrappers treat them differently).
         if specs.isEmpty { w.field(7, unsigned: 1) }
+    }
+
+    /// Field 8 of a purchase or restore, absent when it has no terms: a message of price (1),
+    /// currency (2), storefront (3), environment (4), ownership (5) and offer type (6) as stored
+    /// codes, offer id (7). An absent code is the default (production, purchased, no offer).
+    private static func terms(_ t: PurchaseTerms, _ w: inout BinaryWriter) {
+        guard !t.isEmpty else { return }
+        w.message(Field.terms) { m in
+            m.field(1, t.price); m.field(2, t.currency); m.field(3, t.storefront)
+            if let e = t.environment { m.field(4, unsigned: UInt64(e.storedCode)) }
+            if let o = t.ownership { m.field(5, unsigned: UInt64(o.storedCode)) }
+            if let offer = t.offer {
+                m.field(6, unsigned: UInt64(offer.type.storedCode))
+                m.field(7, offer.id)
+            }
+        }
+    }
+
+    private enum Field {
+        /// A purchase's or restore's terms.
+        static let terms: UInt64 = 8
+    }
+
+    private static func terms(_ f: Fields) throws(Failure) -> PurchaseTerms {
+        guard var m = f.messages.last(where: { $0.0 == Field.terms })?.1 else { return .none }
+        let g = try read(&m)
+        var t = PurchaseTerms(price: g.strings[1], currency: g.strings[2], storefront: g.strings[3])
+        if let code = g.ints[4] {
+            guard let e = StoreEnvironment(storedCode: code) else { throw Failure(message: "bad environment") }
+            t.environment = e
+        }
+        if let code = g.ints[5] {
+            guard let o = Ownership(storedCode: code) else { throw Failure(message: "bad ownership") }
+            t.ownership = o
+        }
+        if let code = g.ints[6] {
+            guard let type = OfferType(storedCode: code) else { throw Failure(message: "bad offer type") }
+            t.offer = Offer(type: type, id: g.strings[7])
+        }
+        return t
     }
 
     // MARK: - Decoding
@@ -158,9 +200,9 @@ enum PayloadCodec {
         }
     }
 
-    /// Reads every field. `nested` are the numbers of fields holding messages; `repeatedString`
-    /// names the one string field that may repeat.
-    private static func read(_ r: inout BinaryReader, nested: UInt64? = nil, repeatedString: UInt64? = nil) throws(Failure) -> Fields {
+    /// Reads every field. `nested` is the number of the fields holding messages (and field 8,
+    /// the terms, `withTerms`); `repeatedString` names the one string field that may repeat.
+    private static func read(_ r: inout BinaryReader, nested: UInt64? = nil, repeatedString: UInt64? = nil, withTerms: Bool = false) throws(Failure) -> Fields {
         var f = Fields()
         while !r.isAtEnd {
             let (number, wire) = try r.key()
@@ -168,7 +210,7 @@ enum PayloadCodec {
             case 0: f.ints[number] = try r.varint()
             case 1: f.doubles[number] = try r.double()
             case 2:
-                if number == nested {
+                if number == nested || (withTerms && number == Field.terms) {
                     f.messages.append((number, try r.message()))
                 } else if number == repeatedString {
                     f.repeatedStrings.append(try r.string())
@@ -234,7 +276,9 @@ enum PayloadCodec {
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered:
                 nil
             }
-        let f = try read(&r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil)
+        let f = try read(
+            &r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil,
+            withTerms: type == .transactionPurchased || type == .transactionRestored)
         switch type {
         case .downloadProgressed:
             throw Failure(message: "unreachable")
@@ -255,12 +299,12 @@ enum PayloadCodec {
         case .transactionPurchased:
             return .transactionPurchased(
                 transaction: try f.string(1, "transaction"), product: f.strings[2], user: f.strings[4],
-                storeTransactionId: f.strings[5], downloads: try downloads(f))
+                storeTransactionId: f.strings[5], downloads: try downloads(f), terms: try terms(f))
         case .transactionRestored:
             return .transactionRestored(
                 transaction: try f.string(1, "transaction"), originalTransaction: try f.string(3, "originalTransaction"),
                 product: try f.string(2, "product"), user: f.strings[4], storeTransactionId: f.strings[5],
-                downloads: try downloads(f))
+                downloads: try downloads(f), terms: try terms(f))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f))
         case .downloadFailed:

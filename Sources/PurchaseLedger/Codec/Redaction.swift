@@ -22,10 +22,11 @@ public enum Redaction {
         switch event.body {
         case .paymentQueued(let t, let p, let q, let user):
             e.body = .paymentQueued(transaction: t, product: p, quantity: q, user: u(user))
-        case .transactionPurchased(let t, let p, let user, let s, let d):
-            e.body = .transactionPurchased(transaction: t, product: p, user: u(user), storeTransactionId: s, downloads: d)
-        case .transactionRestored(let t, let o, let p, let user, let s, let d):
-            e.body = .transactionRestored(transaction: t, originalTransaction: o, product: p, user: u(user), storeTransactionId: s, downloads: d)
+        case .transactionPurchased(let t, let p, let user, let s, let d, let terms):
+            e.body = .transactionPurchased(transaction: t, product: p, user: u(user), storeTransactionId: s, downloads: d, terms: terms)
+        case .transactionRestored(let t, let o, let p, let user, let s, let d, let terms):
+            e.body = .transactionRestored(
+                transaction: t, originalTransaction: o, product: p, user: u(user), storeTransactionId: s, downloads: d, terms: terms)
         case .restoreStarted(let user):
             e.body = .restoreStarted(user: u(user))
         case .contentCopiedOut(let d, let destination, let c, let b):

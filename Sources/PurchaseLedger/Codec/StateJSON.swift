@@ -81,7 +81,23 @@ public enum StateJSON {
             w.key("error"); w.beginObject(); w.field("domain", e.domain); w.field("code", e.code); w.field("message", e.message); w.endObject()
         }
         if let reason = t.revocationReason { w.field("revocationReason", reason) }
+        paid(t.paid, to: &w)
         w.endObject()
+    }
+
+    /// A transaction's paid terms, fixed when it was purchased or restored (contract 5.1):
+    /// `price` and `currency` (null before that, or when nothing gave a price), `priceSource`,
+    /// `environment`, `ownership`, and `storefront` and `offer` when known.
+    static func paid(_ p: PaidTerms, to w: inout JSONWriter) {
+        w.field("price", p.price); w.field("currency", p.currency)
+        if let source = p.priceSource { w.field("priceSource", source.rawValue) }
+        if let storefront = p.storefront { w.field("storefront", storefront) }
+        w.field("environment", p.environment.rawValue); w.field("ownership", p.ownership.rawValue)
+        if let offer = p.offer {
+            w.key("offer"); w.beginObject(); w.field("type", offer.type.rawValue)
+            if let id = offer.id { w.field("id", id) }
+            w.endObject()
+        }
     }
 
     static func download(_ d: DownloadRecord, contentURL: String?, to w: inout JSONWriter) {

@@ -61,3 +61,46 @@ extension CancelReason: StoredCode {
         }
     }
 }
+
+/// In purchase and restore payloads (their terms) and snapshot pages.
+extension StoreEnvironment: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .production: 0
+        case .sandbox: 1
+        case .xcode: 2
+        }
+    }
+}
+
+/// In purchase and restore payloads (their terms) and snapshot pages.
+extension Ownership: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .purchased: 0
+        case .familyShared: 1
+        }
+    }
+}
+
+/// In purchase and restore payloads (their terms) and snapshot pages.
+extension OfferType: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .introductory: 1
+        case .promotional: 2
+        case .code: 3
+        case .winBack: 4
+        }
+    }
+}
+
+/// In snapshot pages, as the code plus one (0: no price).
+extension PriceSource: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .event: 0
+        case .catalog: 1
+        }
+    }
+}

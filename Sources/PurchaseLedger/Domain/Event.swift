@@ -23,9 +23,14 @@ public enum EventBody: Sendable, Hashable {
     case contentVersionPublished(product: String, content: String, contentVersion: ContentVersion)
     case paymentQueued(transaction: String, product: String, quantity: Int, user: String?)
     case transactionDeferred(transaction: String)
-    case transactionPurchased(transaction: String, product: String?, user: String?, storeTransactionId: String?, downloads: [DownloadSpec]?)
+    /// `terms`: what the store reported was paid, where and by whom (contract 5.1; all optional).
+    case transactionPurchased(
+        transaction: String, product: String? = nil, user: String? = nil, storeTransactionId: String? = nil, downloads: [DownloadSpec]? = nil,
+        terms: PurchaseTerms = .none)
     case transactionFailed(transaction: String, error: StoreError)
-    case transactionRestored(transaction: String, originalTransaction: String, product: String, user: String?, storeTransactionId: String?, downloads: [DownloadSpec]?)
+    case transactionRestored(
+        transaction: String, originalTransaction: String, product: String, user: String? = nil, storeTransactionId: String? = nil,
+        downloads: [DownloadSpec]? = nil, terms: PurchaseTerms = .none)
     case transactionRevoked(transaction: String, reason: String)
     case transactionFinished(transaction: String, discardContent: Bool)
     case downloadStarted(download: String)
@@ -90,8 +95,8 @@ public enum EventBody: Sendable, Hashable {
     /// What this event is about: one exhaustive switch, so a new event must say it.
     public var subject: Subject {
         switch self {
-        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
             .transactionFinished(let t, _):
             .transaction(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
@@ -109,8 +114,8 @@ public enum EventBody: Sendable, Hashable {
     /// replay asks this of every event, and this way it retains nothing.)
     public var transactionID: String? {
         switch self {
-        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
             .transactionFinished(let t, _):
             t
         case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,

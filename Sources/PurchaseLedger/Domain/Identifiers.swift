@@ -82,14 +82,15 @@ extension EventBody {
             return .paymentQueued(transaction: n(t), product: n(p), quantity: q, user: o(u))
         case .transactionDeferred(let t):
             return .transactionDeferred(transaction: n(t))
-        case .transactionPurchased(let t, let p, let u, let s, let d):
-            return .transactionPurchased(transaction: n(t), product: o(p), user: o(u), storeTransactionId: o(s), downloads: d.map(Self.normalizing))
+        case .transactionPurchased(let t, let p, let u, let s, let d, let terms):
+            return .transactionPurchased(
+                transaction: n(t), product: o(p), user: o(u), storeTransactionId: o(s), downloads: d.map(Self.normalizing), terms: terms)
         case .transactionFailed(let t, let error):
             return .transactionFailed(transaction: n(t), error: error)
-        case .transactionRestored(let t, let original, let p, let u, let s, let d):
+        case .transactionRestored(let t, let original, let p, let u, let s, let d, let terms):
             return .transactionRestored(
                 transaction: n(t), originalTransaction: n(original), product: n(p), user: o(u),
-                storeTransactionId: o(s), downloads: d.map(Self.normalizing))
+                storeTransactionId: o(s), downloads: d.map(Self.normalizing), terms: terms)
         case .transactionRevoked(let t, let reason):
             return .transactionRevoked(transaction: n(t), reason: reason)
         case .transactionFinished(let t, let discard):

@@ -16,7 +16,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         enum Kind: String, Sendable {
             case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
-            case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io
+            case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io, staleProjections
         }
 
         let kind: Kind
@@ -46,6 +46,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         public static let storage = Code(kind: .storage)
         /// Reading or writing a file outside the ledger failed.
         public static let io = Code(kind: .io)
+        /// A ledger opened read-only holds projection tables (what reports and queries read)
+        /// written by an older version, or behind its log: open it for writing once, which
+        /// rebuilds them from the log.
+        public static let staleProjections = Code(kind: .staleProjections)
 
         public var description: String { kind.rawValue }
     }

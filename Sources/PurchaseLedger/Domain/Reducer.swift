@@ -30,7 +30,7 @@ public enum Outcome: Sendable, Hashable {
 public enum Reducer {
     /// Bumped whenever a rule or the state's shape changes: snapshots and projections written by
     /// another version are rebuilt from the log instead of trusted.
-    public static let version: Int = 1
+    public static let version: Int = 2
 
     /// The events to store for `event`: the event itself, preceded, for a finish that is accepted
     /// while some of its downloads are started, active or paused, by one `downloadCancelled`
@@ -165,7 +165,7 @@ public enum Reducer {
             case .redelivery: return .unchanged
             }
 
-        case .transactionPurchased(let t, let product, let user, let storeID, let specs):
+        case .transactionPurchased(let t, let product, let user, let storeID, let specs, let terms):
             guard let record = s.transactions[t] else {
                 guard let product else {
                     throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
@@ -177,6 +177,7 @@ public enum Reducer {
                 var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .purchased)
                 created.storeTransactionId = storeID
                 created.purchasedAt = e.at
+                created.paid = paid(terms, product, s)
                 s.transactions[t] = created
                 deliver(&s, t, specs ?? [])
                 s.owners[product, default: 0] += 1
@@ -193,18 +194,21 @@ public enum Reducer {
                 try checkNewDownloads(s, specs, e)
                 let (owned, revoked) = (record.product, record.revoked)
                 _ = consume record  // so the record below is changed in place, not copied
+                let fixed = paid(terms, owned, s)
                 s.transactions.update(t) { record in
                     record.state = .purchased
                     record.storeTransactionId = storeID
                     record.purchasedAt = e.at
+                    record.paid = fixed
                     if record.user == nil { record.user = user }
                 }
                 deliver(&s, t, specs ?? [])
                 if !revoked { s.owners[owned, default: 0] += 1 }
                 return .applied
             case .redelivery:
-                guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []) else {
-                    throw .violation(.duplicateTransaction, "transaction \(t) was already purchased with another store id or other downloads", e)
+                guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []), !record.paid.contradicts(terms) else {
+                    throw .violation(
+                        .duplicateTransaction, "transaction \(t) was already purchased with another store id, other downloads or other terms", e)
                 }
                 return .unchanged
             }
@@ -227,12 +231,11 @@ public enum Reducer {
                 return .unchanged
             }
 
-        case .transactionRestored(let t, let original, let product, let user, let storeID, let specs):
+        case .transactionRestored(let t, let original, let product, let user, let storeID, let specs, let terms):
             if let record = s.transactions[t] {
-                let same =
-                    record.state == .restored && record.originalTransaction == original && record.product == product
-                    && (user == nil || user == record.user) && storeID == record.storeTransactionId
-                    && delivered(s, record) == (specs ?? [])
+                var same = record.state == .restored && record.originalTransaction == original && record.product == product
+                same = same && (user == nil || user == record.user) && storeID == record.storeTransactionId
+                same = same && delivered(s, record) == (specs ?? []) && !record.paid.contradicts(terms)
                 guard same else {
                     throw .violation(.duplicateTransaction, "transaction \(t) is already in the ledger, and not as this restore", e)
                 }
@@ -246,6 +249,7 @@ public enum Reducer {
             created.originalTransaction = original
             created.storeTransactionId = storeID
             created.purchasedAt = e.at
+            created.paid = paid(terms, product, s)
             s.transactions[t] = created
             deliver(&s, t, specs ?? [])
             s.owners[product, default: 0] += 1
@@ -491,6 +495,22 @@ public enum Reducer {
     /// its own (a product id is longer than Swift keeps inline, and a large ledger holds a
     /// hundred thousand transactions of a few hundred products).
     @inline(__always)
+    /// What a purchase or restore fixes of its price (contract 5.1): the event's own price, else
+    /// the registration of `product` in force now, at this point of the log; never changed after.
+    private static func paid(_ terms: PurchaseTerms, _ product: String, _ s: LedgerState) -> PaidTerms {
+        var paid = PaidTerms()
+        if let price = terms.price, let currency = terms.currency {
+            (paid.price, paid.currency, paid.priceSource) = (price, currency, .event)
+        } else if let registration = s.products[product]?.registration {
+            (paid.price, paid.currency, paid.priceSource) = (registration.price, registration.currency, .catalog)
+        }
+        paid.storefront = terms.storefront
+        paid.environment = terms.environment ?? .production
+        paid.ownership = terms.ownership ?? .purchased
+        paid.offer = terms.offer
+        return paid
+    }
+
     private static func registered(_ product: String, _ s: LedgerState) -> String? {
         guard let i = s.products.index(forKey: product) else { return nil }
         return s.products.keys[i]

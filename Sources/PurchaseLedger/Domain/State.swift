@@ -80,6 +80,9 @@ public struct TransactionRecord: Sendable, Hashable {
         public package(set) var revocationReason: String?
         public package(set) var originalTransaction: String?
         public package(set) var storeTransactionId: String?
+        /// The price paid, storefront, environment, ownership and offer, fixed when it was
+        /// purchased or restored (contract 5.1).
+        public package(set) var paid: PaidTerms = PaidTerms()
         /// Its downloads, in delivery order.
         public package(set) var downloads: [String] = []
         public package(set) var error: StoreError?

@@ -18,7 +18,7 @@ public struct OwnedContentHistoryEntry: Sendable, Hashable {
 package enum Projector {
     /// Bumped when the projection tables' meaning changes; with ``Reducer/version`` it forms the
     /// stamp a ledger's projections carry. A mismatch rebuilds them on open.
-    static let version = 1
+    static let version = 2
     static var stamp: String { "reducer \(Reducer.version), projections \(version)" }
 
     static var tables: [String] { Table.all.map(\.name) }
@@ -40,7 +40,7 @@ package enum Projector {
                 registered.insert(p.product)
             case .contentVersionPublished(let product, _, _), .contentDeleted(let product):
                 products.insert(product)
-            case .transactionPurchased(let t, _, _, _, _), .transactionRestored(let t, _, _, _, _, _), .transactionFinished(let t, _):
+            case .transactionPurchased(let t, _, _, _, _, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionFinished(let t, _):
                 transactions.insert(t)
                 if let record = state.transactions[t] {
                     downloads.formUnion(record.downloads)
@@ -459,6 +459,7 @@ package enum Projector {
                 "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
                 "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
                 "discarded_content", "queued_at_ms", "purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms", "events",
+                "price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type", "offer_id",
             ])
         package static let downloads = Table(
             "downloads",
@@ -545,6 +546,14 @@ package enum Projector {
             ms(t.finishedAt).databaseValue,
             ms(t.revokedAt).databaseValue,
             t.events.databaseValue,
+            t.paid.price.databaseValue,
+            t.paid.currency.databaseValue,
+            t.paid.priceSource?.rawValue.databaseValue ?? .null,
+            t.paid.storefront.databaseValue,
+            t.paid.environment.rawValue.databaseValue,
+            t.paid.ownership.rawValue.databaseValue,
+            t.paid.offer?.type.rawValue.databaseValue ?? .null,
+            (t.paid.offer?.id).databaseValue,
         ]
     }
 

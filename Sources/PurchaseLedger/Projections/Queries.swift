@@ -7,7 +7,7 @@ extension Ledger {
     /// Current transactions, sorted by id; only `user`'s when given.
     public func transactions(user: String? = nil) throws -> [TransactionRecord] {
         let user = Identifier.normalize(user)
-        return try read { db in
+        return try readProjections { db in
             var records = try StatementColumns.fetchAll(
                 db,
                 sql: user == nil
@@ -24,7 +24,7 @@ extension Ledger {
     /// One transaction, or nil.
     public func transaction(_ id: String) throws -> TransactionRecord? {
         let id = Identifier.normalize(id)
-        return try read { db in
+        return try readProjections { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE transaction_id = ?", arguments: [id]) else { return nil }
             var record = TransactionRecord(row: row)
             record.downloads = try Ledger.downloadIDs(transaction: id, db)
@@ -41,7 +41,7 @@ extension Ledger {
     /// Current downloads, sorted by id; only `transaction`'s (in delivery order) when given.
     public func downloads(transaction: String? = nil) throws -> [DownloadRecord] {
         let transaction = Identifier.normalize(transaction)
-        return try read { db in
+        return try readProjections { db in
             return try StatementColumns.fetchAll(
                 db,
                 sql: transaction == nil
@@ -54,7 +54,7 @@ extension Ledger {
     /// Whether a purchased or restored, not revoked transaction grants `product`, itself or
     /// through a related product (declared on either side).
     public func owns(product: String) throws -> Bool {
-        try read { db in try Ledger.owns(Identifier.normalize(product), db) }
+        try readProjections { db in try Ledger.owns(Identifier.normalize(product), db) }
     }
 
     static func owns(_ product: String, _ db: Database) throws -> Bool {
@@ -72,7 +72,7 @@ extension Ledger {
     /// The owned content versions: the latest copy-out of each product the user owns, sorted by
     /// product and content.
     public func ownedContent() throws -> [OwnedContent] {
-        try read { db in
+        try readProjections { db in
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM owned_content ORDER BY product, content")
             var owned: [OwnedContent] = []
             var owns: [String: Bool] = [:]
@@ -94,7 +94,7 @@ extension Ledger {
     /// and always nil after the finish.
     public func contentURL(for download: String) throws -> String? {
         let download = Identifier.normalize(download)
-        return try read { db in
+        return try readProjections { db in
             try String.fetchOne(db, sql: "SELECT content_url FROM downloads WHERE download_id = ? AND state = 'finished'", arguments: [download])
         }
     }
@@ -102,7 +102,7 @@ extension Ledger {
     /// Whether a version newer than the owned one was published for that product and content.
     public func updateAvailable(product: String, content: String) throws -> Bool {
         let (product, content) = (Identifier.normalize(product), Identifier.normalize(content))
-        return try read { db in
+        return try readProjections { db in
             guard
                 let row = try Row.fetchOne(
                     db,
@@ -277,6 +277,22 @@ extension TransactionRecord {
         self.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
         self.revokedAt = Timestamp(ms: c.int64("revoked_at_ms"))
         self.events = c.int64("events") ?? 0
+        self.paid = PaidTerms(columns: c)
+    }
+}
+
+extension PaidTerms {
+    /// The price, currency, price_source, storefront, environment, ownership, offer_type and
+    /// offer_id columns of a `transactions` row.
+    init(columns c: some ProjectionColumns) {
+        self.init()
+        price = c.string("price")
+        currency = c.string("currency")
+        priceSource = c.string("price_source").flatMap(PriceSource.init(rawValue:))
+        storefront = c.string("storefront")
+        environment = c.string("environment").flatMap(StoreEnvironment.init(rawValue:)) ?? .production
+        ownership = c.string("ownership").flatMap(Ownership.init(rawValue:)) ?? .purchased
+        offer = c.string("offer_type").flatMap(OfferType.init(rawValue:)).map { Offer(type: $0, id: c.string("offer_id")) }
     }
 }
 

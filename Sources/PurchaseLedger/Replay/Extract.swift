@@ -127,9 +127,9 @@ extension Ledger {
             switch e.event.body {
             case .paymentQueued(let t, let p, _, let u):
                 name(t, product: p, user: u, downloads: nil)
-            case .transactionPurchased(let t, let p, let u, _, let d):
+            case .transactionPurchased(let t, let p, let u, _, let d, _):
                 name(t, product: p, user: u, downloads: d)
-            case .transactionRestored(let t, _, let p, let u, _, let d):
+            case .transactionRestored(let t, _, let p, let u, _, let d, _):
                 name(t, product: p, user: u, downloads: d)
                 if let open { restores[open].transactions.insert(t) }
             case .productRegistered(let r):
@@ -212,8 +212,8 @@ private struct ExtractPlan {
         switch e.event.body {
         case .productRegistered(let r): products.contains(r.product)
         case .contentVersionPublished(let p, _, _), .contentDeleted(let p): products.contains(p)
-        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _), .transactionRevoked(let t, _),
+        case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
             .transactionFinished(let t, _):
             transactions.contains(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),

@@ -14,7 +14,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 7
+    static let format = 8
 
     /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
     /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
@@ -622,6 +622,36 @@ enum SnapshotCodec {
         times.write(t.queuedAt, &w); times.write(t.purchasedAt, &w); times.write(t.failedAt, &w)
         times.write(t.finishedAt, &w); times.write(t.revokedAt, &w)
         w.varint(UInt64(t.events))
+        paid(t.paid, &w)
+    }
+
+    /// The price source's code plus one (0: no price), then the price and currency when there
+    /// is one; the storefront; environment, ownership and offer type codes in one varint (bits
+    /// 0-1, 2, 3-5; offer type 0: no offer), and the offer id when there is an offer.
+    private static func paid(_ p: PaidTerms, _ w: inout BinaryWriter) {
+        if let source = p.priceSource, let price = p.price, let currency = p.currency {
+            w.varint(UInt64(source.storedCode) + 1); w.lengthPrefixed(price); w.lengthPrefixed(currency)
+        } else {
+            w.varint(0)
+        }
+        string(p.storefront, &w)
+        w.varint(UInt64(p.environment.storedCode) | UInt64(p.ownership.storedCode) << 2 | UInt64(p.offer?.type.storedCode ?? 0) << 3)
+        if let offer = p.offer { string(offer.id, &w) }
+    }
+
+    private static func paid(_ r: inout BinaryReader) throws(Failure) -> PaidTerms {
+        var p = PaidTerms()
+        let source = try r.varint()
+        if source != 0 {
+            p.priceSource = try code(PriceSource.self, source - 1)
+            p.price = try r.string(); p.currency = try r.string()
+        }
+        p.storefront = try string(&r)
+        let codes = try r.varint()
+        p.environment = try code(StoreEnvironment.self, codes & 3)
+        p.ownership = try code(Ownership.self, codes >> 2 & 1)
+        if codes >> 3 != 0 { p.offer = Offer(type: try code(OfferType.self, codes >> 3), id: try string(&r)) }
+        return p
     }
 
     private static func transaction(_ r: inout BinaryReader) throws(Failure) -> TransactionRecord {
@@ -639,6 +669,7 @@ enum SnapshotCodec {
         t.queuedAt = try times.read(&r); t.purchasedAt = try times.read(&r); t.failedAt = try times.read(&r)
         t.finishedAt = try times.read(&r); t.revokedAt = try times.read(&r)
         t.events = Int64(try r.int(max: Int(Int64.max)))
+        t.paid = try paid(&r)
         return t
     }
 
@@ -808,6 +839,11 @@ enum SnapshotCodec {
 
     private static func code<T: StoredCode>(_ type: T.Type, _ r: inout BinaryReader) throws(Failure) -> T {
         guard let value = T(storedCode: try r.varint()) else { throw Failure(message: "bad \(T.self) code") }
+        return value
+    }
+
+    private static func code<T: StoredCode>(_ type: T.Type, _ stored: UInt64) throws(Failure) -> T {
+        guard let value = T(storedCode: stored) else { throw Failure(message: "bad \(T.self) code") }
         return value
     }
 }

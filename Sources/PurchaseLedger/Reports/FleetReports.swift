@@ -8,7 +8,8 @@ public struct UserSummary: Sendable {
     public var ownedProducts: [String]
     /// Owned content versions, with whether a newer version was published.
     public var ownedContent: [(content: OwnedContent, updateAvailable: Bool)]
-    /// Paid per currency (purchases at registered prices, restores excluded), refunds deducted.
+    /// Paid per currency (purchases at the prices fixed when they were made; restores, sandbox,
+    /// Xcode and family-shared purchases excluded), refunds deducted.
     public var netSpent: [String: Decimal]
     public var refunded: [String: Decimal]
 }
@@ -52,7 +53,7 @@ extension Ledger {
         var owned = Set<String>()
         var net: [String: Decimal] = [:]
         var refunded: [String: Decimal] = [:]
-        let related = try read { db in
+        let related = try readProjections { db in
             try Row.fetchAll(db, sql: "SELECT product, related_product FROM related_products").map { ($0[0] as String, $0[1] as String) }
         }
         for entry in history {
@@ -61,7 +62,7 @@ extension Ledger {
                 owned.insert(t.product)
                 for (a, b) in related where a == t.product || b == t.product { owned.insert(a == t.product ? b : a) }
             }
-            guard t.state == .purchased, let currency = entry.currency,
+            guard t.state == .purchased, t.paid.countsAsRevenue, let currency = entry.currency,
                 let price = Decimal(string: entry.price ?? "", locale: Locale(identifier: "en_US_POSIX"))
             else { continue }
             let amount = price * Decimal(t.quantity)
@@ -82,7 +83,7 @@ extension Ledger {
     /// Paid but never delivered: purchased or restored, not revoked, with hosted content never
     /// copied out (lost to an early finish, discarded, failed, or still pending).
     public func undelivered(limit: Int = 1000) throws -> [PurchaseHistoryEntry] {
-        try read { db in
+        try readProjections { db in
             try Ledger.historyEntries(
                 db,
                 where: """
@@ -96,7 +97,7 @@ extension Ledger {
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the ledger's
     /// latest activity), oldest first.
     public func stuckDownloads(idle: Duration = .seconds(3600), asOf: Timestamp? = nil) throws -> [DownloadRecord] {
-        try read { db in
+        try readProjections { db in
             let now = try asOf.map(Projector.ms) ?? Int64.fetchOne(db, sql: "SELECT max(last_activity_at_ms) FROM downloads") ?? 0
             let cutoff = StuckCutoff.milliseconds(now: now, idle: idle)
             return try StatementColumns.fetchAll(
@@ -112,7 +113,7 @@ extension Ledger {
     /// Transactions that reached a final state but were never finished: the store redelivers them
     /// at every launch. Oldest first.
     public func unfinishedTransactions() throws -> [TransactionRecord] {
-        try read { db in
+        try readProjections { db in
             var records = try StatementColumns.fetchAll(
                 db,
                 sql: """
@@ -129,7 +130,7 @@ extension Ledger {
 
     /// Payment failures by error code, most frequent first.
     public func failureRates(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [FailureRate] {
-        try read { db in
+        try readProjections { db in
             let range: StatementArguments = [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max]
             let total =
                 try Int.fetchOne(
@@ -151,17 +152,19 @@ extension Ledger {
         }
     }
 
-    /// Net revenue per day and currency, for charts.
+    /// Net revenue per day and currency, for charts: production purchases their buyer paid for,
+    /// at the prices fixed when they were made.
     public func dailyRevenue(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [DailyRevenue] {
-        try read { db in
+        try readProjections { db in
             let rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT t.purchased_at_ms / 86400000 AS day, p.currency, p.price,
+                    SELECT t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0) AS day, t.currency, t.price,
                            sum(CASE WHEN t.revoked THEN 0 ELSE t.quantity END) AS units
-                    FROM transactions t JOIN products p ON p.product = t.product
-                    WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                    GROUP BY day, p.currency, p.price ORDER BY day
+                    FROM transactions t
+                    WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.environment = 'production' AND t.ownership = 'purchased'
+                      AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
+                    GROUP BY day, t.currency, t.price ORDER BY day
                     """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
             var totals: [String: DailyRevenue] = [:]
             for row in rows {
@@ -178,7 +181,7 @@ extension Ledger {
     /// One transaction as a history entry.
     public func purchaseHistory(transactionID id: String) throws -> PurchaseHistoryEntry? {
         let id = Identifier.normalize(id)
-        return try read { db in
+        return try readProjections { db in
             try Ledger.historyEntries(db, where: "WHERE t.transaction_id = ?", orderedBy: "t.transaction_id", arguments: [id]).first
         }
     }

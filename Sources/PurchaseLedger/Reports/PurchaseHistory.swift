@@ -32,7 +32,9 @@ public struct PurchaseHistoryQuery: Sendable, Hashable {
 public struct PurchaseHistoryEntry: Sendable, Hashable {
     public var transaction: TransactionRecord
     public var kind: ProductKind?
-    /// The registered price, a decimal string in `currency` units (per unit; see `quantity`).
+    /// The unit price, a decimal string in `currency` units (see `quantity`): as fixed when it was
+    /// purchased or restored (`transaction.paid`, contract 5.1); for a transaction never
+    /// purchased, the product's registration as it is now.
     public var price: String?
     public var currency: String?
     public var downloads: [DownloadRecord]
@@ -43,6 +45,14 @@ public struct PurchaseHistoryEntry: Sendable, Hashable {
         self.price = price
         self.currency = currency
         self.downloads = downloads
+    }
+
+    /// An entry whose price is the transaction's fixed one, else (never purchased) the catalog's.
+    package init(transaction: TransactionRecord, kind: ProductKind?, catalogPrice: String?, catalogCurrency: String?, downloads: [DownloadRecord]) {
+        let fixed = transaction.paid.price != nil
+        self.init(
+            transaction: transaction, kind: kind, price: fixed ? transaction.paid.price : catalogPrice,
+            currency: fixed ? transaction.paid.currency : catalogCurrency, downloads: downloads)
     }
 
     /// How it ended: purchased, restored, failed, deferred (still waiting) or purchasing; revoked
@@ -60,7 +70,7 @@ extension Ledger {
     /// Transactions matching `query`, sorted by purchase date (queue date when never purchased),
     /// with their downloads.
     public func purchaseHistory(_ query: PurchaseHistoryQuery = PurchaseHistoryQuery()) throws -> [PurchaseHistoryEntry] {
-        try read { db in
+        try readProjections { db in
             var conditions: [String] = []
             var arguments = StatementArguments()
             if let user = query.user { conditions.append("t.user_id = ?"); _ = arguments.append(contentsOf: [Identifier.normalize(user)]) }
@@ -108,7 +118,7 @@ extension Ledger {
         ) { c in
             PurchaseHistoryEntry(
                 transaction: TransactionRecord(columns: c), kind: c.string("product_kind").flatMap(ProductKind.init(rawValue:)),
-                price: c.string("product_price"), currency: c.string("product_currency"), downloads: [])
+                catalogPrice: c.string("product_price"), catalogCurrency: c.string("product_currency"), downloads: [])
         }
         guard !entries.isEmpty else { return [] }
         var downloads: [String: [DownloadRecord]] = [:]

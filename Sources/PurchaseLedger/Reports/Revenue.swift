@@ -1,14 +1,22 @@
 import Foundation
 import GRDB
 
-/// Revenue of one product in one currency over a period.
+/// Revenue of one product at one price over a period: the price each purchase was paid, fixed
+/// when it was purchased (contract 5.1), so a line never changes after the fact.
 public struct RevenueLine: Sendable, Hashable {
     /// The period when grouped (``RevenuePeriod``): `2024-03-01`, `2024-W09` or `2024-03`; nil otherwise.
     public var period: String?
+    /// The storefront, when split by storefront (`""` for purchases that did not say); nil otherwise.
+    public var storefront: String?
     public var product: String
     public var currency: String
-    /// The registered unit price, a decimal string in currency units.
+    /// The unit price paid, a decimal string in currency units ("0" for a free trial).
     public var price: String
+    /// Production and purchased, unless the report includes every environment
+    /// (`allEnvironments`): then sandbox, Xcode and family-shared purchases have lines of their
+    /// own, which ``countsAsRevenue`` says are not revenue.
+    public var environment: StoreEnvironment = .production
+    public var ownership: Ownership = .purchased
     /// Purchases (restores are not payments), and units sold (quantities summed).
     public var purchases: Int
     public var units: Int
@@ -17,11 +25,18 @@ public struct RevenueLine: Sendable, Hashable {
     public var gross: Decimal
     public var refunds: Decimal
     public var net: Decimal { gross - refunds }
+
+    /// Whether totals add it: production purchases their buyer paid for.
+    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
 }
 
-/// All the revenue of one currency: the sum of its ``RevenueLine``s.
+/// All the revenue of one currency: the sum of its ``RevenueLine``s. Lines that are not revenue
+/// (sandbox, Xcode, family-shared) are summed apart, into totals of their own environment and
+/// ownership, never into the revenue's.
 public struct RevenueTotal: Sendable, Hashable {
     public var currency: String
+    public var environment: StoreEnvironment = .production
+    public var ownership: Ownership = .purchased
     public var purchases: Int
     public var units: Int
     public var refundedUnits: Int
@@ -29,14 +44,28 @@ public struct RevenueTotal: Sendable, Hashable {
     public var refunds: Decimal
     public var net: Decimal { gross - refunds }
 
-    /// One total per currency, sorted by currency. Amounts in different currencies are never added.
+    /// Whether it is revenue: production purchases their buyer paid for.
+    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
+
+    /// One total per currency, sorted by currency: the revenue first, then the totals of lines
+    /// that are not revenue (per environment and ownership), marked as such. Amounts in
+    /// different currencies are never added.
     public static func totals(of lines: [RevenueLine]) -> [RevenueTotal] {
-        var byCurrency: [String: RevenueTotal] = [:]
+        var byKey: [String: RevenueTotal] = [:]
         for line in lines {
-            byCurrency[line.currency, default: RevenueTotal(currency: line.currency, purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)]
-                .add(line)
+            let key = [line.currency, line.environment.rawValue, line.ownership.rawValue].joined(separator: " ")
+            byKey[
+                key,
+                default: RevenueTotal(
+                    currency: line.currency, environment: line.environment, ownership: line.ownership, purchases: 0, units: 0, refundedUnits: 0,
+                    gross: 0, refunds: 0)
+            ]
+            .add(line)
         }
-        return byCurrency.values.sorted { $0.currency < $1.currency }
+        return byKey.values.sorted { a, b in
+            (a.countsAsRevenue ? 0 : 1, a.currency, a.environment.rawValue, a.ownership.rawValue)
+                < (b.countsAsRevenue ? 0 : 1, b.currency, b.environment.rawValue, b.ownership.rawValue)
+        }
     }
 
     private mutating func add(_ line: RevenueLine) {
@@ -78,37 +107,61 @@ public enum RevenuePeriod: String, Sendable, Hashable, CaseIterable {
 }
 
 extension Ledger {
-    /// Revenue per product and currency of the purchases made in `from..<to` (all time when nil),
-    /// at the registered prices; split by period when `groupBy` is given. Sorted by period, then
-    /// currency, then net revenue, largest first. ``RevenueTotal/totals(of:)`` sums them per currency.
+    /// Revenue per product, currency and price of the purchases made in `from..<to` (all time
+    /// when nil), each at the price it was paid (fixed at purchase: its event's own price, else
+    /// the registration in force then); split by period when `groupBy` is given, and by
+    /// storefront when `byStorefront`. Only production purchases their buyer paid for, unless
+    /// `allEnvironments`: then sandbox, Xcode and family-shared purchases come too, on lines of
+    /// their own (``RevenueLine/countsAsRevenue`` is false). Restores are not payments. Sorted by
+    /// period, then currency, then net revenue, largest first. ``RevenueTotal/totals(of:)`` sums
+    /// them per currency.
     ///
     /// ```swift
     /// let march = try ledger.revenue(from: Timestamp.parse("2024-03-01T00:00:00Z"), to: Timestamp.parse("2024-04-01T00:00:00Z"))
     /// for total in RevenueTotal.totals(of: march) { print(total.currency, total.net) }
-    /// let weekly = try ledger.revenue(groupBy: .week)   // one line per week, product and currency
+    /// let weekly = try ledger.revenue(groupBy: .week)   // one line per week, product and price
     /// ```
-    public func revenue(from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil) throws -> [RevenueLine] {
-        let rows = try read { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT \(groupBy == nil ? "0" : "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)") AS day,
-                           t.product, p.currency, p.price, count(*) AS purchases, sum(t.quantity) AS units,
-                           sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END) AS refunded
-                    FROM transactions t JOIN products p ON p.product = t.product
-                    WHERE t.state = 'purchased' AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                    GROUP BY day, t.product, p.currency, p.price
-                    """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
+    public func revenue(
+        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false
+    ) throws -> [RevenueLine] {
+        let sql = RevenueGroup.sql(byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .sqlite)
+        let rows = try readProjections { db in
+            try Row.fetchAll(db, sql: sql, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
-        return RevenueLine.lines(
-            rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
+        return RevenueLine.lines(rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
     }
 }
 
-/// One group of purchases as SQL sums them (SQLite or the fleet's PostgreSQL): a day, a product
-/// and a price; the Swift side makes ``RevenueLine``s of them.
+/// One group of purchases as SQL sums them (SQLite or the fleet's PostgreSQL): a day, a product,
+/// a price, a storefront, an environment and an ownership; the Swift side makes
+/// ``RevenueLine``s of them.
 package struct RevenueGroup {
+    package enum Dialect { case sqlite, postgres }
+
+    /// The one query both stores sum purchases with, from each transaction's own fixed price
+    /// (no catalog join: a registration made later never changes it). Its two parameters bound
+    /// the purchase time, in ms (`?` in SQLite, `$1`, `$2` in PostgreSQL).
+    package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect) -> String {
+        let day =
+            !byDay
+            ? "0" : dialect == .sqlite ? "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)" : "floor(t.purchased_at_ms / 86400000.0)::bigint"
+        let (low, high) = dialect == .sqlite ? ("?", "?") : ("$1", "$2")
+        let int = dialect == .sqlite ? "" : "::bigint"
+        return """
+            SELECT \(day) AS day, \(byStorefront ? "coalesce(t.storefront, '')" : "NULL") AS storefront,
+                   t.product, t.currency, t.price, t.environment, t.ownership, count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
+                   sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded
+            FROM transactions t
+            WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.purchased_at_ms >= \(low) AND t.purchased_at_ms < \(high)
+            \(allEnvironments ? "" : "AND t.environment = 'production' AND t.ownership = 'purchased'")
+            GROUP BY 1, 2, t.product, t.currency, t.price, t.environment, t.ownership
+            """
+    }
+
     package var day: Int64
+    package var storefront: String?
+    package var environment: StoreEnvironment = .production
+    package var ownership: Ownership = .purchased
     package var product: String
     package var currency: String
     package var price: String
@@ -122,6 +175,9 @@ package struct RevenueGroup {
         self.init(
             day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
             purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
+        storefront = row["storefront"]
+        environment = (row["environment"] as String?).flatMap(StoreEnvironment.init(rawValue:)) ?? .production
+        ownership = (row["ownership"] as String?).flatMap(Ownership.init(rawValue:)) ?? .purchased
     }
 
     package init(day: Int64, product: String, currency: String, price: String, purchases: Int, units: Int, refundedUnits: Int) {
@@ -143,12 +199,14 @@ extension RevenueLine {
         for group in groups {
             let period = groupBy?.label(ofDay: group.day)
             let unitPrice = Decimal(string: group.price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
-            let key = [period ?? "", group.product, group.currency, group.price].joined(separator: "\u{0}")
+            let key = [
+                period ?? "", group.storefront ?? "", group.product, group.currency, group.price, group.environment.rawValue, group.ownership.rawValue,
+            ].joined(separator: "\u{0}")
             var line =
                 lines[key]
                 ?? RevenueLine(
-                    period: period, product: group.product, currency: group.currency, price: group.price,
-                    purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
+                    period: period, storefront: group.storefront, product: group.product, currency: group.currency, price: group.price,
+                    environment: group.environment, ownership: group.ownership, purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
             line.purchases += group.purchases
             line.units += group.units
             line.refundedUnits += group.refundedUnits
@@ -157,7 +215,11 @@ extension RevenueLine {
             lines[key] = line
         }
         return lines.values.sorted { a, b in
-            (a.period ?? "", a.currency, b.net, a.product, a.price) < (b.period ?? "", b.currency, a.net, b.product, b.price)
+            if (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") != (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "") {
+                return (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") < (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "")
+            }
+            return (a.currency, b.net, a.product, a.price, a.environment.rawValue, a.ownership.rawValue)
+                < (b.currency, a.net, b.product, b.price, b.environment.rawValue, b.ownership.rawValue)
         }
     }
 }

@@ -25,10 +25,12 @@ enum Migrations {
 
     /// Migrations a ledger still waiting for reads the same without: they change how tables are
     /// stored (0002, 0003), or drop a value readers find elsewhere (0004: a history row's
-    /// destination, which a ledger before it still holds, and which `verify` then expects). A
+    /// destination, which a ledger before it still holds, and which `verify` then expects), or
+    /// add projection columns (0005: a transaction's paid terms; until a writable open rebuilds
+    /// the projections, queries of them throw `staleProjections`, and the log reads as ever). A
     /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
     static let optionalForReading: Set<String> = [
-        "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination",
+        "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination", "0005_transaction_terms",
     ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except

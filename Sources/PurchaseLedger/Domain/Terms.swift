@@ -1,0 +1,126 @@
+/// Where a transaction happened, as StoreKit's `AppStore.Environment` says.
+public enum StoreEnvironment: String, Sendable, Hashable, Codable, CaseIterable {
+    case production, sandbox, xcode
+}
+
+/// Who owns a transaction, as StoreKit's `Transaction.OwnershipType` says. A family member's
+/// `familyShared` transaction carries no money: the organizer's own purchase does.
+public enum Ownership: String, Sendable, Hashable, Codable, CaseIterable {
+    case purchased, familyShared
+}
+
+/// The kinds of offer StoreKit reports on a transaction (`Transaction.Offer.OfferType`).
+public enum OfferType: String, Sendable, Hashable, Codable, CaseIterable {
+    case introductory, promotional, code, winBack
+}
+
+/// The offer a transaction was bought with: a free trial or introductory price, a promotional
+/// offer, an offer code, a win-back offer. Its price is the transaction's own `price`.
+public struct Offer: Sendable, Hashable, Codable {
+    public var type: OfferType
+    /// The offer's identifier, when it has one (introductory offers have none).
+    public var id: String?
+
+    public init(type: OfferType, id: String? = nil) {
+        self.type = type
+        self.id = id
+    }
+}
+
+/// What the store reported a purchase or restore was paid, where and by whom (contract 5.1).
+/// Every field is optional: an absent `environment` means production, an absent `ownership`
+/// means purchased, and an absent `price` means the price of the product's registration in force
+/// at that point of the ledger.
+///
+/// ```swift
+/// let terms = PurchaseTerms(price: "0.99", currency: "USD", storefront: "USA")
+/// try ledger.append(Event(at: now, .transactionPurchased(transaction: "t1", terms: terms)))
+/// ```
+public struct PurchaseTerms: Sendable, Hashable {
+    /// The unit price paid, a decimal string in `currency` units ("0.99"; "0" for a free trial).
+    /// Given with `currency` or not at all.
+    public var price: String?
+    /// ISO 4217 (`USD`).
+    public var currency: String?
+    /// ISO 3166-1 alpha-3, StoreKit's `Storefront.countryCode` (`USA`, `FRA`).
+    public var storefront: String?
+    public var environment: StoreEnvironment?
+    public var ownership: Ownership?
+    public var offer: Offer?
+
+    public init(
+        price: String? = nil, currency: String? = nil, storefront: String? = nil, environment: StoreEnvironment? = nil,
+        ownership: Ownership? = nil, offer: Offer? = nil
+    ) {
+        self.price = price
+        self.currency = currency
+        self.storefront = storefront
+        self.environment = environment
+        self.ownership = ownership
+        self.offer = offer
+    }
+
+    /// No terms: the v1 form of a purchase.
+    public static let none = PurchaseTerms()
+
+    public var isEmpty: Bool { self == .none }
+
+    /// Why these terms break the contract's rules, naming the field; nil when they do not.
+    public var problem: String? {
+        if (price == nil) != (currency == nil) {
+            return "fields `price` and `currency` go together: give both or neither"
+        }
+        if let price, !JSONLines.isDecimal(price) {
+            return "field `price` must be a decimal string such as \"4.99\" (\"0\" for a free trial)"
+        }
+        if let currency, !Self.isUpperLetters(currency, count: 3) {
+            return "field `currency` must be an ISO 4217 code such as USD"
+        }
+        if let storefront, !Self.isUpperLetters(storefront, count: 3) {
+            return "field `storefront` must be an ISO 3166-1 alpha-3 country code such as USA"
+        }
+        return nil
+    }
+
+    static func isUpperLetters(_ text: String, count: Int) -> Bool {
+        text.utf8.count == count && text.utf8.allSatisfy { $0 >= 65 && $0 <= 90 }
+    }
+}
+
+/// What the ledger fixed of a transaction when it was purchased or restored: the price paid (its
+/// event's own, else the product's registration in force then; nil when neither existed), and
+/// where and by whom. Never changed by a later registration of the product.
+public struct PaidTerms: Sendable, Hashable {
+    public var price: String?
+    public var currency: String?
+    public var storefront: String?
+    public var environment: StoreEnvironment = .production
+    public var ownership: Ownership = .purchased
+    public var offer: Offer?
+    /// Where `price` came from: `event` (the store reported it) or `catalog` (the registration in force).
+    public var priceSource: PriceSource?
+
+    public init() {}
+
+    /// Whether revenue totals count it: production, and owned by the one who paid.
+    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
+
+    /// Whether `terms`, from a redelivered purchase or restore, contradict these. A redelivery
+    /// may leave fields out.
+    func contradicts(_ terms: PurchaseTerms) -> Bool {
+        if let p = terms.price, priceSource != .event || p != price || terms.currency != currency { return true }
+        if let s = terms.storefront, s != storefront { return true }
+        if let e = terms.environment, e != environment { return true }
+        if let o = terms.ownership, o != ownership { return true }
+        if let o = terms.offer, o != offer { return true }
+        return false
+    }
+}
+
+/// Where a transaction's price came from.
+public enum PriceSource: String, Sendable, Hashable, Codable, CaseIterable {
+    /// The purchase or restore event carried it.
+    case event
+    /// The product's registration in force when it was purchased or restored.
+    case catalog
+}

@@ -1,0 +1,210 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// Money as paid (contract 5.1): a transaction's price is fixed when it is purchased or restored,
+/// and revenue counts production purchases their buyer paid for.
+@Suite struct MoneyTests {
+    /// The issue's example: p1 sold at 0.99 USD in March, re-registered at 1.99 EUR in April.
+    static let repriced = [
+        #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p1","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}"#,
+        #"{"type":"paymentQueued","at":"2024-03-01T09:00:00Z","transaction":"t1","product":"p1","user":"u1"}"#,
+        #"{"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"t1"}"#,
+        #"{"type":"transactionFinished","at":"2024-03-01T09:00:02Z","transaction":"t1"}"#,
+        #"{"type":"productRegistered","at":"2024-04-01T00:00:00Z","product":"p1","kind":"consumable","price":"1.99","currency":"EUR","downloadable":false}"#,
+        #"{"type":"paymentQueued","at":"2024-04-01T09:00:00Z","transaction":"t2","product":"p1","user":"u1"}"#,
+        #"{"type":"transactionPurchased","at":"2024-04-01T09:00:01Z","transaction":"t2"}"#,
+        #"{"type":"transactionFinished","at":"2024-04-01T09:00:02Z","transaction":"t2"}"#,
+    ]
+
+    static func prices(_ lines: [RevenueLine]) -> Set<String> {
+        Set(lines.map { "\($0.product) \($0.price) \($0.currency) \($0.units) \($0.net)" })
+    }
+
+    @Test func aLaterRegistrationNeverChangesAnEarlierPriceInAnyView() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("pc.ledger"), configuration: testConfiguration(blockSize: 2, snapshotInterval: 3))
+        try ledger.append(contentsOf: Self.repriced.map { try JSONLines.decode($0) })
+        let expected: Set<String> = ["p1 0.99 USD 1 0.99", "p1 1.99 EUR 1 1.99"]
+        #expect(Self.prices(try ledger.revenue()) == expected)
+        #expect(try ledger.transaction("t1")?.paid.price == "0.99" && ledger.transaction("t1")?.paid.priceSource == .catalog)
+        #expect(try ledger.state(atSeq: 4).transactions["t1"]?.paid.currency == "USD", "time travel")
+        #expect(try ledger.state(atSeq: 8).transactions["t1"]?.paid.currency == "USD", "from a snapshot")
+        #expect(try ledger.purchaseHistory().map { "\($0.price ?? "") \($0.currency ?? "")" } == ["0.99 USD", "1.99 EUR"])
+        #expect(try ledger.userSummary("u1").netSpent == ["USD": Decimal(string: "0.99")!, "EUR": Decimal(string: "1.99")!])
+        try ledger.rebuildProjections(rewritingEveryRow: true)
+        #expect(Self.prices(try ledger.revenue()) == expected, "after a rebuild")
+        #expect(try ledger.verify(all: true, everySnapshot: true).isValid)
+
+        // Export and import: the same prices, from the same log.
+        let exported = try cli(["export", dir.path("pc.ledger")])
+        try exported.stdout.write(toFile: dir.path("pc.jsonl"), atomically: true, encoding: .utf8)
+        #expect(try cli(["import", dir.path("copy.ledger"), dir.path("pc.jsonl")]).status == 0)
+        #expect(Self.prices(try Ledger(path: dir.path("copy.ledger")).revenue()) == expected)
+
+        // The CLI's revenue table, as a finance person reads it.
+        let table = try cli(["report", dir.path("pc.ledger"), "--view", "revenue", "--format", "csv"])
+        #expect(table.status == 0)
+        #expect(table.stdout.contains("p1,USD,0.99,1,1,0,0.99,0,0.99") && table.stdout.contains("p1,EUR,1.99,1,1,0,1.99,0,1.99"), "\(table.stdout)")
+    }
+
+    /// The v2 fields, through every form: JSON in, the binary payload, the state, export, the
+    /// projections and the history report.
+    @Test func termsRoundTripThroughEveryForm() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("terms.ledger")
+        let lines = [
+            #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"sub","kind":"autoRenewable","price":"9.99","currency":"USD","downloadable":false}"#,
+            #"{"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"t1","product":"sub","user":"u1","price":"0","currency":"EUR","storefront":"FRA","offer":{"type":"introductory"}}"#,
+            #"{"type":"transactionPurchased","at":"2024-03-02T09:00:01Z","transaction":"t2","product":"sub","user":"u2","price":"8.99","currency":"EUR","storefront":"DEU","environment":"sandbox","offer":{"type":"promotional","id":"spring"}}"#,
+            #"{"type":"transactionPurchased","at":"2024-03-03T09:00:01Z","transaction":"t3","product":"sub","user":"u3","ownership":"familyShared"}"#,
+            #"{"type":"transactionRestored","at":"2024-03-04T09:00:01Z","transaction":"t4","originalTransaction":"t0","product":"sub","user":"u4","environment":"xcode","storefront":"USA"}"#,
+        ]
+        #expect(try cli(["append", path], stdin: lines.joined(separator: "\n")).status == 0)
+        let ledger = try Ledger(path: path)
+        let t1 = try #require(try ledger.transaction("t1")).paid
+        #expect(t1.price == "0" && t1.currency == "EUR" && t1.priceSource == .event && t1.storefront == "FRA" && t1.offer == Offer(type: .introductory))
+        let t2 = try #require(try ledger.transaction("t2")).paid
+        #expect(t2.environment == .sandbox && t2.offer == Offer(type: .promotional, id: "spring") && !t2.countsAsRevenue)
+        let t3 = try #require(try ledger.transaction("t3")).paid
+        #expect(t3.ownership == .familyShared && t3.price == "9.99" && t3.priceSource == .catalog)
+        #expect(try ledger.transaction("t4")?.paid.environment == .xcode)
+        #expect(try ledger.transactions() == ledger.currentState.transactions.values, "projections equal the state")
+
+        // Export writes the lines back field for field (the order of keys aside).
+        let exported = try cli(["export", path]).stdout.split(separator: "\n").map(String.init)
+        for (line, out) in zip(lines, exported) {
+            let given = try JSONSerialization.jsonObject(with: Data(line.utf8)) as! NSDictionary
+            let b = (try JSONSerialization.jsonObject(with: Data(out.utf8)) as! NSDictionary).mutableCopy() as! NSMutableDictionary
+            b.removeObject(forKey: "seq")
+            b.removeObject(forKey: "at")  // written with milliseconds
+            let a = given.mutableCopy() as! NSMutableDictionary
+            a.removeObject(forKey: "at")
+            #expect(a == b, "\(out)")
+        }
+        let state = try cli(["replay", path, "--json"]).stdout
+        #expect(
+            state.contains(
+                #""price":"0","currency":"EUR","priceSource":"event","storefront":"FRA","environment":"production","ownership":"purchased","offer":{"type":"introductory"}"#))
+        let history = try cli(["report", path, "--format", "csv"]).stdout
+        #expect(history.contains(",EUR,FRA,,introductory,purchased,") && history.contains(",EUR,DEU,sandbox,promotional spring,purchased,"), "\(history)")
+        #expect(history.contains(",USD,,familyShared,,purchased,") && history.contains(",USD,USA,xcode,,restored,"), "\(history)")
+    }
+
+    @Test func revenueCountsProductionPurchasesAndShowsTheRestApart() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("env.ledger")
+        func purchase(_ t: String, _ extra: String) -> String {
+            #"{"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"\#(t)","product":"p","user":"u"\#(extra)}"#
+        }
+        let lines = [
+            #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"consumable","price":"2.00","currency":"USD","downloadable":false}"#,
+            purchase("a", #","storefront":"USA""#), purchase("b", #","storefront":"CAN","price":"2.50","currency":"CAD""#),
+            purchase("c", #","environment":"sandbox""#), purchase("d", #","environment":"xcode""#),
+            purchase("e", #","ownership":"familyShared""#), purchase("f", #","price":"0","currency":"USD","offer":{"type":"introductory"}"#),
+        ]
+        #expect(try cli(["append", path], stdin: lines.joined(separator: "\n")).status == 0)
+        let ledger = try Ledger(path: path)
+        let lines1 = try ledger.revenue()
+        #expect(Self.prices(lines1) == ["p 2.00 USD 1 2", "p 2.50 CAD 1 2.5", "p 0 USD 1 0"])
+        #expect(RevenueTotal.totals(of: lines1).map { "\($0.currency) \($0.net) \($0.purchases)" } == ["CAD 2.5 1", "USD 2 2"])
+
+        let all = try ledger.revenue(allEnvironments: true)
+        #expect(all.count == 6 && all.filter(\.countsAsRevenue).count == 3)
+        let totals = RevenueTotal.totals(of: all)
+        #expect(totals.filter(\.countsAsRevenue).map { "\($0.currency) \($0.net)" } == ["CAD 2.5", "USD 2"], "the rest is never added")
+        #expect(
+            Set(totals.filter { !$0.countsAsRevenue }.map { "\($0.environment) \($0.ownership) \($0.net)" }) == [
+                "sandbox purchased 2", "xcode purchased 2", "production familyShared 2",
+            ])
+        let byStorefront = try ledger.revenue(byStorefront: true)
+        #expect(Set(byStorefront.map { "\($0.storefront ?? "-") \($0.currency) \($0.net)" }) == ["USA USD 2", "CAN CAD 2.5", " USD 0"])
+
+        let csv = try cli(["report", path, "--view", "revenue", "--all-environments", "--format", "csv"]).stdout
+        #expect(csv.hasPrefix("kind,product,currency,price,environment,ownership,purchases"))
+        #expect(csv.contains("row,p,USD,2.00,sandbox,purchased,1,1,0,2,0,2") && csv.contains("total,NOT REVENUE,USD,,sandbox,purchased"), "\(csv)")
+        let grouped = try cli(["report", path, "--view", "revenue", "--group-by", "storefront", "--format", "json"]).stdout
+        #expect(grouped.contains(#""storefront":"CAN","product":"p","currency":"CAD","price":"2.50""#), "\(grouped)")
+        let misuse = try cli(["report", path, "--all-environments"])
+        #expect(misuse.status == 2 && misuse.stderr.contains("--all-environments applies to the revenue view only"))
+    }
+
+    @Test func malformedTermsAreRefusedNamingTheLineAndFieldAndNothingIsWritten() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("bad.ledger")
+        let good = #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"p","kind":"consumable","price":"2.00","currency":"USD","downloadable":false}"#
+        let cases: [(String, String)] = [
+            (#","price":"1.00""#, "fields `price` and `currency` go together"),
+            (#","price":"-1","currency":"USD""#, "field `price` must be a decimal"),
+            (#","price":"1","currency":"usd""#, "field `currency` must be an ISO 4217 code"),
+            (#","storefront":"FR""#, "field `storefront` must be an ISO 3166-1 alpha-3"),
+            (#","environment":"staging""#, "field `environment` must be production, sandbox or xcode"),
+            (#","ownership":"shared""#, "field `ownership` must be purchased or familyShared"),
+            (#","offer":{"id":"x"}"#, "missing field `offer.type`"),
+            (#","offer":{"type":"trial"}"#, "field `offer.type` must be introductory, promotional, code or winBack"),
+            (#","offer":"introductory""#, "field `offer` must be an object"),
+        ]
+        for (extra, message) in cases {
+            let bad = #"{"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"t","product":"p"\#(extra)}"#
+            let result = try cli(["append", path], stdin: good + "\n" + bad)
+            #expect(result.status == 2 && result.stderr.contains("line 2") && result.stderr.contains(message), "\(extra): \(result.stderr)")
+            let stored = FileManager.default.fileExists(atPath: path) ? try Ledger(path: path).lastSeq() : 0
+            #expect(stored == 0, "nothing written")
+        }
+        // The library refuses the same values, with nothing written.
+        let ledger = try Ledger(path: path)
+        #expect {
+            try ledger.append(contentsOf: [E.product("p"), Event(at: E.at(1), .transactionPurchased(transaction: "t", product: "p", terms: PurchaseTerms(price: "1")))])
+        } throws: {
+            ($0 as? LedgerError)?.code == .malformedInput && "\($0)".contains("go together")
+        }
+        #expect(try ledger.lastSeq() == 0)
+    }
+
+    /// A redelivered purchase may leave its terms out, never contradict them.
+    @Test func aRedeliveryWithOtherTermsIsADuplicate() throws {
+        var state = LedgerState()
+        let terms = PurchaseTerms(price: "1.00", currency: "USD", storefront: "USA")
+        let purchase = Event(at: E.at(2), .transactionPurchased(transaction: "t1", storeTransactionId: "s-t1", terms: terms))
+        try reduceAll([E.product("p1"), E.queued("t1"), purchase], into: &state)
+        #expect(state.transactions["t1"]?.paid.price == "1.00")
+        #expect(try Reducer.reduce(&state, purchase) == .unchanged)
+        #expect(try Reducer.reduce(&state, Event(at: E.at(3), .transactionPurchased(transaction: "t1", storeTransactionId: "s-t1"))) == .unchanged)
+        // An observation is never lost: stored as an anomaly, the recorded terms kept.
+        var other = terms
+        other.price = "0.50"
+        var after = state
+        #expect(
+            try Reducer.reduce(&after, Event(at: E.at(3), .transactionPurchased(transaction: "t1", storeTransactionId: "s-t1", terms: other))) == .anomaly(.duplicateTransaction))
+        other = terms
+        other.environment = .sandbox
+        #expect(
+            try Reducer.reduce(&after, Event(at: E.at(3), .transactionPurchased(transaction: "t1", storeTransactionId: "s-t1", terms: other))) == .anomaly(.duplicateTransaction))
+        #expect(after.transactions["t1"]?.paid == state.transactions["t1"]?.paid && after.anomalies == 2)
+    }
+
+    /// A ledger written before prices were fixed (projections of reducer 1, no price columns)
+    /// gets each transaction's price as the registration in force at its seq, on its first
+    /// writable open; a read-only open reads the log and says its report tables are stale.
+    @Test func aLedgerFromBeforeGetsThePriceInForceAtEachSeq() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("v1.ledger")
+        do {
+            let ledger = try Ledger(path: path, configuration: testConfiguration())
+            try ledger.append(contentsOf: Self.repriced.map { try JSONLines.decode($0) })
+        }
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE ledger_info SET value = 'reducer 1, projections 1' WHERE key = 'projection_stamp'")
+            for column in ["price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type", "offer_id"] {
+                try db.execute(sql: "ALTER TABLE transactions DROP COLUMN \(column)")
+            }
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = '0005_transaction_terms'")
+        }
+        let readOnly = try cli(["report", path, "--view", "revenue"])
+        #expect(readOnly.status == 3 && readOnly.stderr.contains("purchase-ledger rebuild"), "\(readOnly.stderr)")
+        #expect(try cli(["replay", path, "--json"]).stdout.contains(#""price":"0.99","currency":"USD""#), "the log reads as ever")
+        #expect(try cli(["rebuild", path]).status == 0)
+        #expect(Self.prices(try Ledger(path: path).revenue()) == ["p1 0.99 USD 1 0.99", "p1 1.99 EUR 1 1.99"])
+    }
+}

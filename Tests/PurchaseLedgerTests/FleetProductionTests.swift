@@ -219,6 +219,9 @@ struct FleetProductionTests {
         let scoped = try cli(["report", reportURL, "--format", "csv"])
         let rows = scoped.stdout.split(separator: "\n").dropFirst()
         #expect(!rows.isEmpty && rows.allSatisfy { $0.hasPrefix(ids[1]) }, "\(scoped.stdout) \(scoped.stderr)")
+        // Its revenue is that ledger's, and of the catalogs it sees that ledger's only.
+        let revenue = ["--view", "revenue", "--format", "csv"]
+        #expect(try cli(["report", reportURL] + revenue).stdout == (try cli(["report", paths[1]] + revenue).stdout))
         // The shipping role still replaces a ledger's rows under RLS.
         _ = try Ledger(path: paths[1]).append(
             try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-02T09:00:00Z","transaction":"t9","product":"book","user":"bob"}"#))

@@ -25,7 +25,17 @@ import Testing
         switch action {
         case 0: return E.queued(t, products[(p / 4) % products.count], quantity: 1 + p % 3, user: "u\(p % 2)", at: s)
         case 1: return E.deferred(t, at: s)
-        case 2: return E.purchased(t, downloads: p % 3 == 0 ? [] : ["\(t)-d1", "\(t)-d2"], version: "1.\(p % 3)", at: s)
+        case 2:
+            // Some purchases say what they were paid, where and in which environment.
+            var e = E.purchased(t, downloads: p % 3 == 0 ? [] : ["\(t)-d1", "\(t)-d2"], version: "1.\(p % 3)", at: s)
+            if case .transactionPurchased(let t, let product, let user, let store, let downloads, _) = e.body, p % 4 != 0 {
+                let terms = [
+                    PurchaseTerms(price: "\(p % 9).49", currency: "EUR", storefront: "FRA"), PurchaseTerms(environment: .sandbox),
+                    PurchaseTerms(ownership: .familyShared, offer: Offer(type: .introductory)),
+                ][p % 4 - 1]
+                e.body = .transactionPurchased(transaction: t, product: product, user: user, storeTransactionId: store, downloads: downloads, terms: terms)
+            }
+            return e
         case 3: return E.failed(t, at: s)
         case 4: return E.restored("r\(p % 3)", original: t, product: products[p % 2], downloads: ["r\(p % 3)-d1"], at: s)
         case 5: return E.revoked(t, at: s)
@@ -41,11 +51,19 @@ import Testing
         case 15: return E.deleted(products[p % products.count], at: s)
         case 16: return E.published(products[p % 2], "c1", "1.\(p % 5)", at: s)
         case 17: return [E.restoreStarted(at: s), E.restoreCompleted(at: s), E.restoreFailed(at: s)][p % 3]
-        default: return E.registered("https://cdn/\(p % 2)", "k\(p % 3)", at: s)
+        case 18: return E.registered("https://cdn/\(p % 2)", "k\(p % 3)", at: s)
+        default:
+            // A product registered again at another price, in another currency.
+            var e = E.product(products[p % products.count], kind: p % products.count == 2 ? .consumable : .nonConsumable, t: s)
+            if case .productRegistered(var r) = e.body {
+                (r.price, r.currency) = ("\(p % 13).99", ["USD", "JPY", "GBP"][p % 3])
+                e.body = .productRegistered(r)
+            }
+            return e
         }
     }
 
-    static let generator = Gen.int(in: 0...18_999).array(of: 1...70)
+    static let generator = Gen.int(in: 0...19_999).array(of: 1...70)
 
     /// Counts across the cases of one property check (its body runs one case at a time).
     final class Tally: @unchecked Sendable {
@@ -88,8 +106,18 @@ import Testing
             // Each transaction's timeline as folding from the first event gives it: the seq, and
             // the transaction and its downloads after the event.
             var timelines: [String: [(Int64, TransactionRecord?, [DownloadRecord])]] = [:]
+            // What each transaction was paid when it was purchased or restored: never changed after.
+            var fixed: [String: PaidTerms] = [:]
             for e in try ledger.events(limit: 100_000) {
                 Reducer.replay(&folded, e.event, seq: e.seq)
+                for t in folded.transactions.values where t.purchasedAt != nil {
+                    if let paid = fixed[t.transaction] {
+                        #expect(t.paid == paid, "the price of \(t.transaction) changed at seq \(e.seq)")
+                    } else {
+                        fixed[t.transaction] = t.paid
+                        #expect(t.paid.price != nil, "\(t.transaction) was purchased without a price")
+                    }
+                }
                 if let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap({ folded.downloads[$0]?.transaction }) {
                     let t = folded.transactions[owner]
                     timelines[owner, default: []].append((e.seq, t, (t?.downloads ?? []).compactMap { folded.downloads[$0] }))
@@ -99,6 +127,13 @@ import Testing
                 tally.seqsChecked += 1
             }
             #expect(folded == ledger.currentState)
+            // Revenue, from the projections, is the state's purchases at their fixed prices.
+            var gross: [String: Int] = [:]
+            for t in folded.transactions.values where t.state == .purchased {
+                gross["\(t.product) \(t.paid.price!) \(t.paid.currency!) \(t.paid.environment) \(t.paid.ownership)", default: 0] += t.quantity
+            }
+            let lines = try ledger.revenue(allEnvironments: true)
+            #expect(Dictionary(uniqueKeysWithValues: lines.map { ("\($0.product) \($0.price) \($0.currency) \($0.environment) \($0.ownership)", $0.units) }) == gross)
             // A timeline starts from the latest snapshot before the transaction's first event.
             for (id, expected) in timelines {
                 let timeline = try ledger.timeline(transaction: id)

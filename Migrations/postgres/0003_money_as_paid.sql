@@ -18,10 +18,10 @@ ALTER TABLE ledgers ADD COLUMN rows_version smallint NOT NULL DEFAULT 1;
 ALTER TABLE transactions
     ADD COLUMN price text,
     ADD COLUMN currency text,
-    ADD COLUMN price_source text,             -- 'event', 'catalog'; NULL: no price, or approximated by this migration
+    ADD COLUMN price_source text,             -- 'event'; NULL: from the catalog (or approximated by this migration)
     ADD COLUMN storefront text,
-    ADD COLUMN environment text NOT NULL DEFAULT 'production',
-    ADD COLUMN ownership text NOT NULL DEFAULT 'purchased',
+    ADD COLUMN environment text,              -- NULL: production; sandbox, xcode
+    ADD COLUMN ownership text,                -- NULL: purchased; familyShared
     ADD COLUMN offer_type text,
     ADD COLUMN offer_id text;
 

@@ -283,12 +283,13 @@ extension TransactionRecord {
 
 extension PaidTerms {
     /// The price, currency, price_source, storefront, environment, ownership, offer_type and
-    /// offer_id columns of a `transactions` row.
+    /// offer_id columns of a `transactions` row. NULL is the common value: a price from the
+    /// catalog, production, purchased.
     init(columns c: some ProjectionColumns) {
         self.init()
         price = c.string("price")
         currency = c.string("currency")
-        priceSource = c.string("price_source").flatMap(PriceSource.init(rawValue:))
+        priceSource = c.string("price_source") == PriceSource.event.rawValue ? .event : price == nil ? nil : .catalog
         storefront = c.string("storefront")
         environment = c.string("environment").flatMap(StoreEnvironment.init(rawValue:)) ?? .production
         ownership = c.string("ownership").flatMap(Ownership.init(rawValue:)) ?? .purchased

@@ -162,7 +162,7 @@ extension Ledger {
                     SELECT t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0) AS day, t.currency, t.price,
                            sum(CASE WHEN t.revoked THEN 0 ELSE t.quantity END) AS units
                     FROM transactions t
-                    WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.environment = 'production' AND t.ownership = 'purchased'
+                    WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.environment IS NULL AND t.ownership IS NULL
                       AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
                     GROUP BY day, t.currency, t.price ORDER BY day
                     """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])

@@ -149,11 +149,12 @@ package struct RevenueGroup {
         let int = dialect == .sqlite ? "" : "::bigint"
         return """
             SELECT \(day) AS day, \(byStorefront ? "coalesce(t.storefront, '')" : "NULL") AS storefront,
-                   t.product, t.currency, t.price, t.environment, t.ownership, count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
+                   t.product, t.currency, t.price, coalesce(t.environment, 'production') AS environment,
+                   coalesce(t.ownership, 'purchased') AS ownership, count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
                    sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded
             FROM transactions t
             WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.purchased_at_ms >= \(low) AND t.purchased_at_ms < \(high)
-            \(allEnvironments ? "" : "AND t.environment = 'production' AND t.ownership = 'purchased'")
+            \(allEnvironments ? "" : "AND t.environment IS NULL AND t.ownership IS NULL")
             GROUP BY 1, 2, t.product, t.currency, t.price, t.environment, t.ownership
             """
     }

@@ -229,7 +229,10 @@ public final class StoreKitRecorder: Sendable {
 
     /// The events one `updatedTransactions` entry stands for.
     func events(for t: PaymentTransactionValue) throws -> [Event] {
-        let at = clock()
+        let now = clock()
+        // The App Store's own time for a purchase or restore; the device clock for the rest.
+        let at = (t.state == .purchased || t.state == .restored ? t.transactionDate.map(Timestamp.init) : nil) ?? now
+        let terms = PurchaseTerms(storefront: t.storefront.flatMap { PurchaseTerms.isUpperLetters($0, count: 3) ? $0 : nil })
         let state = ledger.currentState
         let (id, isNew) = resolve(t, state)
         var events: [Event] = []
@@ -237,23 +240,23 @@ public final class StoreKitRecorder: Sendable {
         // (which starts a transaction of its own) or a purchase (which may name its product).
         let needsPayment = isNew && state.transactions[id] == nil && [.purchasing, .deferred, .failed].contains(t.state)
         if needsPayment {
-            events.append(Event(at: at, .paymentQueued(transaction: id, product: t.productIdentifier, quantity: t.quantity, user: t.applicationUsername)))
+            events.append(Event(at: now, .paymentQueued(transaction: id, product: t.productIdentifier, quantity: t.quantity, user: t.applicationUsername)))
         }
         switch t.state {
         case .purchasing:
             break
         case .deferred:
-            events.append(Event(at: at, .transactionDeferred(transaction: id)))
+            events.append(Event(at: now, .transactionDeferred(transaction: id)))
         case .purchased:
             events.append(
                 Event(
                     at: at,
                     .transactionPurchased(
                         transaction: id, product: t.productIdentifier, user: t.applicationUsername,
-                        storeTransactionId: t.transactionIdentifier, downloads: try specs(id, t.downloads))))
+                        storeTransactionId: t.transactionIdentifier, downloads: try specs(id, t.downloads), terms: terms)))
         case .failed:
             let error = t.error ?? StoreError(domain: "SKErrorDomain", code: 0, message: "unknown error")
-            events.append(Event(at: at, .transactionFailed(transaction: id, error: error)))
+            events.append(Event(at: now, .transactionFailed(transaction: id, error: error)))
         case .restored:
             let original =
                 lookUp(storeID: t.originalTransactionIdentifier)
@@ -264,7 +267,7 @@ public final class StoreKitRecorder: Sendable {
                     .transactionRestored(
                         transaction: id, originalTransaction: original, product: t.productIdentifier,
                         user: t.applicationUsername, storeTransactionId: t.transactionIdentifier,
-                        downloads: try specs(id, t.downloads))))
+                        downloads: try specs(id, t.downloads), terms: terms)))
         }
         return events
     }
@@ -379,6 +382,11 @@ public final class StoreKitRecorder: Sendable {
         case currentEntitlements
         /// The transaction of a `Product.purchase()` that succeeded.
         case purchase
+        /// `Transaction.all`, read at launch to find refunds and revocations that happened while
+        /// the app was not running: only those are recorded (a transaction the ledger never saw is
+        /// recorded with its revocation; one it holds gets the revocation it lacks). Running it
+        /// again records nothing new.
+        case reconcile
     }
 
     /// The ledger id of a StoreKit 2 transaction: `sk2-<id>`.
@@ -390,7 +398,35 @@ public final class StoreKitRecorder: Sendable {
     /// original, a renewal a purchase of its own; a revocation date adds `transactionRevoked`.
     public func record(_ transactions: [StoreKit2TransactionValue], from source: StoreKit2Source) {
         for t in transactions {
+            if source == .reconcile {
+                let recorded = ledger.currentState.transactions[Self.transactionID(storeKit2: t.id)]
+                guard t.revocationDate != nil, recorded?.revoked != true else { continue }
+            }
             record { try self.events(for: t) }
+        }
+    }
+
+    /// A StoreKit 2 transaction whose signature did not verify (`VerificationResult.unverified`):
+    /// never recorded as a purchase (its money is not to be trusted). It goes to `onError` with
+    /// StoreKit's verification error, so the app can log it.
+    public func unverified(storeKit2 id: UInt64, product: String, error: StoreError) {
+        onError(
+            LedgerError.make(
+                .malformedInput,
+                "StoreKit 2 transaction \(id) (product \(product)) did not verify (\(error.domain) \(error.code): \(error.message)); not recorded as a purchase"
+            ))
+    }
+
+    /// StoreKit 1's `paymentQueue(_:didRevokeEntitlementsForProductIdentifiers:)`: Family Sharing
+    /// (or a refund) took these products away. Each transaction of theirs that still grants them
+    /// is recorded as revoked, reason `entitlementRevoked`; a second call records nothing.
+    public func revokedEntitlements(productIdentifiers: [String]) {
+        record {
+            let state = ledger.currentState
+            let products = Set(productIdentifiers.map { Identifier.normalize($0) })
+            let at = clock()
+            return state.transactions.values.filter { products.contains($0.product) && $0.grantsOwnership }
+                .map { Event(at: at, .transactionRevoked(transaction: $0.transaction, reason: "entitlementRevoked")) }
         }
     }
 
@@ -398,21 +434,23 @@ public final class StoreKitRecorder: Sendable {
         let id = Self.transactionID(storeKit2: t.id)
         let state = ledger.currentState
         let recorded = state.transactions[id]
+        let terms = t.terms
         let user = t.appAccountToken?.uuidString.lowercased()
         let bought = Timestamp(t.purchaseDate)
         var events: [Event] = []
         // StoreKit 2 reports a purchase once it is paid; the same event whether or not the ledger
         // saw the payment being queued.
         let purchased = Event(
-            at: bought, .transactionPurchased(transaction: id, product: t.productID, user: user, storeTransactionId: String(t.id), downloads: nil))
+            at: bought,
+            .transactionPurchased(transaction: id, product: t.productID, user: user, storeTransactionId: String(t.id), downloads: nil, terms: terms))
         if recorded == nil {
-            if t.originalID != t.id && !t.isRenewal {
+            if t.isRestore {
                 events.append(
                     Event(
                         at: bought,
                         .transactionRestored(
                             transaction: id, originalTransaction: Self.transactionID(storeKit2: t.originalID), product: t.productID,
-                            user: user, storeTransactionId: String(t.id), downloads: nil)))
+                            user: user, storeTransactionId: String(t.id), downloads: nil, terms: terms)))
             } else {
                 // The quantity lives on the payment; an unregistered product can only be observed.
                 if state.products[Identifier.normalize(t.productID)] != nil {

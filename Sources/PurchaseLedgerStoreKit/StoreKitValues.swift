@@ -42,12 +42,20 @@ public struct PaymentTransactionValue: Sendable, Hashable {
     public var error: StoreError?
     /// Set in `purchased` (and, in practice, `restored`).
     public var downloads: [DownloadValue]
+    /// `transactionDate`: when the App Store took the payment (`purchased`, `restored`); the
+    /// event's time when present, the device clock otherwise.
+    public var transactionDate: Date?
+    /// `SKPaymentQueue.storefront?.countryCode` (ISO 3166-1 alpha-3) when the callback came.
+    public var storefront: String?
 
     public init(
         handle: Int, state: PaymentTransactionState, productIdentifier: String, quantity: Int = 1,
         applicationUsername: String? = nil, transactionIdentifier: String? = nil,
-        originalTransactionIdentifier: String? = nil, error: StoreError? = nil, downloads: [DownloadValue] = []
+        originalTransactionIdentifier: String? = nil, error: StoreError? = nil, downloads: [DownloadValue] = [],
+        transactionDate: Date? = nil, storefront: String? = nil
     ) {
+        self.transactionDate = transactionDate
+        self.storefront = storefront
         self.handle = handle
         self.state = state
         self.productIdentifier = productIdentifier
@@ -143,12 +151,32 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     /// `revocationReason`: "developerIssue", "other"...
     public var revocationReason: String?
     public var reason: Reason?
+    /// `Transaction.price`: the total paid for `purchasedQuantity`, after any offer, in units of
+    /// `currency` (iOS 15+); nil when StoreKit does not say.
+    public var price: Decimal?
+    /// `Transaction.currency?.identifier` (iOS 16+), ISO 4217.
+    public var currency: String?
+    /// `Transaction.storefront.countryCode` (iOS 17+), ISO 3166-1 alpha-3.
+    public var storefront: String?
+    /// `Transaction.environment` (iOS 16+).
+    public var environment: StoreEnvironment?
+    /// `Transaction.ownershipType`.
+    public var ownership: Ownership?
+    /// `Transaction.offer` (iOS 17.2+; `offerType` and `offerID` before).
+    public var offer: Offer?
 
     public init(
         id: UInt64, originalID: UInt64, productID: String, productKind: ProductKind? = nil, purchasedQuantity: Int = 1,
         purchaseDate: Date, appAccountToken: UUID? = nil, revocationDate: Date? = nil, revocationReason: String? = nil,
-        reason: Reason? = nil
+        reason: Reason? = nil, price: Decimal? = nil, currency: String? = nil, storefront: String? = nil,
+        environment: StoreEnvironment? = nil, ownership: Ownership? = nil, offer: Offer? = nil
     ) {
+        self.price = price
+        self.currency = currency
+        self.storefront = storefront
+        self.environment = environment
+        self.ownership = ownership
+        self.offer = offer
         self.id = id
         self.originalID = originalID
         self.productID = productID
@@ -166,6 +194,28 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     public var isRenewal: Bool {
         if let reason { return reason == .renewal }
         return originalID != id && productKind == .autoRenewable
+    }
+
+    /// A restore of an earlier purchase: another originalID, and neither a renewal nor, when
+    /// StoreKit says why it gave the transaction (`reason`, iOS 17+), a purchase. From iOS 17 a
+    /// customer's resubscription, upgrade or crossgrade has another originalID and the reason
+    /// `purchase`: it is a payment, and its money counts.
+    public var isRestore: Bool {
+        originalID != id && reason == nil && !isRenewal
+    }
+
+    /// The contract's terms (5.1): the unit price (StoreKit's total divided by the quantity),
+    /// currency, storefront, environment, ownership and offer, as far as StoreKit said them.
+    public var terms: PurchaseTerms {
+        var terms = PurchaseTerms(storefront: storefront, environment: environment, ownership: ownership, offer: offer)
+        if let price, let currency, purchasedQuantity > 0 {
+            var unit = price / Decimal(purchasedQuantity)
+            var rounded = Decimal()
+            NSDecimalRound(&rounded, &unit, 6, .plain)
+            terms.price = NSDecimalNumber(decimal: rounded).description(withLocale: Locale(identifier: "en_US_POSIX"))
+            terms.currency = currency
+        }
+        return terms.problem == nil ? terms : PurchaseTerms(environment: environment, ownership: ownership, offer: offer)
     }
 }
 

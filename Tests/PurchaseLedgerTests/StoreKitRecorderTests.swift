@@ -314,9 +314,9 @@ import Testing
         let renewal = StoreKit2TransactionValue(
             id: 9100, originalID: 9050, productID: "com.example.season", productKind: .autoRenewable,
             purchaseDate: bought, reason: .renewal)
+        // (Before iOS 17 StoreKit gives no reason: another originalID, not a subscription, is a restore.)
         let restore = StoreKit2TransactionValue(
-            id: 9200, originalID: 8000, productID: "com.example.book", productKind: .nonConsumable,
-            purchaseDate: bought, reason: .purchase)
+            id: 9200, originalID: 8000, productID: "com.example.book", productKind: .nonConsumable, purchaseDate: bought)
         r.record([renewal, restore], from: .updates)
         #expect(ledger.currentState.transactions["sk2-9100"]?.state == .purchased)
         #expect(ledger.currentState.transactions["sk2-9200"]?.state == .restored)
@@ -327,6 +327,120 @@ import Testing
         expectViolation(.alreadyFinished) { try r.finish(storeKit2: 9100) }
         #expect(errors.all.isEmpty, "\(errors.all)")
         #expect(try ledger.verify().isValid)
+    }
+
+    /// StoreKit 2's money, classified as the contract's v2 fields: the unit price (StoreKit's
+    /// price is the total for the quantity), currency, storefront, environment, ownership, offer;
+    /// from iOS 17 a resubscription or upgrade (another originalID, reason `purchase`) is a purchase.
+    @Test func storeKit2TransactionsCarryWhatWasPaidWhereAndByWhom() throws {
+        let r = try recorder()
+        let bought = Date(timeIntervalSince1970: 1_709_280_000)
+        let coins = StoreKit2TransactionValue(
+            id: 7001, originalID: 7001, productID: "com.example.coins", productKind: .consumable, purchasedQuantity: 3,
+            purchaseDate: bought, reason: .purchase, price: Decimal(string: "2.97")!, currency: "EUR", storefront: "FRA")
+        let upgrade = StoreKit2TransactionValue(
+            id: 7002, originalID: 6000, productID: "com.example.season", productKind: .autoRenewable, purchaseDate: bought,
+            reason: .purchase, price: Decimal(string: "0")!, currency: "EUR", storefront: "FRA", offer: Offer(type: .introductory))
+        let sandbox = StoreKit2TransactionValue(
+            id: 7003, originalID: 7003, productID: "com.example.coins", productKind: .consumable, purchaseDate: bought,
+            price: Decimal(string: "0.99")!, currency: "USD", environment: .sandbox)
+        let shared = StoreKit2TransactionValue(
+            id: 7004, originalID: 7004, productID: "com.example.book", productKind: .nonConsumable, purchaseDate: bought,
+            price: Decimal(string: "4.99")!, currency: "USD", ownership: .familyShared)
+        r.record([coins, upgrade, sandbox, shared], from: .updates)
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        let state = ledger.currentState
+        let c = try #require(state.transactions["sk2-7001"])
+        #expect(c.quantity == 3 && c.paid.price == "0.99" && c.paid.currency == "EUR" && c.paid.storefront == "FRA" && c.paid.priceSource == .event)
+        let u = try #require(state.transactions["sk2-7002"])
+        #expect(u.state == .purchased && u.originalTransaction == nil, "an upgrade is a purchase, not a restore")
+        #expect(u.paid.price == "0" && u.paid.offer == Offer(type: .introductory))
+        #expect(state.transactions["sk2-7003"]?.paid.environment == .sandbox)
+        #expect(state.transactions["sk2-7004"]?.paid.ownership == .familyShared)
+        let revenue = try ledger.revenue()
+        #expect(Set(revenue.map { "\($0.product) \($0.price) \($0.currency) \($0.units)" }) == ["com.example.coins 0.99 EUR 3", "com.example.season 0 EUR 1"])
+        #expect(try ledger.revenue(allEnvironments: true).count == 4)
+
+        // An unverified result is never a purchase: the app hears of it through onError.
+        r.unverified(storeKit2: 7005, product: "com.example.book", error: StoreError(domain: "StoreKit.VerificationResult", code: 1, message: "invalid signature"))
+        #expect(ledger.currentState.transactions["sk2-7005"] == nil)
+        #expect(errors.all.count == 1 && "\(errors.all[0])".contains("did not verify") && "\(errors.all[0])".contains("invalid signature"))
+    }
+
+    /// At launch `Transaction.all` finds refunds made while the app was closed: recorded once,
+    /// running it again records nothing; transactions neither revoked nor known are left to
+    /// `currentEntitlements` and `unfinished`.
+    @Test func reconcilingWithAllTransactionsRecordsMissedRefundsOnce() throws {
+        let r = try recorder()
+        let bought = Date(timeIntervalSince1970: 1_709_280_000)
+        let known = StoreKit2TransactionValue(id: 8001, originalID: 8001, productID: "com.example.coins", productKind: .consumable, purchaseDate: bought)
+        r.record([known], from: .purchase)
+        var refunded = known
+        refunded.revocationDate = bought.addingTimeInterval(3600)
+        var unknownRefunded = StoreKit2TransactionValue(id: 8002, originalID: 8002, productID: "com.example.book", productKind: .nonConsumable, purchaseDate: bought)
+        unknownRefunded.revocationDate = bought.addingTimeInterval(7200)
+        let unknown = StoreKit2TransactionValue(id: 8003, originalID: 8003, productID: "com.example.book", productKind: .nonConsumable, purchaseDate: bought)
+        r.record([refunded, unknownRefunded, unknown], from: .reconcile)
+        let state = ledger.currentState
+        #expect(state.transactions["sk2-8001"]?.revoked == true && state.transactions["sk2-8002"]?.revoked == true)
+        #expect(state.transactions["sk2-8003"] == nil)
+        let seq = try ledger.lastSeq()
+        r.record([refunded, unknownRefunded, unknown], from: .reconcile)
+        #expect(try ledger.lastSeq() == seq, "idempotent")
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    /// StoreKit 1: the App Store's `transactionDate` is the purchase's time, the queue's storefront
+    /// its storefront; `didRevokeEntitlementsForProductIdentifiers` revokes what still grants the
+    /// products, once.
+    @Test func storeKit1TransactionDatesStorefrontsAndRevokedEntitlements() throws {
+        let r = try recorder()
+        let paid = Date(timeIntervalSince1970: 1_709_290_000)
+        try r.addPayment(productIdentifier: "com.example.coins", transactionID: "t-coins")
+        r.updatedTransactions([PaymentTransactionValue(handle: 1, state: .purchasing, productIdentifier: "com.example.coins")])
+        r.updatedTransactions([
+            PaymentTransactionValue(
+                handle: 1, state: .purchased, productIdentifier: "com.example.coins", transactionIdentifier: "1000", transactionDate: paid,
+                storefront: "GBR")
+        ])
+        let t = try #require(ledger.currentState.transactions["t-coins"])
+        #expect(t.purchasedAt == Timestamp(paid) && t.paid.storefront == "GBR" && t.paid.price == "0.99")
+        r.revokedEntitlements(productIdentifiers: ["com.example.coins"])
+        #expect(ledger.currentState.transactions["t-coins"]?.revoked == true)
+        #expect(ledger.currentState.transactions["t-coins"]?.revocationReason == "entitlementRevoked")
+        let seq = try ledger.lastSeq()
+        r.revokedEntitlements(productIdentifiers: ["com.example.coins", "com.example.book"])
+        #expect(try ledger.lastSeq() == seq)
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    /// Each Apple-only file's `#if` holds on exactly the declared platforms where its APIs exist
+    /// (Apple's availability: SKDownload and the queue's download calls are unavailable on
+    /// visionOS; StoreKit 2 exists everywhere the package goes).
+    @Test func everyAppleOnlyFileCompilesOnTheDeclaredPlatformsWhereItsAPIsExist() throws {
+        let manifest = try String(contentsOf: packageRoot.appending(path: "Package.swift"), encoding: .utf8)
+        let declared = Set(["macOS", "iOS", "tvOS", "watchOS", "visionOS"].filter { manifest.contains(".\($0)(.v") })
+        #expect(declared == ["macOS", "iOS", "tvOS", "watchOS", "visionOS"])
+        let expected: [String: Set<String>] = [
+            "PaymentQueueRecorder.swift": ["macOS", "iOS", "tvOS", "watchOS"],
+            "StoreKit2Recorder.swift": ["macOS", "iOS", "tvOS", "watchOS", "visionOS"],
+        ]
+        for (file, platforms) in expected {
+            let text = try String(contentsOf: packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple/\(file)"), encoding: .utf8)
+            let condition = try #require(text.split(separator: "\n").first { $0.hasPrefix("#if ") }).dropFirst(4)
+            // The conditions these files use: `canImport(StoreKit)` (true on every Apple platform)
+            // and `!os(X)`, joined by `&&`.
+            func holds(on platform: String) -> Bool {
+                condition.components(separatedBy: "&&").allSatisfy { term in
+                    let t = term.trimmingCharacters(in: .whitespaces)
+                    if t == "canImport(StoreKit)" { return true }
+                    if t.hasPrefix("!os("), t.hasSuffix(")") { return String(t.dropFirst(4).dropLast()) != platform }
+                    Issue.record("\(file): a condition this test cannot read: \(t)")
+                    return false
+                }
+            }
+            #expect(Set(declared.filter(holds(on:))) == platforms, "\(file): #if \(condition)")
+        }
     }
 
     @Test func theAppleOnlyFilesAreThinGuardedAndParse() throws {

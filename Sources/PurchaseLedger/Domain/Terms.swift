@@ -122,7 +122,8 @@ public struct PurchaseTerms: Sendable, Hashable {
         return nil
     }
 
-    static func isUpperLetters(_ text: String, count: Int) -> Bool {
+    /// Whether `text` is `count` capital letters A-Z: the shape of ISO 4217 and ISO 3166-1 alpha-3 codes.
+    public static func isUpperLetters(_ text: String, count: Int) -> Bool {
         text.utf8.count == count && text.utf8.allSatisfy { $0 >= 65 && $0 <= 90 }
     }
 }

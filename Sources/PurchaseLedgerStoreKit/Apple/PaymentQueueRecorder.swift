@@ -1,8 +1,11 @@
 // StoreKit 1 (SKPaymentQueue, SKDownload): the Apple-only layer. It copies StoreKit's objects into
 // the recorder's value types and forwards the app's calls to the queue only after the ledger took
 // them. Everything it decides is in StoreKitRecorder, tested on Linux; this file is parsed there
-// (swiftc -parse) but compiled only where StoreKit exists. SKDownload does not exist on watchOS.
-#if canImport(StoreKit) && !os(watchOS)
+// (swiftc -parse) but compiled only where StoreKit exists and has SKDownload: every declared
+// platform but visionOS, where SKDownload, the queue's start/pause/resume/cancel and
+// `paymentQueue(_:updatedDownloads:)` are API_UNAVAILABLE (on watchOS they exist from 6.2,
+// deprecated from 9.0, like everywhere else).
+#if canImport(StoreKit) && !os(visionOS)
     import Foundation
     import PurchaseLedger
     import StoreKit
@@ -94,8 +97,16 @@
         // MARK: - SKPaymentTransactionObserver
 
         public func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction]) {
-            recorder.updatedTransactions(transactions.map(PaymentTransactionValue.init))
+            let storefront = queue.storefront?.countryCode
+            recorder.updatedTransactions(transactions.map { PaymentTransactionValue($0, storefront: storefront) })
         }
+
+        #if !os(tvOS)
+            /// Family Sharing (or a refund) took products away: their transactions are recorded as revoked.
+            public func paymentQueue(_ queue: SKPaymentQueue, didRevokeEntitlementsForProductIdentifiers productIdentifiers: [String]) {
+                recorder.revokedEntitlements(productIdentifiers: productIdentifiers)
+            }
+        #endif
 
         public func paymentQueue(_ queue: SKPaymentQueue, removedTransactions transactions: [SKPaymentTransaction]) {
             recorder.removedTransactions(transactions.map(PaymentTransactionValue.init))
@@ -115,15 +126,15 @@
     }
 
     extension PaymentTransactionValue {
-        /// What the recorder reads of a transaction.
-        public init(_ t: SKPaymentTransaction) {
+        /// What the recorder reads of a transaction (`storefront`: the queue's, when the callback came).
+        public init(_ t: SKPaymentTransaction, storefront: String? = nil) {
             self.init(
                 handle: Int(bitPattern: ObjectIdentifier(t)),
                 state: PaymentTransactionState(rawValue: t.transactionState.rawValue) ?? .purchasing,
                 productIdentifier: t.payment.productIdentifier, quantity: t.payment.quantity,
                 applicationUsername: t.payment.applicationUsername, transactionIdentifier: t.transactionIdentifier,
                 originalTransactionIdentifier: t.original?.transactionIdentifier, error: t.error.map(StoreError.init),
-                downloads: t.downloads.map(DownloadValue.init))
+                downloads: t.downloads.map(DownloadValue.init), transactionDate: t.transactionDate, storefront: storefront)
         }
     }
 

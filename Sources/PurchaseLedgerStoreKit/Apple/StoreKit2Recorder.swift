@@ -5,34 +5,61 @@
     import Foundation
     import PurchaseLedger
     import StoreKit
+    #if os(visionOS)
+        import UIKit
+    #endif
 
     extension StoreKitRecorder {
-        /// At launch: records `Transaction.unfinished` and `Transaction.currentEntitlements` (what the
-        /// ledger shows already adds nothing), then listens to `Transaction.updates` for as long as
-        /// the returned task runs.
+        /// At launch: listens to `Transaction.updates` first (Apple: from launch, or transactions
+        /// can be missed), then records `Transaction.unfinished` and `Transaction.currentEntitlements`
+        /// (what the ledger shows already adds nothing), then reconciles with `Transaction.all`
+        /// (refunds and revocations made while the app was closed). Runs for as long as the
+        /// returned task does. An unverified result is not recorded as a purchase: it goes to
+        /// `onError`, with StoreKit's verification error.
         public func startStoreKit2() -> Task<Void, Never> {
-            Task.detached(priority: .utility) { [self] in
-                for await result in Transaction.unfinished {
-                    if case .verified(let t) = result { record([StoreKit2TransactionValue(t)], from: .unfinished) }
-                }
-                for await result in Transaction.currentEntitlements {
-                    if case .verified(let t) = result { record([StoreKit2TransactionValue(t)], from: .currentEntitlements) }
-                }
-                for await result in Transaction.updates {
-                    if case .verified(let t) = result { record([StoreKit2TransactionValue(t)], from: .updates) }
+            let updates = Task.detached(priority: .utility) { [self] in
+                for await result in Transaction.updates { take(result, from: .updates) }
+            }
+            return Task.detached(priority: .utility) { [self] in
+                for await result in Transaction.unfinished { take(result, from: .unfinished) }
+                for await result in Transaction.currentEntitlements { take(result, from: .currentEntitlements) }
+                for await result in Transaction.all { take(result, from: .reconcile) }
+                await withTaskCancellationHandler {
+                    await updates.value
+                } onCancel: {
+                    updates.cancel()
                 }
             }
         }
 
-        /// Buys `product` and records the transaction when the purchase succeeds (a pending one,
-        /// Ask to Buy, arrives later through `Transaction.updates`).
-        public func purchase(_ product: Product, options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult {
-            let result = try await product.purchase(options: options)
-            if case .success(.verified(let t)) = result {
-                record([StoreKit2TransactionValue(t)], from: .purchase)
+        private func take(_ result: VerificationResult<Transaction>, from source: StoreKit2Source) {
+            switch result {
+            case .verified(let t):
+                record([StoreKit2TransactionValue(t)], from: source)
+            case .unverified(let t, let error):
+                unverified(storeKit2: t.id, product: t.productID, error: StoreError(error))
             }
-            return result
         }
+
+        #if os(visionOS)
+            /// Buys `product`, confirming in `scene`, and records the transaction when the purchase
+            /// succeeds (a pending one, Ask to Buy, arrives later through `Transaction.updates`).
+            public func purchase(_ product: Product, confirmIn scene: some UIScene, options: Set<Product.PurchaseOption> = []) async throws
+                -> Product.PurchaseResult
+            {
+                let result = try await product.purchase(confirmIn: scene, options: options)
+                if case .success(let verification) = result { take(verification, from: .purchase) }
+                return result
+            }
+        #else
+            /// Buys `product` and records the transaction when the purchase succeeds (a pending one,
+            /// Ask to Buy, arrives later through `Transaction.updates`).
+            public func purchase(_ product: Product, options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult {
+                let result = try await product.purchase(options: options)
+                if case .success(let verification) = result { take(verification, from: .purchase) }
+                return result
+            }
+        #endif
 
         /// Finishes the transaction if the ledger allows it; a refusal throws before `finish()`.
         public func finish(_ transaction: Transaction) async throws {
@@ -60,7 +87,38 @@
             self.init(
                 id: t.id, originalID: t.originalID, productID: t.productID, productKind: ProductKind(t.productType),
                 purchasedQuantity: t.purchasedQuantity, purchaseDate: t.purchaseDate, appAccountToken: t.appAccountToken,
-                revocationDate: t.revocationDate, revocationReason: revocationReason, reason: reason)
+                revocationDate: t.revocationDate, revocationReason: revocationReason, reason: reason, price: t.price,
+                ownership: t.ownershipType == .familyShared ? .familyShared : .purchased)
+            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *) {
+                currency = t.currency?.identifier
+                switch t.environment {
+                case .sandbox: environment = .sandbox
+                case .xcode: environment = .xcode
+                default: environment = .production
+                }
+            }
+            if #available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *) {
+                storefront = t.storefront.countryCode
+            }
+            if #available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *) {
+                offer = t.offer.flatMap { o in OfferType(o.type).map { Offer(type: $0, id: o.id) } }
+            } else {
+                offer = t.offerType.flatMap { type in OfferType(type).map { Offer(type: $0, id: t.offerID) } }
+            }
+        }
+    }
+
+    extension OfferType {
+        init?(_ type: Transaction.OfferType) {
+            switch type {
+            case .introductory: self = .introductory
+            case .promotional: self = .promotional
+            case .code: self = .code
+            default:
+                // `.winBack` exists from iOS 18; any other kind is not the contract's.
+                guard String(describing: type).lowercased().contains("winback") else { return nil }
+                self = .winBack
+            }
         }
     }
 

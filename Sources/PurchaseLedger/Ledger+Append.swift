@@ -209,7 +209,7 @@ extension Ledger {
         let last = try EventStore.lastSeq(db)
         guard last != w.state.seq else { return false }
         if last < w.state.seq {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache)
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
             return true
         }
         try LogReplay.advance(&w.state, db)
@@ -233,6 +233,7 @@ struct AppendSession {
     /// Whether the ledger was empty when the append began: every projection row is then new,
     /// and the tables are written in bulk from the state reached and `history`.
     private let bulk: Bool
+    private let chain: HashChain
     private var history = Projector.HistoryCollector()
     private var dirty = Projector.Dirty()
     private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
@@ -246,6 +247,7 @@ struct AppendSession {
     ) throws {
         self.configuration = configuration
         self.cache = cache
+        self.chain = chain
         bulk = emptyLedger
         blocks = try EventStore.BlockWriter(
             db, blockSize: configuration.blockSize, codec: configuration.blockCodec, layout: configuration.blockLayout, chain: chain,
@@ -305,7 +307,7 @@ struct AppendSession {
         guard stored > 0 else { return nil }
         let tail: Int
         (w.lastLink, tail) = try blocks.write(db, w.statements)
-        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, db)
+        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         if bulk {
             try Projector.writeAll(state: w.state, history: history, db)
         } else {

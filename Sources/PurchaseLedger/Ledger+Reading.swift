@@ -33,9 +33,9 @@ extension Ledger {
         try read { db in
             var start: Int64 = 1
             if stream.hasPrefix("transaction:") {
-                start = try Ledger.stateBefore(transactions: [String(stream.dropFirst("transaction:".count))], db, cache: pageCache).seq + 1
+                start = try Ledger.stateBefore(transactions: [String(stream.dropFirst("transaction:".count))], db, cache: pageCache, chain: chain).seq + 1
             } else if stream.hasPrefix("download:") {
-                start = try Ledger.stateBefore(download: String(stream.dropFirst("download:".count)), db, cache: pageCache).seq + 1
+                start = try Ledger.stateBefore(download: String(stream.dropFirst("download:".count)), db, cache: pageCache, chain: chain).seq + 1
             }
             try EventStore.scan(db, from: start, through: .max) { step in
                 if step.event.stream == stream { found.append(step.event) }
@@ -59,7 +59,7 @@ extension Ledger {
     public func forEachEvent(ofTransaction id: String, from seq: Int64 = 1, _ body: (RecordedEvent) throws -> Bool) throws {
         let id = Identifier.normalize(id)
         try read { db in
-            let start = try Ledger.stateBefore(transactions: [id], db, cache: pageCache).seq + 1
+            let start = try Ledger.stateBefore(transactions: [id], db, cache: pageCache, chain: chain).seq + 1
             var downloads = Set<String>()
             try EventStore.scan(db, from: start, through: .max) { step in
                 let e = step.event
@@ -79,7 +79,7 @@ extension Ledger {
     public func forEachEvent(ofDownload id: String, from seq: Int64 = 1, _ body: (RecordedEvent) throws -> Bool) throws {
         let id = Identifier.normalize(id)
         try read { db in
-            let start = try Ledger.stateBefore(download: id, db, cache: pageCache).seq + 1
+            let start = try Ledger.stateBefore(download: id, db, cache: pageCache, chain: chain).seq + 1
             try EventStore.scan(db, from: max(start, seq), through: .max) { step in
                 step.event.event.body.downloadID == id ? try body(step.event) : true
             }

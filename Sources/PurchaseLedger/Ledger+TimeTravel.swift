@@ -5,7 +5,7 @@ extension Ledger {
     /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
     /// projection tables are not read.
     public func state(atSeq seq: Int64) throws -> LedgerState {
-        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache).0 }
+        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache, chain: chain).0 }
     }
 
     /// The state after `seq`, replayed from the first event without using snapshots: the
@@ -46,14 +46,14 @@ extension Ledger {
     /// ```
     public func firstSeq(involvingTransaction id: String, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
         let id = Identifier.normalize(id)
-        return try firstSeq(from: { db in try Ledger.stateBefore(transactions: [id], db, cache: pageCache) }, where: predicate)
+        return try firstSeq(from: { db in try Ledger.stateBefore(transactions: [id], db, cache: pageCache, chain: chain) }, where: predicate)
     }
 
     /// ``firstSeq(where:)`` for a predicate that cannot hold before the download `id` has an
     /// event, replayed from the latest snapshot before its first one.
     public func firstSeq(involvingDownload id: String, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
         let id = Identifier.normalize(id)
-        return try firstSeq(from: { db in try Ledger.stateBefore(download: id, db, cache: pageCache) }, where: predicate)
+        return try firstSeq(from: { db in try Ledger.stateBefore(download: id, db, cache: pageCache, chain: chain) }, where: predicate)
     }
 
     private func firstSeq(from start: (Database) throws -> LedgerState, where predicate: (LedgerState, RecordedEvent) throws -> Bool) throws -> Int64? {
@@ -76,21 +76,21 @@ extension Ledger {
     /// event of its timeline comes after that snapshot, and the snapshots, in seq order, can be
     /// searched by halves. A timeline in the middle of a 1,000,000-event ledger then replays half
     /// the log, not all of it.
-    static func stateBefore(transactions ids: Set<String>, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
-        try stateBefore(db, cache: cache) { state in
+    static func stateBefore(transactions ids: Set<String>, _ db: Database, cache: SnapshotPageCache, chain: HashChain) throws -> LedgerState {
+        try stateBefore(db, cache: cache, chain: chain) { state in
             ids.contains { state.transactions.contains($0) || state.orphanStreamEvents["transaction:" + $0] != nil }
         }
     }
 
     /// The state of the latest snapshot at which the download `id` has no event yet (the same
     /// holds of a download as of a transaction), or an empty state.
-    static func stateBefore(download id: String, _ db: Database, cache: SnapshotPageCache) throws -> LedgerState {
-        try stateBefore(db, cache: cache) { state in state.downloads.contains(id) || state.orphanStreamEvents["download:" + id] != nil }
+    static func stateBefore(download id: String, _ db: Database, cache: SnapshotPageCache, chain: HashChain) throws -> LedgerState {
+        try stateBefore(db, cache: cache, chain: chain) { state in state.downloads.contains(id) || state.orphanStreamEvents["download:" + id] != nil }
     }
 
     /// The state of the latest snapshot at which `started` is false, or an empty state; `started`
     /// must stay true in every state after one where it is.
-    private static func stateBefore(_ db: Database, cache: SnapshotPageCache, started: (LedgerState) -> Bool) throws -> LedgerState {
+    private static func stateBefore(_ db: Database, cache: SnapshotPageCache, chain: HashChain, started: (LedgerState) -> Bool) throws -> LedgerState {
         let seqs = try Snapshots.seqs(db)
         var best = LedgerState()
         var low = 0, high = seqs.count
@@ -98,7 +98,7 @@ extension Ledger {
             let mid = (low + high) / 2
             // A snapshot that does not decode gives way to the one before it: still a state at
             // which the answer is known.
-            guard let state = try Snapshots.latest(db, atOrBefore: seqs[mid], cache: cache) else {
+            guard let state = try Snapshots.latest(db, atOrBefore: seqs[mid], cache: cache, chain: chain) else {
                 low = mid + 1
                 continue
             }

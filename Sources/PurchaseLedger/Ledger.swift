@@ -274,10 +274,10 @@ public final class Ledger: Sendable {
 
     /// The state after the last stored event, with the damage found on the way. Through the page
     /// cache: a later state at an earlier seq shares most of these pages.
-    private static func loadWriter(_ pool: any DatabaseReader, cache: SnapshotPageCache) throws -> Writer {
+    private static func loadWriter(_ pool: any DatabaseReader, cache: SnapshotPageCache, chain: HashChain) throws -> Writer {
         var damage: LedgerError?
         let (state, link) = try pool.read { db in
-            try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, damage: $0) }
+            try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, chain: chain, damage: $0) }
         }
         return Writer(state: state, lastLink: link, damage: damage)
     }
@@ -285,7 +285,7 @@ public final class Ledger: Sendable {
     /// Loads the writer's state and link again from the file (after a rolled-back append).
     func reload(_ w: inout Writer) throws {
         w.lastCommit = nil
-        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache) }
+        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain) }
     }
 
     /// Runs `body` with the writer's state, loading it on first use.
@@ -293,7 +293,7 @@ public final class Ledger: Sendable {
         try writer.withLock { w in
             if w == nil {
                 do {
-                    w = try Ledger.loadWriter(pool, cache: pageCache)
+                    w = try Ledger.loadWriter(pool, cache: pageCache, chain: chain)
                 } catch {
                     throw Ledger.wrap(error, "reading \(path)")
                 }
@@ -361,8 +361,9 @@ public final class Ledger: Sendable {
                 try db.execute(sql: "PRAGMA user_version = \(embeddedMigrations.count)")
                 let created = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") == nil
                 if created {
+                    // The chain of a new ledger starts from its id (HashChain.genesis).
                     try db.execute(
-                        sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?)",
+                        sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?), ('genesis', 'ledger-id')",
                         arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
                 }
                 if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") == nil {
@@ -431,10 +432,10 @@ public final class Ledger: Sendable {
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
     /// the events after it. Returns the state and, when it reaches the end, nothing else is needed.
     static func loadState(
-        _ db: Database, upTo target: Int64, cache: SnapshotPageCache,
+        _ db: Database, upTo target: Int64, cache: SnapshotPageCache, chain: HashChain,
         damage: UnsafeMutablePointer<LedgerError?>? = nil
     ) throws -> (LedgerState, [UInt8]) {
-        var state = try Snapshots.latest(db, atOrBefore: target, cache: cache) ?? LedgerState()
+        var state = try Snapshots.latest(db, atOrBefore: target, cache: cache, chain: chain) ?? LedgerState()
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
         try LogReplay.advance(&state, db, through: target, onCorrupt: onCorrupt)
         return (state, target == .max ? try EventStore.lastLink(db) : [])

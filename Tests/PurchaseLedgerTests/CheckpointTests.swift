@@ -24,11 +24,13 @@ struct CheckpointTests {
         events = events.map(change)
         var configuration = testConfiguration()
         configuration.chainKey = key
-        let forged = try Ledger(path: path, configuration: configuration)
-        try forged.append(contentsOf: events)
+        // The id first: the chain starts from it.
+        _ = try Ledger(path: path, configuration: configuration)
         let id = try #require(try ledger.identity()).id
         try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [id]) }
-        return try Ledger(path: path, configuration: configuration)
+        let forged = try Ledger(path: path, configuration: configuration)
+        try forged.append(contentsOf: events)
+        return forged
     }
 
     @Test(arguments: [nil, Array("a chain key of thirty-two bytes!".utf8)])

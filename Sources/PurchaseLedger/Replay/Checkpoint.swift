@@ -205,9 +205,9 @@ extension Ledger {
     /// recomputing the chain over the whole log: what a checkpoint, or a fleet store that holds the
     /// ledger (`witness` names it in messages), says of its history. Throws ``CheckpointMismatch``.
     package func verifyExtends(seq: Int64, link expected: [UInt8], witness: String, since: String = "") throws {
-        let walked = try read { db in try ChainWalk.walk(db, chain: chain, stopAt: seq) }
+        let (walked, genesis) = try read { db in (try ChainWalk.walk(db, chain: chain, stopAt: seq), try HashChain.genesis(db)) }
         let last = walked.last
-        guard let link = seq == 0 ? HashChain.genesis : walked.atStop, last >= seq else {
+        guard let link = seq == 0 ? genesis : walked.atStop, last >= seq else {
             throw CheckpointMismatch(
                 seq: last,
                 message: "the file ends at seq \(last), before \(witness) seq \(seq): events were removed from its end, or an older copy of the file was put back")
@@ -227,7 +227,7 @@ enum ChainWalk {
     /// The last seq, the chain's link there, and the link at `stopAt` (nil when the log is
     /// shorter). Damage (a missing event, a link that does not match) throws with its seq.
     static func walk(_ db: Database, chain: HashChain, stopAt: Int64?) throws -> (last: Int64, head: [UInt8], atStop: [UInt8]?) {
-        var previous = HashChain.genesis
+        var previous = try HashChain.genesis(db)
         var expected: Int64 = 1
         var atStop: [UInt8]?
         try EventStore.scan(db, integrity: true) { entry in
@@ -239,7 +239,7 @@ enum ChainWalk {
             let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
             guard entry.link?.matches(link) ?? true else {
                 throw LedgerError.corrupt(
-                    "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
+                    HashChain.breakMessage(at: e.seq), seq: e.seq)
             }
             previous = link
             if e.seq == stopAt { atStop = link }

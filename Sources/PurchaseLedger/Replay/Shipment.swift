@@ -34,7 +34,7 @@ extension Ledger {
     package func shipment(after shipped: Int64, link shippedLink: [UInt8]?) throws -> Shipment {
         try read { db in
             var replay = LogReplay(collectingHistory: true)
-            var previous = HashChain.genesis
+            var previous = try HashChain.genesis(db)
             var events: [ChainedEvent] = []
             var expected: Int64 = 1
             var frame = BinaryWriter(capacity: 256)
@@ -49,7 +49,7 @@ extension Ledger {
                     FrameCodec.canonical(e, payload: entry.payload, into: &frame)
                     let link = chain.link(after: previous, frame: frame.bytes)
                     guard entry.link?.matches(link) == true else {
-                        throw LedgerError.corrupt("the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved", seq: e.seq)
+                        throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq)
                     }
                     previous = link
                     if e.seq == shipped, let shippedLink, shippedLink != link {

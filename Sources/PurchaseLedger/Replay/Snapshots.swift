@@ -37,18 +37,37 @@ enum Snapshots {
         return (written, pending)
     }
 
-    /// Writes the snapshots an append decided on, then thins older ones so at most `keep`
-    /// remain, evenly spread over the log.
-    static func write(_ snapshots: [Pending], keep: Int, spool: Spool, _ db: Database) throws {
+    /// What binds a snapshot to the chain at its seq (migration 0006): the chain's own link
+    /// function (keyed for a keyed ledger) over the link there and the manifest's SHA-256, so a
+    /// snapshot copied from another ledger, or from another seq, does not match.
+    static func binding(link: [UInt8], manifest: [UInt8], chain: HashChain) -> [UInt8] {
+        chain.link(after: link, frame: Array("purchase-ledger snapshot v1".utf8) + [0] + HashChain.sha256(manifest))
+    }
+
+    /// Whether the snapshot `seq` with `manifest` and `binding` belongs to this ledger's chain.
+    static func isBound(seq: Int64, manifest: [UInt8], binding: [UInt8]?, chain: HashChain, _ db: Database) throws -> Bool {
+        guard let binding, let link = try EventStore.link(at: seq, chain: chain, db) else { return false }
+        return Snapshots.binding(link: link, manifest: manifest, chain: chain) == binding
+    }
+
+    /// Writes the snapshots an append decided on (after its events: each is bound to the chain's
+    /// link at its seq), then thins older ones so at most `keep` remain, evenly spread over the log.
+    static func write(_ snapshots: [Pending], keep: Int, spool: Spool, chain: HashChain, _ db: Database) throws {
         guard !snapshots.isEmpty else { return }
         let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
         for snapshot in snapshots {
             for page in snapshot.pages {
                 try insert.execute(arguments: [Data(page.address), page.rawSize, Data(try spool.read(page.data))])
             }
+            guard let link = try EventStore.link(at: snapshot.seq, chain: chain, db) else {
+                throw LedgerError.corrupt("event \(snapshot.seq), just written, cannot be read back", seq: snapshot.seq)
+            }
             try db.execute(
-                sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest) VALUES (?, ?, ?, ?)",
-                arguments: [snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest)])
+                sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest, binding) VALUES (?, ?, ?, ?, ?)",
+                arguments: [
+                    snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest),
+                    Data(binding(link: link, manifest: snapshot.manifest, chain: chain)),
+                ])
         }
         // Snapshots another reducer version or format wrote are never read again.
         try db.execute(
@@ -176,24 +195,32 @@ enum Snapshots {
         }
     }
 
-    /// The seqs of the snapshots this reducer and format can start from, in order.
+    /// The seqs of the snapshots this reducer and format can start from, in order (none in a
+    /// ledger waiting for migration 0006: unbound snapshots are never used).
     static func seqs(_ db: Database) throws -> [Int64] {
-        try Int64.fetchAll(
+        guard try Migrations.applied("0006_snapshot_binding", db) else { return [] }
+        return try Int64.fetchAll(
             db, sql: "SELECT seq FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
             arguments: [Reducer.version, SnapshotCodec.format])
     }
 
-    /// The newest usable snapshot at or before `seq`.
-    static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache) throws -> LedgerState? {
+    /// The newest usable snapshot at or before `seq`: of this reducer and format, bound to this
+    /// ledger's chain at its seq, and decoding whole. Any other is passed over for an older one
+    /// (or the log): time travel never trusts a snapshot over the log.
+    static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache, chain: HashChain) throws -> LedgerState? {
+        guard try Migrations.applied("0006_snapshot_binding", db) else { return nil }
         let rows = try Row.fetchCursor(
             db,
             sql: """
-                SELECT seq, manifest FROM snapshots
+                SELECT seq, manifest, binding FROM snapshots
                 WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
                 """, arguments: [seq, Reducer.version, SnapshotCodec.format])
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         while let row = try rows.next() {
             let manifest: Data = row[1]
+            guard try isBound(seq: row[0], manifest: [UInt8](manifest), binding: (row[2] as Data?).map { [UInt8]($0) }, chain: chain, db) else {
+                continue
+            }
             let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in
                 try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }
             }

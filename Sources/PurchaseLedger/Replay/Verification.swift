@@ -101,18 +101,25 @@ private struct Verifier {
     private mutating func checkLog(_ db: Database) throws -> (LedgerState, Projector.HistoryCollector, Bool) {
         var replay = LogReplay(collectingHistory: true)
         var expected: Int64 = 1
-        var previous: [UInt8]? = HashChain.genesis
+        var previous: [UInt8]? = try HashChain.genesis(db)
         var chainReported = false
         var lost = false
         let total = try EventStore.lastSeq(db)
-        // The snapshots time travel would load, oldest first (or only the newest), each checked
-        // when the replay reaches its seq. Pages shared between snapshots are read and decoded once.
-        var snapshots = try Row.fetchAll(
+        // The snapshots time travel would load, oldest first, each checked when the replay
+        // reaches its seq: every one bound to the chain's link there (cheap: the link is known by
+        // then), and the newest (every one with `everySnapshot`) decoded and compared with the
+        // replayed state. Pages shared between snapshots are read and decoded once.
+        let bound = try Migrations.applied("0006_snapshot_binding", db)
+        let rows = try Row.fetchAll(
             db,
-            sql: "SELECT seq, manifest FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq"
-                + (everySnapshot ? "" : " DESC LIMIT 1"),
-            arguments: [Reducer.version, SnapshotCodec.format]
-        ).map { (seq: $0[0] as Int64, manifest: [UInt8]($0[1] as Data)) }[...]
+            sql: "SELECT seq, manifest, \(bound ? "binding" : "NULL") FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
+            arguments: [Reducer.version, SnapshotCodec.format])
+        var snapshots = rows.enumerated().map { i, row in
+            (
+                seq: row[0] as Int64, manifest: [UInt8](row[1] as Data), binding: (row[2] as Data?).map { [UInt8]($0) },
+                decode: everySnapshot || i == rows.count - 1
+            )
+        }[...]
         let pages = SnapshotPageCache()
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         var me = self
@@ -151,7 +158,7 @@ private struct Verifier {
                     let matches = entry.link?.matches(link) ?? true
                     if !matches && !chainReported {
                         chainReported = true
-                        try me.problem(.chain, e.seq, "the hash chain breaks at event \(e.seq): it, or an event before it, was edited, removed, inserted or moved")
+                        try me.problem(.chain, e.seq, HashChain.breakMessage(at: e.seq))
                     }
                     previous = matches ? link : stored
                 } else {
@@ -175,7 +182,17 @@ private struct Verifier {
                 try me.checkAfter(step.event, replayed, state: state)
                 while let next = snapshots.first, next.seq <= step.event.seq {
                     snapshots.removeFirst()
-                    if next.seq == step.event.seq, !lost { try me.checkSnapshot(next, state: state, pages, page) }
+                    guard next.seq == step.event.seq, !lost else { continue }
+                    if bound, let link = previous, !chainReported {
+                        guard next.binding == Snapshots.binding(link: link, manifest: next.manifest, chain: me.chain) else {
+                            try me.problem(
+                                .snapshot, next.seq,
+                                "the snapshot at seq \(next.seq) is not bound to this ledger's chain at that seq: it was copied from another ledger or another point of this one (the file was altered); time travel does not use it"
+                            )
+                            continue
+                        }
+                    }
+                    if next.decode { try me.checkSnapshot((next.seq, next.manifest), state: state, pages, page) }
                 }
                 return true
             })
@@ -237,7 +254,8 @@ private struct Verifier {
         if decoded != state {
             try problem(
                 .snapshot, snapshot.seq,
-                "the snapshot at seq \(snapshot.seq) differs from the log replayed to it: time travel from it gives a wrong state; please report this")
+                "the snapshot at seq \(snapshot.seq) differs from the log replayed to it, though bound to its chain: the file was altered by someone who could recompute the binding (a plain chain: anyone), or this is a bug (please report it); time travel from it gives a wrong state"
+            )
         }
     }
 

@@ -192,7 +192,7 @@ extension Ledger {
         let ids = Set(ids.map(Identifier.normalize))
         var result: [String: [TimelineEntry]] = [:]
         try read { db in
-            var replay = LogReplay(from: try Ledger.stateBefore(transactions: ids, db, cache: pageCache))
+            var replay = LogReplay(from: try Ledger.stateBefore(transactions: ids, db, cache: pageCache, chain: chain))
             try replay.run(db) { step, _, state in
                 let e = step.event
                 let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }

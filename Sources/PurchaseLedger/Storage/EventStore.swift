@@ -49,6 +49,43 @@ enum EventStore {
         return version
     }
 
+    /// The chain's link after event `seq` as the file stores it: a tail row's own, a block's
+    /// last, or recomputed from the block before through the events of its block (nil when the
+    /// log has no such event or it does not decode).
+    static func link(at seq: Int64, chain: HashChain, _ db: Database) throws -> [UInt8]? {
+        if seq == 0 { return try HashChain.genesis(db) }
+        if let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT link FROM events WHERE seq = ?"), arguments: [seq]) {
+            return [UInt8](stored)
+        }
+        guard
+            let block = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT first_seq, last_seq, last_link FROM event_blocks WHERE first_seq <= ? ORDER BY first_seq DESC LIMIT 1"),
+                arguments: [seq]),
+            seq <= block[1] as Int64
+        else { return nil }
+        if seq == block[1] as Int64 { return [UInt8](block[2] as Data) }
+        let first: Int64 = block[0]
+        var previous: [UInt8]
+        if first == 1 {
+            previous = try HashChain.genesis(db)
+        } else if let before = try Data.fetchOne(db.cachedStatement(sql: "SELECT last_link FROM event_blocks WHERE last_seq = ?"), arguments: [first - 1]) {
+            previous = [UInt8](before)
+        } else {
+            return nil
+        }
+        var found: [UInt8]?
+        do {
+            try scan(db, from: first, through: seq, integrity: true) { entry in
+                previous = chain.link(after: previous, frame: FrameCodec.canonical(entry.event, payload: entry.payload))
+                if entry.event.seq == seq { found = previous }
+                return entry.event.seq < seq
+            }
+        } catch let error as LedgerError where error.code == .corruptData {
+            return nil
+        }
+        return found
+    }
+
     /// The chain link after the last stored event (the genesis link for an empty log).
     static func lastLink(_ db: Database) throws -> [UInt8] {
         if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT link FROM events ORDER BY seq DESC LIMIT 1")) {
@@ -57,7 +94,7 @@ enum EventStore {
         if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT last_link FROM event_blocks ORDER BY first_seq DESC LIMIT 1")) {
             return [UInt8](row[0] as Data)
         }
-        return HashChain.genesis
+        return try HashChain.genesis(db)
     }
 
     // MARK: - Writing

@@ -1,13 +1,37 @@
 import Crypto
+import GRDB
 
-/// The hash chain over the log: `link(n) = SHA-256(link(n-1) || frame(n))`, with `link(0)` all
-/// zeros and `frame(n)` the event's canonical uncompressed encoding (docs/format.md), so
-/// re-compressing stored blocks never changes a link.
+/// The hash chain over the log: `link(n) = SHA-256(link(n-1) || frame(n))`, with `frame(n)` the
+/// event's canonical uncompressed encoding (docs/format.md), so re-compressing stored blocks never
+/// changes a link. `link(0)`, the genesis, binds the ledger id: SHA-256 of
+/// `"purchase-ledger genesis v1"`, a zero byte and the id (`ledger_info.genesis` = `ledger-id`), so
+/// an id changed in place breaks the chain at event 1. Ledgers made before that (no `genesis`
+/// row) start from 32 zero bytes.
 ///
 /// With a secret key the link is `HMAC-SHA-256(key, link(n-1) || frame(n))`: someone who edits an
 /// event and recomputes plain SHA-256 links is still caught.
 struct HashChain: Sendable {
     static let genesis = [UInt8](repeating: 0, count: 32)
+
+    /// What a link that does not match at `seq` means.
+    static func breakMessage(at seq: Int64) -> String {
+        "the hash chain breaks at event \(seq): it, or an event before it, was edited, removed, inserted or moved"
+            + (seq == 1 ? ", or the ledger id in ledger_info was changed (the chain starts from it)" : "")
+    }
+
+    /// The genesis of a ledger created with id `id`.
+    static func genesis(ledgerID id: String) -> [UInt8] {
+        sha256(Array("purchase-ledger genesis v1".utf8) + [0] + Array(id.utf8))
+    }
+
+    /// The genesis of the ledger in `db`: bound to its id when it was created so, else zeros.
+    static func genesis(_ db: Database) throws -> [UInt8] {
+        guard try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'genesis'") == "ledger-id" else { return genesis }
+        guard let id = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") else {
+            throw LedgerError.corrupt("ledger_info says the chain starts from the ledger id, and holds none: the file was altered", seq: 1)
+        }
+        return genesis(ledgerID: id)
+    }
 
     /// The HMAC state with the key already hashed in (nil: plain SHA-256), copied for each link:
     /// keying a new HMAC for every event (a `SymmetricKey`, two padded key blocks, two hashers)

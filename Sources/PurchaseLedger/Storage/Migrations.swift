@@ -31,6 +31,7 @@ enum Migrations {
     /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
     static let optionalForReading: Set<String> = [
         "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination", "0005_transaction_terms",
+        "0006_snapshot_binding",
     ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except

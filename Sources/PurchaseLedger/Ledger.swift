@@ -147,6 +147,8 @@ public final class Ledger: Sendable {
     func noteCommit() { commits.withLock { $0 += 1 } }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
     let pageCache = SnapshotPageCache()
+    /// Whether a read-only ledger has found its projections current (`readProjections`).
+    private let projectionsSeenCurrent = Locked(false)
 
     /// SQLite's `application_id` for ledger files ("PLdg").
     static let applicationID: Int32 = 0x504C_6467
@@ -476,11 +478,16 @@ public final class Ledger: Sendable {
     /// `read`, for the queries of the projection tables: on a read-only ledger whose tables are
     /// stale, throws `staleProjections` instead of answering from them.
     func readProjections<T>(_ body: (Database) throws -> T) throws -> T {
-        if configuration.readOnly, try !projectionsAreCurrent() {
-            throw LedgerError(
-                .staleProjections,
-                "\(path): its report tables were written by an older purchase-ledger (or lag its log) and it was opened read-only; open it for writing once (`purchase-ledger rebuild \(path)`), which rebuilds them from the log and changes nothing else"
-            )
+        // Once current, a ledger's projections stay so (every writer keeps them in step): checked
+        // until seen current, not at every query (it doubled one user's history, 0.23 -> 0.45 ms).
+        if configuration.readOnly, !projectionsSeenCurrent.withLock({ $0 }) {
+            guard try projectionsAreCurrent() else {
+                throw LedgerError(
+                    .staleProjections,
+                    "\(path): its report tables were written by an older purchase-ledger (or lag its log) and it was opened read-only; open it for writing once (`purchase-ledger rebuild \(path)`), which rebuilds them from the log and changes nothing else"
+                )
+            }
+            projectionsSeenCurrent.withLock { $0 = true }
         }
         return try read(body)
     }

@@ -69,6 +69,15 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
         #expect(Set(Rule.all).subtracting(covered).isEmpty, "rules without a row: \(Set(Rule.all).subtracting(covered).map(\.name).sorted())")
     }
 
+    /// docs/format.md lists every rule's stored code, as the code has them.
+    @Test func theDocsListEveryRuleCode() throws {
+        let text = try String(contentsOf: packageRoot.appending(path: "docs/format.md"), encoding: .utf8)
+        let start = try #require(text.range(of: "<!-- rule codes -->")), end = try #require(text.range(of: "<!-- end rule codes -->"))
+        let listed = text[start.upperBound..<end.lowerBound].replacingOccurrences(of: "\n", with: " ")
+            .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: ".")) }
+        #expect(listed == Rule.all.map { "\($0.code) \($0.name)" })
+    }
+
     @Test func bothPoliciesAreExercised() {
         #expect(RuleCase.all.contains { $0.breaking.type.isCommand })
         #expect(RuleCase.all.contains { !$0.breaking.type.isCommand })

@@ -53,7 +53,10 @@ extension Ledger {
                     }
                     previous = link
                     if e.seq == shipped, let shippedLink, shippedLink != link {
-                        throw LedgerError(.chainMismatch, "the fleet store holds a different event \(e.seq): this ledger's history was rewritten after it was shipped", seq: e.seq)
+                        throw LedgerError(
+                            .chainMismatch,
+                            "the fleet store holds a different event \(e.seq) under this ledger id: this file's history was rewritten after it was shipped, or another file that claims the same id shipped first (an id is not yet proven by a key: docs/fleet.md)",
+                            seq: e.seq)
                     }
                     if e.seq > shipped {
                         events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
@@ -63,7 +66,8 @@ extension Ledger {
             let last = expected - 1
             if last < shipped {
                 throw LedgerError(
-                    .chainMismatch, "the fleet store holds \(shipped) events of this ledger, but the file has \(last): its history was rewritten after it was shipped",
+                    .chainMismatch,
+                    "the fleet store holds \(shipped) events under this ledger id, but the file has \(last): its history was cut or rolled back after it was shipped, or another file that claims the same id shipped first",
                     seq: last + 1)
             }
             return Shipment(

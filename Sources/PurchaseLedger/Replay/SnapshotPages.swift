@@ -99,6 +99,12 @@ final class SnapshotPageCache: Sendable {
 
     private let pages = Locked(Pages())
     let limit: Int
+    /// Snapshots whose binding this ledger has checked against its chain, by seq, binding and
+    /// manifest digest: time travel checks each snapshot once, not at every load.
+    private let bound = Locked(Set<[UInt8]>())
+
+    func isKnownBound(_ key: [UInt8]) -> Bool { bound.withLock { $0.contains(key) } }
+    func rememberBound(_ key: [UInt8]) { bound.withLock { _ = $0.insert(key) } }
 
     init(limit: Int = 4096) {
         self.limit = limit

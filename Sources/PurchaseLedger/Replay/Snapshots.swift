@@ -218,8 +218,11 @@ enum Snapshots {
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         while let row = try rows.next() {
             let manifest: Data = row[1]
-            guard try isBound(seq: row[0], manifest: [UInt8](manifest), binding: (row[2] as Data?).map { [UInt8]($0) }, chain: chain, db) else {
-                continue
+            let binding = (row[2] as Data?).map { [UInt8]($0) }
+            let key = withUnsafeBytes(of: (row[0] as Int64).littleEndian) { Array($0) } + (binding ?? []) + HashChain.sha256([UInt8](manifest))
+            if !cache.isKnownBound(key) {
+                guard try isBound(seq: row[0], manifest: [UInt8](manifest), binding: binding, chain: chain, db) else { continue }
+                cache.rememberBound(key)
             }
             let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in
                 try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }

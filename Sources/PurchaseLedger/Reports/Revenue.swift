@@ -147,15 +147,20 @@ package struct RevenueGroup {
             ? "0" : dialect == .sqlite ? "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)" : "floor(t.purchased_at_ms / 86400000.0)::bigint"
         let (low, high) = dialect == .sqlite ? ("?", "?") : ("$1", "$2")
         let int = dialect == .sqlite ? "" : "::bigint"
+        // Without every environment the two columns are constants, and the groups fewer.
+        let (environment, ownership, marks) =
+            allEnvironments
+            ? ("coalesce(t.environment, 'production')", "coalesce(t.ownership, 'purchased')", ", t.environment, t.ownership")
+            : ("'production'", "'purchased'", "")
         return """
             SELECT \(day) AS day, \(byStorefront ? "coalesce(t.storefront, '')" : "NULL") AS storefront,
-                   t.product, t.currency, t.price, coalesce(t.environment, 'production') AS environment,
-                   coalesce(t.ownership, 'purchased') AS ownership, count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
+                   t.product, t.currency, t.price, \(environment) AS environment, \(ownership) AS ownership,
+                   count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
                    sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded
             FROM transactions t
             WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.purchased_at_ms >= \(low) AND t.purchased_at_ms < \(high)
             \(allEnvironments ? "" : "AND t.environment IS NULL AND t.ownership IS NULL")
-            GROUP BY 1, 2, t.product, t.currency, t.price, t.environment, t.ownership
+            GROUP BY \(byDay ? "1, " : "")\(byStorefront ? "2, " : "")t.product, t.currency, t.price\(marks)
             """
     }
 

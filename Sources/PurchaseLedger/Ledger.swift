@@ -147,6 +147,8 @@ public final class Ledger: Sendable {
     func noteCommit() { commits.withLock { $0 += 1 } }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
     let pageCache = SnapshotPageCache()
+    /// The redaction secret of a read-only ledger that holds none (``redactor()``).
+    let instanceRedactionSecret = Redactor.randomSecret()
     /// Whether a read-only ledger has found its projections current (`readProjections`).
     private let projectionsSeenCurrent = Locked(false)
 
@@ -345,11 +347,12 @@ public final class Ledger: Sendable {
                 throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
             }
         }
-        let upToDate = try pool.read { db in
-            try migrator.hasCompletedMigrations(db)
-                && Int32.fetchOne(db, sql: "PRAGMA application_id") == Ledger.applicationID
-                && String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'") != nil
-                && String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") != nil
+        let upToDate = try pool.read { db -> Bool in
+            guard try migrator.hasCompletedMigrations(db), try Int32.fetchOne(db, sql: "PRAGMA application_id") == Ledger.applicationID else {
+                return false
+            }
+            let keys = try String.fetchAll(db, sql: "SELECT key FROM ledger_info WHERE key IN ('chain', 'ledger_id', 'redaction_secret')")
+            return keys.count == 3
         }
         // An up-to-date ledger is opened without writing a byte.
         if !configuration.readOnly && !upToDate {
@@ -375,6 +378,9 @@ public final class Ledger: Sendable {
                         sql: "INSERT INTO ledger_info (key, value) VALUES ('ledger_id', ?), ('ledger_id_origin', ?)",
                         arguments: [UUID().uuidString.lowercased(), origin])
                 }
+                // The secret of this ledger's pseudonyms (Redactor), made once.
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO ledger_info (key, value) VALUES ('redaction_secret', ?)", arguments: [Data(Redactor.randomSecret())])
             }
             // A migration that rebuilds a table (0003, 0004) leaves the old one's pages free in
             // the file: past a tenth of it, they are given back, once, on the upgrading open (a

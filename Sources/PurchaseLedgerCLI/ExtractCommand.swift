@@ -27,7 +27,7 @@ struct ExtractCommand: ParsableCommand {
         name: [.customShort("o"), .customLong("output")], help: "The new ledger (default: the ledger's name with -repro added).",
         completion: .file(extensions: ["ledger"]))
     var output: String?
-    @Flag(help: "Replace user ids and destinations with stable pseudonyms, as export --redact does.") var redact = false
+    @Flag(help: "Replace every personal field with keyed pseudonyms, as export --redact does.") var redact = false
     @Flag(help: "Replace the output file when it exists.") var force = false
     @Flag(help: "Print the summary as JSON.") var json = false
 
@@ -70,7 +70,7 @@ struct ExtractCommand: ParsableCommand {
         var line = "wrote \(s.path): kept \(s.keptEvents) of \(s.totalEvents) events; "
         line +=
             "\(s.transactions.count) transaction\(s.transactions.count == 1 ? "" : "s"), \(s.downloads.count) download\(s.downloads.count == 1 ? "" : "s"), \(s.restores) restore\(s.restores == 1 ? "" : "s")"
-        if redact { line += "; user ids and destinations redacted" }
+        if redact { line += "; personal fields redacted" }
         console.print(line)
         if !s.addedTransactions.isEmpty {
             console.print("also kept, as they share a download id with a chosen transaction: " + s.addedTransactions.joined(separator: ", "))

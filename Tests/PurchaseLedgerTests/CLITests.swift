@@ -293,7 +293,8 @@ let sampleLog = """
 
         let redacted = try cli(["export", ledger, "--redact"])
         #expect(!redacted.stdout.contains("alice") && !redacted.stdout.contains("Documents/book"))
-        #expect(redacted.stdout.contains(Redaction.pseudonym(user: "alice")))
+        let redactor = try Ledger(path: ledger).redactor()
+        #expect(redacted.stdout.contains(redactor.pseudonym(user: "alice")))
         #expect(redacted.stdout == (try cli(["export", ledger, "--redact"])).stdout, "pseudonyms are stable")
         let redactedFile = dir.path("redacted.jsonl")
         try redacted.stdout.write(toFile: redactedFile, atomically: true, encoding: .utf8)
@@ -307,8 +308,8 @@ let sampleLog = """
         let statesA: [String: TransactionStatus] = a.transactions.mapValues(\.state)
         let statesB: [String: TransactionStatus] = b.transactions.mapValues(\.state)
         #expect(statesA == statesB)
-        #expect(b.transactions["t1"]?.user == Redaction.pseudonym(user: "alice"))
-        #expect(b.downloads["t1-d1"]?.destination == Redaction.pseudonym(destination: "Documents/book, \"final\""))
+        #expect(b.transactions["t1"]?.user == redactor.pseudonym(user: "alice"))
+        #expect(b.downloads["t1-d1"]?.destination == redactor.pseudonym(destination: "Documents/book, \"final\""))
     }
 
     @Test func demoRunsAndExplainsItself() throws {

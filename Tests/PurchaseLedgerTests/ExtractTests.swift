@@ -189,7 +189,7 @@ struct ExtractTests {
         let repro = try Ledger(path: path)
         let original = try ledger.transactions(user: user)
         #expect(try repro.transactions(user: user).isEmpty)
-        #expect(try repro.transactions(user: Redaction.pseudonym(user: user)).count == original.count)
+        #expect(try repro.transactions(user: ledger.redactor().pseudonym(user: user)).count == original.count)
         var exported = ""
         try repro.forEachEvent { e in
             exported += JSONLines.encode(e.event) + "\n"; return true

@@ -1,42 +1,112 @@
 import Crypto
+import Foundation
 
-/// Replaces user ids and destinations with stable pseudonyms, so a user's ledger can be attached
-/// to a bug report. The same value always gets the same pseudonym (`user-1a2b3c4d`,
-/// `redacted/5e6f7a8b`), so a redacted ledger replays to the same states apart from those fields.
-public enum Redaction {
-    public static func pseudonym(user: String) -> String { "user-" + digest("user", user) }
-    public static func pseudonym(destination: String) -> String { "redacted/" + digest("destination", destination) }
+/// The personal data in events (contract 5.3), declared field by field: what `export --redact`
+/// and `extract --redact` replace. Every text field an event can hold is either here or in
+/// ``nonPersonal``; a test fails when a new one is in neither.
+public enum PersonalData {
+    /// JSON keys (as ``EventBody`` names its text fields) of personal values: user ids,
+    /// destinations, content URLs, registered URLs, error messages, revocation reasons, store
+    /// transaction ids and original transaction ids.
+    public static let personal: Set<String> = [
+        "user", "destination", "contentURL", "url", "message", "reason", "storeTransactionId", "originalTransaction",
+    ]
+    /// Text fields that are not personal: ids the app chooses (it must not put personal data in
+    /// them), the catalog, error domains, checksums, money and offers.
+    public static let nonPersonal: Set<String> = [
+        "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
+    ]
+}
 
-    private static func digest(_ kind: String, _ value: String) -> String {
-        let hash = SHA256.hash(data: Array("purchase-ledger redaction v1/\(kind)/\(value)".utf8))
-        return hash.prefix(6).map { byte in
-            let hex = Array("0123456789abcdef")
-            return String([hex[Int(byte >> 4)], hex[Int(byte & 15)]])
-        }.joined()
+/// Replaces every personal field of events with a keyed pseudonym, so a user's ledger can be
+/// attached to a bug report. A pseudonym is `HMAC-SHA-256(secret, kind || 0x00 || value)`, cut to
+/// 64 bits: the same value always gets the same pseudonym within one ledger (support can follow
+/// one user; the rules see the same equalities, so the redacted log replays to the same outcomes),
+/// and without the secret it cannot be computed from a guess of the value. The secret is the
+/// ledger's own (``Ledger/redactor()``), so the same events in two ledgers get different
+/// pseudonyms. Free text (error messages, revocation reasons) is replaced whole by a pseudonym of
+/// the same kind: nothing of it is kept but whether two texts were equal.
+///
+/// ```swift
+/// let redactor = try ledger.redactor()
+/// try ledger.forEachEvent { e in print(JSONLines.encode(redactor.redact(e.event), seq: e.seq)); return true }
+/// ```
+public struct Redactor: Sendable {
+    // A SymmetricKey is immutable once made; Crypto does not mark it Sendable.
+    nonisolated(unsafe) private let key: SymmetricKey
+
+    /// `secret`: at least 16 bytes, kept away from what is redacted.
+    public init(secret: [UInt8]) {
+        key = SymmetricKey(data: secret)
     }
 
-    /// The event with its user ids and destinations replaced.
-    public static func redact(_ event: Event) -> Event {
+    /// A new random secret, for a redaction whose pseudonyms need not match any other's.
+    public static func randomSecret() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
+    func digest(_ kind: String, _ value: String) -> String {
+        let mac = HMAC<SHA256>.authenticationCode(for: Array(kind.utf8) + [0] + Array(value.utf8), using: key)
+        return Hex.encode(Array(mac.prefix(8)))
+    }
+
+    public func pseudonym(user: String) -> String { "user-" + digest("user", user) }
+    public func pseudonym(destination: String) -> String { "redacted/" + digest("destination", destination) }
+    /// A content or registered URL: `redacted://<digest>/` (still a URL, never a path).
+    public func pseudonym(url: String) -> String { "redacted://" + digest("url", url) + "/" }
+    public func pseudonym(storeTransaction id: String) -> String { "store-" + digest("store", id) }
+    public func pseudonym(transaction id: String) -> String { "original-" + digest("original", id) }
+    /// Free text, replaced whole.
+    public func pseudonym(text: String) -> String { "[redacted " + digest("text", text) + "]" }
+
+    /// The event with every personal field (``PersonalData/personal``) replaced.
+    public func redact(_ event: Event) -> Event {
         var e = event
         let u = { (user: String?) in user.map(pseudonym(user:)) }
+        let s = { (id: String?) in id.map(pseudonym(storeTransaction:)) }
+        let error = { (e: StoreError) in StoreError(domain: e.domain, code: e.code, message: pseudonym(text: e.message)) }
+        // Exhaustive on purpose: a new event with a personal field must be added here.
         switch event.body {
         case .paymentQueued(let t, let p, let q, let user):
             e.body = .paymentQueued(transaction: t, product: p, quantity: q, user: u(user))
-        case .transactionPurchased(let t, let p, let user, let s, let d, let terms):
-            e.body = .transactionPurchased(transaction: t, product: p, user: u(user), storeTransactionId: s, downloads: d, terms: terms)
-        case .transactionRestored(let t, let o, let p, let user, let s, let d, let terms):
+        case .transactionPurchased(let t, let p, let user, let store, let d, let terms):
+            e.body = .transactionPurchased(transaction: t, product: p, user: u(user), storeTransactionId: s(store), downloads: d, terms: terms)
+        case .transactionRestored(let t, let o, let p, let user, let store, let d, let terms):
             e.body = .transactionRestored(
-                transaction: t, originalTransaction: o, product: p, user: u(user), storeTransactionId: s, downloads: d, terms: terms)
-        case .restoreStarted(let user):
-            e.body = .restoreStarted(user: u(user))
+                transaction: t, originalTransaction: pseudonym(transaction: o), product: p, user: u(user), storeTransactionId: s(store),
+                downloads: d, terms: terms)
+        case .transactionFailed(let t, let err):
+            e.body = .transactionFailed(transaction: t, error: error(err))
+        case .transactionRevoked(let t, let reason):
+            e.body = .transactionRevoked(transaction: t, reason: pseudonym(text: reason))
+        case .downloadFinished(let d, let url):
+            e.body = .downloadFinished(download: d, contentURL: pseudonym(url: url))
+        case .downloadFailed(let d, let err):
+            e.body = .downloadFailed(download: d, error: error(err))
         case .contentCopiedOut(let d, let destination, let c, let b):
             e.body = .contentCopiedOut(download: d, destination: pseudonym(destination: destination), checksum: c, bytesCopied: b)
-        // Listed one by one: a new event with a user id or a destination must be added above.
-        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked,
-            .transactionFinished, .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled,
-            .downloadFinished, .downloadFailed, .contentDeleted, .restoreCompleted, .restoreFailed, .contentRegistered:
+        case .restoreStarted(let user):
+            e.body = .restoreStarted(user: u(user))
+        case .restoreFailed(let err):
+            e.body = .restoreFailed(error: error(err))
+        case .contentRegistered(let url, let d, let length):
+            e.body = .contentRegistered(url: pseudonym(url: url), download: d, contentLength: length)
+        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
+            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted:
             break
         }
         return e
+    }
+}
+
+extension Ledger {
+    /// The redactor of this ledger: its pseudonyms are stable across this ledger's exports and
+    /// extracts, and differ from every other ledger's. Its secret (`ledger_info.redaction_secret`,
+    /// 32 random bytes) is made with the ledger, or on the first writable open of an older one;
+    /// a read-only ledger that has none gets a random secret for this instance only.
+    public func redactor() throws -> Redactor {
+        let stored = try read { db in try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'redaction_secret'") }
+        return Redactor(secret: stored.map { [UInt8]($0) } ?? instanceRedactionSecret)
     }
 }

@@ -35,8 +35,8 @@ extension Ledger {
     ///
     /// Replaying the new ledger gives the selected transactions and downloads the same state as
     /// the original at every seq where they changed (``ExtractSummary/originalSeqs`` maps the new
-    /// numbering back). With `redact`, user ids and destinations are pseudonymised as
-    /// ``Redaction`` does for `export --redact`.
+    /// numbering back). With `redact`, every personal field is replaced by this ledger's
+    /// pseudonyms (``redactor()``), as `export --redact` does.
     ///
     /// ```swift
     /// // Attach a repro of one purchase to an in-app bug report.
@@ -58,11 +58,12 @@ extension Ledger {
         }
         var events: [Event] = []
         var original: [Int64] = []
+        let redactor = redact ? try self.redactor() : nil
         try forEachEvent { e in
             guard plan.keeps(e) else { return true }
             original.append(e.seq)
             if !e.appendedByLedger {
-                events.append(redact ? Redaction.redact(e.event) : e.event)
+                events.append(redactor.map { $0.redact(e.event) } ?? e.event)
             }
             return true
         }

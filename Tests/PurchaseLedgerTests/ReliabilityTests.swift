@@ -110,6 +110,7 @@ import Testing
         let r = try harness(["flips", "--trials", "12", "--workload", workload])
         #expect(r.status == 0, "\(r.stdout)\n\(r.stderr)")
         #expect(r.stdout.contains("missed: 0"))
+        #expect(r.stdout.contains("flips under a signed checkpoint") && !r.stdout.contains("missed: 1"), "\(r.stdout)")
     }
 
     @Test(.enabled(if: FileManager.default.fileExists(atPath: ReliabilityTests.bench), "needs ledger-bench"))

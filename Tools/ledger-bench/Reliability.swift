@@ -179,18 +179,23 @@ func crashHarness(kills: Int, scratch: String) throws -> Bool {
 }
 
 /// Flips one random bit of stored event data (a sealed block or a tail payload) per trial and
-/// counts the trials `verify` catches.
+/// counts the trials `verify` catches, and, for flips in the events a signed checkpoint (taken
+/// half-way) covers, the trials `verify --checkpoint` catches: every one that changed an event.
 func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool {
     let pristine = "\(scratch)/flips.ledger"
     remove(pristine)
     var c = LedgerConfiguration()
     c.durability = .normal
     let source = try Ledger(path: pristine, configuration: c)
-    let lines = try String(contentsOfFile: workload, encoding: .utf8).split(separator: "\n").prefix(20_000).joined(separator: "\n")
-    try source.appendJSONLines(try JSONLinesInput(bytes: Array(lines.utf8)))
+    let lines = try String(contentsOfFile: workload, encoding: .utf8).split(separator: "\n").prefix(20_000)
+    try source.appendJSONLines(try JSONLinesInput(bytes: Array(lines.prefix(10_000).joined(separator: "\n").utf8)))
+    let signer = CheckpointSigningKey()
+    let checkpoint = try source.checkpoint(signingKey: signer)
+    try source.appendJSONLines(try JSONLinesInput(bytes: Array(lines.dropFirst(10_000).joined(separator: "\n").utf8)))
     let copy = "\(scratch)/flipped.ledger"
     let original = try source.events(limit: .max)
     var detected = 0, harmless = 0, missed = 0
+    var covered = 0, caughtByCheckpoint = 0, coveredHarmless = 0, missedByCheckpoint = 0
     var generator = SystemRandomNumberGenerator()
     for trial in 0..<trials {
         remove(copy)
@@ -201,6 +206,8 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
         let (table, key, column) = inBlock ? ("event_blocks", "first_seq", "data") : ("events", "seq", "payload")
         let rows = db.int64s("SELECT \(key) FROM \(table)")
         guard let row = rows.randomElement(using: &generator) else { continue }
+        // A block starting at or before the checkpoint's seq holds events it covers.
+        let underCheckpoint = row <= checkpoint.seq
         var blob = db.blob("SELECT \(column) FROM \(table) WHERE \(key) = \(row)")
         guard !blob.isEmpty else { continue }
         let index = Int.random(in: 0..<blob.count, using: &generator)
@@ -209,6 +216,16 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
         db.close()
         var readOnly = LedgerConfiguration()
         readOnly.readOnly = true
+        if underCheckpoint {
+            covered += 1
+            do {
+                let flipped = try Ledger(path: copy, configuration: readOnly)
+                try flipped.verify(against: checkpoint, publicKey: signer.publicKey)
+                if (try? flipped.events(limit: .max)) == original { coveredHarmless += 1 } else { missedByCheckpoint += 1 }
+            } catch {
+                caughtByCheckpoint += 1
+            }
+        }
         do {
             let flipped = try Ledger(path: copy, configuration: readOnly)
             if !(try flipped.verify().isValid) {
@@ -227,7 +244,10 @@ func flipHarness(trials: Int, workload: String, scratch: String) throws -> Bool 
     print(
         "flips: \(trials) single-bit flips inside stored event data (blocks and tail payloads), detected: \(detected), events unchanged by the flip: \(harmless), missed: \(missed)"
     )
-    return missed == 0
+    print(
+        "flips under a signed checkpoint (seq \(checkpoint.seq)): \(covered), caught by verify --checkpoint: \(caughtByCheckpoint), events unchanged: \(coveredHarmless), missed: \(missedByCheckpoint)"
+    )
+    return missed == 0 && missedByCheckpoint == 0
 }
 
 /// Random and mutated inputs to every decoder of untrusted bytes. A crash ends the process,

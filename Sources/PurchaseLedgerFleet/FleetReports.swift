@@ -254,7 +254,7 @@ extension FleetStore {
     // MARK: - Rows
 
     /// Runs a query and converts its rows to GRDB rows, so the ledger's own row decoders read them.
-    func fetch(_ query: PostgresQuery) async throws -> [Row] {
+    package func fetch(_ query: PostgresQuery) async throws -> [Row] {
         try await run {
             var rows: [Row] = []
             for try await row in try await connection.query(query, logger: logger) {

@@ -4,6 +4,7 @@ import PostgresNIO
 import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
 
 /// Money over a fleet (contract 5.1): each ledger keeps its own catalog, and fleet revenue is the
 /// sum of its ledgers' revenue per product, currency and price, whatever their catalogs say.

@@ -3,6 +3,7 @@ import GRDB
 import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
 
 /// A certificate authority and server certificates made with openssl, in a folder of the test's.
 struct TestCertificates {

@@ -3,6 +3,7 @@ import GRDB
 import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
 import PostgresNIO
 
 /// One real PostgreSQL server for the fleet tests (Debian's binaries, a temporary folder, a free

@@ -1,6 +1,7 @@
 import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
 
 /// `ledger-bench fleet WORKLOAD [--ledgers N] [--runs R]`: the fleet store's figures on this
 /// machine, with a PostgreSQL server started here (fsync on): shipping the workload split into N

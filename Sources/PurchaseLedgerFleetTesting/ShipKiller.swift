@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import PurchaseLedger
+import PurchaseLedgerFleet
 
 /// The kill-and-reship check, for the test suite (short) and `ledger-bench fleet-crash` (long):
 /// `purchase-ledger ship` killed with SIGKILL at random moments, then run to the end; every event

@@ -13,6 +13,7 @@ package final class LocalPostgres: Sendable {
 
     package struct Failure: Error, CustomStringConvertible {
         package var description: String
+        package init(description: String) { self.description = description }
     }
 
     /// `postgres://postgres:PASSWORD@127.0.0.1:PORT/DATABASE`.

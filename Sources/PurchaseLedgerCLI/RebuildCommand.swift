@@ -1,0 +1,47 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+
+struct RebuildCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebuild",
+        abstract: "Rebuild every projection table from the log.",
+        discussion: """
+            Replays the log in memory and, in one transaction, makes every projection table equal \
+            to what the log gives: rows missing, different or extra are written, the rest left \
+            alone, and the counts printed. A table mostly wrong is rewritten whole. --full \
+            rewrites every row (and so every index) even where it matches.
+
+            Example:
+              purchase-ledger rebuild user.ledger
+              purchase-ledger rebuild user.ledger --full
+              purchase-ledger rebuild user.ledger --json
+            """)
+
+    @OptionGroup var options: LedgerOptions
+
+    @Flag(help: "Rewrite every row in bulk, even rows that already match the log.")
+    var full = false
+
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let start = Date()
+        let ledger = try options.open(readOnly: false)
+        let summary = try ledger.rebuildProjections(rewritingEveryRow: full) { done, total in console.progress("replayed \(done)/\(total)") }
+        console.endProgress()
+        let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
+        if json {
+            console.print(
+                #"{"events":\#(summary.events),"rowsWritten":\#(summary.rowsWritten),"rowsDeleted":\#(summary.rowsDeleted),"rowsUnchanged":\#(summary.rowsUnchanged),"full":\#(full),"seconds":\#(seconds)}"#
+            )
+            return
+        }
+        let rows =
+            full
+            ? "\(summary.rowsWritten) rows rewritten"
+            : "\(summary.rowsWritten) rows written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
+        console.print("rebuilt the projections from \(summary.events) events in \(seconds) s: \(rows)")
+    }
+}

@@ -1,0 +1,182 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+
+struct ReplayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Show the state at any point: after a seq, at a time, at the first anomaly, or when a condition first holds.",
+        discussion: """
+            The state is rebuilt from the log (and snapshots) in memory; the projection tables are not read.
+
+            Examples:
+              purchase-ledger replay user.ledger --at 120
+              purchase-ledger replay user.ledger --until 2024-03-02T10:00:00Z --json | jq '.downloads[] | select(.state=="failed")'
+              purchase-ledger replay user.ledger --first-anomaly
+              purchase-ledger replay user.ledger --when download:t1-d1:failed
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Option(help: "Replay through this seq.") var at: Int64?
+    @Option(help: "Replay through the last event whose time is at or before this RFC 3339 time.") var until: String?
+    @Flag(help: "Stop at the first anomaly.") var firstAnomaly = false
+    @Option(
+        help: ArgumentHelp(
+            "Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.",
+            valueName: "condition"))
+    var when: String?
+    @Option(name: .customLong("transaction"), help: "Show only this transaction and its downloads (repeat for several).")
+    var transactions: [String] = []
+    @Option(name: .customLong("user"), help: "Show only this user's transactions, downloads and content (repeat for several).")
+    var users: [String] = []
+    @Option(name: .customLong("download"), help: "Show only this download and its transaction (repeat for several).")
+    var downloads: [String] = []
+    @Flag(help: "Print the state as JSON (docs/json.md).") var json = false
+
+    var focus: StateFocus { StateFocus(transactions: transactions, users: users, downloads: downloads) }
+
+    func validate() throws {
+        if [at != nil, until != nil, firstAnomaly, when != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("give at most one of --at, --until, --first-anomaly and --when")
+        }
+        try NumberOption.check("--at", at, 0...Int64.max)
+    }
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let state: LedgerState
+        if let at {
+            let last = try ledger.lastSeq()
+            if at > last {
+                console.error("note: the ledger ends at seq \(last); showing the state there")
+            }
+            state = try ledger.state(atSeq: at)
+        } else if let until {
+            state = try ledger.state(at: try Timestamp.parse(until))
+        } else if firstAnomaly {
+            guard let seq = try ledger.firstSeq(where: { _, e in e.anomaly != nil }) else {
+                console.print("no anomaly in this ledger")
+                return
+            }
+            state = try ledger.state(atSeq: seq)
+        } else if let when {
+            let condition = try Condition(when)
+            // Replayed from the snapshot before the record's first event: it cannot hold earlier.
+            let found =
+                condition.isTransaction
+                ? try ledger.firstSeq(involvingTransaction: condition.id) { s, _ in condition.holds(s) }
+                : try ledger.firstSeq(involvingDownload: condition.id) { s, _ in condition.holds(s) }
+            guard let seq = found else {
+                console.print("the condition never holds")
+                return
+            }
+            state = try ledger.state(atSeq: seq)
+        } else {
+            state = try ledger.state(atSeq: .max)
+        }
+        let selection = focus.isEmpty ? nil : try ledger.select(focus, in: state)
+        for id in selection?.missing ?? [] { console.error("note: \(id) is not in the state after seq \(state.seq)") }
+        if json {
+            console.print(selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state))
+        } else {
+            printState(state, selection: selection, ledger: ledger, console: console)
+        }
+    }
+}
+
+/// `transaction:ID:STATE` or `download:ID:STATE`.
+struct Condition {
+    var isTransaction: Bool
+    var id: String
+    var state: String
+
+    init(_ text: String) throws {
+        let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let colon = parts[1].lastIndex(of: ":"), parts[0] == "transaction" || parts[0] == "download" else {
+            throw ValidationError("a condition reads transaction:ID:STATE or download:ID:STATE, not \(text)")
+        }
+        isTransaction = parts[0] == "transaction"
+        id = Identifier.normalize(String(parts[1][..<colon]))
+        state = String(parts[1][parts[1].index(after: colon)...])
+        let valid =
+            isTransaction
+            ? TransactionStatus.allCases.map(\.rawValue) + ["finished", "revoked"]
+            : DownloadStatus.allCases.map(\.rawValue)
+        guard valid.contains(state) else {
+            throw ValidationError("state must be one of \(valid.joined(separator: ", "))")
+        }
+    }
+
+    func holds(_ s: LedgerState) -> Bool {
+        if isTransaction {
+            guard let t = s.transactions[id] else { return false }
+            switch state {
+            case "finished": return t.finished
+            case "revoked": return t.revoked
+            default: return t.state.rawValue == state
+            }
+        }
+        guard let d = s.downloads[id] else { return false }
+        return d.started && d.state.rawValue == state
+    }
+}
+
+func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger: Ledger?, console: Console) {
+    let transactions = selection?.transactions ?? s.transactions.keys.sorted().map { s.transactions[$0]! }
+    let downloads = selection?.downloads ?? s.downloads.keys.sorted().map { s.downloads[$0]! }
+    let owned = selection?.ownedContent ?? s.ownedContent
+    var heading = "\(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content"
+    if selection != nil { heading = "showing \(transactions.count) of \(s.transactions.count) transactions, \(downloads.count) of \(s.downloads.count) downloads" }
+    console.print(
+        console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
+    if !transactions.isEmpty {
+        console.print("")
+        var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]
+        for t in transactions {
+            rows.append([
+                t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
+                t.revoked ? "yes" : "no", t.downloads.joined(separator: " "),
+            ])
+        }
+        console.print(textTable(rows, console: console))
+    }
+    if !downloads.isEmpty {
+        console.print("")
+        var rows = [["download", "transaction", "content", "version", "state", "progress", "copied out", "content URL"]]
+        for d in downloads {
+            let state = d.started ? d.state.rawValue : "waiting (not started)"
+            rows.append([
+                d.download, d.transaction ?? "(standalone)", d.content ?? d.url ?? "-", d.contentVersion?.text ?? "-",
+                state + (d.lost ? ", content lost" : "") + (d.discarded ? ", discarded" : ""),
+                String(format: "%.0f%%", d.progress * 100), d.copiedOut ? (d.destination ?? "yes") : "no",
+                s.contentURL(for: d.download) ?? "-",
+            ])
+        }
+        console.print(textTable(rows, console: console))
+    }
+    if !owned.isEmpty {
+        console.print("")
+        var rows = [["product", "content", "version", "destination", "transaction", "update"]]
+        for o in owned {
+            rows.append([
+                o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
+                s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-",
+            ])
+        }
+        console.print(textTable(rows, console: console))
+    }
+}
+
+/// A plain text table: the first row is the header.
+func textTable(_ rows: [[String]], console: Console) -> String {
+    guard let header = rows.first else { return "" }
+    var widths = header.map(\.count)
+    for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
+    return rows.enumerated().map { index, row in
+        let line = row.enumerated().map { i, cell in
+            i == row.count - 1 ? cell : cell.rightPad(widths[i])
+        }.joined(separator: "  ")
+        return index == 0 ? console.bold(line) : line
+    }.joined(separator: "\n")
+}

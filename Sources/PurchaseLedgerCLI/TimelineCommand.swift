@@ -1,0 +1,72 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+
+struct TimelineCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "timeline",
+        abstract: "One transaction's life: time, event, state after it, its downloads beside it.",
+        discussion: """
+            Anomalies and the cancellations the ledger appended are marked. This is the view that shows \
+            a bug at a glance.
+
+            Example:
+              purchase-ledger timeline user.ledger --transaction t1
+            """)
+
+    @OptionGroup var options: LedgerOptions
+    @Option(help: "The transaction id.") var transaction: String
+    @Flag(help: "One JSON object per step.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let ledger = try options.open()
+        let entries = try ledger.timeline(transaction: transaction)
+        if json {
+            for entry in entries {
+                console.print(
+                    JSONWriter.object { w in
+                        w.key("event")
+                        w.raw(entry.event.jsonLine)
+                        w.key("transaction")
+                        if let t = entry.transaction { StateJSON.write(t, to: &w) } else { w.null() }
+                        w.key("downloads")
+                        w.array(entry.downloads) { w, d in StateJSON.write(d, to: &w) }
+                    })
+            }
+            return
+        }
+        if let t = entries.last?.transaction {
+            console.print(console.bold("transaction \(t.transaction)") + "  \(t.product)  user \(t.user ?? "-")  quantity \(t.quantity)")
+        }
+        for entry in entries {
+            let e = entry.event
+            var what = e.event.type.name
+            switch e.event.body {
+            case .downloadProgressed(let d, let p, _, _): what += " \(d) \(Int(p * 100))%"
+            case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d), .downloadFinished(let d, _): what += " \(d)"
+            case .downloadCancelled(let d, let reason): what += " \(d) (\(reason.rawValue))"
+            case .downloadFailed(let d, let error): what += " \(d) \(error.domain) \(error.code)"
+            case .contentCopiedOut(let d, let destination, _, _): what += " \(d) -> \(destination)"
+            case .transactionFailed(_, let error): what += " \(error.domain) \(error.code)"
+            case .transactionFinished(_, true): what += " (discardContent)"
+            case .transactionRevoked(_, let reason): what += " (\(reason))"
+            case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
+                .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
+                .contentRegistered:
+                break
+            }
+            var after = "-"
+            if let t = entry.transaction {
+                after = t.state.rawValue + (t.finished ? ", finished" : "") + (t.revoked ? ", revoked" : "")
+            }
+            let downloads = entry.downloads.map { d in
+                "\(d.download): \(d.started ? d.state.rawValue : "not started")\(d.state == .active || d.state == .paused ? " \(Int(d.progress * 100))%" : "")\(d.copiedOut ? " copied" : "")\(d.lost ? " LOST" : "")\(d.discarded ? " discarded" : "")"
+            }.joined(separator: "; ")
+            var marks = ""
+            if let rule = e.anomaly { marks += "  " + console.yellow("! anomaly: \(rule.name)") }
+            if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
+            console.print("\(String(e.seq).leftPad(6))  \(console.dim(e.event.at.description))  \(what.rightPad(44))  \(after.rightPad(20))  \(downloads)\(marks)")
+        }
+    }
+}

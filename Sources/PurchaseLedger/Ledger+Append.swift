@@ -33,7 +33,13 @@ extension Ledger {
     /// Appends one event. See ``append(contentsOf:)``.
     @discardableResult
     public func append(_ event: Event) throws -> AppendResult {
-        try append(contentsOf: [event])
+        do {
+            return try append(contentsOf: [event])
+        } catch var error as LedgerError {
+            // One event: no place to name.
+            error.batchIndex = nil
+            throw error
+        }
     }
 
     /// Appends events in one SQLite transaction: all of them, or, when one is malformed or a
@@ -50,6 +56,14 @@ extension Ledger {
     /// large imports.
     @discardableResult
     public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
+        do {
+            return try appendBatch(events, progress: progress)
+        } catch let error as LedgerError {
+            throw error.inBatch()
+        }
+    }
+
+    private func appendBatch(_ events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
         var index = 0
         var stored: [RecordedEvent] = []
         let summary = try appendSession(keepEvents: { stored.append($0) }) {
@@ -114,6 +128,14 @@ extension Ledger {
     /// Checks events against the rules without writing anything: throws the error `append` would
     /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
     public func check(_ events: [Event]) throws -> [Outcome] {
+        do {
+            return try checkBatch(events)
+        } catch let error as LedgerError {
+            throw error.inBatch()
+        }
+    }
+
+    private func checkBatch(_ events: [Event]) throws -> [Outcome] {
         var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {

@@ -507,11 +507,3 @@ public final class Ledger: Sendable {
     }
 
 }
-
-extension LedgerError {
-    /// For a batch append, the 0-based index of the input event that was refused.
-    public var batchIndex: Int? {
-        get { line.map { $0 - 1 } }
-        set { line = newValue.map { $0 + 1 } }
-    }
-}

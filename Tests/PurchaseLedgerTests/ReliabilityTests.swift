@@ -44,7 +44,14 @@ import Testing
             let refused = #expect(throws: LedgerError.self) {
                 try ledger.append(Event(at: Timestamp.parse("2024-03-01T00:00:00Z"), .restoreStarted(user: giant)))
             }
-            #expect(refused?.description == "line 1: malformed: field `user` is \(giant.utf8.count) bytes; at most 1024 are allowed (an id, docs/json.md)")
+            // One event names no position; in a batch, its index (the CLI names its input line).
+            #expect(refused?.description == "malformed: field `user` is \(giant.utf8.count) bytes; at most 1024 are allowed (an id, docs/json.md)")
+            let inBatch = #expect(throws: LedgerError.self) {
+                try ledger.append(contentsOf: [E.product("p-batch"), Event(at: E.at(2), .restoreStarted(user: giant))])
+            }
+            #expect(
+                inBatch?.batchIndex == 1 && inBatch?.line == nil && inBatch?.description.hasPrefix("batch[1]: malformed") == true,
+                "\(String(describing: inBatch)) \(String(describing: inBatch?.batchIndex)) \(String(describing: inBatch?.line))")
         }
         #expect(try ledger.lastSeq() == 1)
         let text = String(repeating: "é", count: InputLimits.textBytes / 2)

@@ -174,6 +174,7 @@ extension Ledger {
         } catch var error as LedgerError {
             if let index = error.batchIndex, index < input.lines.count {
                 error.line = input.lines[index]
+                error.batchIndex = nil
             }
             throw error
         }
@@ -187,6 +188,7 @@ extension Ledger {
         } catch var error as LedgerError {
             if let index = error.batchIndex, index < input.lines.count {
                 error.line = input.lines[index]
+                error.batchIndex = nil
             }
             throw error
         }

@@ -67,6 +67,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public var seq: Int64?
     /// The 1-based input line, for JSON Lines input.
     public var line: Int?
+    /// For a batch given to the library (``Ledger/append(contentsOf:)``, ``Ledger/check(_:)``),
+    /// the 0-based index of the event refused; nil for a single event or a JSON Lines input
+    /// (which names its ``line``).
+    public var batchIndex: Int?
 
     init(_ code: Code, rule: Rule? = nil, _ message: String, event: Event? = nil, downloads: [String] = [], seq: Int64? = nil, line: Int? = nil) {
         self.code = code
@@ -99,6 +103,15 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         LedgerError(.storage, message)
     }
 
+    /// The same error placed at `batch[index]`, when it was placed (internally) at line index + 1.
+    func inBatch() -> LedgerError {
+        guard let line, batchIndex == nil else { return self }
+        var copy = self
+        copy.batchIndex = line - 1
+        copy.line = nil
+        return copy
+    }
+
     /// The same error, placed at an input line.
     func at(line: Int) -> LedgerError {
         var copy = self
@@ -109,7 +122,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// `line 7: finishBeforeCopyOut: download t1-d1 finished but ...`
     public var description: String {
         var parts: [String] = []
-        if let line { parts.append("line \(line)") }
+        if let line { parts.append("line \(line)") } else if let batchIndex { parts.append("batch[\(batchIndex)]") }
         if let seq, line == nil { parts.append("seq \(seq)") }
         if let rule { parts.append(rule.name) } else if code == .malformedInput { parts.append("malformed") } else if code != .ruleViolation { parts.append(code.description) }
         parts.append(message)

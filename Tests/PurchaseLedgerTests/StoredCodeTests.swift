@@ -60,6 +60,24 @@ import Testing
         #expect(decodes(bytes) == nil)
     }
 
+    /// A cancel reason goes into the log by its stored code: one no case has is damage, never
+    /// read back as another reason.
+    @Test func cancelReasonsInTheLogGoThroughTheirCodes() {
+        var w = BinaryWriter()
+        PayloadCodec.encode(.downloadCancelled(download: "d", reason: .transactionFinished), into: &w)
+        func decodes(_ bytes: [UInt8]) -> EventBody? {
+            bytes.withUnsafeBytes { buffer in
+                var reader = BinaryReader(buffer)
+                return try? PayloadCodec.decode(.downloadCancelled, &reader)
+            }
+        }
+        var bytes = w.bytes
+        #expect(decodes(bytes) == .downloadCancelled(download: "d", reason: .transactionFinished))
+        let key = bytes.firstIndex(of: 2 << 3)!  // field 2, varint
+        bytes[key + 1] = 7
+        #expect(decodes(bytes) == nil)
+    }
+
     func expectRoundTrips<T: StoredCode & Equatable>(_ type: T.Type) {
         for value in T.allCases {
             #expect(T(storedCode: UInt64(value.storedCode)) == value)

@@ -21,7 +21,7 @@ struct BinaryWriter {
     }
 
     @inline(__always) mutating func zigzag(_ value: Int64) {
-        varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+        varint(ZigZag.encode(value))
     }
 
     mutating func double(_ value: Double) {
@@ -105,8 +105,7 @@ struct BinaryReader {
     }
 
     @inline(__always) mutating func zigzag() throws(Failure) -> Int64 {
-        let v = try varint()
-        return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
+        ZigZag.decode(try varint())
     }
 
     mutating func int(max: Int) throws(Failure) -> Int {
@@ -167,4 +166,12 @@ struct BinaryReader {
         let r = try span()
         return BinaryReader(base, offset: r.lowerBound, end: r.upperBound)
     }
+}
+
+/// Signed integers as unsigned ones with the sign in the lowest bit (0, -1, 1, -2 ... become
+/// 0, 1, 2, 3 ...), so small values of either sign make short varints. The one definition every
+/// codec uses (payloads, frames, time deltas, snapshots).
+enum ZigZag {
+    @inline(__always) static func encode(_ value: Int64) -> UInt64 { UInt64(bitPattern: (value << 1) ^ (value >> 63)) }
+    @inline(__always) static func decode(_ value: UInt64) -> Int64 { Int64(bitPattern: (value >> 1) ^ (0 &- (value & 1))) }
 }

@@ -54,7 +54,7 @@ enum PayloadCodec {
             }
         case .downloadCancelled(let d, let reason):
             w.field(1, d)
-            if reason != .user { w.field(2, unsigned: 1) }
+            if reason != .user { w.field(2, unsigned: UInt64(reason.storedCode)) }
         case .downloadFinished(let d, let url):
             w.field(1, d); w.field(2, url)
         case .downloadFailed(let d, let e):
@@ -161,7 +161,7 @@ enum PayloadCodec {
         }
 
         func signed(_ f: UInt64) -> Int64? {
-            ints[f].map { Int64(bitPattern: ($0 >> 1) ^ (0 &- ($0 & 1))) }
+            ints[f].map(ZigZag.decode)
         }
     }
 
@@ -332,7 +332,8 @@ enum PayloadCodec {
         case .downloadResumed:
             return .downloadResumed(download: try f.string(1, "download"))
         case .downloadCancelled:
-            return .downloadCancelled(download: try f.string(1, "download"), reason: f.ints[2] == 1 ? .transactionFinished : .user)
+            guard let reason = CancelReason(storedCode: f.ints[2] ?? 0) else { throw Failure(message: "bad cancel reason") }
+            return .downloadCancelled(download: try f.string(1, "download"), reason: reason)
         case .downloadFinished:
             return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.string(2, "contentURL"))
         case .contentCopiedOut:

@@ -52,7 +52,8 @@ extension DownloadStatus: StoredCode {
     }
 }
 
-/// In snapshot pages, as the code plus one (0: no reason).
+/// In `downloadCancelled` payloads (field 2, absent for `user`) and in snapshot pages (as the
+/// code plus one, 0: no reason).
 extension CancelReason: StoredCode {
     var storedCode: UInt8 {
         switch self {

@@ -134,7 +134,7 @@ enum FrameCodec {
     /// milliseconds (the usual case, 1-3 bytes), `zigzag(ns) << 2` otherwise, and `3` followed by
     /// a zigzag varint for deltas too large to shift (only hostile times make those).
     private static func timeDelta(_ ns: Int64, _ w: inout BinaryWriter) {
-        let zig = { (v: Int64) in UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
+        let zig = ZigZag.encode
         let limit = Int64.max >> 3
         if ns % 1_000_000 == 0, abs(ns / 1_000_000) < limit {
             w.varint(zig(ns / 1_000_000) << 2 | 1)
@@ -152,8 +152,7 @@ enum FrameCodec {
         case 3: return try r.zigzag()
         case 2: throw Failure(message: "bad time delta tag")
         default:
-            let zig = raw >> 2
-            let value = Int64(bitPattern: (zig >> 1) ^ (0 &- (zig & 1)))
+            let value = ZigZag.decode(raw >> 2)
             return raw & 3 == 1 ? value &* 1_000_000 : value
         }
     }

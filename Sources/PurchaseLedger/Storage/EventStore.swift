@@ -265,7 +265,7 @@ enum EventStore {
     /// queue of its own once work is handed over `later`, on the calling thread until then. The
     /// compressed blocks wait in a spool of their own. At most a few batches wait, so memory stays
     /// bounded whatever the append's size.
-    final class Sealer: @unchecked Sendable {
+    final class Sealer: @unchecked Sendable {  // unchecked: its state is touched only on its serial queue, or before work goes there
         struct Result {
             var sealed: [(row: SealedRow, data: Spool.Slice)]
             /// Linked frames that fill no block: the open tail's new rows.
@@ -684,7 +684,7 @@ enum EventStore {
     }
 
     /// A block being decoded on the scan's decoding queue; `done` is signalled once it is filled.
-    private final class PendingBlock: @unchecked Sendable {
+    private final class PendingBlock: @unchecked Sendable {  // unchecked: filled on the decoding queue, read only after `done` is signalled
         let done = DispatchSemaphore(value: 0)
         var events: [RecordedEvent] = []
         var failure: LedgerError?

@@ -10,7 +10,7 @@ import Foundation
 /// let counter = Locked(0)
 /// counter.withLock { $0 += 1 }
 /// ```
-package final class Locked<Value>: @unchecked Sendable {
+package final class Locked<Value>: @unchecked Sendable {  // unchecked: `value` is read and written only under `lock`
     private var value: Value
     private let lock = NSLock()
 

@@ -3,7 +3,7 @@ import Foundation
 /// Runs a list of jobs on background threads, started in order, `width` at a time, while the
 /// caller takes their results in the same order as each is ready: the caller works on result `i`
 /// while the jobs after it run.
-final class Pipeline<Result: Sendable>: @unchecked Sendable {
+final class Pipeline<Result: Sendable>: @unchecked Sendable {  // unchecked: `results` only under `lock`; the rest is immutable
     private var results: [Result?]
     private let ready: [DispatchSemaphore]
     private let lock = NSLock()

@@ -15,7 +15,7 @@ import Foundation
 /// defer { ahead.stop() }
 /// while let item = try ahead.next() { use(item) }
 /// ```
-final class ReadAhead<Item>: @unchecked Sendable {
+final class ReadAhead<Item>: @unchecked Sendable {  // unchecked: shared state only under `condition` (below)
     // Everything below `condition` is shared with the producer's thread and read or written
     // only while it is held; `current` and `index` belong to the consumer.
     private let condition = NSCondition()

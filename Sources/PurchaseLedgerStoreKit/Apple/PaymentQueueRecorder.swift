@@ -19,7 +19,7 @@
     /// try recorder.add(SKPayment(product: product))
     /// try recorder.finish(transaction)                     // refused while content is not copied out
     /// ```
-    public final class PaymentQueueRecorder: NSObject, SKPaymentTransactionObserver, @unchecked Sendable {
+    public final class PaymentQueueRecorder: NSObject, SKPaymentTransactionObserver, @unchecked Sendable {  // unchecked: immutable lets; SKPaymentQueue is thread-safe
         public let recorder: StoreKitRecorder
         public let queue: SKPaymentQueue
 

@@ -110,7 +110,7 @@ enum DemoScenario {
             "alice buys Book One; a download pauses and resumes",
             [
                 #"{"type":"paymentQueued","at":"2024-03-01T09:00:00.000Z","transaction":"t1","product":"com.example.book1","user":"u-alice"}"#,
-                #"{"type":"transactionPurchased","at":"2024-03-01T09:00:05.000Z","transaction":"t1","storeTransactionId":"2000000001","downloads":[{"download":"t1-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t1-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T09:00:05.000Z","transaction":"t1","storeTransactionId":"2000000001","storefront":"USA","downloads":[{"download":"t1-d1","content":"book1-chapter1","contentVersion":"1.0","contentLength":1048576},{"download":"t1-d2","content":"book1-chapter2","contentVersion":"1.0","contentLength":2097152}]}"#,
                 #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.500Z","download":"t1-d1"}"#,
                 #"{"type":"downloadStarted","at":"2024-03-01T09:00:05.600Z","download":"t1-d2"}"#,
                 #"{"type":"downloadProgressed","at":"2024-03-01T09:00:07.000Z","download":"t1-d1","progress":0.5,"bytesWritten":524288,"timeRemaining":2.0}"#,
@@ -129,8 +129,8 @@ enum DemoScenario {
             "alice buys 5 x 100 coins; the store redelivers it at the next launch",
             [
                 #"{"type":"paymentQueued","at":"2024-03-01T10:00:00.000Z","transaction":"t2","product":"com.example.coins100","quantity":5,"user":"u-alice"}"#,
-                #"{"type":"transactionPurchased","at":"2024-03-01T10:00:03.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
-                #"{"type":"transactionPurchased","at":"2024-03-01T10:05:00.000Z","transaction":"t2","storeTransactionId":"2000000002"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T10:00:03.000Z","transaction":"t2","storeTransactionId":"2000000002","storefront":"USA"}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-01T10:05:00.000Z","transaction":"t2","storeTransactionId":"2000000002","storefront":"USA"}"#,
                 #"{"type":"transactionFinished","at":"2024-03-01T10:05:00.200Z","transaction":"t2"}"#,
             ]
         ),
@@ -138,7 +138,7 @@ enum DemoScenario {
             "alice buys the atlas; the download fails and is retried",
             [
                 #"{"type":"paymentQueued","at":"2024-03-02T11:00:00.000Z","transaction":"t3","product":"com.example.atlas","user":"u-alice"}"#,
-                #"{"type":"transactionPurchased","at":"2024-03-02T11:00:04.000Z","transaction":"t3","storeTransactionId":"2000000003","downloads":[{"download":"t3-d1","content":"atlas-maps","contentVersion":"2.1","contentLength":52428800}]}"#,
+                #"{"type":"transactionPurchased","at":"2024-03-02T11:00:04.000Z","transaction":"t3","storeTransactionId":"2000000003","price":"9.99","currency":"EUR","storefront":"FRA","downloads":[{"download":"t3-d1","content":"atlas-maps","contentVersion":"2.1","contentLength":52428800}]}"#,
                 #"{"type":"downloadStarted","at":"2024-03-02T11:00:04.500Z","download":"t3-d1"}"#,
                 #"{"type":"downloadProgressed","at":"2024-03-02T11:00:10.000Z","download":"t3-d1","progress":0.3,"bytesWritten":15728640,"timeRemaining":14.0}"#,
                 #"{"type":"downloadFailed","at":"2024-03-02T11:00:12.000Z","download":"t3-d1","error":{"domain":"NSURLErrorDomain","code":-1005,"message":"The network connection was lost."}}"#,

@@ -407,14 +407,22 @@ public final class StoreKitRecorder: Sendable {
     }
 
     /// A StoreKit 2 transaction whose signature did not verify (`VerificationResult.unverified`):
-    /// never recorded as a purchase (its money is not to be trusted). It goes to `onError` with
-    /// StoreKit's verification error, so the app can log it.
-    public func unverified(storeKit2 id: UInt64, product: String, error: StoreError) {
-        onError(
-            LedgerError.make(
-                .malformedInput,
-                "StoreKit 2 transaction \(id) (product \(product)) did not verify (\(error.domain) \(error.code): \(error.message)); not recorded as a purchase"
-            ))
+    /// kept in the log as a purchase marked `unverified` with StoreKit's verification error, which
+    /// the ledger stores as an `unverifiedTransaction` anomaly and never applies (no ownership, no
+    /// revenue). Recorded once per transaction.
+    public func unverified(storeKit2 id: UInt64, product: String, purchaseDate: Date? = nil, error: StoreError) {
+        let transaction = Self.transactionID(storeKit2: id)
+        record {
+            let seen = try ledger.events(inStream: "transaction:" + transaction).contains { $0.anomaly == .unverifiedTransaction }
+            guard !seen else { return [] }
+            let why = "\(error.domain) \(error.code): \(error.message)"
+            return [
+                Event(
+                    at: purchaseDate.map(Timestamp.init) ?? clock(),
+                    .transactionPurchased(
+                        transaction: transaction, product: product, storeTransactionId: String(id), terms: PurchaseTerms(unverified: why)))
+            ]
+        }
     }
 
     /// StoreKit 1's `paymentQueue(_:didRevokeEntitlementsForProductIdentifiers:)`: Family Sharing

@@ -15,7 +15,8 @@ import Testing
         let at = E.at(1)
         let spec = DownloadSpec(download: v("download"), content: v("content"), contentVersion: ContentVersion("1.0")!, contentLength: 1)
         let error = StoreError(domain: v("domain"), code: 2, message: v("message"))
-        let terms = PurchaseTerms(price: "1.00", currency: "USD", storefront: "USA", offer: Offer(type: .promotional, id: v("offer")))
+        let terms = PurchaseTerms(
+            price: "1.00", currency: "USD", storefront: "USA", offer: Offer(type: .promotional, id: v("offer")), unverified: v("unverified"))
         let bodies: [EventBody] = [
             .productRegistered(
                 ProductRegistration(

@@ -60,6 +60,10 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
         RuleCase(
             rule: .duplicateDownload, given: purchased + [E.queued("t2")], breaking: E.purchased("t2", downloads: ["d1"]),
             why: "a second transaction claims download d1"),
+        RuleCase(
+            rule: .unverifiedTransaction, given: catalog,
+            breaking: Event(at: E.at(2), .transactionPurchased(transaction: "t9", product: "coins", terms: PurchaseTerms(unverified: "invalid signature"))),
+            why: "StoreKit 2 could not verify its signature"),
     ]
 }
 

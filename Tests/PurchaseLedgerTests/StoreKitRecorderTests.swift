@@ -361,10 +361,15 @@ import Testing
         #expect(Set(revenue.map { "\($0.product) \($0.price) \($0.currency) \($0.units)" }) == ["com.example.coins 0.99 EUR 3", "com.example.season 0 EUR 1"])
         #expect(try ledger.revenue(allEnvironments: true).count == 4)
 
-        // An unverified result is never a purchase: the app hears of it through onError.
-        r.unverified(storeKit2: 7005, product: "com.example.book", error: StoreError(domain: "StoreKit.VerificationResult", code: 1, message: "invalid signature"))
-        #expect(ledger.currentState.transactions["sk2-7005"] == nil)
-        #expect(errors.all.count == 1 && "\(errors.all[0])".contains("did not verify") && "\(errors.all[0])".contains("invalid signature"))
+        // An unverified result is kept, as an anomaly with its verification error, never a purchase.
+        let invalid = StoreError(domain: "StoreKit.VerificationResult", code: 1, message: "invalid signature")
+        r.unverified(storeKit2: 7005, product: "com.example.book", error: invalid)
+        r.unverified(storeKit2: 7005, product: "com.example.book", error: invalid)
+        #expect(ledger.currentState.transactions["sk2-7005"] == nil && errors.all.isEmpty)
+        let kept = try ledger.events(inStream: "transaction:sk2-7005")
+        #expect(kept.count == 1 && kept[0].anomaly == .unverifiedTransaction, "recorded once")
+        #expect(JSONLines.encode(kept[0].event).contains(#""unverified":"StoreKit.VerificationResult 1: invalid signature""#))
+        #expect(try ledger.revenue(allEnvironments: true).count == 4, "never revenue")
     }
 
     /// At launch `Transaction.all` finds refunds made while the app was closed: recorded once,

@@ -109,6 +109,7 @@ extension EventBody {
             optional("currency", terms.currency)
             optional("storefront", terms.storefront)
             if let id = terms.offer?.id { body("offerId", "offer.id", id) }
+            optional("unverified", terms.unverified)
         }
         switch self {
         case .productRegistered(let r):

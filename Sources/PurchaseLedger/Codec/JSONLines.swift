@@ -166,7 +166,8 @@ public enum JSONLines {
         }
         var terms = PurchaseTerms(
             price: try f.optionalString("price"), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
-            environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self))
+            environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self),
+            unverified: try f.optionalString("unverified"))
         if let item = try f.optionalItem("offer") {
             let g = try f.object(item, "offer")
             guard let type = try named("type", g, OfferType.self) else { throw .malformed("missing field \(g.qualified("type"))") }
@@ -248,6 +249,7 @@ public enum JSONLines {
                 if let id = offer.id { w.field("id", id) }
                 w.endObject()
             }
+            opt("unverified", t.unverified)
         }
         switch body {
         case .productRegistered(let p):

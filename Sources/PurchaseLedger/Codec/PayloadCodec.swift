@@ -100,7 +100,8 @@ enum PayloadCodec {
 
     /// Field 8 of a purchase or restore, absent when it has no terms: a message of price (1),
     /// currency (2), storefront (3), environment (4), ownership (5) and offer type (6) as stored
-    /// codes, offer id (7). An absent code is the default (production, purchased, no offer).
+    /// codes, offer id (7), verification error (8). An absent code is the default (production,
+    /// purchased, no offer).
     private static func terms(_ t: PurchaseTerms, _ w: inout BinaryWriter) {
         guard !t.isEmpty else { return }
         w.message(Field.terms) { m in
@@ -111,6 +112,7 @@ enum PayloadCodec {
                 m.field(6, unsigned: UInt64(offer.type.storedCode))
                 m.field(7, offer.id)
             }
+            m.field(8, t.unverified)
         }
     }
 
@@ -135,6 +137,7 @@ enum PayloadCodec {
             guard let type = OfferType(storedCode: code) else { throw Failure(message: "bad offer type") }
             t.offer = Offer(type: type, id: g.strings[7])
         }
+        t.unverified = g.strings[8]
         return t
     }
 

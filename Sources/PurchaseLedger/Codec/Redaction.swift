@@ -15,6 +15,7 @@ public enum PersonalData {
     /// them), the catalog, error domains, checksums, money and offers.
     public static let nonPersonal: Set<String> = [
         "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
+        "unverified",
     ]
 }
 

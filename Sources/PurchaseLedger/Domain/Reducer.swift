@@ -166,6 +166,9 @@ public enum Reducer {
             }
 
         case .transactionPurchased(let t, let product, let user, let storeID, let specs, let terms):
+            if let why = terms.unverified {
+                throw .violation(.unverifiedTransaction, "transaction \(t)'s store signature did not verify (\(why)): kept, never applied", e)
+            }
             guard let record = s.transactions[t] else {
                 guard let product else {
                     throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
@@ -232,6 +235,9 @@ public enum Reducer {
             }
 
         case .transactionRestored(let t, let original, let product, let user, let storeID, let specs, let terms):
+            if let why = terms.unverified {
+                throw .violation(.unverifiedTransaction, "transaction \(t)'s store signature did not verify (\(why)): kept, never applied", e)
+            }
             if let record = s.transactions[t] {
                 var same = record.state == .restored && record.originalTransaction == original && record.product == product
                 same = same && (user == nil || user == record.user) && storeID == record.storeTransactionId

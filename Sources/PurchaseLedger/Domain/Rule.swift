@@ -44,13 +44,16 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
     public static let noRestoreInProgress = Rule("noRestoreInProgress", 14)
     /// Downloads reusing a download id already in the ledger.
     public static let duplicateDownload = Rule("duplicateDownload", 15)
+    /// A purchase or restore whose store signature did not verify (StoreKit 2's
+    /// `VerificationResult.unverified`): kept, never applied.
+    public static let unverifiedTransaction = Rule("unverifiedTransaction", 16)
 
     /// Every rule, in code order.
     public static let all: [Rule] = [
         .unknownProduct, .duplicateTransaction, .finishWhilePurchasing, .finishWhileDeferred, .alreadyFinished,
         .finishBeforeCopyOut, .contentURLAfterFinish, .downloadAfterFinish, .illegalDownloadTransition,
         .copyOutBeforeFinished, .contentKeyMismatch, .restoreInProgress, .illegalTransactionTransition,
-        .noRestoreInProgress, .duplicateDownload,
+        .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction,
     ]
 
     public init?(name: String) {

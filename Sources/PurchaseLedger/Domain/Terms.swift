@@ -52,6 +52,7 @@ public struct PurchaseTerms: Sendable, Hashable {
         var environment: StoreEnvironment?
         var ownership: Ownership?
         var offer: Offer?
+        var unverified: String?
     }
 
     private var box: Box?
@@ -89,12 +90,21 @@ public struct PurchaseTerms: Sendable, Hashable {
         get { box?.fields.offer }
         set { fields.offer = newValue }
     }
+    /// Set when the store's signature of the transaction did not verify (StoreKit 2's
+    /// `VerificationResult.unverified`): the verification error. Such a purchase is stored as an
+    /// `unverifiedTransaction` anomaly and never applied: no ownership, no revenue.
+    public var unverified: String? {
+        get { box?.fields.unverified }
+        set { fields.unverified = newValue }
+    }
 
     public init(
         price: String? = nil, currency: String? = nil, storefront: String? = nil, environment: StoreEnvironment? = nil,
-        ownership: Ownership? = nil, offer: Offer? = nil
+        ownership: Ownership? = nil, offer: Offer? = nil, unverified: String? = nil
     ) {
-        fields = Fields(price: price, currency: currency, storefront: storefront, environment: environment, ownership: ownership, offer: offer)
+        fields = Fields(
+            price: price, currency: currency, storefront: storefront, environment: environment, ownership: ownership, offer: offer,
+            unverified: unverified)
     }
 
     public static func == (a: PurchaseTerms, b: PurchaseTerms) -> Bool { a.box === b.box || a.fields == b.fields }

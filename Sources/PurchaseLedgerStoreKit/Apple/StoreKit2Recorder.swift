@@ -14,8 +14,8 @@
         /// can be missed), then records `Transaction.unfinished` and `Transaction.currentEntitlements`
         /// (what the ledger shows already adds nothing), then reconciles with `Transaction.all`
         /// (refunds and revocations made while the app was closed). Runs for as long as the
-        /// returned task does. An unverified result is not recorded as a purchase: it goes to
-        /// `onError`, with StoreKit's verification error.
+        /// returned task does. An unverified result is kept as an `unverifiedTransaction` anomaly
+        /// with StoreKit's verification error, never as a purchase.
         public func startStoreKit2() -> Task<Void, Never> {
             let updates = Task.detached(priority: .utility) { [self] in
                 for await result in Transaction.updates { take(result, from: .updates) }
@@ -37,7 +37,7 @@
             case .verified(let t):
                 record([StoreKit2TransactionValue(t)], from: source)
             case .unverified(let t, let error):
-                unverified(storeKit2: t.id, product: t.productID, error: StoreError(error))
+                unverified(storeKit2: t.id, product: t.productID, purchaseDate: t.purchaseDate, error: StoreError(error))
             }
         }
 

@@ -130,8 +130,9 @@ struct VerifyCommand: ParsableCommand {
                 console.print(
                     console.green("ok")
                         + ": \(report.eventsChecked) events; hash chain intact, every payload decodes, every event passes the rules as recorded, "
-                        + [0: "", 1: "the newest snapshot equals the log at its seq, "][
-                            report.snapshotsChecked, default: "\(report.snapshotsChecked) snapshots equal the log at their seqs, "]
+                        + [0: "", 1: "every snapshot bound to the chain, the newest equal to the log at its seq, "][
+                            report.snapshotsChecked,
+                            default: "every snapshot bound to the chain, \(report.snapshotsChecked) equal to the log at their seqs, "]
                         + "projections equal a fresh rebuild, SQLite integrity ok"
                 )
             }

@@ -9,7 +9,12 @@ Tools/ensure-dependencies.sh
 sizes=100000,1000000
 for ((i = 1; i <= $#; i++)); do [ "${!i}" = "--sizes" ] && { j=$((i + 1)); sizes=${!j}; }; done
 mkdir -p bench-results
-generator=Tools/gen_workload.py   # a copy of ../shared/bench/gen_workload.py (WorkloadTests checks they match)
+generator=Tools/gen_workload.py   # a copy of ../shared/bench/gen_workload.py (WorkloadTests pins its SHA-256)
+reference=../shared/bench/gen_workload.py
+if [ -f "$reference" ] && ! cmp -s "$generator" "$reference"; then
+  echo "$generator differs from $reference: copy the reference again (and update WorkloadTests.referenceSHA256)" >&2
+  exit 1
+fi
 for n in ${sizes//,/ }; do
   if [ ! -s "bench-results/workload-$n.jsonl" ]; then
     echo "generating the $n-event workload..." >&2

@@ -56,14 +56,6 @@ extension Ledger {
     /// large imports.
     @discardableResult
     public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
-        do {
-            return try appendBatch(events, progress: progress)
-        } catch let error as LedgerError {
-            throw error.inBatch()
-        }
-    }
-
-    private func appendBatch(_ events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
         var index = 0
         var stored: [RecordedEvent] = []
         let summary = try appendSession(keepEvents: { stored.append($0) }) {
@@ -73,9 +65,9 @@ extension Ledger {
             do {
                 if configuration.checksInput { try InputLimits.check(events[index]) }
             } catch let error as LedgerError {
-                throw error.at(line: index + 1)
+                throw error.at(.batch(index))
             }
-            return (events[index], index + 1)
+            return (events[index], .batch(index))
         }
         return AppendResult(events: stored, ignored: summary.ignored, lastSeq: summary.lastSeq)
     }
@@ -110,7 +102,7 @@ extension Ledger {
                     if let progress, decided % 10_000 == 0 {
                         progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
                     }
-                    return (item.event, item.line)
+                    return (item.event, .line(item.line))
                 }
             }
         } catch {
@@ -128,31 +120,23 @@ extension Ledger {
     /// Checks events against the rules without writing anything: throws the error `append` would
     /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
     public func check(_ events: [Event]) throws -> [Outcome] {
-        do {
-            return try checkBatch(events)
-        } catch let error as LedgerError {
-            throw error.inBatch()
-        }
-    }
-
-    private func checkBatch(_ events: [Event]) throws -> [Outcome] {
         var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
             do {
                 if configuration.checksInput { try InputLimits.check(input) }
             } catch {
-                throw error.at(line: index + 1)
+                throw error.at(.batch(index))
             }
-            try Reducer.take(input.normalizingIDs(), line: index + 1, &state) { _, outcome, _, _ in outcomes.append(outcome) }
+            try Reducer.take(input.normalizingIDs(), at: .batch(index), &state) { _, outcome, _, _ in outcomes.append(outcome) }
         }
         return outcomes
     }
 
     /// Runs one append: takes the write lock, catches up with other processes, decides every
-    /// input event `next` gives (numbered by its line: batch index + 1 for an array), then writes
+    /// input event `next` gives (with its position: a line, or an index in a batch), then writes
     /// what was decided and commits. A refusal rolls back a transaction that wrote nothing.
-    private func appendSession(keepEvents: ((RecordedEvent) -> Void)?, next: () throws -> (Event, Int)?) throws -> ImportSummary {
+    private func appendSession(keepEvents: ((RecordedEvent) -> Void)?, next: () throws -> (Event, LedgerError.Position)?) throws -> ImportSummary {
         guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         let summary = try withWriter { w throws -> ImportSummary in
             if let damage = w.damage {
@@ -177,8 +161,8 @@ extension Ledger {
                         var session = try AppendSession(
                             db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
                             emptyLedger: w.state.seq == 0, cache: pageCache)
-                        while let (event, line) = try next() {
-                            try session.decide(event, line: line, into: &w, db, mutated: &mutated, keep: keepEvents)
+                        while let (event, position) = try next() {
+                            try session.decide(event, at: position, into: &w, db, mutated: &mutated, keep: keepEvents)
                         }
                         tail = try session.write(&w, db, markProjections: known == nil) ?? known?.tail
                         summary = session.summary(lastSeq: w.state.seq)
@@ -240,7 +224,7 @@ extension Ledger {
     }
 }
 
-/// One append, in two steps. ``decide(_:line:into:_:mutated:keep:)`` runs the rules on each input
+/// One append, in two steps. ``decide(_:at:into:_:mutated:keep:)`` runs the rules on each input
 /// event and turns what is stored into frames, chain links, sealed blocks and snapshots, spooled,
 /// writing nothing; ``write(_:_:)`` then stores all of it. Between them the caller holds the
 /// write lock, so a refusal at any input event leaves nothing to undo.
@@ -277,9 +261,9 @@ struct AppendSession {
     }
 
     /// Runs the rules on one input event (and on what the ledger appends before it), advancing
-    /// the writer's state, seq and chain link. Throws the refusal with the input's `line`.
+    /// the writer's state, seq and chain link. Throws the refusal placed at the input's position.
     mutating func decide(
-        _ given: Event, line: Int, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
+        _ given: Event, at position: LedgerError.Position, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
         keep: ((RecordedEvent) -> Void)?
     ) throws {
         let input = given.normalizingIDs()
@@ -287,7 +271,7 @@ struct AppendSession {
         var state = LedgerState()
         swap(&state, &w.state)
         defer { swap(&state, &w.state) }
-        try Reducer.take(input, line: line, &state) { event, outcome, state, byLedger in
+        try Reducer.take(input, at: position, &state) { event, outcome, state, byLedger in
             mutated = true
             guard outcome.isStored else {
                 ignored += 1

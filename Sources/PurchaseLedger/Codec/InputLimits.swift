@@ -68,7 +68,7 @@ extension InputLimits {
             if let bytes, bytes < 0 { return "bytesWritten \(bytes) is negative" }
         case .productRegistered(let r):
             if !JSONLines.isDecimal(r.price) { return "price \(r.price.debugDescription.prefix(40)) is not a decimal" }
-            if !(r.currency.utf8.count == 3 && r.currency.utf8.allSatisfy({ $0 >= 65 && $0 <= 90 })) {
+            if !PurchaseTerms.isUpperLetters(r.currency, count: 3) {
                 return "currency \(r.currency.debugDescription.prefix(40)) is not an ISO 4217 code"
             }
             if let bad = r.contents.first(where: { $0.contentLength < 0 }) { return "content \(bad.content) has a negative contentLength" }

@@ -54,7 +54,7 @@ public enum JSONLines {
             let price = try f.string("price")
             guard isDecimal(price) else { throw .malformed("field `price` must be a decimal string such as \"4.99\"") }
             let currency = try f.string("currency")
-            guard currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= 65 && $0 <= 90 }) else {
+            guard PurchaseTerms.isUpperLetters(currency, count: 3) else {
                 throw .malformed("field `currency` must be an ISO 4217 code such as USD")
             }
             var contents: [ContentSpec] = []

@@ -103,21 +103,25 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         LedgerError(.storage, message)
     }
 
-    /// The same error placed at `batch[index]`, when it was placed (internally) at line index + 1.
-    func inBatch() -> LedgerError {
-        guard let line, batchIndex == nil else { return self }
+    /// Where an input event came from: a JSON Lines line, or an index in a batch given to the
+    /// library.
+    enum Position {
+        case line(Int)
+        case batch(Int)
+    }
+
+    /// The same error, placed at `position`.
+    func at(_ position: Position) -> LedgerError {
         var copy = self
-        copy.batchIndex = line - 1
-        copy.line = nil
+        switch position {
+        case .line(let line): copy.line = line
+        case .batch(let index): copy.batchIndex = index
+        }
         return copy
     }
 
     /// The same error, placed at an input line.
-    func at(line: Int) -> LedgerError {
-        var copy = self
-        copy.line = line
-        return copy
-    }
+    func at(line: Int) -> LedgerError { at(.line(line)) }
 
     /// `line 7: finishBeforeCopyOut: download t1-d1 finished but ...`
     public var description: String {

@@ -60,14 +60,15 @@ public enum Reducer {
     /// caller drops (an append rolls back and reloads).
     @inline(__always)
     static func take(
-        _ input: Event, line: Int, _ state: inout LedgerState, _ body: (Event, Outcome, inout LedgerState, _ appendedByLedger: Bool) throws -> Void
+        _ input: Event, at position: LedgerError.Position, _ state: inout LedgerState,
+        _ body: (Event, Outcome, inout LedgerState, _ appendedByLedger: Bool) throws -> Void
     ) throws {
         func one(_ event: Event, appendedByLedger: Bool) throws {
             let outcome: Outcome
             do {
                 outcome = try reduce(&state, event)
             } catch {
-                throw error.at(line: line)
+                throw error.at(position)
             }
             try body(event, outcome, &state, appendedByLedger)
         }

@@ -68,14 +68,6 @@ public struct AppendResult: Sendable {
     public var lastSeq: Int64
 }
 
-/// A ledger file's stable identity (``Ledger/identity()``).
-public struct LedgerIdentity: Sendable, Hashable {
-    /// A lowercase UUID.
-    public var id: String
-    /// `created`, or `assigned on open at <time>` for a ledger made before identities existed.
-    public var origin: String
-}
-
 /// An event-sourced ledger of in-app purchases and their downloads, in one SQLite file.
 ///
 /// Open (or create) it, append what the app decides and what the store reports, and read back
@@ -351,8 +343,9 @@ public final class Ledger: Sendable {
             guard try migrator.hasCompletedMigrations(db), try Int32.fetchOne(db, sql: "PRAGMA application_id") == Ledger.applicationID else {
                 return false
             }
-            let keys = try String.fetchAll(db, sql: "SELECT key FROM ledger_info WHERE key IN ('chain', 'ledger_id', 'redaction_secret')")
-            return keys.count == 3
+            let keys = try String.fetchAll(
+                db, sql: "SELECT key FROM ledger_info WHERE key IN ('chain', 'ledger_id', 'redaction_secret', 'identity_key')")
+            return keys.count == 4
         }
         // An up-to-date ledger is opened without writing a byte.
         if !configuration.readOnly && !upToDate {
@@ -371,12 +364,20 @@ public final class Ledger: Sendable {
                         sql: "INSERT INTO ledger_info (key, value) VALUES ('chain', ?), ('key_check', ?), ('genesis', 'ledger-id')",
                         arguments: [key == nil ? "sha256" : "hmac-sha256", key.map { Data(HashChain.keyCheck($0)) }])
                 }
+                // The identity key, made once: a new ledger's id is derived from its public key
+                // (LedgerIdentity), so no other file can prove it holds that id.
+                var identityKey = try LedgerIdentity.identityKey(db)
+                if identityKey == nil {
+                    let key = CheckpointSigningKey()
+                    try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('identity_key', ?)", arguments: [Data(key.seed)])
+                    identityKey = key
+                }
                 if try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") == nil {
                     // Ledgers made before identities existed get theirs on the first writable open, and say so.
                     let origin = created ? "created" : "assigned on open at \(configuration.clock())"
                     try db.execute(
                         sql: "INSERT INTO ledger_info (key, value) VALUES ('ledger_id', ?), ('ledger_id_origin', ?)",
-                        arguments: [UUID().uuidString.lowercased(), origin])
+                        arguments: [LedgerIdentity.id(derivedFrom: identityKey!.publicKey), origin])
                 }
                 // The secret of this ledger's pseudonyms (Redactor), made once.
                 try db.execute(
@@ -415,15 +416,14 @@ public final class Ledger: Sendable {
         return Set(recorded).isSubset(of: embeddedMigrations.map(\.name))
     }
 
-    /// This ledger's identity: a random UUID given when the file was created (or, for a ledger
-    /// made before identities existed, on its first writable open), never changed afterwards. Two
-    /// files never share one, so a fleet store (several devices of one user) tells them apart.
-    /// Nil only for an old ledger only ever opened read-only.
+    /// This ledger's identity: a UUID derived from its identity key when the file was created (or,
+    /// for a ledger made before identities existed, on its first writable open), never changed
+    /// afterwards. Two files never share one, so a fleet store (several devices of one user) tells
+    /// them apart, and only the file holding the key can prove the id is its own
+    /// (``LedgerIdentity/isProvenByKey``). Nil only for an old ledger only ever opened read-only.
     public func identity() throws -> LedgerIdentity? {
         try read { db in
-            guard let id = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") else { return nil }
-            let origin = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id_origin'") ?? "created"
-            return LedgerIdentity(id: id, origin: origin)
+            try LedgerIdentity.read(db)
         }
     }
 

@@ -51,8 +51,9 @@ struct VerifyCommand: ParsableCommand {
             throw CommandExit(status: 1)
         }
         if let against {
-            guard let id = try ledger.identity()?.id else { throw LedgerError.io("this ledger has no id yet; open it for writing once") }
-            let held = try blocking { () -> (seq: Int64, link: [UInt8])? in
+            guard let identity = try ledger.identity() else { throw LedgerError.io("this ledger has no id yet; open it for writing once") }
+            let id = identity.id
+            let held = try blocking { () -> ShippedHead? in
                 let fleet = try await FleetStore.connect(against)
                 do {
                     let held = try await fleet.shippedHead(ofLedger: id)
@@ -65,6 +66,12 @@ struct VerifyCommand: ParsableCommand {
             }
             guard let held else {
                 console.print(console.red("problem: ") + "the fleet store holds nothing of ledger \(id): it was never shipped there")
+                throw CommandExit(status: 1)
+            }
+            if let key = held.publicKey, key != identity.publicKey?.rawRepresentation {
+                console.print(
+                    console.red("problem: ")
+                        + "the fleet store holds ledger \(id) under another ledger's identity key: this file claims an id that is not its own (an id conflict)")
                 throw CommandExit(status: 1)
             }
             try problemExit { try ledger.verifyExtends(seq: held.seq, link: held.link, witness: "what the fleet store holds") }

@@ -234,15 +234,16 @@ extension FleetStore {
         }
     }
 
-    /// What the store holds of ledger `id`: its last shipped seq and the chain's link there (nil
-    /// when it never shipped). The fleet is a witness of each ledger's history: a file that no
-    /// longer extends it was rolled back, cut short or rewritten (``Ledger`` checks it, with
+    /// What the store holds of ledger `id` (nil when it never shipped): its last shipped seq, the
+    /// chain's link there, and the public identity key the id is held by (nil for a ledger last
+    /// shipped before keys were kept). The fleet is a witness of each ledger's history: a file that
+    /// no longer extends it was rolled back, cut short or rewritten (``Ledger`` checks it, with
     /// `verifyExtends`; `purchase-ledger verify LEDGER --against URL`).
-    public func shippedHead(ofLedger id: String) async throws -> (seq: Int64, link: [UInt8])? {
+    public func shippedHead(ofLedger id: String) async throws -> ShippedHead? {
         guard UUID(uuidString: id) != nil else { return nil }
-        let rows = try await fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
+        let rows = try await fetch("SELECT last_seq, last_link, public_key FROM ledgers WHERE ledger_id = \(id)::uuid")
         guard let row = rows.first else { return nil }
-        return (row["last_seq"], [UInt8](row["last_link"] as Data))
+        return ShippedHead(seq: row["last_seq"], link: [UInt8](row["last_link"] as Data), publicKey: (row["public_key"] as Data?).map { [UInt8]($0) })
     }
 
     /// How many ledgers and events the store holds.
@@ -330,4 +331,12 @@ struct PostgresColumns: ProjectionColumns {
         guard let cell = cell(column), let bytes = cell.bytes else { return [] }
         return Array(buffer: bytes)
     }
+}
+
+/// What a fleet store holds of one ledger's history (``FleetStore/shippedHead(ofLedger:)``).
+public struct ShippedHead: Sendable, Equatable {
+    public var seq: Int64
+    public var link: [UInt8]
+    /// The raw public identity key the id is held by; nil when last shipped before keys were kept.
+    public var publicKey: [UInt8]?
 }

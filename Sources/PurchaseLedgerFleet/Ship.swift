@@ -101,7 +101,7 @@ extension FleetStore {
         guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.make(.io, "no ledger at \(path)") }
         var readOnly = configuration
         readOnly.readOnly = true
-        if let ledger = try? Ledger(path: path, configuration: readOnly), try ledger.identity() != nil {
+        if let ledger = try? Ledger(path: path, configuration: readOnly), try ledger.identity()?.publicKey != nil {
             return ledger
         }
         return try Ledger(path: path, configuration: configuration)
@@ -123,6 +123,14 @@ extension FleetStore {
                 // file's problem, not the batch's.
                 guard UUID(uuidString: identity.id) != nil else {
                     throw LedgerError.make(.notALedger, "\(entry.path): its ledger id \(identity.id.debugDescription.prefix(80)) is not a ledger id (a UUID)")
+                }
+                // A key-derived id (UUID version 8) that this file's own key does not derive was
+                // copied from another ledger: refused before the fleet store is touched.
+                guard identity.publicKey != nil, !LedgerIdentity.hasDerivedForm(identity.id) || identity.isProvenByKey else {
+                    throw LedgerError.make(
+                        .idConflict,
+                        "\(entry.path): its ledger id \(identity.id) is not derived from this file's identity key: the id belongs to another ledger and was copied into this file (an id conflict); nothing of it was shipped"
+                    )
                 }
                 opened.append((i, ledger, identity))
             } catch let error as LedgerError {
@@ -171,15 +179,16 @@ extension FleetStore {
             SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now()
             FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[]) AS k(id, origin) ORDER BY k.id
             ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
-            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, rows_version
+            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, rows_version, public_key
             """, logger: logger
         ).collect()
-        var server: [String: (seq: Int64, link: [UInt8], inserted: Bool, rowsVersion: Int16)] = [:]
+        var server: [String: (seq: Int64, link: [UInt8], inserted: Bool, rowsVersion: Int16, publicKey: [UInt8]?)] = [:]
         for row in rows {
-            let (id, seq, link, inserted, rowsVersion) = try row.decode((String, Int64, ByteBuffer, Bool, Int16).self)
-            server[id] = (seq, Array(buffer: link), inserted, rowsVersion)
+            let (id, seq, link, inserted, rowsVersion, key) = try row.decode((String, Int64, ByteBuffer, Bool, Int16, ByteBuffer?).self)
+            server[id] = (seq, Array(buffer: link), inserted, rowsVersion, key.map { Array(buffer: $0) })
         }
         var accepted: [(ledger: String, shipment: Shipment)] = []
+        var heads: [String: (key: [UInt8], statement: String)] = [:]
         var refusedNew: [String] = []
         for entry in opened {
             let id = entry.identity.id
@@ -190,6 +199,14 @@ extension FleetStore {
             }
             guard let held = server[id] else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
             do {
+                // The id is held by the key that shipped it first (for a key-derived id, the only
+                // key that can): a file with another key claims an id that is not its own.
+                guard let key = entry.identity.publicKey, held.publicKey == nil || held.publicKey == key.rawRepresentation else {
+                    throw LedgerError.make(
+                        .idConflict,
+                        "the fleet store holds this ledger id under another ledger's identity key: this file claims an id that is not its own (an id conflict), and the ledger that holds it still ships"
+                    )
+                }
                 let shipment = try entry.ledger.shipment(after: held.seq, link: held.link)
                 if let field = shipment.textHoldingNUL() {
                     throw LedgerError.make(.malformedInput, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
@@ -199,8 +216,15 @@ extension FleetStore {
                     result: .success(
                         ShipResult(
                             ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
-                // Rows written before this version's layout are replaced even with no new event.
-                if !shipment.events.isEmpty || held.rowsVersion < FleetStore.rowsVersion { accepted.append((id, shipment)) }
+                // Rows written before this version's layout are replaced even with no new event,
+                // and a ledger shipped before keys were kept gets its key recorded.
+                if !shipment.events.isEmpty || held.rowsVersion < FleetStore.rowsVersion || held.publicKey == nil {
+                    guard let statement = try entry.ledger.identityStatement(seq: shipment.lastSeq, link: shipment.lastLink) else {
+                        throw LedgerError.make(.io, "the file has no identity key to sign its head with; open it for writing once")
+                    }
+                    accepted.append((id, shipment))
+                    heads[id] = (key.rawRepresentation, statement.json)
+                }
             } catch let error as LedgerError {
                 outcomes[entry.index] = ShipOutcome(
                     path: entry.ledger.path,
@@ -230,8 +254,10 @@ extension FleetStore {
         try await copyProjections(accepted)
         try await connection.query(
             """
-            UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now(), rows_version = \(FleetStore.rowsVersion)
-            FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[]) AS k(id, seq, link)
+            UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now(), rows_version = \(FleetStore.rowsVersion),
+                public_key = coalesce(l.public_key, decode(k.key, 'hex')), head_statement = k.statement
+            FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[],
+                        \(acceptedIDs.map { Self.hex(heads[$0]!.key) })::text[], \(acceptedIDs.map { heads[$0]!.statement })::text[]) AS k(id, seq, link, key, statement)
             WHERE l.ledger_id = k.id::uuid
             """, logger: logger)
     }

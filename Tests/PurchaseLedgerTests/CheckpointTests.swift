@@ -24,10 +24,15 @@ struct CheckpointTests {
         events = events.map(change)
         var configuration = testConfiguration()
         configuration.chainKey = key
-        // The id first: the chain starts from it.
+        // The id and the identity key first (whoever can edit the file holds both): the chain
+        // starts from the id.
         _ = try Ledger(path: path, configuration: configuration)
         let id = try #require(try ledger.identity()).id
-        try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [id]) }
+        let identityKey = try ledger.read { try Data.fetchOne($0, sql: "SELECT value FROM ledger_info WHERE key = 'identity_key'") }
+        try DatabaseQueue(path: path).write {
+            try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [id])
+            try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'identity_key'", arguments: [identityKey])
+        }
         let forged = try Ledger(path: path, configuration: configuration)
         try forged.append(contentsOf: events)
         return forged

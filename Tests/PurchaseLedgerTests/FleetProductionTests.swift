@@ -294,6 +294,45 @@ struct FleetProductionTests {
         await fleet.close()
     }
 
+    /// An id made before ids were derived from keys (a random UUID) is held by the first key
+    /// shipped with it: another file claiming it afterwards is an id conflict. A ledger shipped
+    /// before the fleet kept keys gets its key recorded by its next ship.
+    @Test func anIDMadeBeforeKeysIsHeldByTheFirstKeyShippedWithIt() async throws {
+        let (server, url) = try FleetServer.database()
+        let dir = try TemporaryDirectory()
+        let legacyID = UUID().uuidString.lowercased()
+        func legacy(_ name: String, user: String) throws -> String {
+            let path = dir.path(name)
+            _ = try Ledger(path: path)
+            try DatabaseQueue(path: path).write { try $0.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [legacyID]) }
+            try Ledger(path: path).append(contentsOf: [E.product("p1"), E.queued("t1", user: user), E.purchased("t1")])
+            return path
+        }
+        let first = try legacy("first.ledger", user: "u1"), second = try legacy("second.ledger", user: "u2")
+        let identity = try #require(try Ledger(path: first).identity())
+        #expect(!identity.isProvenByKey && !LedgerIdentity.hasDerivedForm(identity.id))
+        #expect(try cli(["verify", first]).status == 0, "an id made before keys is no problem on its own")
+        #expect(try cli(["ship", first, "--to", url]).status == 0)
+        let conflict = try cli(["ship", second, "--to", url])
+        #expect(conflict.status == 1 && conflict.stderr.contains("id conflict"), "\(conflict.stderr)")
+        try Ledger(path: first).append(contentsOf: [E.queued("t2", user: "u1"), E.purchased("t2")])
+        #expect(try cli(["ship", first, "--to", url]).status == 0)
+
+        let database = String(url.split(separator: "/").last!)
+        try server.psql("UPDATE ledgers SET public_key = NULL, head_statement = NULL", database: database)
+        #expect(try cli(["ship", first, "--to", url]).status == 0)
+        let fleet = try await FleetStore.connect(url)
+        let head = try #require(try await fleet.shippedHead(ofLedger: legacyID))
+        #expect(head.seq == 5 && head.publicKey == identity.publicKey?.rawRepresentation)
+        // The head the fleet holds is signed by the ledger's own key.
+        let statement = try #require(try await fleet.fetch("SELECT head_statement FROM ledgers").first?["head_statement"] as String?)
+        let checkpoint = try Checkpoint(json: statement)
+        let publicKey = try #require(identity.publicKey)
+        #expect(checkpoint.seq == 5 && checkpoint.link == head.link && checkpoint.isSigned(by: publicKey))
+        try Ledger(path: first).verify(against: checkpoint, publicKey: publicKey)
+        await fleet.close()
+    }
+
     /// The fleet as a witness: `verify --against` checks a file against the seq and link the
     /// fleet store holds of it, catching a file put back to an older copy or rewritten with every
     /// link recomputed, which plain `verify` cannot.

@@ -305,15 +305,16 @@ struct FleetTests {
         #expect(Set(held.map { $0["id"] as String }) == [ids[0], ids[2]], "nothing of the tampered ledger")
         #expect(try await fleet.fetch("SELECT 1 FROM transactions WHERE ledger_id = \(ids[1])::uuid").isEmpty)
 
-        // A ledger whose shipped history was rewritten (another file with the same id): refused
-        // with the seq, and the server keeps what it had.
+        // Another file given a shipped ledger's id: an id conflict (its key does not derive the
+        // id), and the server keeps what it had. (A rewrite by someone holding the file and its
+        // key is refused as rewritten: FleetProductionTests.theFleetWitnessesEachLedgersHistory.)
         let other = dir.path("rewritten.ledger")
         _ = try Ledger(path: other).append(contentsOf: try sampleLog.split(separator: "\n").map { try JSONLines.decode(String($0)) })
         try Self.setLedgerID(of: other, to: ids[0])
         let before = try await fleet.counts()
         let rewritten = try cli(["ship", other, "--to", url, "--json"])
         #expect(rewritten.status == 1)
-        #expect(rewritten.stdout.contains("rewritten") && rewritten.stdout.contains(ids[0]))
+        #expect(rewritten.stdout.contains("id conflict") && rewritten.stdout.contains(ids[0]), "\(rewritten.stdout)")
         #expect(try await fleet.counts() == before)
         await fleet.close()
     }

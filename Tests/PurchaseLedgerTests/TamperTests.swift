@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Testing
 @testable import PurchaseLedger
+import PurchaseLedgerFleet
 
 /// What must not change is bound into the chain (contract 5.2), tried as an attacker with sqlite3
 /// would, on ledgers of 40,001 events (sealed blocks and snapshots), plain and keyed.
@@ -46,6 +47,48 @@ import Testing
         let result = try cli(["verify", path] + keyArguments)
         #expect(result.status == 1, "\(result.stdout) \(result.stderr)")
         #expect(result.stdout.contains("seq 1") && result.stdout.contains("ledger id"), "\(result.stdout)")
+    }
+
+    /// Another ledger's id written into a file whose own chain is whole (the file relinked from
+    /// that id) and shipped first: an id conflict, refused before the fleet store is touched; the
+    /// rightful ledger still ships; plain `verify` and `verify --against` say the id is not the
+    /// file's. (Before ids were derived from keys, the rightful ledger was refused afterwards as
+    /// "rewritten".)
+    @Test(.enabled(if: FleetServer.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres)"), arguments: [false, true])
+    func anIDCopiedFromAnotherLedgerIsAnIDConflictAndTheRightfulLedgerStillShips(keyed: Bool) async throws {
+        let dir = try TemporaryDirectory()
+        let victim = dir.path("victim.ledger"), mallory = dir.path("mallory.ledger")
+        let key: [UInt8]? = keyed ? Self.key : nil
+        let rightful = try Self.ledger(victim, key: key, users: "alice-")
+        let id = try #require(try rightful.identity())
+        #expect(id.isProvenByKey && LedgerIdentity.hasDerivedForm(id.id))
+        // Mallory's own file, given the victim's id before its first event, so its chain starts
+        // from that id and is whole.
+        _ = try Ledger(path: mallory, configuration: Self.configuration(key: key))
+        try Self.write(mallory, "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", [id.id])
+        let forged = try Self.ledger(mallory, key: key, users: "mallory-")
+        #expect(try forged.lastSeq() == 40_001)
+        #expect(try forged.identity()?.isProvenByKey == false)
+        let keyArguments = keyed ? ["--key-file", try Self.keyFile(dir)] : []
+        let verified = try cli(["verify", mallory] + keyArguments)
+        #expect(verified.status == 1 && verified.stdout.contains("not derived from this file's identity key"), "\(verified.stdout)")
+
+        let (_, url) = try FleetServer.database()
+        let first = try cli(["ship", mallory, "--to", url, "--json"] + keyArguments)
+        #expect(first.status == 1 && first.stdout.contains("id conflict") && first.stdout.contains("idConflict"), "\(first.stdout) \(first.stderr)")
+        let fleet = try await FleetStore.connect(url)
+        #expect(try await fleet.counts() == (0, 0), "nothing of the refused file stays")
+        let shipped = try cli(["ship", victim, "--to", url] + keyArguments)
+        #expect(shipped.status == 0, "\(shipped.stdout) \(shipped.stderr)")
+        #expect(try await fleet.counts() == (1, 40_001))
+        #expect(try await fleet.shippedHead(ofLedger: id.id)?.publicKey == id.publicKey?.rawRepresentation)
+        let again = try cli(["ship", mallory, "--to", url] + keyArguments)
+        #expect(again.status == 1 && again.stderr.contains("id conflict"), "\(again.stderr)")
+        let against = try cli(["verify", mallory, "--against", url] + keyArguments)
+        #expect(against.status == 1 && against.stdout.contains("id conflict"), "\(against.stdout)")
+        #expect(try cli(["verify", victim, "--against", url] + keyArguments).status == 0)
+        #expect(try await fleet.counts() == (1, 40_001))
+        await fleet.close()
     }
 
     /// A snapshot copied in from another ledger (another user's state at the same seq, pages and

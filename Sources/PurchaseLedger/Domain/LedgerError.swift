@@ -16,7 +16,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         enum Kind: String, Sendable {
             case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
-            case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io, staleProjections
+            case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io, staleProjections, idConflict
         }
 
         let kind: Kind
@@ -50,6 +50,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         /// written by an older version, or behind its log: open it for writing once, which
         /// rebuilds them from the log.
         public static let staleProjections = Code(kind: .staleProjections)
+
+        /// The file claims a ledger id it cannot prove: its identity key does not derive the id,
+        /// or a fleet store holds the id under another ledger's key (docs/fleet.md).
+        public static let idConflict = Code(kind: .idConflict)
 
         public var description: String { kind.rawValue }
     }

@@ -9,7 +9,7 @@ import GRDB
 /// 32-byte seed>`; the public key's, `purchase-ledger public key ed25519 <base64 of 32 bytes>`.
 public struct CheckpointSigningKey: Sendable {
     /// The 32-byte seed (Crypto's key types are not `Sendable`; they are made from it on use).
-    private let seed: [UInt8]
+    let seed: [UInt8]
     public let publicKey: CheckpointPublicKey
 
     /// A new random key.
@@ -21,7 +21,11 @@ public struct CheckpointSigningKey: Sendable {
 
     /// A key from its file form.
     public init(fileText: String) throws(LedgerError) {
-        let raw = try KeyFile.decode(fileText, kind: "signing key")
+        try self.init(seed: try KeyFile.decode(fileText, kind: "signing key"))
+    }
+
+    /// A key from its 32-byte seed.
+    init(seed raw: [UInt8]) throws(LedgerError) {
         do {
             let key = try Curve25519.Signing.PrivateKey(rawRepresentation: raw)
             seed = raw
@@ -39,7 +43,7 @@ public struct CheckpointSigningKey: Sendable {
 }
 
 /// The public half of a ``CheckpointSigningKey``: checks checkpoints, signs nothing.
-public struct CheckpointPublicKey: Sendable, Equatable {
+public struct CheckpointPublicKey: Sendable, Hashable {
     /// The key's 32 bytes, checked to be an Ed25519 public key.
     let raw: [UInt8]
 
@@ -59,6 +63,14 @@ public struct CheckpointPublicKey: Sendable, Equatable {
     }
 
     public var fileText: String { KeyFile.encode(raw, kind: "public key") }
+
+    /// The key's 32 bytes.
+    public var rawRepresentation: [UInt8] { raw }
+
+    /// A key from its 32 bytes; throws when they are not an Ed25519 public key.
+    public init(rawRepresentation: [UInt8]) throws(LedgerError) {
+        try self.init(raw: rawRepresentation)
+    }
 
     /// Whether `signature` is this key's over `message`.
     func isValid(_ signature: [UInt8], for message: [UInt8]) -> Bool {

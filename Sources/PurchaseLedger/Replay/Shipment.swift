@@ -55,7 +55,7 @@ extension Ledger {
                     if e.seq == shipped, let shippedLink, shippedLink != link {
                         throw LedgerError(
                             .chainMismatch,
-                            "the fleet store holds a different event \(e.seq) under this ledger id: this file's history was rewritten after it was shipped, or another file that claims the same id shipped first (an id is not yet proven by a key: docs/fleet.md)",
+                            "the fleet store holds a different event \(e.seq) under this ledger id: this file's history was rewritten after it was shipped (or another copy of this file, which holds its identity key, shipped a different history first)",
                             seq: e.seq)
                     }
                     if e.seq > shipped {
@@ -67,7 +67,7 @@ extension Ledger {
             if last < shipped {
                 throw LedgerError(
                     .chainMismatch,
-                    "the fleet store holds \(shipped) events under this ledger id, but the file has \(last): its history was cut or rolled back after it was shipped, or another file that claims the same id shipped first",
+                    "the fleet store holds \(shipped) events under this ledger id, but the file has \(last): its history was cut or rolled back after it was shipped (an older copy of the file put back, or events removed)",
                     seq: last + 1)
             }
             return Shipment(

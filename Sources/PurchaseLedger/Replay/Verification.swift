@@ -19,6 +19,9 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
         /// A snapshot does not decode, or differs from the log replayed to its seq: time travel
         /// from it would give a wrong state.
         case snapshot
+        /// The ledger id is key-derived, but not from the file's own identity key: copied from
+        /// another ledger.
+        case identity
     }
 
     public var kind: Kind
@@ -83,6 +86,7 @@ private struct Verifier {
     mutating func run(_ db: Database) throws -> VerificationReport {
         do {
             try checkIntegrity(db)
+            try checkIdentity(db)
             let (state, history, trusted) = try checkLog(db)
             if trusted { try checkProjections(db, state: state, history: history) }
         } catch is StopVerification {}
@@ -94,6 +98,15 @@ private struct Verifier {
         if lines != ["ok"] {
             try problem(.sqliteIntegrity, nil, lines.prefix(5).joined(separator: "; "))
         }
+    }
+
+    /// A key-derived ledger id must be derived from this file's own identity key: one that is not
+    /// was copied from another ledger (whose chain and events this file cannot have).
+    private mutating func checkIdentity(_ db: Database) throws {
+        guard let identity = try LedgerIdentity.read(db), LedgerIdentity.hasDerivedForm(identity.id), identity.publicKey != nil, !identity.isProvenByKey else { return }
+        try problem(
+            .identity, nil,
+            "the ledger id \(identity.id) is not derived from this file's identity key: the id (or the key) in ledger_info was replaced, to pass this file off as another ledger")
     }
 
     /// Walks the log once: decoding, sequence, chain and rules. Returns the replayed state and

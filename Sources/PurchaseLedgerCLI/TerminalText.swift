@@ -14,9 +14,16 @@ public enum TerminalText {
         // Fast path: bytes that cannot start anything escaped. 0xC2 leads U+0080...U+00BF, 0xD8
         // U+061C's block, 0xE2 U+2000...U+2FFF.
         let kept: UInt8 = keepingCarriageReturns ? 0x0D : 0x0A
-        guard text.utf8.contains(where: { $0 < 0x20 && $0 != 0x0A && $0 != 0x09 && $0 != kept || $0 == 0x7F || $0 == 0xC2 || $0 == 0xD8 || $0 == 0xE2 }) else {
-            return text
+        var copy = text
+        let clean = copy.withUTF8 { utf8 in
+            // A plain loop over the bytes: `utf8.contains(where:)` on a String's view was a
+            // twentieth of a 110 MB JSON report's time.
+            for b in utf8 where b < 0x20 && b != 0x0A && b != 0x09 && b != kept || b == 0x7F || b == 0xC2 || b == 0xD8 || b == 0xE2 {
+                return false
+            }
+            return true
         }
+        if clean { return text }
         var out = String.UnicodeScalarView()
         let scalars = Array(text.unicodeScalars)
         var i = 0

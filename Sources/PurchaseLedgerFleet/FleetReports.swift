@@ -98,11 +98,12 @@ extension FleetStore {
             """
         try await run {
             var current: (key: [UInt8], ledger: String, columns: PostgresColumns, downloads: [DownloadRecord])?
-            var names: (transaction: [String: Int], download: [String: Int])?
+            var layout: PostgresLayout?
             func emit() throws {
                 guard let c = current else { return }
-                var record = TransactionRecord(columns: c.columns)
-                record.downloads = c.downloads.map(\.download)
+                // The downloads' ids given to the initializer: set through the record's key-path
+                // subscript from this module, the key path was made anew for every row.
+                let record = TransactionRecord(columns: c.columns, downloads: c.downloads.map { $0.fields.download })
                 try body(
                     FleetHistoryEntry(
                         ledgerID: c.ledger,
@@ -112,28 +113,14 @@ extension FleetStore {
                             downloads: c.downloads)))
             }
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
-                let random = row.makeRandomAccess()
-                if names == nil {
-                    // Column positions, found once: the transaction's by name, the download's
-                    // without their prefix.
-                    var transaction: [String: Int] = [:], download: [String: Int] = [:]
-                    for (i, cell) in random.enumerated() {
-                        if cell.columnName.hasPrefix("d__") {
-                            download[String(cell.columnName.dropFirst(3))] = i
-                        } else if transaction[cell.columnName] == nil {
-                            transaction[cell.columnName] = i
-                        }
-                    }
-                    names = (transaction, download)
-                }
-                let columns = PostgresColumns(row: random, names: names!.transaction)
+                if layout == nil { layout = PostgresLayout(row) }
+                let columns = PostgresColumns(row: row, layout: layout!)
                 let key = columns.bytes("ledger_id") + Array((columns.string("transaction_id") ?? "").utf8)
                 if current?.key != key {
                     try emit()
-                    let uuid = try random[names!.transaction["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
-                    current = (key, uuid, columns, [])
+                    current = (key, try columns.uuid("ledger_id"), columns, [])
                 }
-                let download = PostgresColumns(row: random, names: names!.download)
+                let download = columns.download
                 if download.string("download_id") != nil {
                     current!.downloads.append(DownloadRecord(columns: download))
                 }
@@ -179,12 +166,11 @@ extension FleetStore {
             LIMIT \(Int64(limit))
             """
         try await run {
-            var names: [String: Int]?
+            var layout: PostgresLayout?
             for try await row in try await connection.query(query, logger: logger) {
-                let random = row.makeRandomAccess()
-                if names == nil { names = Dictionary(random.enumerated().map { ($1.columnName, $0) }, uniquingKeysWith: { a, _ in a }) }
-                let ledger = try random[names!["ledger_id"]!].decode(UUID.self).uuidString.lowercased()
-                try body(FleetDownload(ledgerID: ledger, download: DownloadRecord(columns: PostgresColumns(row: random, names: names!))))
+                if layout == nil { layout = PostgresLayout(row) }
+                let columns = PostgresColumns(row: row, layout: layout!)
+                try body(FleetDownload(ledgerID: try columns.uuid("ledger_id"), download: DownloadRecord(columns: columns)))
             }
         }
     }
@@ -246,7 +232,15 @@ extension FleetStore {
         return ShippedHead(seq: row["last_seq"], link: [UInt8](row["last_link"] as Data), publicKey: (row["public_key"] as Data?).map { [UInt8]($0) })
     }
 
-    /// How many ledgers and events the store holds.
+    /// How many ledgers the store holds and how many events they shipped, from the `ledgers`
+    /// rows alone (each ledger's events are seq 1 to its `last_seq`, stored in the same
+    /// transaction that moves it): instant, where counting the events table reads all of it.
+    public func shippedTotals() async throws -> (ledgers: Int, events: Int) {
+        let row = try await fetch("SELECT count(*) AS ledgers, coalesce(sum(last_seq), 0)::int8 AS events FROM ledgers").first
+        return (row?["ledgers"] ?? 0, row?["events"] ?? 0)
+    }
+
+    /// How many ledgers and events the store holds, counted row by row.
     public func counts() async throws -> (ledgers: Int, events: Int) {
         let row = try await fetch("SELECT (SELECT count(*) FROM ledgers) AS ledgers, (SELECT count(*) FROM events) AS events").first
         return (row?["ledgers"] ?? 0, row?["events"] ?? 0)
@@ -285,51 +279,111 @@ extension FleetStore {
 /// A PostgreSQL row's columns, read as the ledger's projection decoders read SQLite's: booleans
 /// as 1 and 0, NULL as nil. `names` gives each column's position (a joined table's columns under
 /// their own names). Binary values of the usual types are read straight from their bytes.
-struct PostgresColumns: ProjectionColumns {
-    let row: PostgresRandomAccessRow
-    let names: [String: Int]
+/// How a result's columns read, found once per statement from its first row: each name's
+/// position (a download column also without its `d__` prefix, in ``downloadPositions``) and how
+/// each position's bytes decode.
+struct PostgresLayout: Sendable {
+    enum Kind: Sendable {
+        case text, int8, int4, int2, bool, float8, other
+    }
 
-    private func cell(_ column: String) -> PostgresCell? {
-        guard let i = names[column] else { return nil }
-        let cell = row[i]
-        return cell.bytes == nil ? nil : cell
+    let positions: [String: Int]
+    let downloadPositions: [String: Int]
+    let kinds: [Kind]
+
+    init(_ row: PostgresRow) {
+        var positions: [String: Int] = [:], downloads: [String: Int] = [:], kinds: [Kind] = []
+        for (i, cell) in row.enumerated() {
+            if cell.columnName.hasPrefix("d__") {
+                downloads[String(cell.columnName.dropFirst(3))] = i
+            } else if positions[cell.columnName] == nil {
+                positions[cell.columnName] = i
+            }
+            guard cell.format == .binary else {
+                kinds.append(.other)
+                continue
+            }
+            switch cell.dataType {
+            case .text, .varchar, .name: kinds.append(.text)
+            case .int8: kinds.append(.int8)
+            case .int4: kinds.append(.int4)
+            case .int2: kinds.append(.int2)
+            case .bool: kinds.append(.bool)
+            case .float8: kinds.append(.float8)
+            default: kinds.append(.other)
+            }
+        }
+        self.positions = positions
+        downloadPositions = downloads
+        self.kinds = kinds
+    }
+}
+
+/// One result row's columns, read by name through a ``PostgresLayout``. The row's cells are made
+/// once (each `PostgresRandomAccessRow` subscript makes a new cell) and binary values read
+/// straight from their bytes.
+struct PostgresColumns: ProjectionColumns {
+    let cells: [PostgresCell]
+    let layout: PostgresLayout
+    /// Which names to read by: the layout's ``PostgresLayout/positions`` or its download ones.
+    let downloadColumns: Bool
+
+    init(row: PostgresRow, layout: PostgresLayout) {
+        cells = Array(row)
+        self.layout = layout
+        downloadColumns = false
+    }
+
+    private init(cells: [PostgresCell], layout: PostgresLayout, downloadColumns: Bool) {
+        self.cells = cells
+        self.layout = layout
+        self.downloadColumns = downloadColumns
+    }
+
+    /// The same row, read by the download columns' names (without their `d__` prefix).
+    var download: PostgresColumns { PostgresColumns(cells: cells, layout: layout, downloadColumns: true) }
+
+    private func position(_ column: String) -> Int? {
+        downloadColumns ? layout.downloadPositions[column] : layout.positions[column]
     }
 
     func string(_ column: String) -> String? {
-        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
-        if cell.format == .binary, cell.dataType == .text || cell.dataType == .varchar || cell.dataType == .name {
-            return String(buffer: bytes)
-        }
-        return try? cell.decode(String.self)
+        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+        if layout.kinds[i] == .text { return String(buffer: bytes) }
+        return try? cells[i].decode(String.self)
     }
 
     func int64(_ column: String) -> Int64? {
-        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
-        if cell.format == .binary {
-            switch cell.dataType {
-            case .int8: return bytes.getInteger(at: bytes.readerIndex, as: Int64.self)
-            case .int4: return bytes.getInteger(at: bytes.readerIndex, as: Int32.self).map(Int64.init)
-            case .int2: return bytes.getInteger(at: bytes.readerIndex, as: Int16.self).map(Int64.init)
-            case .bool: return bytes.getInteger(at: bytes.readerIndex, as: UInt8.self).map { $0 == 0 ? 0 : 1 }
-            default: break
-            }
+        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+        switch layout.kinds[i] {
+        case .int8: return bytes.getInteger(at: bytes.readerIndex, as: Int64.self)
+        case .int4: return bytes.getInteger(at: bytes.readerIndex, as: Int32.self).map(Int64.init)
+        case .int2: return bytes.getInteger(at: bytes.readerIndex, as: Int16.self).map(Int64.init)
+        case .bool: return bytes.getInteger(at: bytes.readerIndex, as: UInt8.self).map { $0 == 0 ? 0 : 1 }
+        default:
+            if cells[i].dataType == .bool { return (try? cells[i].decode(Bool.self)).map { $0 ? 1 : 0 } }
+            return try? cells[i].decode(Int64.self)
         }
-        if cell.dataType == .bool { return (try? cell.decode(Bool.self)).map { $0 ? 1 : 0 } }
-        return try? cell.decode(Int64.self)
     }
 
     func double(_ column: String) -> Double? {
-        guard let cell = cell(column), let bytes = cell.bytes else { return nil }
-        if cell.format == .binary, cell.dataType == .float8, let bits = bytes.getInteger(at: bytes.readerIndex, as: UInt64.self) {
+        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+        if layout.kinds[i] == .float8, let bits = bytes.getInteger(at: bytes.readerIndex, as: UInt64.self) {
             return Double(bitPattern: bits)
         }
-        return try? cell.decode(Double.self)
+        return try? cells[i].decode(Double.self)
     }
 
     /// The raw bytes of a column (a uuid's 16), for comparing rows cheaply.
     func bytes(_ column: String) -> [UInt8] {
-        guard let cell = cell(column), let bytes = cell.bytes else { return [] }
+        guard let i = position(column), let bytes = cells[i].bytes else { return [] }
         return Array(buffer: bytes)
+    }
+
+    /// A uuid column as lowercase text.
+    func uuid(_ column: String) throws -> String {
+        guard let i = position(column) else { throw FleetError(.server, "the result has no column \(column)") }
+        return try cells[i].decode(UUID.self).uuidString.lowercased()
     }
 }
 

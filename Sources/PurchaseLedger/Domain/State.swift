@@ -107,6 +107,10 @@ public struct TransactionRecord: Sendable, Hashable {
         storage = CopyOnWrite(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
     }
 
+    init(fields: Fields) {
+        storage = CopyOnWrite(fields)
+    }
+
     /// All its fields, as one value.
     public var fields: Fields { storage.value }
 
@@ -170,6 +174,10 @@ public struct DownloadRecord: Sendable, Hashable {
 
     init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
         storage = CopyOnWrite(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
+    }
+
+    init(fields: Fields) {
+        storage = CopyOnWrite(fields)
     }
 
     /// All its fields, as one value.

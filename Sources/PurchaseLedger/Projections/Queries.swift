@@ -259,25 +259,29 @@ extension TransactionRecord {
         self.init(columns: RowColumns(row))
     }
 
-    package init(columns c: some ProjectionColumns) {
-        self.init(
+    /// Fields are set on a plain value, then boxed once: set through the record's key-path
+    /// subscript in this generic context, each field instantiated its key path at run time.
+    package init(columns c: some ProjectionColumns, downloads: [String] = []) {
+        var f = Fields(
             transaction: c.string("transaction_id") ?? "", product: c.string("product") ?? "", user: c.string("user_id"),
             quantity: c.int("quantity") ?? 0, state: c.string("state").flatMap(TransactionStatus.init(rawValue:)) ?? .purchasing)
-        self.finished = c.bool("finished")
-        self.revoked = c.bool("revoked")
-        self.revocationReason = c.string("revocation_reason")
-        self.originalTransaction = c.string("original_transaction")
-        self.storeTransactionId = c.string("store_transaction_id")
-        self.error = StoreError(columns: c)
-        self.wasDeferred = c.bool("was_deferred")
-        self.discardedContent = c.bool("discarded_content")
-        self.queuedAt = Timestamp(ms: c.int64("queued_at_ms"))
-        self.purchasedAt = Timestamp(ms: c.int64("purchased_at_ms"))
-        self.failedAt = Timestamp(ms: c.int64("failed_at_ms"))
-        self.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
-        self.revokedAt = Timestamp(ms: c.int64("revoked_at_ms"))
-        self.events = c.int64("events") ?? 0
-        self.paid = PaidTerms(columns: c)
+        f.finished = c.bool("finished")
+        f.revoked = c.bool("revoked")
+        f.revocationReason = c.string("revocation_reason")
+        f.originalTransaction = c.string("original_transaction")
+        f.storeTransactionId = c.string("store_transaction_id")
+        f.error = StoreError(columns: c)
+        f.wasDeferred = c.bool("was_deferred")
+        f.discardedContent = c.bool("discarded_content")
+        f.queuedAt = Timestamp(ms: c.int64("queued_at_ms"))
+        f.purchasedAt = Timestamp(ms: c.int64("purchased_at_ms"))
+        f.failedAt = Timestamp(ms: c.int64("failed_at_ms"))
+        f.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
+        f.revokedAt = Timestamp(ms: c.int64("revoked_at_ms"))
+        f.events = c.int64("events") ?? 0
+        f.paid = PaidTerms(columns: c)
+        f.downloads = downloads
+        self.init(fields: f)
     }
 }
 
@@ -303,26 +307,28 @@ extension DownloadRecord {
         self.init(columns: RowColumns(row))
     }
 
+    /// As ``TransactionRecord/init(columns:)``: a plain value, boxed once.
     package init(columns c: some ProjectionColumns) {
-        self.init(download: c.string("download_id") ?? "", transaction: c.string("transaction_id"), url: c.string("url"), content: c.string("content"))
-        self.contentVersion = c.string("content_version").flatMap(ContentVersion.init)
-        self.contentLength = c.int64("content_length")
-        self.state = c.string("state").flatMap(DownloadStatus.init(rawValue:)) ?? .waiting
-        self.started = c.bool("started")
-        self.progress = c.double("progress") ?? 0
-        self.bytesWritten = c.int64("bytes_written")
-        self.contentURL = c.string("content_url")
-        self.copiedOut = c.bool("copied_out")
-        self.destination = c.string("destination")
-        self.discarded = c.bool("discarded")
-        self.cancelReason = c.string("cancel_reason").flatMap(CancelReason.init(rawValue:))
-        self.error = StoreError(columns: c)
-        self.attempts = c.int("attempts") ?? 0
-        self.startedAt = Timestamp(ms: c.int64("started_at_ms"))
-        self.lastActivityAt = Timestamp(ms: c.int64("last_activity_at_ms"))
-        self.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
-        self.copiedOutAt = Timestamp(ms: c.int64("copied_out_at_ms"))
-        self.events = c.int64("events") ?? 0
+        var f = Fields(download: c.string("download_id") ?? "", transaction: c.string("transaction_id"), url: c.string("url"), content: c.string("content"))
+        f.contentVersion = c.string("content_version").flatMap(ContentVersion.init)
+        f.contentLength = c.int64("content_length")
+        f.state = c.string("state").flatMap(DownloadStatus.init(rawValue:)) ?? .waiting
+        f.started = c.bool("started")
+        f.progress = c.double("progress") ?? 0
+        f.bytesWritten = c.int64("bytes_written")
+        f.contentURL = c.string("content_url")
+        f.copiedOut = c.bool("copied_out")
+        f.destination = c.string("destination")
+        f.discarded = c.bool("discarded")
+        f.cancelReason = c.string("cancel_reason").flatMap(CancelReason.init(rawValue:))
+        f.error = StoreError(columns: c)
+        f.attempts = c.int("attempts") ?? 0
+        f.startedAt = Timestamp(ms: c.int64("started_at_ms"))
+        f.lastActivityAt = Timestamp(ms: c.int64("last_activity_at_ms"))
+        f.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
+        f.copiedOutAt = Timestamp(ms: c.int64("copied_out_at_ms"))
+        f.events = c.int64("events") ?? 0
+        self.init(fields: f)
     }
 }
 

@@ -10,8 +10,9 @@ struct DemoCommand: ParsableCommand {
             Two users buy books, coins, an atlas and a season pass: downloads pause, fail and are retried, \
             Ask to Buy defers a purchase, an app bug finishes a transaction while its downloads run (the ledger \
             cancels them itself), a purchase is refunded, a content update is published and restored. Then it \
-            tries to finish before copying content out, which is refused, and prints stats, a timeline, a \
-            replay at an earlier point, a report and a clean verify.
+            tries to finish before copying content out, which is refused; the season pass unlocks an \
+            Apple-hosted asset pack, whose version 2 the game tries to open too early, which is refused; and it \
+            prints stats, a timeline, a replay at an earlier point, a report and a clean verify.
 
             Example:
               purchase-ledger demo            # writes ./demo.ledger
@@ -64,6 +65,14 @@ struct DemoCommand: ParsableCommand {
             console.print("  The ledger is unchanged (last seq \(try store.lastSeq()), as before: \(before)). The store would have deleted the file.")
         }
         try session("the app copies the content out, then finishes", DemoScenario.properFinish)
+        try session("the season pass unlocks an Apple-hosted asset pack: version 1 downloads, version 2 is published", DemoScenario.assetPack)
+        do {
+            try store.append(try JSONLines.decode(DemoScenario.earlyPackOpen))
+            console.print("  unexpected: opening version 2 was accepted")
+        } catch let error as LedgerError {
+            console.print("  The game opens asset pack season-levels at version 2 while version 2 is still downloading:")
+            console.print("  " + console.red("refused") + " \(error.rule?.name ?? error.code.description): \(error.message)")
+        }
 
         heading("3. stats")
         try run(StatsCommand.self, [ledger])
@@ -80,6 +89,12 @@ struct DemoCommand: ParsableCommand {
                 + now.ownedContent.map {
                     "\($0.content) \($0.contentVersion)\(now.updateAvailable(for: ContentKey(product: $0.product, content: $0.content)) ? " (update available)" : "")"
                 }.joined(separator: ", "))
+        for pack in now.assetPacks() {
+            console.print(
+                "  asset pack \(pack.pack): version \(pack.versionOnDevice.map(String.init) ?? "none") on the device"
+                    + (pack.updateAvailable ? ", version \(pack.publishedVersion!) published (update available)" : "")
+                    + ", unlocked by \(pack.unlockedBy.joined(separator: ", ")): \(pack.usable ? "usable" : "not usable")")
+        }
         heading("6. report --user u-alice")
         try run(ReportCommand.self, [ledger, "--user", "u-alice"])
         heading("7. verify")
@@ -196,6 +211,22 @@ enum DemoScenario {
             ]
         ),
     ]
+
+    /// Background Assets' status updates for a pack the season pass (t4, bob's) unlocks, and the
+    /// app opening it once it finished.
+    static let assetPack = [
+        #"{"type":"assetPackPublished","at":"2024-03-07T07:00:00.000Z","pack":"season-levels","version":1,"unlockedBy":["com.example.season"]}"#,
+        #"{"type":"assetPackBegan","at":"2024-03-07T07:00:01.000Z","pack":"season-levels","version":1}"#,
+        #"{"type":"assetPackProgressed","at":"2024-03-07T07:00:05.000Z","pack":"season-levels","version":1,"progress":0.4}"#,
+        #"{"type":"assetPackPaused","at":"2024-03-07T07:00:06.000Z","pack":"season-levels","version":1}"#,
+        #"{"type":"assetPackBegan","at":"2024-03-07T07:10:00.000Z","pack":"season-levels","version":1}"#,
+        #"{"type":"assetPackFinished","at":"2024-03-07T07:10:09.000Z","pack":"season-levels","version":1}"#,
+        #"{"type":"assetPackOpened","at":"2024-03-07T07:10:10.000Z","pack":"season-levels","version":1}"#,
+        #"{"type":"assetPackPublished","at":"2024-03-08T07:00:00.000Z","pack":"season-levels","version":2,"unlockedBy":["com.example.season"]}"#,
+        #"{"type":"assetPackBegan","at":"2024-03-08T07:00:02.000Z","pack":"season-levels","version":2}"#,
+    ]
+
+    static let earlyPackOpen = #"{"type":"assetPackOpened","at":"2024-03-08T07:00:03.000Z","pack":"season-levels","version":2}"#
 
     static let prematureFinish = #"{"type":"transactionFinished","at":"2024-03-06T20:00:09.100Z","transaction":"t7"}"#
 

@@ -51,6 +51,13 @@ struct TimelineCommand: ParsableCommand {
             case .transactionFailed(_, let error): what += " \(error.domain) \(error.code)"
             case .transactionFinished(_, true): what += " (discardContent)"
             case .transactionRevoked(_, let reason): what += " (\(reason))"
+            case .assetPackProgressed(let pack, let v, let p): what += " \(pack) v\(v) \(Int(p * 100))%"
+            case .assetPackBegan(let pack, let v), .assetPackPaused(let pack, let v), .assetPackFinished(let pack, let v),
+                .assetPackOpened(let pack, let v), .assetPackPublished(let pack, let v, _):
+                what += " \(pack) v\(v)"
+            case .assetPackFailed(let pack, let v, let error): what += " \(pack) v\(v) \(error.domain) \(error.code)"
+            case .assetPackRemoved(let pack): what += " \(pack)"
+            case .storePaymentPromoted(let product, let accepted): what += " \(product) (\(accepted ? "accepted" : "declined"))"
             case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
                 .contentRegistered:

@@ -38,7 +38,7 @@ package enum DeviceSplit {
         for event in events {
             let device: Int?
             switch event.body {
-            case .productRegistered, .contentVersionPublished:
+            case .productRegistered, .contentVersionPublished, .assetPackPublished, .storePaymentPromoted:
                 device = nil
             case .paymentQueued(let t, let product, _, let user):
                 transactionProduct[t] = product
@@ -75,6 +75,10 @@ package enum DeviceSplit {
                 let chosen = downloadDevice[d] ?? Int(Identifier.stableHash(url) % UInt64(devices))
                 downloadDevice[d] = chosen
                 device = chosen
+            case .assetPackBegan(let pack, _), .assetPackProgressed(let pack, _, _), .assetPackPaused(let pack, _), .assetPackFinished(let pack, _),
+                .assetPackFailed(let pack, _, _), .assetPackRemoved(let pack), .assetPackOpened(let pack, _):
+                // Every device downloads the packs it uses: a pack's events go to one device each.
+                device = Int(Identifier.stableHash(pack) % UInt64(devices))
             }
             if let device {
                 logs[device].append(event)

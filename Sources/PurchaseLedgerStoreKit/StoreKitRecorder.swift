@@ -203,6 +203,16 @@ public final class StoreKitRecorder: Sendable {
         }
     }
 
+    /// `paymentQueue(_:shouldAddStorePayment:for:)`: a purchase started on the App Store (a
+    /// promoted in-app purchase). Records the product and the app's answer, and returns the answer
+    /// for the delegate to return. An accepted payment then reaches `updatedTransactions` as any
+    /// other; a declined one the app may add later with ``addPayment(productIdentifier:quantity:applicationUsername:transactionID:)``.
+    @discardableResult
+    public func storePaymentPromoted(productIdentifier: String, accepted: Bool) -> Bool {
+        record { [Event(at: self.clock(), .storePaymentPromoted(product: productIdentifier, accepted: accepted))] }
+        return accepted
+    }
+
     /// `paymentQueueRestoreCompletedTransactionsFinished(_:)`.
     public func restoreCompleted() {
         record { [Event(at: self.clock(), .restoreCompleted)] }
@@ -214,6 +224,11 @@ public final class StoreKitRecorder: Sendable {
     }
 
     /// Appends what `make` gives, reporting instead of throwing.
+    /// Reports a callback the recorder could not turn into an event.
+    func unrecorded(_ message: String) {
+        onError(LedgerError.make(.malformedInput, message))
+    }
+
     private func record(_ make: () throws -> [Event]) {
         do {
             let events = try make()
@@ -473,6 +488,42 @@ public final class StoreKitRecorder: Sendable {
             events.append(Event(at: Timestamp(revoked), .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked")))
         }
         return events
+    }
+
+    // MARK: - Background Assets: asset packs
+
+    /// Records an asset pack in the catalog at `version`, unlocked by the purchase of any of
+    /// `unlockedBy` (empty: free): what the app knows from its own configuration (which products
+    /// unlock which packs is the app's rule, not Background Assets'). Recording the same or an
+    /// older version again records nothing.
+    public func assetPackPublished(id: String, version: Int, unlockedBy: [String] = []) throws {
+        let state = ledger.currentState
+        let known = state.assetPack(Identifier.normalize(id))
+        if let published = known?.publishedVersion, published >= version,
+            Set(unlockedBy.map { Identifier.normalize($0) }).isSubset(of: Set(known?.unlockedBy ?? []))
+        {
+            return
+        }
+        try ledger.append(Event(at: clock(), .assetPackPublished(pack: id, version: version, unlockedBy: unlockedBy)))
+    }
+
+    /// One of `AssetPackManager.statusUpdates`. Never fails: what the ledger cannot take goes to
+    /// `onError`, and an update that breaks a rule is stored as an anomaly.
+    public func assetPackStatusUpdate(_ update: AssetPackStatusUpdateValue) {
+        record { [update.event(at: self.clock())] }
+    }
+
+    /// The pack left the device: `remove(assetPackWithID:)` returned, or `checkForUpdates()`
+    /// listed it in `removedIDs`.
+    public func assetPackRemoved(id: String) {
+        record { [Event(at: self.clock(), .assetPackRemoved(pack: id))] }
+    }
+
+    /// Records that the app opens the pack's files, needing at least `version`; throws
+    /// `assetPackNotReady` (and records nothing) when that version is not on the device or its
+    /// unlocking purchase is not in force: the app must not read the files then.
+    public func openAssetPack(id: String, version: Int) throws {
+        try ledger.append(Event(at: clock(), .assetPackOpened(pack: id, version: version)))
     }
 
     /// Records the finish of a StoreKit 2 transaction; throws when the ledger refuses it, and then

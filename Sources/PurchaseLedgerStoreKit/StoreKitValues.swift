@@ -219,6 +219,32 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     }
 }
 
+/// What the recorder reads of Background Assets' `AssetPackManager.DownloadStatusUpdate`: the
+/// pack's id and version (`AssetPack.id`, `AssetPack.version`) and what happened.
+public enum AssetPackStatusUpdateValue: Sendable, Hashable {
+    /// `.began(pack)`: began, or resumed after a pause.
+    case began(pack: String, version: Int)
+    /// `.downloading(pack, progress)`: `progress.fractionCompleted`.
+    case downloading(pack: String, version: Int, fractionCompleted: Double)
+    case paused(pack: String, version: Int)
+    /// `.finished(pack)`: on the device and usable.
+    case finished(pack: String, version: Int)
+    case failed(pack: String, version: Int, error: StoreError)
+
+    /// The ledger event this update is, at `at`. A fraction outside 0...1 (or NaN: a `Progress`
+    /// with no total) is recorded as the nearest value in 0...1.
+    public func event(at: Timestamp) -> Event {
+        switch self {
+        case .began(let pack, let version): Event(at: at, .assetPackBegan(pack: pack, version: version))
+        case .downloading(let pack, let version, let fraction):
+            Event(at: at, .assetPackProgressed(pack: pack, version: version, progress: fraction.isNaN ? 0 : min(1, max(0, fraction))))
+        case .paused(let pack, let version): Event(at: at, .assetPackPaused(pack: pack, version: version))
+        case .finished(let pack, let version): Event(at: at, .assetPackFinished(pack: pack, version: version))
+        case .failed(let pack, let version, let error): Event(at: at, .assetPackFailed(pack: pack, version: version, error: error))
+        }
+    }
+}
+
 extension StoreError {
     /// An error as StoreKit reports it: its `NSError` domain and code, and its description.
     public init(_ error: any Error) {

@@ -48,6 +48,15 @@ import Testing
             .restoreCompleted,
             .restoreFailed(error: StoreError(domain: v("domain"), code: 4, message: v("message"))),
             .contentRegistered(url: v("url"), download: v("download"), contentLength: 1),
+            .assetPackPublished(pack: v("pack"), version: 1, unlockedBy: [v("product")]),
+            .assetPackBegan(pack: v("pack"), version: 1),
+            .assetPackProgressed(pack: v("pack"), version: 1, progress: 0.5),
+            .assetPackPaused(pack: v("pack"), version: 1),
+            .assetPackFinished(pack: v("pack"), version: 1),
+            .assetPackFailed(pack: v("pack"), version: 1, error: StoreError(domain: v("domain"), code: 5, message: v("message"))),
+            .assetPackRemoved(pack: v("pack")),
+            .assetPackOpened(pack: v("pack"), version: 1),
+            .storePaymentPromoted(product: v("product"), accepted: true),
         ]
         return bodies.map { Event(at: at, $0) }
     }()

@@ -64,6 +64,24 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
             rule: .unverifiedTransaction, given: catalog,
             breaking: Event(at: E.at(2), .transactionPurchased(transaction: "t9", product: "coins", terms: PurchaseTerms(unverified: "invalid signature"))),
             why: "StoreKit 2 could not verify its signature"),
+        RuleCase(
+            rule: .assetPackVersionDown, given: catalog + [E.packPublished("levels", 4), E.packBegan("levels", 4), E.packFinished("levels", 4)],
+            breaking: E.packBegan("levels", 3), why: "an older version begins after version 4 finished"),
+        RuleCase(
+            rule: .assetPackNotReady, given: catalog + [E.packPublished("levels", 2), E.packBegan("levels", 2), E.packProgress("levels", 2, 0.5)],
+            breaking: E.packOpened("levels", 2), why: "opened while still downloading"),
+        RuleCase(
+            rule: .assetPackNotReady,
+            given: catalog + [
+                E.packPublished("levels", 2, unlockedBy: ["p1"]), E.queued("t1"), E.purchased("t1"), E.packFinished("levels", 2), E.revoked("t1"),
+            ],
+            breaking: E.packOpened("levels", 2), why: "its unlocking purchase was refunded"),
+        RuleCase(
+            rule: .illegalDownloadTransition, given: catalog + [E.packPublished("levels", 2)], breaking: E.packPaused("levels", 2),
+            why: "an asset pack paused before it began"),
+        RuleCase(
+            rule: .unknownProduct, given: catalog, breaking: E.packPublished("levels", 1, unlockedBy: ["nope"]),
+            why: "an asset pack unlocked by an unregistered product"),
     ]
 }
 

@@ -419,43 +419,154 @@ import Testing
         #expect(errors.all.isEmpty, "\(errors.all)")
     }
 
-    /// Each Apple-only file's `#if` holds on exactly the declared platforms where its APIs exist
-    /// (Apple's availability: SKDownload and the queue's download calls are unavailable on
-    /// visionOS; StoreKit 2 exists everywhere the package goes).
+    /// `paymentQueue(_:shouldAddStorePayment:for:)`: the promoted product and the app's answer
+    /// are recorded, the answer handed back; an unregistered product is kept as an anomaly.
+    @Test func promotedPurchasesAreRecordedWithTheAppsAnswer() throws {
+        let r = try recorder()
+        #expect(r.storePaymentPromoted(productIdentifier: "com.example.book", accepted: true))
+        #expect(!r.storePaymentPromoted(productIdentifier: "com.example.season", accepted: false))
+        #expect(!r.storePaymentPromoted(productIdentifier: "com.example.unknown", accepted: false))
+        let events = try ledger.events().suffix(3)
+        #expect(
+            events.map(\.event.body) == [
+                .storePaymentPromoted(product: "com.example.book", accepted: true), .storePaymentPromoted(product: "com.example.season", accepted: false),
+                .storePaymentPromoted(product: "com.example.unknown", accepted: false),
+            ])
+        #expect(events.map(\.anomaly) == [nil, nil, .unknownProduct])
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    /// Background Assets' status updates, through the value type the Apple layer fills: the whole
+    /// life cycle of a pack unlocked by a purchase, an update to a new version, a refund of the
+    /// unlocking purchase, a removal, and the opens the ledger allows or refuses along the way.
+    @Test func assetPacksFromStatusUpdatesToUsableOrNot() throws {
+        let r = try recorder()
+        try r.assetPackPublished(id: "levels", version: 1, unlockedBy: ["com.example.book"])
+        let seq = try ledger.lastSeq()
+        try r.assetPackPublished(id: "levels", version: 1, unlockedBy: ["com.example.book"])
+        #expect(try ledger.lastSeq() == seq, "the same publication records nothing")
+        #expect(throws: LedgerError.self) { try r.openAssetPack(id: "levels", version: 1) }
+
+        try r.addPayment(productIdentifier: "com.example.book", transactionID: "t-book")
+        r.updatedTransactions([tx(1, .purchasing), tx(1, .purchased, store: "2000")])
+        for update: AssetPackStatusUpdateValue in [
+            .began(pack: "levels", version: 1), .downloading(pack: "levels", version: 1, fractionCompleted: 0.25),
+            .paused(pack: "levels", version: 1), .began(pack: "levels", version: 1),
+            .downloading(pack: "levels", version: 1, fractionCompleted: .nan), .downloading(pack: "levels", version: 1, fractionCompleted: 0.75),
+        ] {
+            r.assetPackStatusUpdate(update)
+        }
+        var pack = try #require(ledger.currentState.assetPack("levels"))
+        #expect(pack.versionOnDevice == nil && !pack.usable && pack.downloads.first?.state == .active && pack.downloads.first?.progress == 0.75)
+        #expect(pack.downloads.first?.attempts == 1, "a resume is not a new attempt")
+        let refused = #expect(throws: LedgerError.self) { try r.openAssetPack(id: "levels", version: 1) }
+        #expect(refused?.rule == .assetPackNotReady && refused?.message.contains("version 1 is active") == true, "\(String(describing: refused))")
+
+        r.assetPackStatusUpdate(.finished(pack: "levels", version: 1))
+        try r.openAssetPack(id: "levels", version: 1)
+        pack = try #require(ledger.currentState.assetPack("levels"))
+        #expect(pack.versionOnDevice == 1 && pack.usable && !pack.updateAvailable && pack.unlockedBy == ["com.example.book"])
+
+        // An update: version 2 published, downloaded while version 1 stays usable, then it replaces it.
+        try r.assetPackPublished(id: "levels", version: 2)
+        #expect(ledger.currentState.assetPack("levels")?.updateAvailable == true)
+        r.assetPackStatusUpdate(.began(pack: "levels", version: 2))
+        try r.openAssetPack(id: "levels", version: 1)
+        #expect(throws: LedgerError.self) { try r.openAssetPack(id: "levels", version: 2) }
+        r.assetPackStatusUpdate(.failed(pack: "levels", version: 2, error: StoreError(domain: "BAErrorDomain", code: 3, message: "network")))
+        r.assetPackStatusUpdate(.began(pack: "levels", version: 2))
+        r.assetPackStatusUpdate(.finished(pack: "levels", version: 2))
+        pack = try #require(ledger.currentState.assetPack("levels"))
+        #expect(pack.versionOnDevice == 2 && !pack.updateAvailable)
+        #expect(pack.downloads.map(\.download) == ["assetpack:levels@1", "assetpack:levels@2"])
+        #expect(pack.downloads[0].discarded && !pack.downloads[1].discarded && pack.downloads[1].attempts == 2)
+        try r.openAssetPack(id: "levels", version: 2)
+
+        // Versions never go down: a late report of version 1 is kept, flagged.
+        r.assetPackStatusUpdate(.finished(pack: "levels", version: 1))
+        #expect(try ledger.events().last?.anomaly == .assetPackVersionDown)
+        #expect(ledger.currentState.assetPack("levels")?.versionOnDevice == 2)
+
+        // A refund of the unlocking purchase is recorded against the pack's access.
+        r.revokedEntitlements(productIdentifiers: ["com.example.book"])
+        pack = try #require(ledger.currentState.assetPack("levels"))
+        #expect(!pack.unlocked && !pack.usable && pack.revokedTransactions == ["t-book"])
+        let revoked = #expect(throws: LedgerError.self) { try r.openAssetPack(id: "levels", version: 2) }
+        #expect(revoked?.message.contains("t-book") == true, "\(String(describing: revoked))")
+
+        // A free pack, then removed: no longer on the device, opening it refused.
+        try r.assetPackPublished(id: "intro", version: 5)
+        r.assetPackStatusUpdate(.finished(pack: "intro", version: 5))
+        try r.openAssetPack(id: "intro", version: 3)
+        r.assetPackRemoved(id: "intro")
+        #expect(ledger.currentState.assetPack("intro")?.versionOnDevice == nil)
+        #expect(throws: LedgerError.self) { try r.openAssetPack(id: "intro", version: 5) }
+        #expect(ledger.currentState.assetPacks().map(\.pack) == ["intro", "levels"])
+        #expect(errors.all.isEmpty, "\(errors.all)")
+        #expect(try ledger.verify().isValid, "projections equal a rebuild; every event replays")
+    }
+
+    /// Each Apple-only file's every `#if` holds on exactly the declared platforms where its APIs
+    /// exist (Apple's availability: SKDownload and the queue's download calls are unavailable on
+    /// visionOS; `didRevokeEntitlementsForProductIdentifiers` on tvOS; `shouldAddStorePayment` on
+    /// watchOS; Background Assets' asset packs on watchOS; StoreKit 2 exists everywhere the
+    /// package goes). A nested `#if` holds where it and the conditions around it hold.
     @Test func everyAppleOnlyFileCompilesOnTheDeclaredPlatformsWhereItsAPIsExist() throws {
         let manifest = try String(contentsOf: packageRoot.appending(path: "Package.swift"), encoding: .utf8)
         let declared = Set(["macOS", "iOS", "tvOS", "watchOS", "visionOS"].filter { manifest.contains(".\($0)(.v") })
         #expect(declared == ["macOS", "iOS", "tvOS", "watchOS", "visionOS"])
-        let expected: [String: Set<String>] = [
-            "PaymentQueueRecorder.swift": ["macOS", "iOS", "tvOS", "watchOS"],
-            "StoreKit2Recorder.swift": ["macOS", "iOS", "tvOS", "watchOS", "visionOS"],
+        // Each file's `#if` lines in order, with where the API each guards exists.
+        let expected: [String: [Set<String>]] = [
+            "PaymentQueueRecorder.swift": [
+                ["macOS", "iOS", "tvOS", "watchOS"],  // SKPaymentQueue with SKDownload
+                ["macOS", "iOS", "watchOS"],  // paymentQueue(_:didRevokeEntitlementsForProductIdentifiers:)
+                ["macOS", "iOS", "tvOS"],  // paymentQueue(_:shouldAddStorePayment:for:)
+            ],
+            "StoreKit2Recorder.swift": [
+                ["macOS", "iOS", "tvOS", "watchOS", "visionOS"],
+                ["visionOS"],  // UIKit, for the UIScene a purchase confirms in
+                ["visionOS"],  // Product.purchase(confirmIn:options:) (its #else: purchase(options:), every other)
+            ],
+            "AssetPackRecorder.swift": [["macOS", "iOS", "tvOS", "visionOS"]],  // AssetPackManager
         ]
         for (file, platforms) in expected {
             let text = try String(contentsOf: packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple/\(file)"), encoding: .utf8)
-            let condition = try #require(text.split(separator: "\n").first { $0.hasPrefix("#if ") }).dropFirst(4)
-            // The conditions these files use: `canImport(StoreKit)` (true on every Apple platform)
-            // and `!os(X)`, joined by `&&`.
-            func holds(on platform: String) -> Bool {
+            // The conditions these files use: `canImport(StoreKit)` (true on every Apple platform),
+            // `canImport(BackgroundAssets)` (every one but watchOS), `os(X)` and `!os(X)`, joined
+            // by `&&`.
+            func holds(_ condition: Substring, on platform: String) -> Bool {
                 condition.components(separatedBy: "&&").allSatisfy { term in
                     let t = term.trimmingCharacters(in: .whitespaces)
                     if t == "canImport(StoreKit)" { return true }
+                    if t == "canImport(BackgroundAssets)" { return platform != "watchOS" }
                     if t.hasPrefix("!os("), t.hasSuffix(")") { return String(t.dropFirst(4).dropLast()) != platform }
+                    if t.hasPrefix("os("), t.hasSuffix(")") { return String(t.dropFirst(3).dropLast()) == platform }
                     Issue.record("\(file): a condition this test cannot read: \(t)")
                     return false
                 }
             }
-            #expect(Set(declared.filter(holds(on:))) == platforms, "\(file): #if \(condition)")
+            var enclosing: [Substring] = []
+            var seen: [Set<String>] = []
+            for line in text.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces)[...] }) {
+                if line.hasPrefix("#if ") {
+                    enclosing.append(line.dropFirst(4))
+                    seen.append(Set(declared.filter { platform in enclosing.allSatisfy { holds($0, on: platform) } }))
+                } else if line.hasPrefix("#endif") {
+                    enclosing.removeLast()
+                }
+            }
+            #expect(seen == platforms, "\(file)")
         }
     }
 
     @Test func theAppleOnlyFilesAreThinGuardedAndParse() throws {
         let folder = packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple")
         let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".swift") }.sorted()
-        #expect(files == ["PaymentQueueRecorder.swift", "StoreKit2Recorder.swift"])
+        #expect(files == ["AssetPackRecorder.swift", "PaymentQueueRecorder.swift", "StoreKit2Recorder.swift"])
         for file in files {
             let path = folder.appending(path: file).path
             let text = try String(contentsOfFile: path, encoding: .utf8)
-            #expect(text.contains("#if canImport(StoreKit)"), "\(file) is guarded")
+            #expect(text.contains("#if canImport(StoreKit)") || text.contains("#if canImport(BackgroundAssets)"), "\(file) is guarded")
             #expect(text.split(separator: "\n").count < 200, "\(file) stays thin")
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")

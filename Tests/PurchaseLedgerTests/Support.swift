@@ -114,6 +114,20 @@ enum E {
         Event(at: at(s), .restoreFailed(error: StoreError(domain: "SKErrorDomain", code: 0, message: "unknown")))
     }
     static func registered(_ url: String, _ d: String, at s: Int = 1) -> Event { Event(at: at(s), .contentRegistered(url: url, download: d, contentLength: 10)) }
+    static func packPublished(_ pack: String, _ version: Int, unlockedBy: [String] = [], at s: Int = 1) -> Event {
+        Event(at: at(s), .assetPackPublished(pack: pack, version: version, unlockedBy: unlockedBy))
+    }
+    static func packBegan(_ pack: String, _ version: Int, at s: Int = 3) -> Event { Event(at: at(s), .assetPackBegan(pack: pack, version: version)) }
+    static func packProgress(_ pack: String, _ version: Int, _ p: Double, at s: Int = 4) -> Event {
+        Event(at: at(s), .assetPackProgressed(pack: pack, version: version, progress: p))
+    }
+    static func packPaused(_ pack: String, _ version: Int, at s: Int = 4) -> Event { Event(at: at(s), .assetPackPaused(pack: pack, version: version)) }
+    static func packFinished(_ pack: String, _ version: Int, at s: Int = 5) -> Event { Event(at: at(s), .assetPackFinished(pack: pack, version: version)) }
+    static func packFailed(_ pack: String, _ version: Int, at s: Int = 5) -> Event {
+        Event(at: at(s), .assetPackFailed(pack: pack, version: version, error: StoreError(domain: "BAErrorDomain", code: 1, message: "network lost")))
+    }
+    static func packRemoved(_ pack: String, at s: Int = 7) -> Event { Event(at: at(s), .assetPackRemoved(pack: pack)) }
+    static func packOpened(_ pack: String, _ version: Int, at s: Int = 6) -> Event { Event(at: at(s), .assetPackOpened(pack: pack, version: version)) }
 }
 
 /// Applies events with the reducer alone (plan + reduce), as an append does.

@@ -5,7 +5,7 @@
 ///
 /// | what | limit |
 /// |---|---|
-/// | an id (transaction, original and store transaction, download, product, related product, content, user, a registered URL) | 1,024 bytes |
+/// | an id (transaction, original and store transaction, download, product, related product, content, user, a registered URL, asset pack) | 1,024 bytes |
 /// | free text (title, destination, content URL, error domain and message, reason, checksum) | 4,096 bytes |
 /// | one JSON Lines line | 1 MiB |
 public enum InputLimits {
@@ -15,7 +15,7 @@ public enum InputLimits {
 
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = [
-        "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id",
+        "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id", "pack",
     ]
 
     /// `name` is built only for the error: building it for every field cost an import 4%.
@@ -81,6 +81,12 @@ extension InputLimits {
             if let bytes, bytes < 0 { return "bytesCopied \(bytes) is negative" }
         case .contentRegistered(_, _, let length):
             if let length, length < 0 { return "contentLength \(length) is negative" }
+        case .assetPackProgressed(_, let version, let progress):
+            if !(progress >= 0 && progress <= 1) { return "progress \(progress) is not a number in 0...1" }
+            if !(0...Int(Int32.max)).contains(version) { return "asset pack version \(version) is not in 0...2147483647" }
+        case .assetPackPublished(_, let version, _), .assetPackBegan(_, let version), .assetPackPaused(_, let version),
+            .assetPackFinished(_, let version), .assetPackFailed(_, let version, _), .assetPackOpened(_, let version):
+            if !(0...Int(Int32.max)).contains(version) { return "asset pack version \(version) is not in 0...2147483647" }
         default:
             return nil
         }
@@ -172,6 +178,17 @@ extension EventBody {
         case .contentRegistered(let url, let d, _):
             body("url", "url", url)
             body("download", "download", d)
+        case .assetPackPublished(let pack, _, let unlockedBy):
+            body("pack", "pack", pack)
+            for (i, p) in unlockedBy.enumerated() { body("product", "unlockedBy[\(i)]", p) }
+        case .assetPackBegan(let pack, _), .assetPackProgressed(let pack, _, _), .assetPackPaused(let pack, _), .assetPackFinished(let pack, _),
+            .assetPackRemoved(let pack), .assetPackOpened(let pack, _):
+            body("pack", "pack", pack)
+        case .assetPackFailed(let pack, _, let e):
+            body("pack", "pack", pack)
+            error(e)
+        case .storePaymentPromoted(let product, _):
+            body("product", "product", product)
         }
     }
 }

@@ -151,6 +151,32 @@ public enum JSONLines {
             let length = try f.optionalInt("contentLength")
             if let length, length < 0 { throw .malformed("field `contentLength` must not be negative") }
             return .contentRegistered(url: try f.string("url"), download: try f.string("download"), contentLength: length)
+        case .assetPackPublished:
+            var unlockedBy: [String] = []
+            for (k, item) in try f.optionalArray("unlockedBy").enumerated() {
+                guard let product = f.string(item: item) else { throw .malformed("field `unlockedBy[\(k)]` must be a string") }
+                try InputLimits.check(product, key: "product", name: "`unlockedBy[\(k)]`")
+                unlockedBy.append(product)
+            }
+            return .assetPackPublished(pack: try f.string("pack"), version: try f.packVersion(), unlockedBy: unlockedBy)
+        case .assetPackBegan:
+            return .assetPackBegan(pack: try f.string("pack"), version: try f.packVersion())
+        case .assetPackProgressed:
+            let progress = try f.double("progress")
+            guard progress >= 0 && progress <= 1 else { throw .malformed("field `progress` must be a number in 0...1") }
+            return .assetPackProgressed(pack: try f.string("pack"), version: try f.packVersion(), progress: progress)
+        case .assetPackPaused:
+            return .assetPackPaused(pack: try f.string("pack"), version: try f.packVersion())
+        case .assetPackFinished:
+            return .assetPackFinished(pack: try f.string("pack"), version: try f.packVersion())
+        case .assetPackFailed:
+            return .assetPackFailed(pack: try f.string("pack"), version: try f.packVersion(), error: try f.storeError("error"))
+        case .assetPackRemoved:
+            return .assetPackRemoved(pack: try f.string("pack"))
+        case .assetPackOpened:
+            return .assetPackOpened(pack: try f.string("pack"), version: try f.packVersion())
+        case .storePaymentPromoted:
+            return .storePaymentPromoted(product: try f.string("product"), accepted: try f.bool("accepted"))
         }
     }
 
@@ -311,6 +337,20 @@ public enum JSONLines {
             error(e)
         case .contentRegistered(let url, let d, let length):
             w.field("url", url); w.field("download", d); opt("contentLength", length)
+        case .assetPackPublished(let pack, let version, let unlockedBy):
+            w.field("pack", pack); w.field("version", version)
+            w.key("unlockedBy"); w.array(unlockedBy)
+        case .assetPackBegan(let pack, let version), .assetPackPaused(let pack, let version), .assetPackFinished(let pack, let version),
+            .assetPackOpened(let pack, let version):
+            w.field("pack", pack); w.field("version", version)
+        case .assetPackProgressed(let pack, let version, let progress):
+            w.field("pack", pack); w.field("version", version); w.field("progress", progress)
+        case .assetPackFailed(let pack, let version, let e):
+            w.field("pack", pack); w.field("version", version); error(e)
+        case .assetPackRemoved(let pack):
+            w.field("pack", pack)
+        case .storePaymentPromoted(let product, let accepted):
+            w.field("product", product); w.field("accepted", accepted)
         }
     }
 }
@@ -383,6 +423,13 @@ private struct Fields {
         guard let v = try optionalInt(key) else { throw .malformed("missing field \(name(key))") }
         guard v >= 0 else { throw .malformed("field \(name(key)) must not be negative") }
         return v
+    }
+
+    /// `version`: an asset pack's version, a whole number in 0...2147483647.
+    func packVersion() throws(LedgerError) -> Int {
+        guard let v = try optionalInt("version") else { throw .malformed("missing field \(name("version"))") }
+        guard (0...Int64(Int32.max)).contains(v) else { throw .malformed("field \(name("version")) must be a whole number in 0...2147483647") }
+        return Int(v)
     }
 
     func double(_ key: String) throws(LedgerError) -> Double {

@@ -71,6 +71,22 @@ enum PayloadCodec {
             error(e, &w)
         case .contentRegistered(let url, let d, let length):
             w.field(1, url); w.field(2, d); w.field(3, signed: length)
+        case .assetPackPublished(let pack, let version, let unlockedBy):
+            w.field(1, pack); w.field(2, signed: Int64(version))
+            for product in unlockedBy { w.field(3, product) }
+        case .assetPackBegan(let pack, let version), .assetPackPaused(let pack, let version), .assetPackFinished(let pack, let version),
+            .assetPackOpened(let pack, let version):
+            w.field(1, pack); w.field(2, signed: Int64(version))
+        case .assetPackProgressed(let pack, let version, let progress):
+            w.field(1, pack); w.field(2, signed: Int64(version)); w.field(3, double: progress)
+        case .assetPackFailed(let pack, let version, let e):
+            // The error is field 2 in every event that has one: the version moves to 3.
+            w.field(1, pack); w.field(3, signed: Int64(version)); error(e, &w)
+        case .assetPackRemoved(let pack):
+            w.field(1, pack)
+        case .storePaymentPromoted(let product, let accepted):
+            w.field(1, product)
+            if accepted { w.field(2, unsigned: 1) }
         }
     }
 
@@ -165,6 +181,12 @@ enum PayloadCodec {
 
         func signed(_ f: UInt64) -> Int64? {
             ints[f].map(ZigZag.decode)
+        }
+
+        /// An asset pack's version: a whole number >= 0 that fits an Int32.
+        func version(int f: UInt64) throws(Failure) -> Int {
+            guard let v = signed(f), (0...Int64(Int32.max)).contains(v) else { throw Failure(message: "bad asset pack version") }
+            return Int(v)
         }
     }
 
@@ -273,14 +295,16 @@ enum PayloadCodec {
         let nested: UInt64? =
             switch type {
             case .productRegistered, .transactionPurchased, .transactionRestored: 6
-            case .transactionFailed, .downloadFailed, .restoreFailed: 2
+            case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: 2
             case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
-                .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered:
+                .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
+                .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved, .assetPackOpened,
+                .storePaymentPromoted:
                 nil
             }
         let f = try read(
-            &r, nested: nested, repeatedString: type == .productRegistered ? 7 : nil,
+            &r, nested: nested, repeatedString: type == .productRegistered ? 7 : type == .assetPackPublished ? 3 : nil,
             withTerms: type == .transactionPurchased || type == .transactionRestored)
         switch type {
         case .downloadProgressed:
@@ -351,6 +375,25 @@ enum PayloadCodec {
             return .restoreCompleted
         case .contentRegistered:
             return .contentRegistered(url: try f.string(1, "url"), download: try f.string(2, "download"), contentLength: f.signed(3))
+        case .assetPackPublished:
+            return .assetPackPublished(pack: try f.string(1, "pack"), version: try f.version(int: 2), unlockedBy: f.repeatedStrings)
+        case .assetPackBegan:
+            return .assetPackBegan(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+        case .assetPackPaused:
+            return .assetPackPaused(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+        case .assetPackFinished:
+            return .assetPackFinished(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+        case .assetPackOpened:
+            return .assetPackOpened(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+        case .assetPackProgressed:
+            guard let progress = f.doubles[3] else { throw Failure(message: "missing progress") }
+            return .assetPackProgressed(pack: try f.string(1, "pack"), version: try f.version(int: 2), progress: progress)
+        case .assetPackFailed:
+            return .assetPackFailed(pack: try f.string(1, "pack"), version: try f.version(int: 3), error: try storeError(f))
+        case .assetPackRemoved:
+            return .assetPackRemoved(pack: try f.string(1, "pack"))
+        case .storePaymentPromoted:
+            return .storePaymentPromoted(product: try f.string(1, "product"), accepted: f.ints[2] == 1)
         }
     }
 }

@@ -12,10 +12,10 @@ public enum PersonalData {
         "user", "destination", "contentURL", "url", "message", "reason", "storeTransactionId", "originalTransaction",
     ]
     /// Text fields that are not personal: ids the app chooses (it must not put personal data in
-    /// them), the catalog, error domains, checksums, money and offers.
+    /// them), the catalog, error domains, checksums, money, offers and asset pack ids.
     public static let nonPersonal: Set<String> = [
         "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
-        "unverified",
+        "unverified", "pack",
     ]
 }
 
@@ -93,8 +93,12 @@ public struct Redactor: Sendable {
             e.body = .restoreFailed(error: error(err))
         case .contentRegistered(let url, let d, let length):
             e.body = .contentRegistered(url: pseudonym(url: url), download: d, contentLength: length)
+        case .assetPackFailed(let pack, let version, let err):
+            e.body = .assetPackFailed(pack: pack, version: version, error: error(err))
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
-            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted:
+            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
+            .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
+            .assetPackOpened, .storePaymentPromoted:
             break
         }
         return e

@@ -100,7 +100,9 @@ enum DownloadMachine {
         case .downloadFailed: fail
         case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionPurchased,
             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .contentCopiedOut,
-            .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
+            .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
+            .storePaymentPromoted:
             nil
         }
     }

@@ -46,6 +46,25 @@ public enum EventBody: Sendable, Hashable {
     case restoreCompleted
     case restoreFailed(error: StoreError)
     case contentRegistered(url: String, download: String, contentLength: Int64?)
+    /// An Apple-hosted (or managed) asset pack at `version` is in the catalog, unlocked by any of
+    /// `unlockedBy` (empty: free). A higher version later is an update (docs/storekit.md).
+    case assetPackPublished(pack: String, version: Int, unlockedBy: [String])
+    /// Background Assets' `DownloadStatusUpdate.began`: the download of `pack` at `version` began,
+    /// or resumed after a pause.
+    case assetPackBegan(pack: String, version: Int)
+    case assetPackProgressed(pack: String, version: Int, progress: Double)
+    case assetPackPaused(pack: String, version: Int)
+    /// The pack is on the device at `version` and usable; an older version it replaces is gone.
+    case assetPackFinished(pack: String, version: Int)
+    case assetPackFailed(pack: String, version: Int, error: StoreError)
+    /// The pack left the device (`remove(assetPackWithID:)`, or made obsolete by an update check).
+    case assetPackRemoved(pack: String)
+    /// The app opened the pack's files, needing at least `version`: refused unless that version
+    /// finished, is still on the device and its unlocking purchase is in force.
+    case assetPackOpened(pack: String, version: Int)
+    /// StoreKit 1's `paymentQueue(_:shouldAddStorePayment:for:)`: a purchase started on the App
+    /// Store (a promoted in-app purchase), and whether the app let it continue.
+    case storePaymentPromoted(product: String, accepted: Bool)
 
     public var type: EventType {
         switch self {
@@ -71,6 +90,15 @@ public enum EventBody: Sendable, Hashable {
         case .restoreCompleted: .restoreCompleted
         case .restoreFailed: .restoreFailed
         case .contentRegistered: .contentRegistered
+        case .assetPackPublished: .assetPackPublished
+        case .assetPackBegan: .assetPackBegan
+        case .assetPackProgressed: .assetPackProgressed
+        case .assetPackPaused: .assetPackPaused
+        case .assetPackFinished: .assetPackFinished
+        case .assetPackFailed: .assetPackFailed
+        case .assetPackRemoved: .assetPackRemoved
+        case .assetPackOpened: .assetPackOpened
+        case .storePaymentPromoted: .storePaymentPromoted
         }
     }
 
@@ -103,9 +131,12 @@ public enum EventBody: Sendable, Hashable {
             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
             .download(d)
+        case .assetPackBegan(let p, let v), .assetPackProgressed(let p, let v, _), .assetPackPaused(let p, let v),
+            .assetPackFinished(let p, let v), .assetPackFailed(let p, let v, _), .assetPackOpened(let p, let v):
+            .download(AssetPacks.downloadID(pack: p, version: v))
         case .restoreStarted, .restoreCompleted, .restoreFailed:
             .restore
-        case .productRegistered, .contentVersionPublished, .contentDeleted:
+        case .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted:
             .catalog
         }
     }
@@ -120,7 +151,8 @@ public enum EventBody: Sendable, Hashable {
             t
         case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
-            .productRegistered, .contentVersionPublished, .contentDeleted:
+            .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackBegan, .assetPackProgressed,
+            .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted:
             nil
         }
     }
@@ -132,9 +164,12 @@ public enum EventBody: Sendable, Hashable {
             .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _),
             .contentCopiedOut(let d, _, _, _), .contentRegistered(_, let d, _):
             d
+        case .assetPackBegan(let p, let v), .assetPackProgressed(let p, let v, _), .assetPackPaused(let p, let v),
+            .assetPackFinished(let p, let v), .assetPackFailed(let p, let v, _), .assetPackOpened(let p, let v):
+            AssetPacks.downloadID(pack: p, version: v)
         case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
-            .productRegistered, .contentVersionPublished, .contentDeleted:
+            .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted:
             nil
         }
     }
@@ -167,6 +202,15 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     case restoreCompleted = 20
     case restoreFailed = 21
     case contentRegistered = 22
+    case assetPackPublished = 23
+    case assetPackBegan = 24
+    case assetPackProgressed = 25
+    case assetPackPaused = 26
+    case assetPackFinished = 27
+    case assetPackFailed = 28
+    case assetPackRemoved = 29
+    case assetPackOpened = 30
+    case storePaymentPromoted = 31
 
     /// The contract's name, as in the JSON `type` field.
     public var name: String {
@@ -193,6 +237,15 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .restoreCompleted: "restoreCompleted"
         case .restoreFailed: "restoreFailed"
         case .contentRegistered: "contentRegistered"
+        case .assetPackPublished: "assetPackPublished"
+        case .assetPackBegan: "assetPackBegan"
+        case .assetPackProgressed: "assetPackProgressed"
+        case .assetPackPaused: "assetPackPaused"
+        case .assetPackFinished: "assetPackFinished"
+        case .assetPackFailed: "assetPackFailed"
+        case .assetPackRemoved: "assetPackRemoved"
+        case .assetPackOpened: "assetPackOpened"
+        case .storePaymentPromoted: "storePaymentPromoted"
         }
     }
 
@@ -210,11 +263,12 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     public var isCommand: Bool {
         switch self {
         case .paymentQueued, .transactionFinished, .downloadStarted, .downloadPaused, .downloadResumed,
-            .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
+            .downloadCancelled, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered, .assetPackOpened:
             true
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionPurchased, .transactionFailed,
             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
-            .restoreCompleted, .restoreFailed:
+            .restoreCompleted, .restoreFailed, .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused,
+            .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted:
             false
         }
     }

@@ -121,6 +121,24 @@ extension EventBody {
             return .restoreFailed(error: error)
         case .contentRegistered(let url, let d, let length):
             return .contentRegistered(url: n(url), download: n(d), contentLength: length)
+        case .assetPackPublished(let pack, let v, let unlockedBy):
+            return .assetPackPublished(pack: n(pack), version: v, unlockedBy: unlockedBy.map(n))
+        case .assetPackBegan(let pack, let v):
+            return .assetPackBegan(pack: n(pack), version: v)
+        case .assetPackProgressed(let pack, let v, let progress):
+            return .assetPackProgressed(pack: n(pack), version: v, progress: progress)
+        case .assetPackPaused(let pack, let v):
+            return .assetPackPaused(pack: n(pack), version: v)
+        case .assetPackFinished(let pack, let v):
+            return .assetPackFinished(pack: n(pack), version: v)
+        case .assetPackFailed(let pack, let v, let error):
+            return .assetPackFailed(pack: n(pack), version: v, error: error)
+        case .assetPackRemoved(let pack):
+            return .assetPackRemoved(pack: n(pack))
+        case .assetPackOpened(let pack, let v):
+            return .assetPackOpened(pack: n(pack), version: v)
+        case .storePaymentPromoted(let product, let accepted):
+            return .storePaymentPromoted(product: n(product), accepted: accepted)
         }
     }
 

@@ -392,6 +392,9 @@ public enum Reducer {
 
         case .contentCopiedOut(let d, let destination, _, let bytes):
             let download = try downloadRecord(s, d, e)
+            if AssetPacks.isReserved(d) {
+                throw .violation(.illegalDownloadTransition, "download \(d) is an asset pack's: the system keeps its files, nothing is copied out", e)
+            }
             if finishedOwner(s, download) {
                 throw .violation(
                     .contentURLAfterFinish,
@@ -439,6 +442,7 @@ public enum Reducer {
             return .applied
 
         case .contentRegistered(let url, let d, let length):
+            if AssetPacks.isReserved(d) { throw .malformed("download ids starting with \(AssetPacks.prefix) are reserved for asset packs", event: e) }
             if let existing = s.registeredURLs[url] {
                 if existing == d { return .ignored }
                 throw .violation(.contentKeyMismatch, "this URL is already registered as download \(existing), not \(d)", e)
@@ -449,7 +453,179 @@ public enum Reducer {
             s.registeredURLs[url] = d
             s.downloads[d] = DownloadRecord(download: d, transaction: nil, url: url, contentLength: length)
             return .applied
+
+        case .assetPackPublished(let pack, let version, let unlockedBy):
+            for product in unlockedBy where s.products[product] == nil {
+                throw .violation(.unknownProduct, "product \(product), which unlocks asset pack \(pack), was never registered", e)
+            }
+            let content = AssetPacks.contentID(pack: pack), published = ContentVersion(version)
+            // Every product that unlocks the pack, named now or before, lists its newest version.
+            let earlier = s.publishedVersions.keys.filter { $0.content == content && !$0.product.isEmpty }.map(\.product)
+            var changed = false
+            for product in Set([""] + unlockedBy + earlier).sorted() {
+                let key = ContentKey(product: product, content: content)
+                if let latest = s.publishedVersions[key], !published.isNewer(than: latest) { continue }
+                s.publishedVersions[key] = published
+                changed = true
+            }
+            return changed ? .applied : .unchanged
+
+        case .assetPackBegan(let pack, let version):
+            try checkPackVersion(s, pack, version, e)
+            let id = AssetPacks.downloadID(pack: pack, version: version)
+            let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
+            switch phase {
+            case .waiting, .active: return .unchanged
+            case .finished:
+                throw .violation(
+                    .illegalDownloadTransition, "asset pack \(pack) version \(version) already finished; a download that begins again is a new version", e)
+            case .notStarted, .paused, .failed, .cancelled:
+                createPackDownload(&s, pack, version)
+                s.downloads.update(id) { next in
+                    if phase != .paused {
+                        next.attempts += 1
+                        next.startedAt = e.at
+                        next.progress = 0
+                        next.error = nil
+                    }
+                    next.started = true
+                    next.state = .active
+                    next.lastActivityAt = e.at
+                }
+                return .applied
+            }
+
+        case .assetPackProgressed(let pack, let version, let progress):
+            let id = try packDownload(s, pack, version, e, DownloadMachine.progress)
+            if s.downloads[id]?.state == .active && s.downloads[id]?.progress == progress { return .unchanged }
+            s.downloads.update(id) { next in
+                next.state = .active
+                next.progress = progress
+                next.lastActivityAt = e.at
+            }
+            return .applied
+
+        case .assetPackPaused(let pack, let version):
+            let id = try packDownload(s, pack, version, e, DownloadMachine.pause)
+            s.downloads.update(id) { next in
+                next.state = .paused
+                next.lastActivityAt = e.at
+            }
+            return .applied
+
+        case .assetPackFinished(let pack, let version):
+            try checkPackVersion(s, pack, version, e)
+            let id = AssetPacks.downloadID(pack: pack, version: version)
+            let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
+            if phase == .finished { return .unchanged }
+            // A pack already on the device when the app first listens may be reported finished
+            // without a beginning.
+            guard phase == .notStarted || phase == .waiting || phase == .active else {
+                throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); only one downloading can finish", e)
+            }
+            createPackDownload(&s, pack, version)
+            s.downloads.update(id) { next in
+                if !next.started {
+                    next.started = true
+                    next.attempts += 1
+                    next.startedAt = e.at
+                }
+                next.state = .finished
+                next.progress = 1
+                next.finishedAt = e.at
+                next.lastActivityAt = e.at
+            }
+            let key = AssetPacks.key(pack: pack)
+            if let replaced = s.copiedContent[key]?.download, replaced != id {
+                s.downloads.update(replaced) { $0.discarded = true }
+            }
+            s.copiedContent[key] = OwnedContent(
+                product: "", content: key.content, contentVersion: ContentVersion(version), destination: "", transaction: "", download: id, copiedAt: e.at)
+            return .applied
+
+        case .assetPackFailed(let pack, let version, let error):
+            let id = AssetPacks.downloadID(pack: pack, version: version)
+            let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
+            guard phase == .notStarted || phase == .waiting || phase == .active || phase == .paused else {
+                throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); only one downloading can fail", e)
+            }
+            createPackDownload(&s, pack, version)
+            s.downloads.update(id) { next in
+                if !next.started {
+                    next.started = true
+                    next.attempts += 1
+                    next.startedAt = e.at
+                }
+                next.state = .failed
+                next.error = error
+                next.lastActivityAt = e.at
+            }
+            return .applied
+
+        case .assetPackRemoved(let pack):
+            let key = AssetPacks.key(pack: pack)
+            guard let owned = s.copiedContent[key] else { return .unchanged }
+            s.downloads.update(owned.download) { next in
+                next.discarded = true
+                next.lastActivityAt = e.at
+            }
+            s.copiedContent[key] = nil
+            return .applied
+
+        case .assetPackOpened(let pack, let version):
+            let key = AssetPacks.key(pack: pack)
+            guard let owned = s.copiedContent[key], let onDevice = Int(owned.contentVersion.text), onDevice >= version else {
+                let had = s.copiedContent[key].map { "it is on the device at version \($0.contentVersion.text)" }
+                let downloading = s.downloads[AssetPacks.downloadID(pack: pack, version: version)].map { "version \(version) is \(describe($0))" }
+                throw .violation(
+                    .assetPackNotReady,
+                    "asset pack \(pack) is not on the device at version \(version) or later (\(had ?? downloading ?? "it never finished, or was removed")); a pack is usable only after assetPackFinished",
+                    e)
+            }
+            let unlocking = s.publishedVersions.keys.filter { $0.content == key.content && !$0.product.isEmpty }.map(\.product).sorted()
+            if !unlocking.isEmpty && !unlocking.contains(where: { s.owns(product: $0) }) {
+                let revoked = s.transactions.values.filter { unlocking.contains($0.product) && $0.revoked }.map(\.transaction)
+                throw .violation(
+                    .assetPackNotReady,
+                    "asset pack \(pack) is unlocked by \(unlocking.joined(separator: ", ")), and no purchase of them is in force"
+                        + (revoked.isEmpty ? "" : " (refunded or revoked: \(revoked.joined(separator: ", ")))"), e)
+            }
+            s.downloads.update(owned.download) { $0.lastActivityAt = e.at }
+            return .applied
+
+        case .storePaymentPromoted(let product, _):
+            guard s.products[product] != nil else {
+                throw .violation(.unknownProduct, "product \(product), promoted on the App Store, was never registered", e)
+            }
+            return .applied
         }
+    }
+
+    /// Versions of a pack never go down: one below the version on the device breaks
+    /// `assetPackVersionDown`.
+    private static func checkPackVersion(_ s: LedgerState, _ pack: String, _ version: Int, _ e: Event) throws(LedgerError) {
+        guard let owned = s.copiedContent[AssetPacks.key(pack: pack)], let onDevice = Int(owned.contentVersion.text), version < onDevice else { return }
+        throw .violation(.assetPackVersionDown, "asset pack \(pack) is on the device at version \(onDevice); version \(version) would go down", e)
+    }
+
+    /// The download of a pack's version, made when first reported.
+    private static func createPackDownload(_ s: inout LedgerState, _ pack: String, _ version: Int) {
+        let id = AssetPacks.downloadID(pack: pack, version: version)
+        guard s.downloads[id] == nil else { return }
+        s.downloads[id] = DownloadRecord(download: id, transaction: nil, content: AssetPacks.contentID(pack: pack), contentVersion: ContentVersion(version))
+    }
+
+    /// The id of a pack version's download, which must be in a phase `transition` allows (else
+    /// `illegalDownloadTransition`).
+    private static func packDownload(
+        _ s: LedgerState, _ pack: String, _ version: Int, _ e: Event, _ transition: DownloadMachine.Transition
+    ) throws(LedgerError) -> String {
+        let id = AssetPacks.downloadID(pack: pack, version: version)
+        let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
+        guard transition.from.contains(phase) else {
+            throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); \(transition.requirement)", e)
+        }
+        return id
     }
 
     // MARK: - Helpers
@@ -545,6 +721,9 @@ public enum Reducer {
         _ s: LedgerState, _ d: String, _ e: Event, _ transition: DownloadMachine.Transition
     ) throws(LedgerError) -> (DownloadRecord, TransactionRecord?, to: DownloadStatus) {
         let download = try downloadRecord(s, d, e)
+        if AssetPacks.isReserved(d) {
+            throw .violation(.illegalDownloadTransition, "download \(d) is an asset pack's: it changes only through assetPack events", e)
+        }
         let owner = download.transaction.flatMap { s.transactions[$0] }
         if let owner, owner.finished {
             if e.type == .downloadFinished {
@@ -570,6 +749,9 @@ public enum Reducer {
     /// breaks `duplicateDownload`.
     private static func checkNewDownloads(_ s: LedgerState, _ specs: [DownloadSpec]?, _ e: Event) throws(LedgerError) {
         var seen = Set<String>()
+        for spec in specs ?? [] where AssetPacks.isReserved(spec.download) {
+            throw .malformed("download id \(spec.download): ids starting with \(AssetPacks.prefix) are reserved for asset packs", event: e)
+        }
         for spec in specs ?? [] where s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
             throw .violation(.duplicateDownload, "download id \(spec.download) is already in the ledger, or named twice", e)
         }

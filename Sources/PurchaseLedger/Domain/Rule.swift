@@ -47,13 +47,20 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
     /// A purchase or restore whose store signature did not verify (StoreKit 2's
     /// `VerificationResult.unverified`): kept, never applied.
     public static let unverifiedTransaction = Rule("unverifiedTransaction", 16)
+    /// An asset pack reported at a version below the one already on the device: versions never
+    /// go down.
+    public static let assetPackVersionDown = Rule("assetPackVersionDown", 17)
+    /// Opening an asset pack that is not on the device at the version needed (never finished,
+    /// still downloading, removed), or whose unlocking purchase is not in force (refunded,
+    /// revoked, never made).
+    public static let assetPackNotReady = Rule("assetPackNotReady", 18)
 
     /// Every rule, in code order.
     public static let all: [Rule] = [
         .unknownProduct, .duplicateTransaction, .finishWhilePurchasing, .finishWhileDeferred, .alreadyFinished,
         .finishBeforeCopyOut, .contentURLAfterFinish, .downloadAfterFinish, .illegalDownloadTransition,
         .copyOutBeforeFinished, .contentKeyMismatch, .restoreInProgress, .illegalTransactionTransition,
-        .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction,
+        .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction, .assetPackVersionDown, .assetPackNotReady,
     ]
 
     public init?(name: String) {

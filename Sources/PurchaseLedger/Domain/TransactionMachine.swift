@@ -94,7 +94,9 @@ enum TransactionMachine {
         case .transactionRevoked: revocation
         case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionRestored, .transactionFinished, .downloadStarted,
             .downloadPaused, .downloadResumed, .downloadCancelled, .downloadProgressed, .downloadFinished, .downloadFailed, .contentCopiedOut,
-            .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
+            .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
+            .storePaymentPromoted:
             nil
         }
     }

@@ -48,6 +48,11 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
 
     public var description: String { text }
 
+    /// A whole-number version (an asset pack's).
+    public init(_ version: Int) {
+        text = String(version)
+    }
+
     static func isValid(_ text: String) -> Bool {
         var sawDigit = false
         for byte in text.utf8 {

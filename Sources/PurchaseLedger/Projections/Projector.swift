@@ -48,9 +48,21 @@ package enum Projector {
                 }
             case .paymentQueued, .transactionDeferred, .transactionFailed, .transactionRevoked, .downloadStarted, .downloadProgressed,
                 .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed, .contentCopiedOut,
-                .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+                .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackBegan, .assetPackProgressed,
+                .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted:
                 if let t = event.body.transactionID { transactions.insert(t) }
                 if let d = event.body.downloadID { downloads.insert(d) }
+            case .assetPackPublished(let pack, _, let unlockedBy):
+                products.formUnion(unlockedBy)
+                let content = AssetPacks.contentID(pack: pack)
+                for key in state.publishedVersions.keys where key.content == content && !key.product.isEmpty { products.insert(key.product) }
+            case .assetPackFinished(let pack, _), .assetPackRemoved(let pack):
+                // The version finished or removed, and the one it replaced: every download of
+                // the pack (a rare event; a scan).
+                let content = AssetPacks.contentID(pack: pack)
+                state.downloads.forEachUnordered { id, record in
+                    if record.content == content && record.transaction == nil { downloads.insert(id) }
+                }
             }
         }
     }
@@ -59,6 +71,8 @@ package enum Projector {
     enum OwnedChange {
         case copied(OwnedContentHistoryEntry)
         case deleted(product: String, at: Timestamp)
+        /// One content gone (an asset pack removed from the device).
+        case removed(ContentKey, at: Timestamp)
     }
 
     static func ownedChange(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> OwnedChange? {
@@ -72,10 +86,16 @@ package enum Projector {
             return .copied(OwnedContentHistoryEntry(seq: e.seq, owned: owned))
         case .contentDeleted(let product):
             return .deleted(product: product, at: e.event.at)
+        case .assetPackFinished(let pack, _):
+            guard let owned = state.copiedContent[AssetPacks.key(pack: pack)] else { return nil }
+            return .copied(OwnedContentHistoryEntry(seq: e.seq, owned: owned))
+        case .assetPackRemoved(let pack):
+            return .removed(AssetPacks.key(pack: pack), at: e.event.at)
         case .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionPurchased,
             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .downloadStarted,
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
-            .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered:
+            .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
+            .assetPackProgressed, .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted:
             return nil
         }
     }
@@ -93,6 +113,12 @@ package enum Projector {
         WHERE seq IN (SELECT history_seq FROM owned_content WHERE product = ?)
         """)
     private static let deleteOwned = PreparedSQL("DELETE FROM owned_content WHERE product = ?")
+    private static let markRemoved = PreparedSQL(
+        """
+        UPDATE owned_content_history SET deleted_at_ms = ?
+        WHERE seq = (SELECT history_seq FROM owned_content WHERE product = ? AND content = ?)
+        """)
+    private static let deleteOneOwned = PreparedSQL("DELETE FROM owned_content WHERE product = ? AND content = ?")
     private static let deleteRelated = PreparedSQL("DELETE FROM related_products WHERE product = ?")
 
     private static let storedDestination = PreparedSQL("SELECT destination FROM downloads WHERE download_id = ?")
@@ -136,6 +162,9 @@ package enum Projector {
         case .deleted(let product, let at):
             try statements(markDeleted, db).execute(values: [ms(at).databaseValue, product.databaseValue], db)
             try statements(deleteOwned, db).execute(values: [product.databaseValue], db)
+        case .removed(let key, let at):
+            try statements(markRemoved, db).execute(values: [ms(at).databaseValue, key.product.databaseValue, key.content.databaseValue], db)
+            try statements(deleteOneOwned, db).execute(values: [key.product.databaseValue, key.content.databaseValue], db)
         }
     }
 
@@ -214,6 +243,11 @@ package enum Projector {
                     current[key] = nil
                     currentSeq[key] = nil
                 }
+            case .removed(let key, let at):
+                guard let index = current[key] else { return }
+                entries[index].deletedAt = at
+                current[key] = nil
+                currentSeq[key] = nil
             }
         }
     }

@@ -113,6 +113,7 @@ extension Ledger {
         var restores: [Restore] = []
         var open: Int?
         var total: Int64 = 0
+        var unlocks: [String: Set<String>] = [:]  // asset pack -> products that unlock it
 
         func name(_ t: String, product: String?, user: String?, downloads: [DownloadSpec]?) {
             productsOf[t, default: []].formUnion(product.map { [$0] } ?? [])
@@ -148,9 +149,12 @@ extension Ledger {
                     restores[index].end = e.seq
                     open = nil
                 }
+            case .assetPackPublished(let pack, _, let unlockedBy):
+                unlocks[pack, default: []].formUnion(unlockedBy)
             case .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
-                .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered:
+                .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered, .assetPackBegan, .assetPackProgressed,
+                .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted:
                 break
             }
             return true
@@ -173,18 +177,33 @@ extension Ledger {
         }
         // Transactions that share a download id with a kept one, until none is added.
         var kept = chosen
-        var queue = Array(chosen)
-        while let t = queue.popLast() {
-            for d in downloadsOf[t] ?? [] {
-                for other in ownersOf[d] ?? [] where !kept.contains(other) {
-                    kept.insert(other)
-                    queue.append(other)
+        func close(_ start: Set<String>) {
+            var queue = Array(start)
+            while let t = queue.popLast() {
+                for d in downloadsOf[t] ?? [] {
+                    for other in ownersOf[d] ?? [] where !kept.contains(other) {
+                        kept.insert(other)
+                        queue.append(other)
+                    }
                 }
             }
         }
+        close(chosen)
+        func keptProducts() -> Set<String> {
+            var products = kept.reduce(into: Set<String>()) { $0.formUnion(productsOf[$1] ?? []) }
+            products.formUnion(products.flatMap { related[$0] ?? [] })
+            return products
+        }
+        var products = keptProducts()
+        // The asset packs a kept product unlocks, with every product that unlocks them and every
+        // transaction of those: whether a pack may be opened depends on all of them.
+        let packs = Set(unlocks.filter { !$0.value.isDisjoint(with: products) }.keys)
+        let unlocking = packs.reduce(into: Set<String>()) { $0.formUnion(unlocks[$1] ?? []) }
+        let unlockers = Set(productsOf.filter { !$0.value.isDisjoint(with: unlocking) }.keys).subtracting(kept)
+        kept.formUnion(unlockers)
+        close(unlockers)
+        products = keptProducts().union(unlocking)
         let downloads = kept.reduce(into: Set<String>()) { $0.formUnion(downloadsOf[$1] ?? []) }
-        var products = kept.reduce(into: Set<String>()) { $0.formUnion(productsOf[$1] ?? []) }
-        products.formUnion(products.flatMap { related[$0] ?? [] })
         var restoreSeqs = Set<Int64>()
         var restoreCount = 0
         for r in restores where !r.transactions.isDisjoint(with: kept) || (user != nil && r.user == user) {
@@ -193,7 +212,7 @@ extension Ledger {
             restoreCount += 1
         }
         return ExtractPlan(
-            transactions: kept, downloads: downloads, products: products, restoreSeqs: restoreSeqs,
+            transactions: kept, downloads: downloads, products: products, packs: packs, restoreSeqs: restoreSeqs,
             summary: ExtractSummary(
                 path: "", keptEvents: 0, totalEvents: total, transactions: kept.sorted(),
                 addedTransactions: kept.subtracting(chosen).sorted(), downloads: downloads.sorted(),
@@ -206,6 +225,7 @@ private struct ExtractPlan {
     var transactions: Set<String>
     var downloads: Set<String>
     var products: Set<String>
+    var packs: Set<String>
     var restoreSeqs: Set<Int64>
     var summary: ExtractSummary
 
@@ -223,6 +243,12 @@ private struct ExtractPlan {
             downloads.contains(d)
         case .restoreStarted, .restoreCompleted, .restoreFailed:
             restoreSeqs.contains(e.seq)
+        case .assetPackPublished(let pack, _, _), .assetPackBegan(let pack, _), .assetPackProgressed(let pack, _, _),
+            .assetPackPaused(let pack, _), .assetPackFinished(let pack, _), .assetPackFailed(let pack, _, _), .assetPackRemoved(let pack),
+            .assetPackOpened(let pack, _):
+            packs.contains(pack)
+        case .storePaymentPromoted(let product, _):
+            products.contains(product)
         }
     }
 }

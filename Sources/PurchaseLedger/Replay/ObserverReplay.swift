@@ -66,7 +66,11 @@ extension Ledger {
                     if let t = body.transactionID, let record = state.transactions[t] { observer.updatedTransactions([record], step: step) }
                 case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed:
                     if let d = body.downloadID, let record = state.downloads[d] { observer.updatedDownloads([record], step: step) }
-                case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered:
+                case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered,
+                    .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed,
+                    .assetPackRemoved, .assetPackOpened, .storePaymentPromoted:
+                    // Not the payment queue's: asset packs are Background Assets', and a promoted
+                    // purchase reaches the queue as its own paymentQueued.
                     break
                 }
                 return true

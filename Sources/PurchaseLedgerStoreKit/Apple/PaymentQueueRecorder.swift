@@ -23,9 +23,16 @@
         public let recorder: StoreKitRecorder
         public let queue: SKPaymentQueue
 
-        public init(ledger: Ledger, queue: SKPaymentQueue = .default(), onError: @escaping @Sendable (LedgerError) -> Void = { _ in }) {
+        /// Whether a purchase promoted on the App Store continues now (`paymentQueue(_:shouldAddStorePayment:for:)`).
+        public let shouldAddStorePayment: @Sendable (SKPayment, SKProduct) -> Bool
+
+        public init(
+            ledger: Ledger, queue: SKPaymentQueue = .default(), onError: @escaping @Sendable (LedgerError) -> Void = { _ in },
+            shouldAddStorePayment: @escaping @Sendable (SKPayment, SKProduct) -> Bool = { _, _ in true }
+        ) {
             recorder = StoreKitRecorder(ledger: ledger, onError: onError)
             self.queue = queue
+            self.shouldAddStorePayment = shouldAddStorePayment
             super.init()
         }
 
@@ -105,6 +112,14 @@
             /// Family Sharing (or a refund) took products away: their transactions are recorded as revoked.
             public func paymentQueue(_ queue: SKPaymentQueue, didRevokeEntitlementsForProductIdentifiers productIdentifiers: [String]) {
                 recorder.revokedEntitlements(productIdentifiers: productIdentifiers)
+            }
+        #endif
+
+        #if !os(watchOS)
+            /// A promoted purchase started on the App Store: recorded with the answer of
+            /// `shouldAddStorePayment` (default: continue it now), which is what StoreKit gets.
+            public func paymentQueue(_ queue: SKPaymentQueue, shouldAddStorePayment payment: SKPayment, for product: SKProduct) -> Bool {
+                recorder.storePaymentPromoted(productIdentifier: product.productIdentifier, accepted: shouldAddStorePayment(payment, product))
             }
         #endif
 

@@ -79,6 +79,14 @@ let package = Package(
             name: "PurchaseLedgerFleetTesting",
             dependencies: ["PurchaseLedger", "PurchaseLedgerFleet", .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        // The entry points for fuzzing the decoders of untrusted bytes and for comparing the LZ4
+        // codecs: used by ledger-bench and the tests, linked by no library product.
+        .target(
+            name: "PurchaseLedgerTesting",
+            dependencies: [
+                "PurchaseLedger", .target(name: "CLZ4", condition: .when(platforms: [.linux])), .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
         .target(
             name: "PurchaseLedgerCLI",
             dependencies: [
@@ -91,7 +99,8 @@ let package = Package(
         .executableTarget(
             name: "ledger-bench",
             dependencies: [
-                "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", "PurchaseLedgerTesting",
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ],
             path: "Tools/ledger-bench"
         ),
@@ -103,6 +112,7 @@ let package = Package(
                 "PurchaseLedgerStoreKit",
                 "PurchaseLedgerFleet",
                 "PurchaseLedgerFleetTesting",
+                "PurchaseLedgerTesting",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "CustomDump", package: "swift-custom-dump"),

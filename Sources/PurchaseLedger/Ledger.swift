@@ -498,7 +498,7 @@ public final class Ledger: Sendable {
         return try read(body)
     }
 
-    func read<T>(_ body: (Database) throws -> T) throws -> T {
+    package func read<T>(_ body: (Database) throws -> T) throws -> T {
         do {
             return try pool.read(body)
         } catch {

@@ -1,6 +1,7 @@
 import Foundation
 import GRDBSQLite
-@_spi(Benchmarks) import PurchaseLedger
+import PurchaseLedger
+import PurchaseLedgerTesting
 
 // `ledger-bench import-floor WORKLOAD [RUNS]`: how much of the CPU time an import may spend to
 // reach a ratio to the raw SQLite ceiling (0.6x by default) is taken by work no import of this

@@ -1,6 +1,7 @@
 import Foundation
 import GRDBSQLite
-@_spi(Fuzzing) import PurchaseLedger
+import PurchaseLedger
+import PurchaseLedgerTesting
 
 // Reliability harnesses: crash (SIGKILL at random moments), flips (corruption detection), fuzz
 // (hostile input). Each prints its figures and exits non-zero when a check fails.

@@ -1,6 +1,7 @@
 import Foundation
 import GRDBSQLite
-@_spi(Benchmarks) import PurchaseLedger
+import PurchaseLedger
+import PurchaseLedgerTesting
 
 // ledger-bench: every speed and size figure of purchase-ledger, each the median of several runs
 // (with min and max), each ratio taken in the same run against a raw SQLite ceiling measured here

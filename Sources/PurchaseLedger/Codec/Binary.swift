@@ -67,8 +67,8 @@ struct BinaryWriter {
 
 /// Reads what ``BinaryWriter`` wrote, with every length checked against the buffer: truncated or
 /// corrupt input throws ``BinaryReader/Failure`` and never reads out of bounds.
-struct BinaryReader {
-    struct Failure: Error {
+package struct BinaryReader {
+    package struct Failure: Error {
         var message: String
     }
 
@@ -76,7 +76,7 @@ struct BinaryReader {
     var offset: Int
     let end: Int
 
-    init(_ buffer: UnsafeRawBufferPointer, offset: Int = 0, end: Int? = nil) {
+    package init(_ buffer: UnsafeRawBufferPointer, offset: Int = 0, end: Int? = nil) {
         base = buffer
         self.offset = offset
         self.end = end ?? buffer.count

@@ -2,7 +2,7 @@
 ///
 /// Tagged fields: a reader skips field numbers it does not know, and optional fields may be
 /// absent, so an event can gain fields without breaking old ledgers or old readers.
-enum PayloadCodec {
+package enum PayloadCodec {
     static let formatVersion = 1
 
     static func encode(_ body: EventBody, into w: inout BinaryWriter) {
@@ -159,7 +159,7 @@ enum PayloadCodec {
 
     // MARK: - Decoding
 
-    typealias Failure = BinaryReader.Failure
+    package typealias Failure = BinaryReader.Failure
 
     /// Collected fields of one payload, by number. Repeated fields keep their order.
     private struct Fields {
@@ -270,7 +270,7 @@ enum PayloadCodec {
         return specs
     }
 
-    static func decode(_ type: EventType, _ r: inout BinaryReader) throws(Failure) -> EventBody {
+    package static func decode(_ type: EventType, _ r: inout BinaryReader) throws(Failure) -> EventBody {
         if type == .downloadProgressed {
             // The most frequent event: read without the general field table.
             var download: String?

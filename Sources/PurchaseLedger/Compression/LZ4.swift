@@ -9,9 +9,9 @@ import Foundation
 ///
 /// Decompression never reads or writes outside the buffers it is given, whichever codec runs:
 /// corrupt input is an ``LZ4/Failure``, not a crash.
-enum LZ4 {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
+package enum LZ4 {
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
     }
 
     enum Implementation: String, Sendable {
@@ -41,7 +41,7 @@ enum LZ4 {
 
     /// Compresses `input`; with a dictionary, matches may refer into it, and the same dictionary is
     /// needed to decompress. liblz4 uses its high-compression mode at `level`.
-    static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
+    package static func compress(_ input: [UInt8], dictionary: [UInt8]? = nil, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
         guard input.count <= maxInputSize else { throw Failure(description: "block of \(input.count) bytes is too large") }
         if input.isEmpty { return [] }
         switch implementation {
@@ -58,7 +58,7 @@ enum LZ4 {
 
     /// Decompresses exactly `originalSize` bytes, or throws when `input` is not a valid LZ4 block
     /// of that size (for that dictionary).
-    static func decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]? = nil) throws(Failure) -> [UInt8] {
+    package static func decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]? = nil) throws(Failure) -> [UInt8] {
         guard originalSize >= 0, originalSize <= maxInputSize else { throw Failure(description: "implausible size \(originalSize)") }
         if originalSize == 0 {
             guard input.isEmpty else { throw Failure(description: "data where none was expected") }
@@ -84,13 +84,13 @@ enum LZ4 {
 
     // MARK: - The Swift codec
 
-    static func swiftCompress(_ input: [UInt8], dictionary: [UInt8]?) -> [UInt8] {
+    package static func swiftCompress(_ input: [UInt8], dictionary: [UInt8]?) -> [UInt8] {
         input.withUnsafeBytes { source in
             (dictionary ?? []).withUnsafeBytes { dict in LZ4Block.compress(source, dictionary: dict) }
         }
     }
 
-    static func swiftDecompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
+    package static func swiftDecompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
         var produced = -1
         let output = [UInt8](unsafeUninitializedCapacity: originalSize) { buffer, count in
             produced = (dictionary ?? []).withUnsafeBytes { dict in
@@ -106,7 +106,7 @@ enum LZ4 {
     // MARK: - liblz4
 
     #if canImport(CLZ4)
-        static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
+        package static func liblz4Compress(_ input: [UInt8], dictionary: [UInt8]?, level: Int32 = LZ4.level) throws(Failure) -> [UInt8] {
             if input.isEmpty { return [] }
             let bound = Int(LZ4_compressBound(Int32(input.count)))
             var output = [UInt8](repeating: 0, count: bound)
@@ -203,7 +203,7 @@ enum LZ4 {
             }
         }
 
-        static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
+        package static func liblz4Decompress(_ input: UnsafeRawBufferPointer, originalSize: Int, dictionary: [UInt8]?) throws(Failure) -> [UInt8] {
             guard originalSize > 0, !input.isEmpty else {
                 if originalSize == 0 && input.isEmpty { return [] }
                 throw undecodable(-1, originalSize)

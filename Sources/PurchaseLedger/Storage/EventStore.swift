@@ -23,7 +23,7 @@ public enum BlockCodec: Int, Sendable, CaseIterable, CustomStringConvertible {
 
 /// The log's rows, read and written inside a GRDB transaction. Not thread-safe on its own: a
 /// `Database` is confined to the pool's connection that passes it in.
-enum EventStore {
+package enum EventStore {
     /// Largest dictionary kept (LZ4 looks back 64 KiB at most).
     static let maxDictionarySize = 64 * 1024
 
@@ -100,7 +100,7 @@ enum EventStore {
     // MARK: - Writing
 
     /// An event ready to be written: its fields as stored, its payload and its chain link.
-    struct Frame {
+    package struct Frame {
         var seq: Int64
         /// What names its stream: the name itself (`events.stream`) is made only for frames
         /// stored as rows of the open tail, a few of a large append, whose other frames are sealed
@@ -115,7 +115,7 @@ enum EventStore {
         var link: [UInt8]
 
         /// A new event's frame; its link is set when it is linked into the chain.
-        init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {
+        package init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {
             seq = e.seq
             subject = .event(e.event.body.subject)
             version = e.version
@@ -392,7 +392,7 @@ enum EventStore {
     }
 
     /// The frames of a block, uncompressed, as docs/format.md lays them out.
-    static func rawBlock(_ frames: ArraySlice<Frame>, layout: BlockLayout) -> [UInt8] {
+    package static func rawBlock(_ frames: ArraySlice<Frame>, layout: BlockLayout) -> [UInt8] {
         var w = BinaryWriter(capacity: frames.count * 64)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
         let inline = layout == .inlineLinks ? layout.linkPrefixSize : 0
@@ -508,19 +508,26 @@ enum EventStore {
 
     /// One sealed block as read from its row: everything needed to decode it away from the
     /// database (its dictionary resolved), or the reason it cannot be.
-    struct SealedBlock: Sendable {
+    package struct SealedBlock: Sendable {
         var first: Int64
         var last: Int64
         /// The seqs the scan wants from it: `from` through `through` (none when `from > through`).
         var from: Int64
         var through: Int64
         var codec: BlockCodec = .raw
-        var layout: BlockLayout = .inlineLinks
-        var rawSize: Int = 0
-        var data: [UInt8] = []
+        package var layout: BlockLayout = .inlineLinks
+        package var rawSize: Int = 0
+        package var data: [UInt8] = []
         var dictionary: [UInt8]? = nil
         /// Why the block cannot be decoded, found while reading its row.
         var failure: LedgerError? = nil
+
+        package init(first: Int64, last: Int64, from: Int64, through: Int64) {
+            self.first = first
+            self.last = last
+            self.from = from
+            self.through = through
+        }
     }
 
     private static func sealedBlock(
@@ -577,7 +584,7 @@ enum EventStore {
 
     /// The wanted events of a sealed block, in order, and what stopped the decoding early or
     /// found the block wrong: the events before a damaged frame are still returned.
-    static func decodeEvents(_ block: SealedBlock) -> (events: [RecordedEvent], failure: LedgerError?) {
+    package static func decodeEvents(_ block: SealedBlock) -> (events: [RecordedEvent], failure: LedgerError?) {
         let raw: [UInt8]
         do {
             raw = try decompress(block)

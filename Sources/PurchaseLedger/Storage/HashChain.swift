@@ -10,8 +10,8 @@ import GRDB
 ///
 /// With a secret key the link is `HMAC-SHA-256(key, link(n-1) || frame(n))`: someone who edits an
 /// event and recomputes plain SHA-256 links is still caught.
-struct HashChain: Sendable {
-    static let genesis = [UInt8](repeating: 0, count: 32)
+package struct HashChain: Sendable {
+    package static let genesis = [UInt8](repeating: 0, count: 32)
 
     /// What a link that does not match at `seq` means.
     static func breakMessage(at seq: Int64) -> String {
@@ -40,11 +40,11 @@ struct HashChain: Sendable {
     /// threads is safe although Crypto does not mark it `Sendable`.
     nonisolated(unsafe) private let keyed: HMAC<SHA256>?
 
-    init(key: [UInt8]?) {
+    package init(key: [UInt8]?) {
         keyed = key.map { HMAC<SHA256>(key: SymmetricKey(data: $0)) }
     }
 
-    func link(after previous: [UInt8], frame: [UInt8]) -> [UInt8] {
+    package func link(after previous: [UInt8], frame: [UInt8]) -> [UInt8] {
         if var mac = keyed {
             previous.withUnsafeBytes { mac.update(data: $0) }
             frame.withUnsafeBytes { mac.update(data: $0) }
@@ -63,7 +63,7 @@ struct HashChain: Sendable {
         Array(HMAC<SHA256>.authenticationCode(for: Array("purchase-ledger chain key check v1".utf8), using: SymmetricKey(data: key)))
     }
 
-    static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+    package static func sha256(_ bytes: [UInt8]) -> [UInt8] {
         Array(SHA256.hash(data: bytes))
     }
 }

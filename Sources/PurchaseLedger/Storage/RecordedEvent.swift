@@ -42,7 +42,7 @@ extension Event {
 /// How a sealed block keeps its events' chain links: the first bytes of each, so that damage
 /// is pinned to the first event whose link no longer matches (the block's row keeps its last
 /// link whole). Stored in the block's `codec` with the compression: `compression + 3 * layout`.
-enum BlockLayout: Int, Sendable, CaseIterable {
+package enum BlockLayout: Int, Sendable, CaseIterable {
     /// Each frame ends with the first 4 bytes of its link (codecs 0-2; ledgers before 2026-11-24).
     case inlineLinks = 0
     /// Frames carry no link; the first 2 bytes of every event's link follow the last frame, in
@@ -73,14 +73,14 @@ enum BlockLayout: Int, Sendable, CaseIterable {
 /// - The block frame, inside sealed blocks: the same fields with `seq` implicit and times as
 ///   deltas from the previous event; the first bytes of the event's chain link follow it or the
 ///   block's last frame (``BlockLayout``).
-enum FrameCodec {
-    static func payload(_ body: EventBody) -> [UInt8] {
+package enum FrameCodec {
+    package static func payload(_ body: EventBody) -> [UInt8] {
         var w = BinaryWriter()
         PayloadCodec.encode(body, into: &w)
         return w.bytes
     }
 
-    static func canonical(_ e: RecordedEvent, payload: [UInt8]) -> [UInt8] {
+    package static func canonical(_ e: RecordedEvent, payload: [UInt8]) -> [UInt8] {
         var w = BinaryWriter(capacity: payload.count + 32)
         canonical(e, payload: payload, into: &w)
         return w.bytes

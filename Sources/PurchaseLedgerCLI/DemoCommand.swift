@@ -55,24 +55,22 @@ struct DemoCommand: ParsableCommand {
         for (title, lines) in DemoScenario.sessions { try session(title, lines) }
 
         heading("2. The rules catch what real apps get wrong")
-        let before = try store.lastSeq()
-        do {
-            try store.append(try JSONLines.decode(DemoScenario.prematureFinish))
-            console.print("  unexpected: the finish was accepted")
-        } catch let error as LedgerError {
-            console.print("  The app tries to finish restored transaction t7 right after its download finished:")
-            console.print("  " + console.red("refused") + " \(error.rule?.name ?? error.code.description): \(error.message)")
-            console.print("  The ledger is unchanged (last seq \(try store.lastSeq()), as before: \(before)). The store would have deleted the file.")
+        /// An event the rules must refuse, with what it shows.
+        func refused(_ line: String, _ what: String) throws {
+            console.print("  \(what):")
+            do {
+                try store.append(try JSONLines.decode(line))
+                console.print("  unexpected: it was accepted")
+            } catch let error as LedgerError {
+                console.print("  " + console.red("refused") + " \(error.rule?.name ?? error.code.description): \(error.message)")
+            }
         }
+        let before = try store.lastSeq()
+        try refused(DemoScenario.prematureFinish, "The app tries to finish restored transaction t7 right after its download finished")
+        console.print("  The ledger is unchanged (last seq \(try store.lastSeq()), as before: \(before)). The store would have deleted the file.")
         try session("the app copies the content out, then finishes", DemoScenario.properFinish)
         try session("the season pass unlocks an Apple-hosted asset pack: version 1 downloads, version 2 is published", DemoScenario.assetPack)
-        do {
-            try store.append(try JSONLines.decode(DemoScenario.earlyPackOpen))
-            console.print("  unexpected: opening version 2 was accepted")
-        } catch let error as LedgerError {
-            console.print("  The game opens asset pack season-levels at version 2 while version 2 is still downloading:")
-            console.print("  " + console.red("refused") + " \(error.rule?.name ?? error.code.description): \(error.message)")
-        }
+        try refused(DemoScenario.earlyPackOpen, "The game opens asset pack season-levels at version 2 while version 2 is still downloading")
 
         heading("3. stats")
         try run(StatsCommand.self, [ledger])

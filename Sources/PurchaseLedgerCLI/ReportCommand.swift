@@ -500,7 +500,7 @@ struct ReportCommand: ParsableCommand {
 /// fleet report reads and decodes the next rows while the ones before are formatted and written
 /// (each about half of a 100,000-row report's time). Work goes in batches of 256; at most 16
 /// batches wait, so memory stays flat however many rows come. Used from one task at a time.
-final class OrderedWriter: @unchecked Sendable {
+final class OrderedWriter: @unchecked Sendable {  // unchecked: `batch` is touched by the one task that adds; the queue runs only what it is handed
     private struct Batch: @unchecked Sendable {  // Run on the writer's queue only.
         var work: [() -> Void] = []
     }

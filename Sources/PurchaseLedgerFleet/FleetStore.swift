@@ -222,16 +222,15 @@ public final class FleetStore: Sendable {
 
     // MARK: - Helpers
 
-    /// Runs `body` in one PostgreSQL transaction: committed when it returns, rolled back when it throws.
-    func transaction<T>(_ body: () async throws -> T) async throws -> T {
-        try await connection.query("BEGIN", logger: logger)
+    /// Runs `body` in one PostgreSQL transaction (PostgresNIO's `withTransaction`): committed when
+    /// it returns, rolled back when it throws. The error thrown is the cause (the body's, or the
+    /// failed BEGIN's or COMMIT's), not PostgresNIO's wrapper, so callers still tell a refused
+    /// value from a refused ledger.
+    func transaction<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         do {
-            let value = try await body()
-            try await connection.query("COMMIT", logger: logger)
-            return value
-        } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
-            throw error
+            return try await connection.withTransaction(logger: logger) { _ in try await body() }
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
         }
     }
 

@@ -12,10 +12,20 @@ struct CLIResult {
 }
 
 /// The built binary: `Tools/test.sh` builds it before the tests; PURCHASE_LEDGER_BIN overrides.
-let binary: String = {
-    if let path = ProcessInfo.processInfo.environment["PURCHASE_LEDGER_BIN"] { return path }
-    return packageRoot.appending(path: ".build/debug/purchase-ledger").path
-}()
+let binary: String = builtProduct("purchase-ledger", override: "PURCHASE_LEDGER_BIN")
+
+/// A product of this build: in the folder the test runner itself was built into (whatever
+/// `--scratch-path` says), else `.build/debug`.
+func builtProduct(_ name: String, override: String) -> String {
+    if let path = ProcessInfo.processInfo.environment[override] { return path }
+    let runner = URL(fileURLWithPath: ProcessInfo.processInfo.arguments[0]).resolvingSymlinksInPath()
+    var folder = runner.deletingLastPathComponent()
+    // On macOS the runner is inside purchase-ledgerPackageTests.xctest/Contents/MacOS.
+    while folder.path.contains(".xctest") { folder = folder.deletingLastPathComponent() }
+    let beside = folder.appending(path: name).path
+    if FileManager.default.isExecutableFile(atPath: beside) { return beside }
+    return packageRoot.appending(path: ".build/debug/\(name)").path
+}
 
 @discardableResult
 func cli(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> CLIResult {

@@ -81,7 +81,7 @@ import Testing
     }
 
     /// The harness binary, built by Tools/test.sh next to purchase-ledger.
-    static let bench = packageRoot.appending(path: ".build/debug/ledger-bench").path
+    static let bench = builtProduct("ledger-bench", override: "LEDGER_BENCH_BIN")
 
     func harness(_ arguments: [String]) throws -> CLIResult {
         let process = Process()

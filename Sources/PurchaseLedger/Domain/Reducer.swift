@@ -331,23 +331,10 @@ public enum Reducer {
             return .applied
 
         case .downloadPaused(let d), .downloadResumed(let d):
-            let (download, _, to) = try downloadForTransition(s, d, e, e.type == .downloadPaused ? DownloadMachine.pause : DownloadMachine.resume)
-            _ = consume download
-            s.downloads.update(d) { next in
-                next.state = to
-                next.lastActivityAt = e.at
-            }
-            return .applied
+            return try move(&s, d, e, e.type == .downloadPaused ? DownloadMachine.pause : DownloadMachine.resume) { _ in }
 
         case .downloadCancelled(let d, let reason):
-            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.cancel)
-            _ = consume download
-            s.downloads.update(d) { next in
-                next.state = to
-                next.cancelReason = reason
-                next.lastActivityAt = e.at
-            }
-            return .applied
+            return try move(&s, d, e, DownloadMachine.cancel) { $0.cancelReason = reason }
 
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
             let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.progress)
@@ -367,28 +354,18 @@ public enum Reducer {
             return .applied
 
         case .downloadFinished(let d, let url):
-            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.finish)
-            _ = consume download
-            s.downloads.update(d) { next in
-                next.state = to
+            return try move(&s, d, e, DownloadMachine.finish) { next in
                 next.progress = 1
                 next.timeRemaining = nil
                 next.contentURL = url
                 next.finishedAt = e.at
-                next.lastActivityAt = e.at
             }
-            return .applied
 
         case .downloadFailed(let d, let error):
-            let (download, _, to) = try downloadForTransition(s, d, e, DownloadMachine.fail)
-            _ = consume download
-            s.downloads.update(d) { next in
-                next.state = to
+            return try move(&s, d, e, DownloadMachine.fail) { next in
                 next.error = error
                 next.timeRemaining = nil
-                next.lastActivityAt = e.at
             }
-            return .applied
 
         case .contentCopiedOut(let d, let destination, _, let bytes):
             let download = try downloadRecord(s, d, e)
@@ -515,25 +492,11 @@ public enum Reducer {
 
         case .assetPackFinished(let pack, let version):
             try checkPackVersion(s, pack, version, e)
-            let id = AssetPacks.downloadID(pack: pack, version: version)
-            let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
-            if phase == .finished { return .unchanged }
-            // A pack already on the device when the app first listens may be reported finished
-            // without a beginning.
-            guard phase == .notStarted || phase == .waiting || phase == .active else {
-                throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); only one downloading can finish", e)
-            }
-            createPackDownload(&s, pack, version)
-            s.downloads.update(id) { next in
-                if !next.started {
-                    next.started = true
-                    next.attempts += 1
-                    next.startedAt = e.at
-                }
+            if s.downloads[AssetPacks.downloadID(pack: pack, version: version)]?.state == .finished { return .unchanged }
+            let id = try endPackDownload(&s, pack, version, e, from: [.notStarted, .waiting, .active], "finish") { next in
                 next.state = .finished
                 next.progress = 1
                 next.finishedAt = e.at
-                next.lastActivityAt = e.at
             }
             let key = AssetPacks.key(pack: pack)
             if let replaced = s.copiedContent[key]?.download, replaced != id {
@@ -544,21 +507,9 @@ public enum Reducer {
             return .applied
 
         case .assetPackFailed(let pack, let version, let error):
-            let id = AssetPacks.downloadID(pack: pack, version: version)
-            let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
-            guard phase == .notStarted || phase == .waiting || phase == .active || phase == .paused else {
-                throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); only one downloading can fail", e)
-            }
-            createPackDownload(&s, pack, version)
-            s.downloads.update(id) { next in
-                if !next.started {
-                    next.started = true
-                    next.attempts += 1
-                    next.startedAt = e.at
-                }
+            _ = try endPackDownload(&s, pack, version, e, from: [.notStarted, .waiting, .active, .paused], "fail") { next in
                 next.state = .failed
                 next.error = error
-                next.lastActivityAt = e.at
             }
             return .applied
 
@@ -606,6 +557,31 @@ public enum Reducer {
     private static func checkPackVersion(_ s: LedgerState, _ pack: String, _ version: Int, _ e: Event) throws(LedgerError) {
         guard let owned = s.copiedContent[AssetPacks.key(pack: pack)], let onDevice = Int(owned.contentVersion.text), version < onDevice else { return }
         throw .violation(.assetPackVersionDown, "asset pack \(pack) is on the device at version \(onDevice); version \(version) would go down", e)
+    }
+
+    /// The end of a pack version's download, finished or failed, from one of the `allowed` phases
+    /// (a pack may be reported at its end without a beginning: one already on the device when
+    /// the app first listens): the download is made if new, marked started, then `change`d.
+    private static func endPackDownload(
+        _ s: inout LedgerState, _ pack: String, _ version: Int, _ e: Event, from allowed: [DownloadMachine.Phase], _ verb: String,
+        _ change: (inout DownloadRecord) -> Void
+    ) throws(LedgerError) -> String {
+        let id = AssetPacks.downloadID(pack: pack, version: version)
+        let phase = s.downloads[id].map(DownloadMachine.Phase.init) ?? .notStarted
+        guard allowed.contains(phase) else {
+            throw .violation(.illegalDownloadTransition, "asset pack \(pack) version \(version) is \(phase.name); only one downloading can \(verb)", e)
+        }
+        createPackDownload(&s, pack, version)
+        s.downloads.update(id) { next in
+            if !next.started {
+                next.started = true
+                next.attempts += 1
+                next.startedAt = e.at
+            }
+            change(&next)
+            next.lastActivityAt = e.at
+        }
+        return id
     }
 
     /// The download of a pack's version, made when first reported.
@@ -711,6 +687,22 @@ public enum Reducer {
             throw .malformed("download \(d) is unknown to this ledger", event: e)
         }
         return record
+    }
+
+    /// One of the transitions of ``DownloadMachine`` applied to download `d` (checked by
+    /// ``downloadForTransition(_:_:_:_:)``): its new state, `change`, its last activity.
+    @inline(__always)
+    private static func move(
+        _ s: inout LedgerState, _ d: String, _ e: Event, _ transition: DownloadMachine.Transition, _ change: (inout DownloadRecord) -> Void
+    ) throws(LedgerError) -> Outcome {
+        let (download, _, to) = try downloadForTransition(s, d, e, transition)
+        _ = consume download
+        s.downloads.update(d) { next in
+            next.state = to
+            change(&next)
+            next.lastActivityAt = e.at
+        }
+        return .applied
     }
 
     /// A download for one of the transitions of ``DownloadMachine``: it must exist, its

@@ -7,7 +7,7 @@ import PurchaseLedgerFleet
 /// to the contract's exit status (0 success; 1 a rule rejected the input or verify found a
 /// problem; 2 malformed input or bad usage; 3 storage or I/O failure).
 public enum PurchaseLedgerCLI {
-    public static func main(_ arguments: [String]) -> Int32 {
+    public static func main(_ arguments: [String]) async -> Int32 {
         let console = Console.current
         // Passwords given on the command line or in PGPASSWORD never reach the output, whatever
         // path prints them (an error quoting an argument, a URL that does not parse).
@@ -15,7 +15,11 @@ public enum PurchaseLedgerCLI {
         defer { console.flush() }
         do {
             var command = try Root.parseAsRoot(arguments)
-            try command.run()
+            if var async = command as? any AsyncParsableCommand {
+                try await async.run()
+            } else {
+                try command.run()
+            }
             return 0
         } catch let exit as CommandExit {
             return exit.status
@@ -159,7 +163,7 @@ public final class Console: Sendable {
     func yellow(_ text: String) -> String { style(text, "33") }
 }
 
-struct Root: ParsableCommand {
+struct Root: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "purchase-ledger",
         abstract: "Replay, inspect and verify a purchase ledger: in-app purchases and their hosted-content downloads.",

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import PurchaseLedger
 
-struct DemoCommand: ParsableCommand {
+struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
         abstract: "Create a ledger of realistic simulated activity and tour what the tool shows.",
@@ -25,7 +25,7 @@ struct DemoCommand: ParsableCommand {
     var ledger: String = DemoCommand.defaultPath
     @Flag(help: "Replace the file if it exists (./demo.ledger is always replaced).") var force = false
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let fm = FileManager.default
         if fm.fileExists(atPath: ledger) {
@@ -73,9 +73,9 @@ struct DemoCommand: ParsableCommand {
         try refused(DemoScenario.earlyPackOpen, "The game opens asset pack season-levels at version 2 while version 2 is still downloading")
 
         heading("3. stats")
-        try run(StatsCommand.self, [ledger])
+        try await run(StatsCommand.self, [ledger])
         heading("4. timeline --transaction t5   (the early finish: both downloads cancelled, a late progress flagged)")
-        try run(TimelineCommand.self, [ledger, "--transaction", "t5"])
+        try await run(TimelineCommand.self, [ledger, "--transaction", "t5"])
         heading("5. replay --at 49   (before the refund of t3: the atlas is still owned)")
         let early = try store.state(atSeq: 49)
         console.print(
@@ -94,16 +94,20 @@ struct DemoCommand: ParsableCommand {
                     + ", unlocked by \(pack.unlockedBy.joined(separator: ", ")): \(pack.usable ? "usable" : "not usable")")
         }
         heading("6. report --user u-alice")
-        try run(ReportCommand.self, [ledger, "--user", "u-alice"])
+        try await run(ReportCommand.self, [ledger, "--user", "u-alice"])
         heading("7. verify")
-        try run(VerifyCommand.self, [ledger])
+        try await run(VerifyCommand.self, [ledger])
         console.print("")
         console.print("Try: purchase-ledger replay \(ledger) --first-anomaly   |   purchase-ledger events \(ledger) --transaction t5   |   purchase-ledger --help")
     }
 
-    private func run<C: ParsableCommand>(_ command: C.Type, _ arguments: [String]) throws {
+    private func run<C: ParsableCommand>(_ command: C.Type, _ arguments: [String]) async throws {
         var parsed = try C.parse(arguments)
-        try parsed.run()
+        if var async = parsed as? any AsyncParsableCommand {
+            try await async.run()
+        } else {
+            try parsed.run()
+        }
     }
 }
 

@@ -3,7 +3,7 @@ import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
 
-struct MigrateCommand: ParsableCommand {
+struct MigrateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "migrate",
         abstract: "Create or upgrade a PostgreSQL fleet store's schema (run it as the schema's owner).",
@@ -27,10 +27,9 @@ struct MigrateCommand: ParsableCommand {
         guard FleetAddress.isURL(url) else { throw ValidationError("migrate takes a postgres:// URL, not \(FleetAddress.redacted(url))") }
     }
 
-    func run() throws {
-        let url = self.url
+    func run() async throws {
         let address = try FleetAddress(url)
-        let applied = try blocking { try await FleetStore.migrate(url) }
+        let applied = try await FleetStore.migrate(url)
         Console.current.print(
             applied.isEmpty
                 ? "\(address) is up to date (\(FleetStore.migrationNames.last ?? "no migrations"))"

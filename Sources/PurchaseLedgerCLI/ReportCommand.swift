@@ -35,7 +35,7 @@ struct ReportTable {
     }
 }
 
-struct ReportCommand: ParsableCommand {
+struct ReportCommand: AsyncParsableCommand {
     enum Format: String, ExpressibleByArgument, CaseIterable {
         case table, csv, json, html
     }
@@ -108,11 +108,11 @@ struct ReportCommand: ParsableCommand {
         try NumberOption.check("--limit", limit, 1...Int(Int32.max))
     }
 
-    func run() throws {
+    func run() async throws {
         let fromTime = try from.map(Timestamp.parse)
         let toTime = try to.map(Timestamp.parse)
         if FleetAddress.isURL(options.ledger) {
-            return try runFleet(from: fromTime, to: toTime)
+            return try await runFleet(from: fromTime, to: toTime)
         }
         let ledger = try options.open()
         if streamsRows {
@@ -143,74 +143,76 @@ struct ReportCommand: ParsableCommand {
 
     /// The same views over a fleet store, computed by PostgreSQL; rows of several devices say
     /// which ledger they come from (the `device` column).
-    func runFleet(from: Timestamp?, to: Timestamp?) throws {
-        let url = options.ledger
-        let (data, summary) = try blocking { [self] () -> (ReportData?, HTMLReport.Summary?) in
-            let fleet = try await FleetStore.connect(url)
-            do {
-                var summary: HTMLReport.Summary?
-                if format == .html {
-                    let daily = try await fleet.revenue(from: from, to: to, groupBy: .day).map { line in
-                        DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
-                    }
-                    let (ledgers, events) = try await fleet.shippedTotals()
-                    summary = HTMLReport.Summary(
-                        revenue: try await fleet.revenue(from: from, to: to), daily: daily,
-                        counts: [("ledgers", String(ledgers)), ("events", String(events))],
-                        source: "the fleet store \(fleet.address)")
-                }
-                if streamsRows {
-                    // Rows are written as the server sends them: memory stays flat.
-                    let stream = RowStream(self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
-                    // Rows are formatted and written on a thread of their own while the next
-                    // ones are read and decoded.
-                    let writer = OrderedWriter()
-                    let add = { (e: FleetHistoryEntry) throws in
-                        writer.add {
-                            stream.add(historyCells(e.entry, device: e.ledgerID), json: historyJSON(e.entry, device: e.ledgerID), transaction: e.entry.transaction.transaction)
-                        }
-                    }
-                    do {
-                        switch view {
-                        case .history: try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
-                        case .undelivered: try await fleet.forEachUndelivered(limit: limit + 1, add)
-                        case .stuck:
-                            try await fleet.forEachStuckDownload(idle: .seconds(idle), limit: limit + 1) { d in
-                                writer.add {
-                                    stream.add(stuckCells(d.download, device: d.ledgerID), json: stuckJSON(d.download, device: d.ledgerID), transaction: d.download.transaction)
-                                }
-                            }
-                        case .unfinished:
-                            try await fleet.forEachUnfinishedTransaction(limit: limit + 1) { t in
-                                writer.add {
-                                    stream.add(
-                                        unfinishedCells(t.transaction, device: t.ledgerID), json: unfinishedJSON(t.transaction, device: t.ledgerID),
-                                        transaction: t.transaction.transaction)
-                                }
-                            }
-                        case .revenue, .failures: break
-                        }
-                    } catch {
-                        writer.finish()
-                        throw error
-                    }
-                    writer.finish()
-                    await fleet.close()
-                    stream.finish { _ in [:] }
-                    return (nil, nil)
-                }
-                let data = try await fetch(fleet, from: from, to: to)
-                await fleet.close()
-                return (data, summary)
-            } catch {
-                await fleet.close()
-                throw error
-            }
-        }
+    func runFleet(from: Timestamp?, to: Timestamp?) async throws {
+        let (data, summary) = try await fleetData(from: from, to: to)
         guard let data else { return }
         let table = makeTable(data)
         try print(table, from: from, to: to) {
             try HTMLReport(table: table, from: from, to: to, summary: summary!).render()
+        }
+    }
+
+    /// Streams the row views (nil data); fetches the aggregate ones, with the HTML summary.
+    private func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?) {
+        let fleet = try await FleetStore.connect(options.ledger)
+        do {
+            var summary: HTMLReport.Summary?
+            if format == .html {
+                let daily = try await fleet.revenue(from: from, to: to, groupBy: .day).map { line in
+                    DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
+                }
+                let (ledgers, events) = try await fleet.shippedTotals()
+                summary = HTMLReport.Summary(
+                    revenue: try await fleet.revenue(from: from, to: to), daily: daily,
+                    counts: [("ledgers", String(ledgers)), ("events", String(events))],
+                    source: "the fleet store \(fleet.address)")
+            }
+            if streamsRows {
+                // Rows are written as the server sends them: memory stays flat.
+                let stream = RowStream(self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+                // Rows are formatted and written on a thread of their own while the next
+                // ones are read and decoded.
+                let writer = OrderedWriter()
+                let add = { (e: FleetHistoryEntry) throws in
+                    writer.add {
+                        stream.add(historyCells(e.entry, device: e.ledgerID), json: historyJSON(e.entry, device: e.ledgerID), transaction: e.entry.transaction.transaction)
+                    }
+                }
+                do {
+                    switch view {
+                    case .history: try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
+                    case .undelivered: try await fleet.forEachUndelivered(limit: limit + 1, add)
+                    case .stuck:
+                        try await fleet.forEachStuckDownload(idle: .seconds(idle), limit: limit + 1) { d in
+                            writer.add {
+                                stream.add(stuckCells(d.download, device: d.ledgerID), json: stuckJSON(d.download, device: d.ledgerID), transaction: d.download.transaction)
+                            }
+                        }
+                    case .unfinished:
+                        try await fleet.forEachUnfinishedTransaction(limit: limit + 1) { t in
+                            writer.add {
+                                stream.add(
+                                    unfinishedCells(t.transaction, device: t.ledgerID), json: unfinishedJSON(t.transaction, device: t.ledgerID),
+                                    transaction: t.transaction.transaction)
+                            }
+                        }
+                    case .revenue, .failures: break
+                    }
+                } catch {
+                    writer.finish()
+                    throw error
+                }
+                writer.finish()
+                await fleet.close()
+                stream.finish { _ in [:] }
+                return (nil, nil)
+            }
+            let data = try await fetch(fleet, from: from, to: to)
+            await fleet.close()
+            return (data, summary)
+        } catch {
+            await fleet.close()
+            throw error
         }
     }
 

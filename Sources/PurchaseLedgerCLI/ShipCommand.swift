@@ -3,7 +3,7 @@ import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
 
-struct ShipCommand: ParsableCommand {
+struct ShipCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ship",
         abstract: "Send ledgers' new events into a PostgreSQL fleet store, with their projections.",
@@ -52,29 +52,28 @@ struct ShipCommand: ParsableCommand {
         var error: String?
     }
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         var configuration = LedgerConfiguration()
         configuration.chainKey = try keyFile.map(LedgerOptions.chainKey(fromFile:))
         let (ledgers, url, showProgress, connections) = (self.ledgers, to, console.stderrIsTerminal && !json, max(1, self.connections))
         let started = ContinuousClock.now
-        let outcomes: [Outcome] = try blocking { [configuration] in
-            let fleet = try await FleetStore.connect(url)
-            do {
-                let shipped = try await fleet.ship(paths: ledgers, configuration: configuration, connections: connections) { done, total in
-                    if showProgress { console.error("shipped \(done) of \(total) ledgers") }
-                }
-                await fleet.close()
-                return shipped.map { outcome in
-                    switch outcome.result {
-                    case .success(let result): Outcome(path: outcome.path, result: result)
-                    case .failure(let error): Outcome(path: outcome.path, error: error.description)
-                    }
-                }
-            } catch {
-                await fleet.close()
-                throw error
+        let fleet = try await FleetStore.connect(url)
+        let outcomes: [Outcome]
+        do {
+            let shipped = try await fleet.ship(paths: ledgers, configuration: configuration, connections: connections) { done, total in
+                if showProgress { console.error("shipped \(done) of \(total) ledgers") }
             }
+            await fleet.close()
+            outcomes = shipped.map { outcome in
+                switch outcome.result {
+                case .success(let result): Outcome(path: outcome.path, result: result)
+                case .failure(let error): Outcome(path: outcome.path, error: error.description)
+                }
+            }
+        } catch {
+            await fleet.close()
+            throw error
         }
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         let shipped = outcomes.compactMap(\.result)

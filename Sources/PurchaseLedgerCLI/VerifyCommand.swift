@@ -3,7 +3,7 @@ import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
 
-struct VerifyCommand: ParsableCommand {
+struct VerifyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
         abstract: "Check the hash chain, every payload, every event against the rules, the snapshots, the projections and SQLite's integrity.",
@@ -40,7 +40,7 @@ struct VerifyCommand: ParsableCommand {
         if let against, !FleetAddress.isURL(against) { throw ValidationError("--against takes a postgres:// URL, not \(FleetAddress.redacted(against))") }
     }
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let ledger: Ledger
         do {
@@ -53,16 +53,14 @@ struct VerifyCommand: ParsableCommand {
         if let against {
             guard let identity = try ledger.identity() else { throw LedgerError.io("this ledger has no id yet; open it for writing once") }
             let id = identity.id
-            let held = try blocking { () -> ShippedHead? in
-                let fleet = try await FleetStore.connect(against)
-                do {
-                    let held = try await fleet.shippedHead(ofLedger: id)
-                    await fleet.close()
-                    return held
-                } catch {
-                    await fleet.close()
-                    throw error
-                }
+            let fleet = try await FleetStore.connect(against)
+            let held: ShippedHead?
+            do {
+                held = try await fleet.shippedHead(ofLedger: id)
+                await fleet.close()
+            } catch {
+                await fleet.close()
+                throw error
             }
             guard let held else {
                 console.print(console.red("problem: ") + "the fleet store holds nothing of ledger \(id): it was never shipped there")

@@ -305,22 +305,3 @@ public final class FleetStore: Sendable {
         error is NIOSSLError || error is NIOSSLExtraError || error is BoringSSLError
     }
 }
-
-/// Runs async work from synchronous code (the CLI's commands, ledger-bench) and waits for it.
-/// The work runs on Swift's concurrency pool and PostgresNIO's event loop, never on the waiting
-/// thread; do not call it from a task on that pool.
-package func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) throws -> T {
-    let result = Locked<Result<T, any Error>?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task {
-        do {
-            let value = try await body()
-            result.withLock { $0 = .success(value) }
-        } catch {
-            result.withLock { $0 = .failure(error) }
-        }
-        done.signal()
-    }
-    done.wait()
-    return try result.withLock { $0! }.get()
-}

@@ -1,4 +1,4 @@
 import Foundation
 import PurchaseLedgerCLI
 
-exit(PurchaseLedgerCLI.main(Array(CommandLine.arguments.dropFirst())))
+exit(await PurchaseLedgerCLI.main(Array(CommandLine.arguments.dropFirst())))

@@ -335,16 +335,17 @@ let sampleLog = """
         #expect(try cli(["demo", demo, "--force"]).status == 0)
     }
 
-    @Test func inProcessParsingAndRunning() throws {
+    @Test func inProcessParsingAndRunning() async throws {
         let captured = Captured()
-        let status = Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
-            PurchaseLedgerCLI.main(["append", ledger, "--json", dir.path("missing.jsonl")])
+        let (ledger, dir) = (self.ledger, self.dir)
+        let status = await Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
+            await PurchaseLedgerCLI.main(["append", ledger, "--json", dir.path("missing.jsonl")])
         }
         #expect(status == 3)
         #expect(captured.errors.contains("cannot read"))
         try sampleLog.write(toFile: dir.path("in.jsonl"), atomically: true, encoding: .utf8)
-        let ok = Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
-            PurchaseLedgerCLI.main(["append", ledger, dir.path("in.jsonl")])
+        let ok = await Console.$current.withValue(Console(sink: { text, toError in captured.append(text, toError) })) {
+            await PurchaseLedgerCLI.main(["append", ledger, dir.path("in.jsonl")])
         }
         #expect(ok == 0)
         #expect(captured.output.contains("stored 10 events"))

@@ -393,9 +393,15 @@ import Testing
     }
 
     /// Transaction pages two states hold as the same objects.
+    /// How many of `b`'s pages are `a`'s: the same records in memory (the same stored source, or
+    /// the same page held in memory).
     private func shared(_ a: LedgerState, _ b: LedgerState) -> Int {
+        func same(_ x: RecordPage<TransactionRecord>, _ y: RecordPage<TransactionRecord>) -> Bool {
+            if let s = x.source as? StoredRecordPage<TransactionRecord>, let t = y.source as? StoredRecordPage<TransactionRecord> { return s === t }
+            return x === y
+        }
         let mine = a.transactions.base?.pages ?? []
-        return (b.transactions.base?.pages ?? []).filter { page in mine.contains { $0 === page } }.count
+        return (b.transactions.base?.pages ?? []).filter { page in mine.contains { same($0, page) } }.count
     }
 
     private func pageCount(_ path: String) throws -> Int {

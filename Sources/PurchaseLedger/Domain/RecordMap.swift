@@ -224,30 +224,42 @@ final class RecordPages<Value: Sendable>: Sendable {
     }
 }
 
-/// A run of records sorted by id, shared by every state that holds it. The layer that stores
-/// records in pages subclasses it to read them on first use (`StoredRecordPage`, for snapshots);
-/// nothing here knows how pages are stored.
-class RecordPage<Value: Sendable>: @unchecked Sendable {  // unchecked: immutable here; subclasses guard their own state
+/// Where the records of a page not held in memory come from, when first read: implemented by the
+/// layer that stores pages (snapshots: `StoredRecordPage`), so the domain knows no storage form.
+protocol RecordPageSource<Value>: Sendable {
+    associatedtype Value: Sendable
+    /// The records, sorted by id. A source checks its bytes when it is made (a snapshot page
+    /// against its address), so reading them cannot meet damage here.
+    var records: [(key: String, value: Value)] { get }
+}
+
+/// A run of records sorted by id, shared by every state that holds it: in memory, or read from
+/// its ``RecordPageSource`` on first use.
+final class RecordPage<Value: Sendable>: Sendable {
     let firstID: String
     let count: Int
     private let held: [(key: String, value: Value)]
+    /// Where the records are when they are not `held`.
+    let source: (any RecordPageSource<Value>)?
 
     /// A page of records already in memory, sorted by id.
     init(records: [(key: String, value: Value)]) {
         firstID = records.first?.key ?? ""
         count = records.count
         held = records
+        source = nil
     }
 
-    /// For a subclass that supplies ``records`` itself, later.
-    init(firstID: String, count: Int) {
+    /// A page whose records `source` gives, later.
+    init(firstID: String, count: Int, source: any RecordPageSource<Value>) {
         self.firstID = firstID
         self.count = count
         held = []
+        self.source = source
     }
 
     /// The records, sorted by id.
-    var records: [(key: String, value: Value)] { held }
+    var records: [(key: String, value: Value)] { source?.records ?? held }
 
     func value(for id: String) -> Value? {
         let records = self.records

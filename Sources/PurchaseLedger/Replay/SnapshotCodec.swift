@@ -121,7 +121,7 @@ enum SnapshotCodec {
                 manifest.varint(UInt64(chunk.generation))
                 manifest.varint(UInt64(chunk.records))
             }
-            return RecordMap(base: RecordPages(pages), overlay: overlay, stored: storedOverlay)
+            return RecordMap(base: RecordPages(pages.map(\.page)), overlay: overlay, stored: storedOverlay)
         }
         var transactions = RecordMap<TransactionRecord>()
         var downloads = RecordMap<DownloadRecord>()
@@ -297,7 +297,7 @@ enum SnapshotCodec {
         var candidates: [(page: Int, changes: Int)] = []
         for (i, page) in base.pages.enumerated() where i != base.pages.count - 1 {
             let n = (changedByPage[i]?.count ?? 0) + (removedByPage[i]?.count ?? 0)
-            if n > 0 && n <= limits.perPage, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+            if n > 0 && n <= limits.perPage, let kept = page.source as? StoredRecordPage<V>, try stored(kept.address) {
                 candidates.append((i, n))
             }
         }
@@ -314,14 +314,14 @@ enum SnapshotCodec {
         for (i, page) in base.pages.enumerated() {
             let changed = changedByPage[i] ?? []
             let removed = removedByPage[i] ?? []
-            if overlaid.contains(i), let kept = page as? StoredRecordPage<V> {
+            if overlaid.contains(i), let kept = page.source as? StoredRecordPage<V> {
                 out.append(kept)
                 generations.append(previous.generations[i])
                 overlay.changed += changed
                 overlay.removed += removed
                 continue
             }
-            if changed.isEmpty && removed.isEmpty, let kept = page as? StoredRecordPage<V>, try stored(kept.address) {
+            if changed.isEmpty && removed.isEmpty, let kept = page.source as? StoredRecordPage<V>, try stored(kept.address) {
                 out.append(kept)
                 generations.append(previous.generations[i])
                 continue
@@ -340,7 +340,7 @@ enum SnapshotCodec {
         guard !overlay.changed.isEmpty || !overlay.removed.isEmpty else { return (out, overlay, StoredOverlay(generations: generations)) }
 
         // Which overlay records the previous chunks already hold as they are now.
-        let pages = RecordPages(out)
+        let pages = RecordPages(out.map(\.page))
         var current = Set<RecordKey>()
         var unchanged: [(key: RecordKey, chunk: Int, value: V?)] = []
         var currentIn = [Int](repeating: 0, count: previous.chunks.count)
@@ -516,7 +516,7 @@ enum SnapshotCodec {
                         StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e.address), decode))
                     }
                     guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
-                    return page
+                    return page.page
                 })
         }
         /// A paged kind: its pages, and its overlay, read and checked now (it is small). A chunk's

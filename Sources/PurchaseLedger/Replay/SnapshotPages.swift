@@ -3,7 +3,7 @@ import Dispatch
 /// A page of transaction or download records as a snapshot stores it: LZ4-compressed, addressed
 /// by the start of the SHA-256 of the stored bytes, and decoded the first time one of its records
 /// is read. A page the snapshot writer just built keeps the records it was built from.
-final class StoredRecordPage<Value: Sendable>: RecordPage<Value>, @unchecked Sendable {  // unchecked: `storage` is locked
+final class StoredRecordPage<Value: Sendable>: RecordPageSource {
     /// The first ``SnapshotCodec/addressSize`` bytes of the SHA-256 of the stored bytes: the
     /// page's key in `snapshot_pages`.
     let address: [UInt8]
@@ -17,14 +17,21 @@ final class StoredRecordPage<Value: Sendable>: RecordPage<Value>, @unchecked Sen
         case decoded([(key: String, value: Value)])
     }
 
+    let firstID: String
+    let count: Int
+
     init(address: [UInt8], rawSize: Int, firstID: String, count: Int, storage: Storage) {
         self.address = address
         self.rawSize = rawSize
         self.storage = Locked(storage)
-        super.init(firstID: firstID, count: count)
+        self.firstID = firstID
+        self.count = count
     }
 
-    override var records: [(key: String, value: Value)] {
+    /// The page as the state holds it.
+    var page: RecordPage<Value> { RecordPage(firstID: firstID, count: count, source: self) }
+
+    var records: [(key: String, value: Value)] {
         storage.withLock { storage in
             switch storage {
             case .decoded(let records):
@@ -126,10 +133,10 @@ final class SnapshotPageCache: Sendable {
     func remember(_ state: LedgerState) {
         pages.withLock { p -> Dropped in
             let now = p.tick()
-            for case let page as StoredRecordPage<TransactionRecord> in state.transactions.base?.pages ?? [] {
+            for case let page as StoredRecordPage<TransactionRecord> in (state.transactions.base?.pages ?? []).map(\.source) {
                 p.transactions[page.address, default: Entry(page: page, used: now)].used = now
             }
-            for case let page as StoredRecordPage<DownloadRecord> in state.downloads.base?.pages ?? [] {
+            for case let page as StoredRecordPage<DownloadRecord> in (state.downloads.base?.pages ?? []).map(\.source) {
                 p.downloads[page.address, default: Entry(page: page, used: now)].used = now
             }
             return p.count > limit ? p.shrink(to: limit / 2) : Dropped()

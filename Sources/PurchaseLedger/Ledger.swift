@@ -186,7 +186,9 @@ public final class Ledger: Sendable {
             pool = configuration.readOnly ? try DatabaseQueue(path: path, configuration: config) : try DatabasePool(path: path, configuration: config)
             try Ledger.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
-            throw LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
+            var notALedger = LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
+            notALedger.underlying = error
+            throw notALedger
         } catch {
             throw Ledger.wrap(error, "opening \(path)")
         }
@@ -301,12 +303,21 @@ public final class Ledger: Sendable {
     /// Wraps any error as a ``LedgerError``.
     static func wrap(_ error: any Error, _ doing: String) -> LedgerError {
         if let error = error as? LedgerError { return error }
+        var wrapped: LedgerError
         if let error = error as? DatabaseError {
-            if error.resultCode == .SQLITE_NOTADB { return LedgerError(.notALedger, "not a ledger (not an SQLite database)") }
-            if error.resultCode == .SQLITE_CORRUPT { return LedgerError(.corruptData, "the SQLite file is damaged: \(error.message ?? "corrupt")") }
-            return LedgerError(.storage, "\(doing): SQLite error \(error.resultCode.rawValue): \(error.message ?? "")")
+            if error.resultCode == .SQLITE_NOTADB {
+                wrapped = LedgerError(.notALedger, "not a ledger (not an SQLite database)")
+            } else if error.resultCode == .SQLITE_CORRUPT {
+                wrapped = LedgerError(.corruptData, "the SQLite file is damaged: \(error.message ?? "corrupt")")
+            } else {
+                wrapped = LedgerError(.storage, "\(doing): SQLite error \(error.resultCode.rawValue): \(error.message ?? "")")
+            }
+            wrapped.underlying = error
+            return wrapped
         }
-        return LedgerError(.storage, "\(doing): \(error)")
+        wrapped = LedgerError(.storage, "\(doing): \(error)")
+        wrapped.underlying = error as? any Error & Sendable
+        return wrapped
     }
 
     /// Checks the file is a ledger this version can read, runs pending migrations, and fixes the

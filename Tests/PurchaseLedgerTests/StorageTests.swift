@@ -777,3 +777,16 @@ import PurchaseLedgerFleetTesting
         }
     }
 }
+
+@Suite struct WrappedErrorTests {
+    /// A failure from SQLite keeps SQLite's own error (and its result code) as the underlying
+    /// error, not only its text.
+    @Test func sqliteErrorsKeepTheirCode() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("garbage.ledger")
+        try Data(repeating: 0x41, count: 8192).write(to: URL(fileURLWithPath: path))
+        let error = try #require(#expect(throws: LedgerError.self) { try Ledger(path: path) })
+        #expect(error.code == .notALedger, "\(error)")
+        #expect((error.underlying as? DatabaseError)?.resultCode == .SQLITE_NOTADB, "\(String(describing: error.underlying))")
+    }
+}

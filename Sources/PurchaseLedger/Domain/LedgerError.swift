@@ -75,6 +75,10 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// the 0-based index of the event refused; nil for a single event or a JSON Lines input
     /// (which names its ``line``).
     public var batchIndex: Int?
+    /// The error this one reports, when it came from below: for ``Code/storage`` and the file
+    /// errors, SQLite's own (a GRDB `DatabaseError` with its result code), kept whole rather than
+    /// only quoted in ``message``.
+    public var underlying: (any Error & Sendable)?
 
     init(_ code: Code, rule: Rule? = nil, _ message: String, event: Event? = nil, downloads: [String] = [], seq: Int64? = nil, line: Int? = nil) {
         self.code = code

@@ -316,7 +316,7 @@ public final class Ledger: Sendable {
             return wrapped
         }
         wrapped = LedgerError(.storage, "\(doing): \(error)")
-        wrapped.underlying = error as? any Error & Sendable
+        wrapped.underlying = error
         return wrapped
     }
 

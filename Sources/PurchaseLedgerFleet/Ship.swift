@@ -126,7 +126,7 @@ extension FleetStore {
                 }
                 // A key-derived id (UUID version 8) that this file's own key does not derive was
                 // copied from another ledger: refused before the fleet store is touched.
-                guard identity.publicKey != nil, !LedgerIdentity.hasDerivedForm(identity.id) || identity.isProvenByKey else {
+                guard identity.publicKey != nil, !identity.contradictsItsKey else {
                     throw LedgerError.make(
                         .idConflict,
                         "\(entry.path): its ledger id \(identity.id) is not derived from this file's identity key: the id belongs to another ledger and was copied into this file (an id conflict); nothing of it was shipped"

@@ -62,16 +62,28 @@ extension LedgerState {
     public func assetPack(_ pack: String) -> AssetPackStatus? {
         let content = AssetPacks.contentID(pack: pack)
         let published = publishedVersions[AssetPacks.key(pack: pack)].flatMap { Int($0.text) }
-        let unlockedBy = publishedVersions.keys.filter { $0.content == content && !$0.product.isEmpty }.map(\.product).sorted()
+        let unlockedBy = unlockingProducts(ofPack: pack)
         let onDevice = copiedContent[AssetPacks.key(pack: pack)].flatMap { Int($0.contentVersion.text) }
         let packDownloads = downloads.values.filter { $0.content == content && $0.transaction == nil }
             .sorted { (Int($0.contentVersion?.text ?? "") ?? 0) < (Int($1.contentVersion?.text ?? "") ?? 0) }
         guard published != nil || !packDownloads.isEmpty else { return nil }
-        let unlocking = Set(unlockedBy)
-        let revoked = transactions.values.filter { unlocking.contains($0.product) && $0.revoked }.map(\.transaction).sorted()
         return AssetPackStatus(
             pack: pack, publishedVersion: published, unlockedBy: unlockedBy, versionOnDevice: onDevice,
             updateAvailable: published.map { p in onDevice.map { p > $0 } ?? false } ?? false,
-            unlocked: unlockedBy.isEmpty || unlockedBy.contains { owns(product: $0) }, revokedTransactions: revoked, downloads: packDownloads)
+            unlocked: unlockedBy.isEmpty || unlockedBy.contains { owns(product: $0) }, revokedTransactions: revokedPurchases(of: unlockedBy),
+            downloads: packDownloads)
+    }
+
+    /// The products whose purchase unlocks `pack`, sorted (empty: free): the ones that list its
+    /// content in ``publishedVersions``.
+    func unlockingProducts(ofPack pack: String) -> [String] {
+        let content = AssetPacks.contentID(pack: pack)
+        return publishedVersions.keys.filter { $0.content == content && !$0.product.isEmpty }.map(\.product).sorted()
+    }
+
+    /// The refunded or revoked purchases of `products`, sorted.
+    func revokedPurchases(of products: [String]) -> [String] {
+        let products = Set(products)
+        return transactions.values.filter { products.contains($0.product) && $0.revoked }.map(\.transaction).sorted()
     }
 }

@@ -78,7 +78,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// The error this one reports, when it came from below: for ``Code/storage`` and the file
     /// errors, SQLite's own (a GRDB `DatabaseError` with its result code), kept whole rather than
     /// only quoted in ``message``.
-    public var underlying: (any Error & Sendable)?
+    public var underlying: (any Error)?
 
     init(_ code: Code, rule: Rule? = nil, _ message: String, event: Event? = nil, downloads: [String] = [], seq: Int64? = nil, line: Int? = nil) {
         self.code = code

@@ -369,7 +369,7 @@ public enum Reducer {
 
         case .contentCopiedOut(let d, let destination, _, let bytes):
             let download = try downloadRecord(s, d, e)
-            if AssetPacks.isReserved(d) {
+            if download.transaction == nil && AssetPacks.isReserved(d) {
                 throw .violation(.illegalDownloadTransition, "download \(d) is an asset pack's: the system keeps its files, nothing is copied out", e)
             }
             if finishedOwner(s, download) {
@@ -437,7 +437,7 @@ public enum Reducer {
             }
             let content = AssetPacks.contentID(pack: pack), published = ContentVersion(version)
             // Every product that unlocks the pack, named now or before, lists its newest version.
-            let earlier = s.publishedVersions.keys.filter { $0.content == content && !$0.product.isEmpty }.map(\.product)
+            let earlier = s.unlockingProducts(ofPack: pack)
             var changed = false
             for product in Set([""] + unlockedBy + earlier).sorted() {
                 let key = ContentKey(product: product, content: content)
@@ -533,9 +533,9 @@ public enum Reducer {
                     "asset pack \(pack) is not on the device at version \(version) or later (\(had ?? downloading ?? "it never finished, or was removed")); a pack is usable only after assetPackFinished",
                     e)
             }
-            let unlocking = s.publishedVersions.keys.filter { $0.content == key.content && !$0.product.isEmpty }.map(\.product).sorted()
+            let unlocking = s.unlockingProducts(ofPack: pack)
             if !unlocking.isEmpty && !unlocking.contains(where: { s.owns(product: $0) }) {
-                let revoked = s.transactions.values.filter { unlocking.contains($0.product) && $0.revoked }.map(\.transaction)
+                let revoked = s.revokedPurchases(of: unlocking)
                 throw .violation(
                     .assetPackNotReady,
                     "asset pack \(pack) is unlocked by \(unlocking.joined(separator: ", ")), and no purchase of them is in force"
@@ -713,7 +713,8 @@ public enum Reducer {
         _ s: LedgerState, _ d: String, _ e: Event, _ transition: DownloadMachine.Transition
     ) throws(LedgerError) -> (DownloadRecord, TransactionRecord?, to: DownloadStatus) {
         let download = try downloadRecord(s, d, e)
-        if AssetPacks.isReserved(d) {
+        // Only a standalone download can be an asset pack's: a purchase's never pays for the check.
+        if download.transaction == nil && AssetPacks.isReserved(d) {
             throw .violation(.illegalDownloadTransition, "download \(d) is an asset pack's: it changes only through assetPack events", e)
         }
         let owner = download.transaction.flatMap { s.transactions[$0] }
@@ -741,11 +742,13 @@ public enum Reducer {
     /// breaks `duplicateDownload`.
     private static func checkNewDownloads(_ s: LedgerState, _ specs: [DownloadSpec]?, _ e: Event) throws(LedgerError) {
         var seen = Set<String>()
-        for spec in specs ?? [] where AssetPacks.isReserved(spec.download) {
-            throw .malformed("download id \(spec.download): ids starting with \(AssetPacks.prefix) are reserved for asset packs", event: e)
-        }
-        for spec in specs ?? [] where s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
-            throw .violation(.duplicateDownload, "download id \(spec.download) is already in the ledger, or named twice", e)
+        for spec in specs ?? [] {
+            if AssetPacks.isReserved(spec.download) {
+                throw .malformed("download id \(spec.download): ids starting with \(AssetPacks.prefix) are reserved for asset packs", event: e)
+            }
+            if s.downloads[spec.download] != nil || !seen.insert(spec.download).inserted {
+                throw .violation(.duplicateDownload, "download id \(spec.download) is already in the ledger, or named twice", e)
+            }
         }
     }
 

@@ -54,8 +54,7 @@ package enum Projector {
                 if let d = event.body.downloadID { downloads.insert(d) }
             case .assetPackPublished(let pack, _, let unlockedBy):
                 products.formUnion(unlockedBy)
-                let content = AssetPacks.contentID(pack: pack)
-                for key in state.publishedVersions.keys where key.content == content && !key.product.isEmpty { products.insert(key.product) }
+                products.formUnion(state.unlockingProducts(ofPack: pack))
             case .assetPackFinished(let pack, _), .assetPackRemoved(let pack):
                 // The version finished or removed, and the one it replaced: every download of
                 // the pack (a rare event; a scan).

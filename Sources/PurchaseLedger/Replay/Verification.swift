@@ -103,7 +103,7 @@ private struct Verifier {
     /// A key-derived ledger id must be derived from this file's own identity key: one that is not
     /// was copied from another ledger (whose chain and events this file cannot have).
     private mutating func checkIdentity(_ db: Database) throws {
-        guard let identity = try LedgerIdentity.read(db), LedgerIdentity.hasDerivedForm(identity.id), identity.publicKey != nil, !identity.isProvenByKey else { return }
+        guard let identity = try LedgerIdentity.read(db), identity.contradictsItsKey else { return }
         try problem(
             .identity, nil,
             "the ledger id \(identity.id) is not derived from this file's identity key: the id (or the key) in ledger_info was replaced, to pass this file off as another ledger")

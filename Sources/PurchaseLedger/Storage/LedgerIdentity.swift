@@ -28,6 +28,12 @@ public struct LedgerIdentity: Sendable, Hashable {
         publicKey.map { Self.id(derivedFrom: $0) == id } ?? false
     }
 
+    /// A key-derived id that this file's own key does not derive: the id (or the key) was copied
+    /// in from another ledger. `verify` reports it; a fleet store refuses it.
+    public var contradictsItsKey: Bool {
+        publicKey != nil && Self.hasDerivedForm(id) && !isProvenByKey
+    }
+
     /// Whether `id` has the form of a key-derived id (UUID version 8): such an id is accepted
     /// only from the key that derives it, never on first use.
     public static func hasDerivedForm(_ id: String) -> Bool {

@@ -157,7 +157,11 @@ extension Ledger {
                         // Nothing committed to the file since this writer's last commit: its state
                         // and the tail it left are the file's, and the projections are marked.
                         let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
-                        if known == nil { mutated = try catchUp(&w, db) }
+                        if known == nil {
+                            mutated = try catchUp(&w, db)
+                            // Another connection may have recorded personal values: start from the table.
+                            try w.personal.sync(db)
+                        }
                         var session = try AppendSession(
                             db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
                             emptyLedger: w.state.seq == 0, cache: pageCache)
@@ -273,35 +277,63 @@ struct AppendSession {
         defer { swap(&state, &w.state) }
         try Reducer.take(input, at: position, &state) { event, outcome, state, byLedger in
             mutated = true
-            guard outcome.isStored else {
-                ignored += 1
-                return
-            }
-            let seq = state.seq + 1
-            let version = state.recordStreamEvent(event.body)
-            state.seq = seq
-            let recorded = RecordedEvent(
-                seq: seq, version: version, event: event, recordedAt: configuration.clock(),
-                anomaly: outcome.anomaly, appendedByLedger: byLedger)
-            // Linked into the chain by the block writer, off this thread.
-            try blocks.add(EventStore.Frame(recorded, payload: FrameCodec.payload(event.body)), db)
-            if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
-                if bulk { history.apply(change) } else { changes.append(change) }
-            }
-            // A bulk write builds every row from the final state: no need to track what changed.
-            if !bulk { dirty.touch(event, state: state) }
-            stored += 1
-            if firstSeq == nil { firstSeq = seq }
-            if recorded.anomaly != nil { anomalies += 1 }
-            if recorded.appendedByLedger { appendedByLedger += 1 }
-            keep?(recorded)
-            if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
-                // At exact multiples of the interval, whatever the batch sizes.
-                let snapshot: Snapshots.Pending
-                (state, snapshot) = try Snapshots.encode(
-                    state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool)
-                snapshots.append(snapshot)
-            }
+            try store(event, outcome, &state, byLedger: byLedger, &w.personal, db, keep: keep)
+        }
+    }
+
+    /// Stores an event the ledger records itself, outside the rules (an erasure), as the next
+    /// event of the log.
+    mutating func record(_ event: Event, into w: inout Ledger.Writer, _ db: Database) throws {
+        var state = LedgerState()
+        swap(&state, &w.state)
+        defer { swap(&state, &w.state) }
+        let outcome = try Reducer.reduce(&state, event)
+        try store(event, outcome, &state, byLedger: true, &w.personal, db, keep: nil)
+    }
+
+    /// Turns one decided event into its frame (personal values as refs), its projection changes
+    /// and, at the interval, a snapshot; counts it.
+    private mutating func store(
+        _ event: Event, _ outcome: Outcome, _ state: inout LedgerState, byLedger: Bool, _ personal: inout PersonalEncoder, _ db: Database,
+        keep: ((RecordedEvent) -> Void)?
+    ) throws {
+        guard outcome.isStored else {
+            ignored += 1
+            return
+        }
+        let seq = state.seq + 1
+        let version = state.recordStreamEvent(event.body)
+        state.seq = seq
+        let recorded = RecordedEvent(
+            seq: seq, version: version, event: event, recordedAt: configuration.clock(),
+            anomaly: outcome.anomaly, appendedByLedger: byLedger)
+        // Personal values as refs into `personal_values` (docs/storage.md, "Erasure").
+        var payload = BinaryWriter()
+        if configuration.writesPersonalValuesInline {
+            PayloadCodec.encode(event.body, into: &payload)
+        } else {
+            try personal.prepare(event.body, owner: PersonalData.owner(of: event.body, in: state), db)
+            PayloadCodec.encode(event.body, into: &payload, personal: personal)
+            personal.writeIntroductions(&payload)
+        }
+        // Linked into the chain by the block writer, off this thread.
+        try blocks.add(EventStore.Frame(recorded, payload: payload.bytes), db)
+        if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
+            if bulk { history.apply(change) } else { changes.append(change) }
+        }
+        // A bulk write builds every row from the final state: no need to track what changed.
+        if !bulk { dirty.touch(event, state: state) }
+        stored += 1
+        if firstSeq == nil { firstSeq = seq }
+        if recorded.anomaly != nil { anomalies += 1 }
+        if recorded.appendedByLedger { appendedByLedger += 1 }
+        keep?(recorded)
+        if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
+            // At exact multiples of the interval, whatever the batch sizes.
+            let snapshot: Snapshots.Pending
+            (state, snapshot) = try Snapshots.encode(
+                state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool)
+            snapshots.append(snapshot)
         }
     }
 
@@ -313,6 +345,7 @@ struct AppendSession {
         guard stored > 0 else { return nil }
         let tail: Int
         (w.lastLink, tail) = try blocks.write(db, w.statements)
+        try w.personal.write(db)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         if bulk {
             try Projector.writeAll(state: w.state, history: history, db)

@@ -42,6 +42,9 @@ public struct LedgerConfiguration: Sendable {
     /// Whether events given to the library are checked as JSON input is (``InputLimits``). Tests
     /// turn it off to write what versions before the checks let in (a NUL in an id).
     package var checksInput = true
+    /// Whether personal values are written inside the payloads, as versions before migration
+    /// 0007 wrote them (not erasable). Tests turn it on to make such ledgers.
+    package var writesPersonalValuesInline = false
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).
@@ -115,6 +118,9 @@ public final class Ledger: Sendable {
         var lastCommit: LastCommit?
         /// The append path's statements, prepared once on the write connection.
         let statements = PreparedStatements()
+        /// The refs of personal values this writer knows (in step with the table while nothing
+        /// else writes to the file).
+        var personal = PersonalEncoder()
     }
 
     /// The file as this writer's last commit left it.
@@ -213,6 +219,10 @@ public final class Ledger: Sendable {
             // here (replay 1.03-1.12 s against 1.05-1.25 s, time travel p99 36-40 ms against
             // 30-34 ms, two runs each).
             try db.execute(sql: "PRAGMA mmap_size = 0")
+            // Deleted and overwritten content is zeroed, not left in free space, whatever the
+            // library's build default (Debian's is on already; so the figures here include it):
+            // an erased value leaves no copy in the file (docs/storage.md, "Erasure").
+            try db.execute(sql: "PRAGMA secure_delete = ON")
         }
         config.busyMode = .timeout(
             TimeInterval(configuration.busyTimeout.components.seconds)

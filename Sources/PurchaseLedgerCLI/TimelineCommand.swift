@@ -58,6 +58,7 @@ struct TimelineCommand: ParsableCommand {
             case .assetPackFailed(let pack, let v, let error): what += " \(pack) v\(v) \(error.domain) \(error.code)"
             case .assetPackRemoved(let pack): what += " \(pack)"
             case .storePaymentPromoted(let product, let accepted): what += " \(product) (\(accepted ? "accepted" : "declined"))"
+            case .personalDataErased(let refs): what += " (\(refs.count) personal values)"
             case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
                 .contentRegistered:

@@ -40,6 +40,9 @@ package enum DeviceSplit {
             switch event.body {
             case .productRegistered, .contentVersionPublished, .assetPackPublished, .storePaymentPromoted:
                 device = nil
+            case .personalDataErased:
+                // A ledger's own record of an erasure: never input.
+                continue
             case .paymentQueued(let t, let product, _, let user):
                 transactionProduct[t] = product
                 device = deviceFor(transaction: t, user: user)

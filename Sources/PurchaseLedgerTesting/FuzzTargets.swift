@@ -13,7 +13,7 @@ public enum FuzzTargets {
     public static func decodePayload(_ type: EventType, _ bytes: [UInt8]) -> Bool {
         bytes.withUnsafeBytes { buffer in
             var reader = BinaryReader(buffer)
-            return (try? PayloadCodec.decode(type, &reader)) != nil
+            return (try? PayloadCodec.decode(type, &reader, personal: .empty)) != nil
         }
     }
 

@@ -247,7 +247,8 @@ let sampleLog = """
         #expect(ok.stdout.contains("ok: 10 events"))
         #expect(ok.stdout.contains("seq 8: illegalTransactionTransition"))
         try DatabaseQueue(path: ledger).write { db in
-            try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 'alice', 'alicf') AS BLOB) WHERE seq = 2")
+            // (The user id is a ref into personal_values, not in the payload: the product is.)
+            try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 'book', 'bool') AS BLOB) WHERE seq = 2")
         }
         let bad = try cli(["verify", ledger])
         #expect(bad.status == 1)

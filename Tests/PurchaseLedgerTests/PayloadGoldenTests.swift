@@ -45,5 +45,6 @@ import Testing
         "assetPackRemoved 0a0d7061636b2d76616c75652d3538",
         "assetPackOpened 0a0d7061636b2d76616c75652d35391002",
         "storePaymentPromoted 0a1070726f647563742d76616c75652d36301001",
+        "personalDataErased 08020804",
     ]
 }

@@ -57,6 +57,7 @@ import Testing
             .assetPackRemoved(pack: v("pack")),
             .assetPackOpened(pack: v("pack"), version: 1),
             .storePaymentPromoted(product: v("product"), accepted: true),
+            .personalDataErased(refs: [1, 2]),
         ]
         return bodies.map { Event(at: at, $0) }
     }()

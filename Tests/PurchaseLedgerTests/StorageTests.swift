@@ -193,6 +193,14 @@ import PurchaseLedgerFleetTesting
             try Row.fetchAll($0, sql: "SELECT first_seq, last_seq, codec FROM event_blocks WHERE codec IN (0, 3) ORDER BY first_seq")
         }
         #expect(blocks.count >= 2)
+        // Each event's payload as stored (personal values as refs).
+        var payloads: [Int64: [UInt8]] = [:]
+        try DatabaseQueue(path: path).read { db in
+            try EventStore.scan(db, integrity: true) { entry in
+                payloads[entry.event.seq] = entry.payload
+                return true
+            }
+        }
         for block in blocks {
             let first: Int64 = block[0], last: Int64 = block[1]
             let copy = dir.path("flipped-\(first).ledger")
@@ -202,7 +210,7 @@ import PurchaseLedgerFleetTesting
                 [UInt8](try Data.fetchOne($0, sql: "SELECT data FROM event_blocks WHERE first_seq = ?", arguments: [first])!)
             }
             func occurrences(_ seq: Int64) -> [Int] {
-                let payload = FrameCodec.payload(all[Int(seq) - 1].event.body)
+                let payload = payloads[seq] ?? []
                 return (0...(data.count - payload.count)).filter { data[$0..<($0 + payload.count)].elementsEqual(payload) }.map { $0 + payload.count - 1 }
             }
             let target = try #require((first..<last).reversed().first { occurrences($0).count == 1 })
@@ -239,11 +247,13 @@ import PurchaseLedgerFleetTesting
     @Test func migrationsOptionalForReadingLeaveReadOnlyOpensReading() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("before-0002.ledger")
-        let c = testConfiguration(blockSize: 4, snapshotInterval: 5)
+        var c = testConfiguration(blockSize: 4, snapshotInterval: 5)
+        c.writesPersonalValuesInline = true
         do {
             let ledger = try Ledger(path: path, configuration: c)
             for e in Self.everyType { try ledger.append(e) }
         }
+        c.writesPersonalValuesInline = false
         // Back to the layout 0001 made (every table with a rowid but snapshot_pages), and to the
         // migrations list of a version before 0002.
         let layoutTables = ["snapshot_pages", "transactions", "downloads"]
@@ -276,6 +286,7 @@ import PurchaseLedgerFleetTesting
                     ALTER TABLE old_history RENAME TO owned_content_history;
                     """)
             try db.execute(sql: embeddedMigrations[0].sql.components(separatedBy: "\n").drop { !$0.hasPrefix("CREATE VIEW owned_content_history_view") }.joined(separator: "\n"))
+            try undo0007(db)
             try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier <> '0001_initial'; PRAGMA user_version = 1")
         }
         func layout() throws -> (migrations: [String], pages: Int, withoutRowID: [Bool]) {
@@ -497,7 +508,7 @@ import PurchaseLedgerFleetTesting
                 let payload = [UInt8](row[6] as Data)
                 let body = try payload.withUnsafeBytes { buffer -> EventBody in
                     var reader = BinaryReader(buffer)
-                    return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader)
+                    return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader, personal: try PersonalValues.current(db))
                 }
                 let e = RecordedEvent(
                     seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),

@@ -48,7 +48,7 @@ import Testing
         func decodes(_ bytes: [UInt8]) -> EventBody? {
             bytes.withUnsafeBytes { buffer in
                 var reader = BinaryReader(buffer)
-                return try? PayloadCodec.decode(.productRegistered, &reader)
+                return try? PayloadCodec.decode(.productRegistered, &reader, personal: .empty)
             }
         }
         var bytes = w.bytes
@@ -68,7 +68,7 @@ import Testing
         func decodes(_ bytes: [UInt8]) -> EventBody? {
             bytes.withUnsafeBytes { buffer in
                 var reader = BinaryReader(buffer)
-                return try? PayloadCodec.decode(.downloadCancelled, &reader)
+                return try? PayloadCodec.decode(.downloadCancelled, &reader, personal: .empty)
             }
         }
         var bytes = w.bytes

@@ -1,5 +1,6 @@
 import CustomDump
 import Foundation
+import GRDB
 import Testing
 @testable import PurchaseLedger
 
@@ -192,4 +193,16 @@ struct DocumentedTransition: Sendable, CustomTestStringConvertible {
                 from: Set(cells[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }), to: cells[2])
         }
     }
+}
+
+/// Takes migration 0007 (personal values) back out of a ledger whose events hold their personal
+/// values inline (written with `writesPersonalValuesInline`), as a version before it left it.
+func undo0007(_ db: Database) throws {
+    try db.execute(
+        sql: """
+            DROP TABLE personal_values;
+            DELETE FROM sqlite_sequence WHERE name = 'personal_values';
+            DELETE FROM ledger_info WHERE key IN ('personal_values_since', 'personal_erasures');
+            DELETE FROM grdb_migrations WHERE identifier = '0007_personal_values';
+            """)
 }

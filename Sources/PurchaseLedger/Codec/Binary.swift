@@ -138,6 +138,13 @@ package struct BinaryReader {
         return String(decoding: UnsafeRawBufferPointer(start: start + r.lowerBound, count: r.count), as: UTF8.self)
     }
 
+    /// The range of the next `count` bytes, after checking they are there.
+    mutating func fixed(_ count: Int) throws(Failure) -> Range<Int> {
+        guard end - offset >= count else { throw Failure(message: "truncated") }
+        offset += count
+        return (offset - count)..<offset
+    }
+
     mutating func bytes() throws(Failure) -> [UInt8] {
         let r = try span()
         return Array(base[r])

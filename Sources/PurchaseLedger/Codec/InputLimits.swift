@@ -189,6 +189,8 @@ extension EventBody {
             error(e)
         case .storePaymentPromoted(let product, _):
             body("product", "product", product)
+        case .personalDataErased:
+            break
         }
     }
 }

@@ -177,6 +177,8 @@ public enum JSONLines {
             return .assetPackOpened(pack: try f.string("pack"), version: try f.packVersion())
         case .storePaymentPromoted:
             return .storePaymentPromoted(product: try f.string("product"), accepted: try f.bool("accepted"))
+        case .personalDataErased:
+            return .personalDataErased(refs: try f.integers("refs"))
         }
     }
 
@@ -351,6 +353,10 @@ public enum JSONLines {
             w.field("pack", pack)
         case .storePaymentPromoted(let product, let accepted):
             w.field("product", product); w.field("accepted", accepted)
+        case .personalDataErased(let refs):
+            w.key("refs"); w.beginArray()
+            for ref in refs { w.value(ref) }
+            w.endArray()
         }
     }
 }
@@ -456,6 +462,18 @@ private struct Fields {
         let g = try object(v, key)
         guard let code = try g.optionalInt("code") else { throw .malformed("missing field \(g.name("code"))") }
         return StoreError(domain: try g.string("domain"), code: code, message: try g.string("message"))
+    }
+
+    /// An array of integers.
+    func integers(_ key: String) throws(LedgerError) -> [Int64] {
+        var values: [Int64] = []
+        for item in try optionalArray(key) {
+            guard tape.tokens[item].kind == .number, let i = tape.tokens[item].integer else {
+                throw .malformed("field \(name(key)) must be an array of integers")
+            }
+            values.append(i)
+        }
+        return values
     }
 
     /// The tokens of the array's items.

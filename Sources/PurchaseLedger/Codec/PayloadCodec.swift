@@ -5,7 +5,9 @@
 package enum PayloadCodec {
     static let formatVersion = 1
 
-    static func encode(_ body: EventBody, into w: inout BinaryWriter) {
+    /// `personal`: the append's encoder, which writes each personal value as its ref; nil writes
+    /// the values themselves (a payload outside a ledger, and ledgers before migration 0007).
+    static func encode(_ body: EventBody, into w: inout BinaryWriter, personal p: PersonalEncoder? = nil) {
         switch body {
         case .productRegistered(let p):
             w.field(1, p.product)
@@ -25,21 +27,21 @@ package enum PayloadCodec {
         case .paymentQueued(let t, let product, let quantity, let user):
             w.field(1, t); w.field(2, product)
             if quantity != 1 { w.field(3, unsigned: UInt64(quantity)) }
-            w.field(4, user)
+            personal(4, user, user: true, &w, p)
         case .transactionDeferred(let t):
             w.field(1, t)
         case .transactionPurchased(let t, let product, let user, let store, let specs, let paid):
-            w.field(1, t); w.field(2, product); w.field(4, user); w.field(5, store)
+            w.field(1, t); w.field(2, product); personal(4, user, user: true, &w, p); personal(5, store, &w, p)
             downloads(specs, &w)
             terms(paid, &w)
         case .transactionFailed(let t, let e):
-            w.field(1, t); error(e, &w)
+            w.field(1, t); error(e, &w, p)
         case .transactionRestored(let t, let original, let product, let user, let store, let specs, let paid):
-            w.field(1, t); w.field(2, product); w.field(3, original); w.field(4, user); w.field(5, store)
+            w.field(1, t); w.field(2, product); personal(3, original, &w, p); personal(4, user, user: true, &w, p); personal(5, store, &w, p)
             downloads(specs, &w)
             terms(paid, &w)
         case .transactionRevoked(let t, let reason):
-            w.field(1, t); w.field(2, reason)
+            w.field(1, t); personal(2, reason, &w, p)
         case .transactionFinished(let t, let discard):
             w.field(1, t)
             if discard { w.field(2, unsigned: 1) }
@@ -56,21 +58,21 @@ package enum PayloadCodec {
             w.field(1, d)
             if reason != .user { w.field(2, unsigned: UInt64(reason.storedCode)) }
         case .downloadFinished(let d, let url):
-            w.field(1, d); w.field(2, url)
+            w.field(1, d); personal(2, url, &w, p)
         case .downloadFailed(let d, let e):
-            w.field(1, d); error(e, &w)
+            w.field(1, d); error(e, &w, p)
         case .contentCopiedOut(let d, let destination, let checksum, let bytes):
-            w.field(1, d); w.field(2, destination); w.field(3, checksum); w.field(4, signed: bytes)
+            w.field(1, d); personal(2, destination, &w, p); w.field(3, checksum); w.field(4, signed: bytes)
         case .contentDeleted(let product):
             w.field(1, product)
         case .restoreStarted(let user):
-            w.field(1, user)
+            personal(1, user, user: true, &w, p)
         case .restoreCompleted:
             break
         case .restoreFailed(let e):
-            error(e, &w)
+            error(e, &w, p)
         case .contentRegistered(let url, let d, let length):
-            w.field(1, url); w.field(2, d); w.field(3, signed: length)
+            personal(1, url, &w, p); w.field(2, d); w.field(3, signed: length)
         case .assetPackPublished(let pack, let version, let unlockedBy):
             w.field(1, pack); w.field(2, signed: Int64(version))
             for product in unlockedBy { w.field(3, product) }
@@ -81,12 +83,14 @@ package enum PayloadCodec {
             w.field(1, pack); w.field(2, signed: Int64(version)); w.field(3, double: progress)
         case .assetPackFailed(let pack, let version, let e):
             // The error is field 2 in every event that has one: the version moves to 3.
-            w.field(1, pack); w.field(3, signed: Int64(version)); error(e, &w)
+            w.field(1, pack); w.field(3, signed: Int64(version)); error(e, &w, p)
         case .assetPackRemoved(let pack):
             w.field(1, pack)
         case .storePaymentPromoted(let product, let accepted):
             w.field(1, product)
             if accepted { w.field(2, unsigned: 1) }
+        case .personalDataErased(let refs):
+            for ref in refs { w.field(1, signed: ref) }
         }
     }
 
@@ -97,10 +101,18 @@ package enum PayloadCodec {
         return Int64(scaled)
     }
 
-    private static func error(_ e: StoreError, _ w: inout BinaryWriter) {
+    private static func error(_ e: StoreError, _ w: inout BinaryWriter, _ p: PersonalEncoder?) {
         w.message(2) { m in
-            m.field(1, e.domain); m.field(2, signed: e.code); m.field(3, e.message)
+            m.field(1, e.domain); m.field(2, signed: e.code); personal(3, e.message, &m, p)
         }
+    }
+
+    /// A personal field: its ref (a varint) when the ledger keeps personal values apart, else the
+    /// text (docs/format.md).
+    @inline(__always)
+    private static func personal(_ f: UInt64, _ value: String?, user: Bool = false, _ w: inout BinaryWriter, _ p: PersonalEncoder?) {
+        guard let value else { return }
+        if let ref = p?.known(value, isUser: user) { w.field(f, unsigned: UInt64(ref)) } else { w.field(f, value) }
     }
 
     private static func downloads(_ specs: [DownloadSpec]?, _ w: inout BinaryWriter) {
@@ -157,6 +169,31 @@ package enum PayloadCodec {
         return t
     }
 
+    /// The refs a stored payload introduces, with their commitments (field 15; none in a
+    /// payload that holds its personal values as text). Malformed bytes give what was read.
+    static func introductions(in payload: [UInt8]) -> [(Int64, [UInt8])] {
+        var found: [(Int64, [UInt8])] = []
+        payload.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            do throws(Failure) {
+                while !r.isAtEnd {
+                    let (number, wire) = try r.key()
+                    guard number == PersonalValues.introductionsField, wire == 2 else {
+                        try r.skip(wire: wire)
+                        continue
+                    }
+                    var m = try r.message()
+                    while !m.isAtEnd {
+                        let ref = try m.varint()
+                        let span = try m.fixed(PersonalValues.commitmentSize)
+                        found.append((Int64(truncatingIfNeeded: ref), Array(buffer[span])))
+                    }
+                }
+            } catch {}
+        }
+        return found
+    }
+
     // MARK: - Decoding
 
     package typealias Failure = BinaryReader.Failure
@@ -168,9 +205,24 @@ package enum PayloadCodec {
         var doubles = Slots<Double>()
         var messages: [(UInt64, BinaryReader)] = []
         var repeatedStrings: [String] = []
+        /// Field 1 of `personalDataErased`, which repeats.
+        var repeatedInts: [UInt64] = []
 
         func string(_ f: UInt64, _ name: String) throws(Failure) -> String {
             guard let s = strings[f] else { throw Failure(message: "missing \(name)") }
+            return s
+        }
+
+        /// A personal field: its text, or the value its ref stands for.
+        @inline(__always)
+        func personal(_ f: UInt64, _ p: PersonalValues) throws(Failure) -> String? {
+            if let s = strings[f] { return s }
+            guard let ref = ints[f] else { return nil }
+            return try p.resolve(ref)
+        }
+
+        func personal(_ f: UInt64, _ name: String, _ p: PersonalValues) throws(Failure) -> String {
+            guard let s = try personal(f, p) else { throw Failure(message: "missing \(name)") }
             return s
         }
 
@@ -227,15 +279,20 @@ package enum PayloadCodec {
 
     /// Reads every field. `nested` is the number of the fields holding messages (and field 8,
     /// the terms, `withTerms`); `repeatedString` names the one string field that may repeat.
-    private static func read(_ r: inout BinaryReader, nested: UInt64? = nil, repeatedString: UInt64? = nil, withTerms: Bool = false) throws(Failure) -> Fields {
+    private static func read(
+        _ r: inout BinaryReader, nested: UInt64? = nil, repeatedString: UInt64? = nil, repeatedInt: UInt64? = nil, withTerms: Bool = false
+    ) throws(Failure) -> Fields {
         var f = Fields()
         while !r.isAtEnd {
             let (number, wire) = try r.key()
             switch wire {
-            case 0: f.ints[number] = try r.varint()
+            case 0:
+                if repeatedInt == number { f.repeatedInts.append(try r.varint()) } else { f.ints[number] = try r.varint() }
             case 1: f.doubles[number] = try r.double()
             case 2:
-                if number == nested || (withTerms && number == Field.terms) {
+                if number == PersonalValues.introductionsField {
+                    try r.skip(wire: wire)
+                } else if number == nested || (withTerms && number == Field.terms) {
                     f.messages.append((number, try r.message()))
                 } else if number == repeatedString {
                     f.repeatedStrings.append(try r.string())
@@ -248,11 +305,11 @@ package enum PayloadCodec {
         return f
     }
 
-    private static func storeError(_ f: Fields) throws(Failure) -> StoreError {
+    private static func storeError(_ f: Fields, _ p: PersonalValues) throws(Failure) -> StoreError {
         guard var m = f.messages.last(where: { $0.0 == 2 })?.1 else { throw Failure(message: "missing error") }
         let g = try read(&m)
         guard let code = g.signed(2) else { throw Failure(message: "missing error code") }
-        return StoreError(domain: try g.string(1, "error domain"), code: code, message: try g.string(3, "error message"))
+        return StoreError(domain: try g.string(1, "error domain"), code: code, message: try g.personal(3, "error message", p))
     }
 
     private static func downloads(_ f: Fields) throws(Failure) -> [DownloadSpec]? {
@@ -270,7 +327,9 @@ package enum PayloadCodec {
         return specs
     }
 
-    package static func decode(_ type: EventType, _ r: inout BinaryReader) throws(Failure) -> EventBody {
+    /// `personal`: what the refs of personal fields stand for (a payload holding its values
+    /// as text needs none: ``PersonalValues/empty``).
+    package static func decode(_ type: EventType, _ r: inout BinaryReader, personal p: PersonalValues) throws(Failure) -> EventBody {
         if type == .downloadProgressed {
             // The most frequent event: read without the general field table.
             var download: String?
@@ -300,11 +359,12 @@ package enum PayloadCodec {
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
                 .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved, .assetPackOpened,
-                .storePaymentPromoted:
+                .storePaymentPromoted, .personalDataErased:
                 nil
             }
         let f = try read(
             &r, nested: nested, repeatedString: type == .productRegistered ? 7 : type == .assetPackPublished ? 3 : nil,
+            repeatedInt: type == .personalDataErased ? 1 : nil,
             withTerms: type == .transactionPurchased || type == .transactionRestored)
         switch type {
         case .downloadProgressed:
@@ -325,19 +385,19 @@ package enum PayloadCodec {
                     relatedProducts: f.repeatedStrings, title: f.strings[8]))
         case .transactionPurchased:
             return .transactionPurchased(
-                transaction: try f.string(1, "transaction"), product: f.strings[2], user: f.strings[4],
-                storeTransactionId: f.strings[5], downloads: try downloads(f), terms: try terms(f))
+                transaction: try f.string(1, "transaction"), product: f.strings[2], user: try f.personal(4, p),
+                storeTransactionId: try f.personal(5, p), downloads: try downloads(f), terms: try terms(f))
         case .transactionRestored:
             return .transactionRestored(
-                transaction: try f.string(1, "transaction"), originalTransaction: try f.string(3, "originalTransaction"),
-                product: try f.string(2, "product"), user: f.strings[4], storeTransactionId: f.strings[5],
+                transaction: try f.string(1, "transaction"), originalTransaction: try f.personal(3, "originalTransaction", p),
+                product: try f.string(2, "product"), user: try f.personal(4, p), storeTransactionId: try f.personal(5, p),
                 downloads: try downloads(f), terms: try terms(f))
         case .transactionFailed:
-            return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f))
+            return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f, p))
         case .downloadFailed:
-            return .downloadFailed(download: try f.string(1, "download"), error: try storeError(f))
+            return .downloadFailed(download: try f.string(1, "download"), error: try storeError(f, p))
         case .restoreFailed:
-            return .restoreFailed(error: try storeError(f))
+            return .restoreFailed(error: try storeError(f, p))
         case .contentVersionPublished:
             return .contentVersionPublished(product: try f.string(1, "product"), content: try f.string(2, "content"), contentVersion: try f.version(3))
         case .paymentQueued:
@@ -345,11 +405,11 @@ package enum PayloadCodec {
             guard (1...10).contains(quantity) else { throw Failure(message: "bad quantity") }
             return .paymentQueued(
                 transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
-                quantity: Int(quantity), user: f.strings[4])
+                quantity: Int(quantity), user: try f.personal(4, p))
         case .transactionDeferred:
             return .transactionDeferred(transaction: try f.string(1, "transaction"))
         case .transactionRevoked:
-            return .transactionRevoked(transaction: try f.string(1, "transaction"), reason: try f.string(2, "reason"))
+            return .transactionRevoked(transaction: try f.string(1, "transaction"), reason: try f.personal(2, "reason", p))
         case .transactionFinished:
             return .transactionFinished(transaction: try f.string(1, "transaction"), discardContent: f.ints[2] == 1)
         case .downloadStarted:
@@ -362,19 +422,19 @@ package enum PayloadCodec {
             guard let reason = CancelReason(storedCode: f.ints[2] ?? 0) else { throw Failure(message: "bad cancel reason") }
             return .downloadCancelled(download: try f.string(1, "download"), reason: reason)
         case .downloadFinished:
-            return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.string(2, "contentURL"))
+            return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.personal(2, "contentURL", p))
         case .contentCopiedOut:
             return .contentCopiedOut(
-                download: try f.string(1, "download"), destination: try f.string(2, "destination"),
+                download: try f.string(1, "download"), destination: try f.personal(2, "destination", p),
                 checksum: f.strings[3], bytesCopied: f.signed(4))
         case .contentDeleted:
             return .contentDeleted(product: try f.string(1, "product"))
         case .restoreStarted:
-            return .restoreStarted(user: f.strings[1])
+            return .restoreStarted(user: try f.personal(1, p))
         case .restoreCompleted:
             return .restoreCompleted
         case .contentRegistered:
-            return .contentRegistered(url: try f.string(1, "url"), download: try f.string(2, "download"), contentLength: f.signed(3))
+            return .contentRegistered(url: try f.personal(1, "url", p), download: try f.string(2, "download"), contentLength: f.signed(3))
         case .assetPackPublished:
             return .assetPackPublished(pack: try f.string(1, "pack"), version: try f.version(int: 2), unlockedBy: f.repeatedStrings)
         case .assetPackBegan:
@@ -389,11 +449,13 @@ package enum PayloadCodec {
             guard let progress = f.doubles[3] else { throw Failure(message: "missing progress") }
             return .assetPackProgressed(pack: try f.string(1, "pack"), version: try f.version(int: 2), progress: progress)
         case .assetPackFailed:
-            return .assetPackFailed(pack: try f.string(1, "pack"), version: try f.version(int: 3), error: try storeError(f))
+            return .assetPackFailed(pack: try f.string(1, "pack"), version: try f.version(int: 3), error: try storeError(f, p))
         case .assetPackRemoved:
             return .assetPackRemoved(pack: try f.string(1, "pack"))
         case .storePaymentPromoted:
             return .storePaymentPromoted(product: try f.string(1, "product"), accepted: f.ints[2] == 1)
+        case .personalDataErased:
+            return .personalDataErased(refs: f.repeatedInts.map(ZigZag.decode))
         }
     }
 }

@@ -17,6 +17,53 @@ public enum PersonalData {
         "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
         "unverified", "pack",
     ]
+
+    /// Calls `visit` with every personal value of `body` (`isUser`: a user id). The event codec
+    /// stores exactly these as refs (a test checks every event type).
+    static func forEachValue(in body: EventBody, _ visit: (_ value: String, _ isUser: Bool) throws -> Void) rethrows {
+        // Exhaustive on purpose: a new event with a personal field must be added here.
+        switch body {
+        case .paymentQueued(_, _, _, let user), .restoreStarted(let user):
+            if let user { try visit(user, true) }
+        case .transactionPurchased(_, _, let user, let store, _, _):
+            if let user { try visit(user, true) }
+            if let store { try visit(store, false) }
+        case .transactionRestored(_, let original, _, let user, let store, _, _):
+            try visit(original, false)
+            if let user { try visit(user, true) }
+            if let store { try visit(store, false) }
+        case .transactionFailed(_, let error), .downloadFailed(_, let error), .restoreFailed(let error), .assetPackFailed(_, _, let error):
+            try visit(error.message, false)
+        case .transactionRevoked(_, let reason):
+            try visit(reason, false)
+        case .downloadFinished(_, let url), .contentRegistered(let url, _, _):
+            try visit(url, false)
+        case .contentCopiedOut(_, let destination, _, _):
+            try visit(destination, false)
+        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
+            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
+            .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
+            .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+            break
+        }
+    }
+
+    /// The user id the personal values of `body` belong to, in `state` (the state the event
+    /// left): the event's own user id, else its transaction's, else that of the transaction its
+    /// download belongs to. Nil for values of no user (a registered download, an asset pack, a
+    /// restore's error): `forget` does not reach those.
+    static func owner(of body: EventBody, in state: LedgerState) -> String? {
+        switch body {
+        case .paymentQueued(_, _, _, let user?), .transactionPurchased(_, _, let user?, _, _, _),
+            .transactionRestored(_, _, _, let user?, _, _, _), .restoreStarted(let user?):
+            return user
+        default:
+            break
+        }
+        if let t = body.transactionID { return state.transactions[t]?.user }
+        if let d = body.downloadID, let t = state.downloads[d]?.transaction { return state.transactions[t]?.user }
+        return nil
+    }
 }
 
 /// Replaces every personal field of events with a keyed pseudonym, so a user's ledger can be
@@ -98,7 +145,7 @@ public struct Redactor: Sendable {
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
             .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
-            .assetPackOpened, .storePaymentPromoted:
+            .assetPackOpened, .storePaymentPromoted, .personalDataErased:
             break
         }
         return e

@@ -65,6 +65,9 @@ public enum EventBody: Sendable, Hashable {
     /// StoreKit 1's `paymentQueue(_:shouldAddStorePayment:for:)`: a purchase started on the App
     /// Store (a promoted in-app purchase), and whether the app let it continue.
     case storePaymentPromoted(product: String, accepted: Bool)
+    /// Appended by ``Ledger/forget(user:)``, never given: the personal values numbered `refs`
+    /// were erased. It names no user, and no value (docs/storage.md, "Erasure").
+    case personalDataErased(refs: [Int64])
 
     public var type: EventType {
         switch self {
@@ -99,6 +102,7 @@ public enum EventBody: Sendable, Hashable {
         case .assetPackRemoved: .assetPackRemoved
         case .assetPackOpened: .assetPackOpened
         case .storePaymentPromoted: .storePaymentPromoted
+        case .personalDataErased: .personalDataErased
         }
     }
 
@@ -136,7 +140,8 @@ public enum EventBody: Sendable, Hashable {
             .download(AssetPacks.downloadID(pack: p, version: v))
         case .restoreStarted, .restoreCompleted, .restoreFailed:
             .restore
-        case .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted:
+        case .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted,
+            .personalDataErased:
             .catalog
         }
     }
@@ -152,7 +157,8 @@ public enum EventBody: Sendable, Hashable {
         case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
             .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackBegan, .assetPackProgressed,
-            .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted:
+            .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
+            .personalDataErased:
             nil
         }
     }
@@ -169,7 +175,8 @@ public enum EventBody: Sendable, Hashable {
             AssetPacks.downloadID(pack: p, version: v)
         case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
-            .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted:
+            .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted,
+            .personalDataErased:
             nil
         }
     }
@@ -211,6 +218,7 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     case assetPackRemoved = 29
     case assetPackOpened = 30
     case storePaymentPromoted = 31
+    case personalDataErased = 32
 
     /// The contract's name, as in the JSON `type` field.
     public var name: String {
@@ -246,6 +254,7 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .assetPackRemoved: "assetPackRemoved"
         case .assetPackOpened: "assetPackOpened"
         case .storePaymentPromoted: "storePaymentPromoted"
+        case .personalDataErased: "personalDataErased"
         }
     }
 
@@ -268,7 +277,7 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionPurchased, .transactionFailed,
             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
             .restoreCompleted, .restoreFailed, .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused,
-            .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted:
+            .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted, .personalDataErased:
             false
         }
     }

@@ -139,6 +139,8 @@ extension EventBody {
             return .assetPackOpened(pack: n(pack), version: v)
         case .storePaymentPromoted(let product, let accepted):
             return .storePaymentPromoted(product: n(product), accepted: accepted)
+        case .personalDataErased:
+            return self
         }
     }
 

@@ -17,6 +17,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         enum Kind: String, Sendable {
             case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
             case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io, staleProjections, idConflict
+            case unknownUser, notErasable
         }
 
         let kind: Kind
@@ -54,6 +55,13 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         /// The file claims a ledger id it cannot prove: its identity key does not derive the id,
         /// or a fleet store holds the id under another ledger's key (docs/fleet.md).
         public static let idConflict = Code(kind: .idConflict)
+
+        /// `forget` was asked to erase a user the ledger holds no personal value of (never
+        /// recorded, or already erased).
+        public static let unknownUser = Code(kind: .unknownUser)
+        /// `forget` cannot erase the user without breaking the chain: events of the user written
+        /// before migration 0007 hold their personal values inside it.
+        public static let notErasable = Code(kind: .notErasable)
 
         public var description: String { kind.rawValue }
     }

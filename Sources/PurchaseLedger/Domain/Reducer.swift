@@ -72,6 +72,9 @@ public enum Reducer {
             }
             try body(event, outcome, &state, appendedByLedger)
         }
+        if case .personalDataErased = input.body {
+            throw LedgerError.malformed("personalDataErased is recorded by the ledger's forget, never appended").at(position)
+        }
         for cancellation in cancellations(state, input) { try one(cancellation, appendedByLedger: true) }
         try one(input, appendedByLedger: false)
     }
@@ -548,6 +551,10 @@ public enum Reducer {
             guard s.products[product] != nil else {
                 throw .violation(.unknownProduct, "product \(product), promoted on the App Store, was never registered", e)
             }
+            return .applied
+
+        case .personalDataErased:
+            // The values are already gone from what a replay reads: nothing to change.
             return .applied
         }
     }

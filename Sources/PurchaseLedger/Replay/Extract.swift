@@ -154,7 +154,8 @@ extension Ledger {
             case .contentVersionPublished, .transactionDeferred, .transactionFailed, .transactionRevoked, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered, .assetPackBegan, .assetPackProgressed,
-                .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted:
+                .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
+                .personalDataErased:
                 break
             }
             return true
@@ -249,6 +250,9 @@ private struct ExtractPlan {
             packs.contains(pack)
         case .storePaymentPromoted(let product, _):
             products.contains(product)
+        case .personalDataErased:
+            // Its refs are this ledger's; the repro's erased values read as the markers they are.
+            false
         }
     }
 }

@@ -588,7 +588,7 @@ enum SnapshotCodec {
         switch kind {
         case .products:
             var inner = try r.message()
-            let body = try PayloadCodec.decode(.productRegistered, &inner)
+            let body = try PayloadCodec.decode(.productRegistered, &inner, personal: .empty)
             guard case .productRegistered(let registration) = body else { throw Failure(message: "bad product") }
             s.products[registration.product] = ProductRecord(registration: registration, registeredAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
         case .publishedVersions:

@@ -120,6 +120,14 @@ final class SnapshotPageCache: Sendable {
     /// How many pages are cached.
     var count: Int { pages.withLock { $0.count } }
 
+    /// Drops every cached page (after an erasure: they may hold erased values).
+    func clear() {
+        pages.withLock { p -> Dropped in
+            let dropped = p.shrink(to: 0)
+            return dropped
+        }.releaseInBackground()
+    }
+
     func transactionPage(_ address: [UInt8], load: () throws -> StoredRecordPage<TransactionRecord>) rethrows -> StoredRecordPage<TransactionRecord> {
         try page(address, \.transactions, load)
     }

@@ -22,6 +22,9 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
         /// The ledger id is key-derived, but not from the file's own identity key: copied from
         /// another ledger.
         case identity
+        /// A personal value (`personal_values`) differs from the commitment its event stored,
+        /// was added, or is missing without an erasure that recorded it.
+        case personalValues
     }
 
     public var kind: Kind
@@ -70,6 +73,10 @@ private struct Verifier {
     let everySnapshot: Bool
     let progress: ((Int64, Int64) -> Void)?
     var report = VerificationReport()
+    /// Refs the log introduced: the commitment and the event that stored it.
+    var introduced: [Int64: (commitment: [UInt8], seq: Int64)] = [:]
+    /// Refs an erasure event recorded, with its seq.
+    var erased: [Int64: Int64] = [:]
 
     init(chain: HashChain, all: Bool, everySnapshot: Bool, progress: ((Int64, Int64) -> Void)?) {
         self.chain = chain
@@ -88,6 +95,7 @@ private struct Verifier {
             try checkIntegrity(db)
             try checkIdentity(db)
             let (state, history, trusted) = try checkLog(db)
+            if trusted { try checkPersonalValues(db) }
             if trusted { try checkProjections(db, state: state, history: history) }
         } catch is StopVerification {}
         return report
@@ -97,6 +105,37 @@ private struct Verifier {
         let lines = try String.fetchAll(db, sql: "PRAGMA integrity_check")
         if lines != ["ok"] {
             try problem(.sqliteIntegrity, nil, lines.prefix(5).joined(separator: "; "))
+        }
+    }
+
+    /// Every row of `personal_values` must be the value its introducing event committed to, and
+    /// every value the log introduced must be there unless an erasure event recorded its removal.
+    private mutating func checkPersonalValues(_ db: Database) throws {
+        guard try Migrations.applied("0007_personal_values", db) else { return }
+        var seen = Set<Int64>()
+        let rows = try Row.fetchCursor(db, sql: "SELECT ref, salt, value FROM personal_values ORDER BY ref")
+        while let row = try rows.next() {
+            let ref: Int64 = row[0]
+            seen.insert(ref)
+            guard let introduced = introduced[ref] else {
+                try problem(.personalValues, nil, "personal value \(ref) was never introduced by an event: a row added to personal_values")
+                continue
+            }
+            let salt = [UInt8]((row[1] as Data?) ?? Data())
+            let value = [UInt8]((row[2] as Data?) ?? Data())
+            if PersonalValues.commitment(salt: salt, value: String(decoding: value, as: UTF8.self)) != introduced.commitment {
+                try problem(
+                    .personalValues, introduced.seq,
+                    "personal value \(ref) is not the value event \(introduced.seq) committed to: it (or its salt) was edited in personal_values")
+            }
+            if let erasure = erased[ref] {
+                try problem(.personalValues, erasure, "personal value \(ref) is still held, although event \(erasure) recorded its erasure")
+            }
+        }
+        for (ref, introduced) in introduced.sorted(by: { $0.key < $1.key }) where !seen.contains(ref) && erased[ref] == nil {
+            try problem(
+                .personalValues, introduced.seq,
+                "personal value \(ref), introduced by event \(introduced.seq), is missing and no erasure recorded its removal: a row deleted from personal_values")
         }
     }
 
@@ -180,6 +219,14 @@ private struct Verifier {
                 if stored != nil { chainReported = false }
                 if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
 
+                // Personal values the event introduces (their commitments), or erased.
+                for (ref, commitment) in PayloadCodec.introductions(in: entry.payload) {
+                    me.introduced[ref] = (commitment, e.seq)
+                }
+                if case .personalDataErased(let refs) = e.event.body {
+                    for ref in refs { me.erased[ref] = e.seq }
+                }
+
                 // Values the importer would refuse (NaN, a negative length...): only an edited file has them.
                 if let wrong = InputLimits.storedValueProblem(e.event.body) {
                     try me.problem(.corruptData, e.seq, "a stored value the importer would refuse: \(wrong); the file was edited")
@@ -215,8 +262,11 @@ private struct Verifier {
     /// What the rules say of an event before it is applied.
     private mutating func checkBefore(_ e: RecordedEvent, state: LedgerState) throws {
         if e.appendedByLedger, case .downloadCancelled(_, .transactionFinished) = e.event.body {
+        } else if e.appendedByLedger, case .personalDataErased = e.event.body {
         } else if e.appendedByLedger {
-            try problem(.rules, e.seq, "marked as appended by the ledger, but is not an automatic cancellation")
+            try problem(.rules, e.seq, "marked as appended by the ledger, but is not an automatic cancellation or an erasure")
+        } else if case .personalDataErased = e.event.body {
+            try problem(.rules, e.seq, "an erasure not marked as appended by the ledger: only forget records one")
         }
         if case .transactionFinished = e.event.body, Reducer.plan(state, e.event).count > 1 {
             try problem(.rules, e.seq, "this finish left downloads running without the cancellations the ledger appends", rule: nil)

@@ -466,6 +466,7 @@ package enum EventStore {
         onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
+        let personal = try PersonalValues.current(db)
         let blocks = try Row.fetchCursor(
             db,
             sql: """
@@ -474,8 +475,8 @@ package enum EventStore {
                 """, arguments: [seq, last])
         let keepGoing =
             integrity
-            ? try scanWithLinks(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
-            : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, onCorrupt: onCorrupt, body)
+            ? try scanWithLinks(db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, body)
+            : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, body)
         guard keepGoing else { return }
         let rows = try Row.fetchCursor(
             db,
@@ -491,7 +492,7 @@ package enum EventStore {
                 let payload = try row.withUnsafeData(atIndex: 7) { $0.map { [UInt8]($0) } ?? [] }
                 let (appended, anomaly) = try decodeFlags(row[5], seq: s)
                 let type = try decodeType(row[2], seq: s)
-                let body = try decodePayload(type, payload, seq: s)
+                let body = try decodePayload(type, payload, seq: s, personal: personal)
                 let event = RecordedEvent(
                     seq: s, version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
                     recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
@@ -519,6 +520,8 @@ package enum EventStore {
         package var rawSize: Int = 0
         package var data: [UInt8] = []
         var dictionary: [UInt8]? = nil
+        /// What the refs of its events' personal fields stand for.
+        var personal: PersonalValues = .empty
         /// Why the block cannot be decoded, found while reading its row.
         var failure: LedgerError? = nil
 
@@ -532,11 +535,12 @@ package enum EventStore {
 
     private static func sealedBlock(
         _ db: Database, _ block: Row, from seq: Int64, through last: Int64,
-        dictionaries: inout [Int64: [UInt8]]
+        dictionaries: inout [Int64: [UInt8]], personal: PersonalValues
     ) throws -> SealedBlock {
         let first: Int64 = block[0]
         let blockLast: Int64 = block[1]
         var sealed = SealedBlock(first: first, last: blockLast, from: seq, through: last)
+        sealed.personal = personal
         let codecValue: Int64 = block[2]
         guard let (layout, codec) = BlockLayout.decode(storedCodec: codecValue) else {
             sealed.failure = .corrupt("the block of events \(first)...\(blockLast) has unknown codec \(codecValue)", seq: first)
@@ -636,7 +640,7 @@ package enum EventStore {
             while !r.isAtEnd {
                 var entry: FrameCodec.BlockEntry
                 do throws(BinaryReader.Failure) {
-                    entry = try FrameCodec.readBlockFrame(&r, seq: s, inlineLink: inline, previous: &previous)
+                    entry = try FrameCodec.readBlockFrame(&r, seq: s, inlineLink: inline, previous: &previous, personal: block.personal)
                 } catch {
                     return (false, .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s))
                 }
@@ -659,11 +663,11 @@ package enum EventStore {
     /// statistics), decoded here, in order. Returns false when `body` asked to stop.
     private static func scanWithLinks(
         _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
-        dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+        dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, onCorrupt: ((LedgerError) throws -> Void)?,
         _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         while let row = try blocks.next() {
-            let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries)
+            let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries, personal: personal)
             let raw: [UInt8]
             do {
                 raw = try decompress(block)
@@ -706,7 +710,7 @@ package enum EventStore {
     /// log order. Returns false when `body` asked to stop.
     private static func scanPipelined(
         _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
-        dictionaries: inout [Int64: [UInt8]], onCorrupt: ((LedgerError) throws -> Void)?,
+        dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, onCorrupt: ((LedgerError) throws -> Void)?,
         _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
@@ -715,7 +719,7 @@ package enum EventStore {
         while true {
             while !exhausted && pending.count < readAhead {
                 guard let row = try blocks.next() else { exhausted = true; break }
-                let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries)
+                let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries, personal: personal)
                 let slot = PendingBlock()
                 queue.async {
                     (slot.events, slot.failure) = decodeEvents(block)
@@ -747,11 +751,11 @@ package enum EventStore {
         }
     }
 
-    private static func decodePayload(_ type: EventType, _ payload: [UInt8], seq: Int64) throws -> EventBody {
+    private static func decodePayload(_ type: EventType, _ payload: [UInt8], seq: Int64, personal: PersonalValues) throws -> EventBody {
         do {
             return try payload.withUnsafeBytes { buffer throws(BinaryReader.Failure) -> EventBody in
                 var r = BinaryReader(buffer)
-                return try PayloadCodec.decode(type, &r)
+                return try PayloadCodec.decode(type, &r, personal: personal)
             }
         } catch let failure as BinaryReader.Failure {
             throw LedgerError.corrupt("the payload of event \(seq) does not decode (\(failure.message))", seq: seq)

@@ -27,11 +27,12 @@ enum Migrations {
     /// stored (0002, 0003), or drop a value readers find elsewhere (0004: a history row's
     /// destination, which a ledger before it still holds, and which `verify` then expects), or
     /// add projection columns (0005: a transaction's paid terms; until a writable open rebuilds
-    /// the projections, queries of them throw `staleProjections`, and the log reads as ever). A
+    /// the projections, queries of them throw `staleProjections`, and the log reads as ever), or
+    /// add a table only later events use (0007: personal values, which older events hold inline). A
     /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
     static let optionalForReading: Set<String> = [
         "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination", "0005_transaction_terms",
-        "0006_snapshot_binding",
+        "0006_snapshot_binding", "0007_personal_values",
     ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except

@@ -182,7 +182,7 @@ package enum FrameCodec {
     /// Decodes the next block frame. `seq` is the frame's position, known from the block;
     /// `inlineLink` the bytes of its link it ends with (its `linkPrefix`; none: an empty range).
     static func readBlockFrame(
-        _ r: inout BinaryReader, seq: Int64, inlineLink: Int, previous: inout (at: Int64, recorded: Int64)
+        _ r: inout BinaryReader, seq: Int64, inlineLink: Int, previous: inout (at: Int64, recorded: Int64), personal: PersonalValues
     ) throws(Failure) -> BlockEntry {
         let type = try eventType(try r.varint())
         let (appended, anomaly) = try flags(try r.varint())
@@ -191,7 +191,7 @@ package enum FrameCodec {
         let version = Int64(try r.int(max: Int(Int64.max)))
         let span = try r.span()
         var payloadReader = BinaryReader(r.base, offset: span.lowerBound, end: span.upperBound)
-        let body = try PayloadCodec.decode(type, &payloadReader)
+        let body = try PayloadCodec.decode(type, &payloadReader, personal: personal)
         guard r.end - r.offset >= inlineLink else { throw Failure(message: "truncated link") }
         let prefix = r.offset..<(r.offset + inlineLink)
         r.offset += inlineLink

@@ -1,0 +1,145 @@
+import Foundation
+import GRDB
+
+/// What ``Ledger/forget(user:)`` erased.
+public struct ErasureSummary: Sendable, Hashable {
+    /// Personal values erased: the user id and every value recorded under it (store and
+    /// original transaction ids, URLs, destinations, error messages, revocation reasons).
+    public var values: Int
+    /// The seq of the `personalDataErased` event that records the erasure.
+    public var seq: Int64
+    /// Projection rows rewritten with the erased markers.
+    public var rowsRewritten: Int
+    /// Snapshots dropped because they held erased values (one is taken again at the end of the log).
+    public var snapshotsDropped: Int
+    /// Whether the write-ahead log was checkpointed and truncated. False when another connection
+    /// was reading the ledger throughout: the erased bytes then stay in the `-wal` file until a
+    /// later ``Ledger/checkpoint()`` succeeds, or the last connection closes (the main file no
+    /// longer holds them).
+    public var walTruncated: Bool
+}
+
+extension Ledger {
+    /// Erases a user (contract 5.3, GDPR article 17): every personal value recorded under user id
+    /// `user` is deleted from the ledger, which records that an erasure happened (a
+    /// `personalDataErased` event naming only internal numbers) and never whom.
+    ///
+    /// The log itself is not rewritten: its events hold personal values as numbers (refs) into
+    /// `personal_values`, and each value's salted commitment, so the chain still verifies once the
+    /// values and their salts are gone. Afterwards the user's records read everywhere (state,
+    /// projections, reports, export, timeline) with `[erased N]` in place of each value; amounts,
+    /// products, times and states stay, so every report still totals. The projection rows and
+    /// snapshots that held the values are rewritten (SQLite `secure_delete` zeroes what they
+    /// held) and the write-ahead log is checkpointed and truncated. A user who comes back later
+    /// is a new subject with new refs. docs/storage.md ("Erasure") says what this covers and what
+    /// it does not (copies of the file, backups, values recorded under no user).
+    ///
+    /// ```swift
+    /// let erased = try ledger.forget(user: "u-04217")
+    /// print("erased \(erased.values) personal values, recorded at seq \(erased.seq)")
+    /// ```
+    ///
+    /// Throws ``LedgerError/Code/unknownUser`` when the ledger holds no value of `user` (never
+    /// recorded, or already erased), and ``LedgerError/Code/notErasable`` for a ledger whose
+    /// events before migration 0007 hold personal values inside the chain.
+    @discardableResult
+    public func forget(user: String) throws -> ErasureSummary {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
+        let user = Identifier.normalize(user)
+        var summary: ErasureSummary!
+        do {
+            try withWriter { w in
+                if let damage = w.damage {
+                    throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be erased (\(damage.message)); run verify", seq: damage.seq)
+                }
+                w.lastCommit = nil
+                defer {
+                    // Whatever happened, the next append starts from the file.
+                    w.personal.reset()
+                    w.stale = true
+                }
+                try writeQueue().writeWithoutTransaction { db in
+                    try Ledger.immediateTransaction(db, w.statements) {
+                        summary = try erase(user, &w, db)
+                    }
+                    PersonalValues.invalidate(db)
+                    pageCache.clear()
+                    // The erased bytes may still be in WAL frames: copy everything into the
+                    // file and cut the WAL to zero bytes.
+                    let result = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+                    summary.walTruncated = (result?[0] as Int64?) == 0
+                }
+                try reload(&w)
+                w.stale = false
+            }
+        } catch {
+            throw Ledger.wrap(error, "erasing a user")
+        }
+        noteCommit()
+        return summary
+    }
+
+    /// The erasure, inside the write transaction.
+    private func erase(_ user: String, _ w: inout Writer, _ db: Database) throws -> ErasureSummary {
+        // Events before `since` were written by a version that kept personal values inline,
+        // inside the chain: erasing a user is possible only if none of them is that user's.
+        let since = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'personal_values_since'") ?? 1
+        if since > 1 {
+            var inline: Int64?
+            var replay = LogReplay()
+            try replay.run(db, through: since - 1) { step, _, state in
+                guard PersonalData.owner(of: step.event.event.body, in: state) == user else { return true }
+                inline = step.event.seq
+                return false
+            }
+            if let inline {
+                throw LedgerError(
+                    .notErasable,
+                    "event \(inline), written by a version that kept personal values inside the hash chain (before migration 0007), "
+                        + "holds this user's personal data, which cannot be erased without breaking the chain; export the ledger, "
+                        + "import it into a new ledger (a new chain) and forget the user there")
+            }
+        }
+        guard let subject = try Int64.fetchOne(db, sql: "SELECT ref FROM personal_values WHERE value = ? AND owner = ref", arguments: [Data(user.utf8)]) else {
+            throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
+        }
+        let refs = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
+        try db.execute(sql: "PRAGMA secure_delete = ON")
+        try db.execute(sql: "DELETE FROM personal_values WHERE owner = ?", arguments: [subject])
+        try db.execute(
+            sql: """
+                INSERT INTO ledger_info (key, value) VALUES ('personal_erasures', 1)
+                ON CONFLICT (key) DO UPDATE SET value = value + 1
+                """)
+
+        // The state must be the file's before the erasure event goes after it.
+        if try EventStore.lastSeq(db) != w.state.seq || w.stale {
+            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
+        }
+        var session = try AppendSession(
+            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: nil, emptyLedger: false, cache: pageCache)
+        try session.record(Event(at: Timestamp(nanosecondsSinceEpoch: configuration.clock().nanosecondsSinceEpoch), .personalDataErased(refs: refs)), into: &w, db)
+        _ = try session.write(&w, db, markProjections: true)
+        let seq = w.state.seq
+
+        // Every snapshot may hold the values (in its records): drop them all, and the pages
+        // they alone used, then snapshot the state replayed without the values.
+        let dropped = try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshots") ?? 0
+        try db.execute(sql: "DELETE FROM snapshots")
+        try db.execute(sql: "DELETE FROM snapshot_pages")
+        let stored = try Projector.Table.all.map { try Projector.storedRowHashes($0, db) }
+        let (state, history) = try Ledger.replayForProjections(db)
+        let rebuilt = try Projector.reconcile(state: state, history: history, stored: stored, db)
+        releaseInBackground(consume history)
+        if configuration.snapshotInterval > 0 {
+            let spool = Spool()
+            var spooled: Set<[UInt8]> = []
+            let (_, pending) = try Snapshots.encode(state, db, overlay: configuration.snapshotOverlay, spooled: &spooled, spool: spool)
+            try Snapshots.write([pending], keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        }
+        releaseInBackground(consume state)
+        return ErasureSummary(
+            values: refs.count, seq: seq, rowsRewritten: rebuilt.rowsWritten + rebuilt.rowsDeleted, snapshotsDropped: dropped,
+            walTruncated: false)
+    }
+}

@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import PurchaseLedger
+
+struct ForgetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forget",
+        abstract: "Erase a user's personal data from a ledger (GDPR article 17).",
+        discussion: """
+            Deletes every personal value recorded under the user id: the id itself, store and \
+            original transaction ids, content and registered URLs, destinations, error messages \
+            and revocation reasons of the user's transactions. The user's records stay, with \
+            "[erased N]" in place of each value, so amounts, products, times and states remain \
+            and every report still totals; the hash chain still verifies. The ledger records \
+            that an erasure happened (a personalDataErased event), never whom.
+
+            The projections and snapshots that held the values are rewritten and the write-ahead \
+            log is truncated, so no byte of the values is left in the file or its WAL. Copies of \
+            the file taken before (backups, exports, a fleet store) are not touched: see \
+            docs/storage.md, "Erasure". The user id is never printed.
+
+            Example:
+              purchase-ledger forget user.ledger --user u-04217
+              purchase-ledger forget user.ledger --user u-04217 --json
+            """)
+
+    @OptionGroup var options: LedgerOptions
+
+    @Option(help: "The user id to erase (as the events give it).")
+    var user: String
+
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func run() throws {
+        let console = Console.current
+        let start = Date()
+        let ledger = try options.open(readOnly: false)
+        let summary = try ledger.forget(user: user)
+        let seconds = Date().timeIntervalSince(start)
+        if json {
+            console.print(
+                JSONWriter.object { w in
+                    w.field("values", summary.values)
+                    w.field("seq", summary.seq)
+                    w.field("rowsRewritten", summary.rowsRewritten)
+                    w.field("snapshotsDropped", summary.snapshotsDropped)
+                    w.field("walTruncated", summary.walTruncated)
+                    w.field("seconds", (seconds * 100).rounded() / 100)
+                })
+            return
+        }
+        console.print(
+            "erased \(summary.values) personal values of the user (recorded at seq \(summary.seq)); "
+                + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced, in "
+                + String(format: "%.2f", seconds) + " s")
+        if !summary.walTruncated {
+            console.print(
+                "warning: another process was reading the ledger, so its write-ahead log (-wal) still holds erased bytes "
+                    + "until every process has closed it (the last to close copies the log into the file and removes it)")
+        }
+    }
+}

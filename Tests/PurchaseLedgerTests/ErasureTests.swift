@@ -1,0 +1,269 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// `forget` (contract 5.3): a user's personal values leave the file, its WAL, its snapshots and
+/// projections; the chain still verifies, reports still total, the user's records read as erased.
+@Suite struct ErasureTests {
+    /// A user's purchases with realistic personal data in every personal field a user's
+    /// transactions can hold.
+    struct Person {
+        let user: String
+        let name: String
+        let email: String
+        let card: String
+        let n: Int
+        /// The app's own prefix for this person's transaction and download ids (never personal).
+        let key: String
+
+        /// Strings of this person that must not survive `forget`.
+        var secrets: [String] {
+            [user, name, email, "2000000\(n)001", "2000000\(n)003", "2000000\(n)004", "1000000\(n)777", "Card ending \(card)"]
+        }
+
+        func events(at second: Int) -> [Event] {
+            var t = second
+            func at() -> Timestamp {
+                t += 1
+                return E.at(t)
+            }
+            let d1 = "d-\(key)-1", d4 = "d-\(key)-4"
+            let spec = { (d: String) in DownloadSpec(download: d, content: "c-book", contentVersion: ContentVersion("1.0")!, contentLength: 1000) }
+            let bodies: [EventBody] = [
+                .paymentQueued(transaction: "t-\(key)-1", product: "p-book", quantity: 1, user: user),
+                .transactionPurchased(
+                    transaction: "t-\(key)-1", user: user, storeTransactionId: "2000000\(n)001", downloads: [spec(d1)],
+                    terms: PurchaseTerms(price: "4.99", currency: "USD", storefront: "USA")),
+                .downloadStarted(download: d1),
+                .downloadFinished(download: d1, contentURL: "file:///Users/\(name)/Library/Caches/StoreKit/\(d1)/Contents/book.epub"),
+                .contentCopiedOut(download: d1, destination: "/Users/\(name)/Documents/Books/book.epub", checksum: "sha256:ab", bytesCopied: 1000),
+                .transactionFinished(transaction: "t-\(key)-1", discardContent: false),
+                .paymentQueued(transaction: "t-\(key)-2", product: "p-coins", quantity: 1, user: user),
+                .transactionFailed(
+                    transaction: "t-\(key)-2",
+                    error: StoreError(domain: "SKErrorDomain", code: 2, message: "Card ending \(card) of \(email) declined")),
+                .transactionRestored(
+                    transaction: "t-\(key)-3", originalTransaction: "1000000\(n)777", product: "p-book", user: user,
+                    storeTransactionId: "2000000\(n)003"),
+                .transactionRevoked(transaction: "t-\(key)-3", reason: "refund requested by \(email)"),
+                .paymentQueued(transaction: "t-\(key)-4", product: "p-album", quantity: 1, user: user),
+                .transactionPurchased(transaction: "t-\(key)-4", user: user, storeTransactionId: "2000000\(n)004", downloads: [spec(d4)]),
+                .downloadStarted(download: d4),
+                .downloadFailed(download: d4, error: StoreError(domain: "NSURLErrorDomain", code: -1009, message: "offline on \(name)'s iPhone")),
+                .restoreStarted(user: user),
+                .restoreCompleted,
+            ]
+            return bodies.map { Event(at: at(), $0) }
+        }
+    }
+
+    static let alice = Person(user: "u-alice-7731", name: "alice.smith", email: "alice.smith@example.com", card: "4242", n: 11, key: "a")
+    static let bob = Person(user: "u-bob-1204", name: "bob.jones", email: "bob.jones@example.org", card: "5555", n: 22, key: "b")
+
+    static let catalog: [Event] = [
+        Event(
+            at: E.at(0),
+            .productRegistered(
+                ProductRegistration(
+                    product: "p-book", kind: .nonConsumable, price: "4.99", currency: "USD", downloadable: true,
+                    contents: [ContentSpec(content: "c-book", contentVersion: ContentVersion("1.0")!, contentLength: 1000)]))),
+        Event(
+            at: E.at(0),
+            .productRegistered(
+                ProductRegistration(
+                    product: "p-album", kind: .nonConsumable, price: "9.99", currency: "USD", downloadable: true,
+                    contents: [ContentSpec(content: "c-book", contentVersion: ContentVersion("1.0")!, contentLength: 1000)]))),
+        E.product("p-coins", kind: .consumable),
+    ]
+
+    /// A ledger of alice's and bob's purchases, interleaved with enough events that it holds
+    /// sealed blocks, a dictionary and snapshots.
+    static func ledger(_ path: String) throws -> Ledger {
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8))
+        try ledger.append(contentsOf: catalog)
+        try ledger.append(contentsOf: alice.events(at: 10))
+        try ledger.append(contentsOf: bob.events(at: 100))
+        return ledger
+    }
+
+    /// The file and its WAL (after a checkpoint leaves it empty), as bytes.
+    static func bytes(_ path: String) throws -> [UInt8] {
+        var all = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+        if let wal = try? Data(contentsOf: URL(fileURLWithPath: path + "-wal")) { all += wal }
+        return all
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: String) -> Bool {
+        let n = Array(needle.utf8)
+        guard n.count <= haystack.count, let first = n.first else { return false }
+        var i = 0
+        while i <= haystack.count - n.count {
+            if haystack[i] == first && haystack[i..<(i + n.count)].elementsEqual(n) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    /// The log holds no personal value at all: every one is a ref into `personal_values`.
+    @Test func theLogHoldsNoPersonalValue() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        _ = try Self.ledger(path)
+        var payloads: [UInt8] = []
+        var dictionaries: [UInt8] = []
+        try DatabaseQueue(path: path).read { db in
+            try EventStore.scan(db, integrity: true) { entry in
+                payloads += entry.payload
+                return true
+            }
+            for bytes in try Data.fetchAll(db, sql: "SELECT bytes FROM dictionaries") { dictionaries += bytes }
+        }
+        let secrets = Self.alice.secrets + Self.bob.secrets
+        #expect(secrets.filter { Self.contains(payloads, $0) }.isEmpty, "in a payload: \(secrets.filter { Self.contains(payloads, $0) })")
+        #expect(secrets.filter { Self.contains(dictionaries, $0) }.isEmpty)
+        // Every event type's personal fields, too (one event of every type, every field given).
+        let other = try Ledger(
+            path: dir.path("every.ledger"),
+            configuration: {
+                var c = testConfiguration(); c.checksInput = false; return c
+            }())
+        var stored: [EventBody] = []
+        for event in PrivacyTests.everyField where event.type != .personalDataErased {
+            // Observations the rules find odd are stored as anomalies; commands they refuse are skipped.
+            if let result = try? other.append(event) { stored += result.events.map(\.event.body) }
+        }
+        var personal: [String] = []
+        for body in stored { PersonalData.forEachValue(in: body) { value, _ in personal.append(value) } }
+        #expect(personal.count >= 8, "\(personal)")
+        var everyPayload: [UInt8] = []
+        try DatabaseQueue(path: dir.path("every.ledger")).read { db in
+            try EventStore.scan(db, integrity: true) { entry in
+                everyPayload += entry.payload
+                return true
+            }
+        }
+        #expect(personal.filter { Self.contains(everyPayload, $0) }.isEmpty)
+    }
+
+    @Test func forgetErasesEveryByteOfTheUserAndNothingElse() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let ledger = try Self.ledger(path)
+        let revenueBefore = try ledger.revenue()
+        let historyBefore = try ledger.purchaseHistory()
+        let lastBefore = try ledger.state(atSeq: .max).seq
+        try ledger.checkpoint()
+        let held = try Self.bytes(path)
+        #expect(Self.alice.secrets.allSatisfy { Self.contains(held, $0) }, "every value is in the file before")
+
+        let summary = try ledger.forget(user: Self.alice.user)
+        #expect(summary.values >= 8)
+        #expect(summary.seq == lastBefore + 1)
+        #expect(summary.walTruncated)
+
+        // No byte of alice is left in the file or its WAL; bob's values are all there.
+        let raw = try Self.bytes(path)
+        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) }
+        #expect(survived.isEmpty, "survived forget: \(survived)")
+        let lost = Self.bob.secrets.filter { !Self.contains(raw, $0) }
+        #expect(lost.isEmpty, "another user's values lost: \(lost)")
+
+        // The chain verifies, the reports still total, alice's records read as erased.
+        let report = try ledger.verify(all: true, everySnapshot: true)
+        #expect(report.isValid, "\(report.problems)")
+        #expect(try ledger.revenue() == revenueBefore)
+        let history = try ledger.purchaseHistory()
+        #expect(history.count == historyBefore.count)
+        let state = try ledger.state(atSeq: .max)
+        let t1 = try #require(state.transactions["t-a-1"])
+        #expect(t1.user?.hasPrefix("[erased ") == true && t1.storeTransactionId?.hasPrefix("[erased ") == true)
+        #expect(t1.product == "p-book" && t1.state == .purchased && t1.finished)
+        #expect(state.transactions["t-b-1"]?.user == Self.bob.user)
+        let d1 = try #require(state.downloads["d-a-1"])
+        #expect(d1.destination?.hasPrefix("[erased ") == true && d1.copiedOut)
+
+        // The export: alice nowhere, the erasure recorded without naming her.
+        var lines: [String] = []
+        try ledger.forEachEvent { e in
+            lines.append(e.jsonLine)
+            return true
+        }
+        let export = lines.joined(separator: "\n")
+        let exported = Self.alice.secrets.filter { export.contains($0) }
+        #expect(exported.isEmpty, "exported after forget: \(exported)")
+        let erasure = try #require(lines.last)
+        #expect(erasure.contains(#""type":"personalDataErased""#) && erasure.contains(#""appendedByLedger":true"#), "\(erasure)")
+
+        // A fresh open (state from the new snapshot) reads the same.
+        let reopened = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8))
+        #expect(try reopened.state(atSeq: .max) == state)
+        #expect(try reopened.state(atSeq: 10).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
+    }
+
+    @Test func aUserWhoComesBackIsANewSubject() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let ledger = try Self.ledger(path)
+        try ledger.forget(user: Self.alice.user)
+        #expect { try ledger.forget(user: Self.alice.user) } throws: { ($0 as? LedgerError)?.code == .unknownUser }
+        #expect { try ledger.forget(user: "u-nobody") } throws: { ($0 as? LedgerError)?.code == .unknownUser }
+
+        try ledger.append(Event(at: E.at(500), .paymentQueued(transaction: "t-back", product: "p-coins", quantity: 1, user: Self.alice.user)))
+        let state = try ledger.state(atSeq: .max)
+        #expect(state.transactions["t-back"]?.user == Self.alice.user)
+        #expect(state.transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
+        let again = try ledger.forget(user: Self.alice.user)
+        #expect(again.values == 1)
+        #expect(try ledger.state(atSeq: .max).transactions["t-back"]?.user?.hasPrefix("[erased ") == true)
+        #expect(try ledger.verify(all: true).isValid)
+    }
+
+    /// The rows of `personal_values` are covered by the chain through their commitments: an
+    /// edited, added or deleted row is reported.
+    @Test func editingPersonalValuesIsCaught() throws {
+        let dir = try TemporaryDirectory()
+        let source = dir.path("l.ledger")
+        _ = try Self.ledger(source)
+        func tampered(_ name: String, _ sql: String) throws -> [VerificationProblem] {
+            let copy = dir.path(name)
+            try FileManager.default.copyItem(atPath: source, toPath: copy)
+            try DatabaseQueue(path: copy).write { try $0.execute(sql: sql) }
+            var readOnly = testConfiguration()
+            readOnly.readOnly = true
+            return try Ledger(path: copy, configuration: readOnly).verify(all: true).problems.filter { $0.kind == .personalValues }
+        }
+        let bobRef = "(SELECT ref FROM personal_values WHERE value = CAST('\(Self.bob.user)' AS BLOB))"
+        let edited = try tampered("edited.ledger", "UPDATE personal_values SET value = CAST('u-mallory' AS BLOB) WHERE ref = \(bobRef)")
+        #expect(edited.count == 1 && edited[0].message.contains("edited"), "\(edited)")
+        let deleted = try tampered("deleted.ledger", "DELETE FROM personal_values WHERE ref = \(bobRef)")
+        #expect(deleted.count == 1 && deleted[0].message.contains("no erasure recorded"), "\(deleted)")
+        let added = try tampered("added.ledger", "INSERT INTO personal_values (owner, salt, value) VALUES (0, x'00', CAST('x' AS BLOB))")
+        #expect(added.count == 1 && added[0].message.contains("never introduced"), "\(added)")
+    }
+
+    /// A ledger whose early events were written before personal values were kept apart holds
+    /// them inside the chain: forget refuses it, names why, and writes nothing.
+    @Test func aLedgerFromBeforeIsRefusedAndUnchanged() throws {
+        let dir = try TemporaryDirectory()
+        // Written by a version before migration 0007: personal values inline, in the chain.
+        let path2 = dir.path("old2.ledger")
+        var inline = testConfiguration()
+        inline.writesPersonalValuesInline = true
+        let writer = try Ledger(path: path2, configuration: inline)
+        try writer.append(contentsOf: Self.catalog)
+        try writer.append(contentsOf: Self.alice.events(at: 10))
+        try DatabaseQueue(path: path2).write { try undo0007($0) }
+        // This version opens it (migration 0007 runs), and new events use refs.
+        let ledger2 = try Ledger(path: path2, configuration: testConfiguration())
+        try ledger2.append(contentsOf: Self.bob.events(at: 100))
+        #expect(try ledger2.forget(user: Self.bob.user).values > 0, "bob's values came after the migration")
+        let before = try ledger2.state(atSeq: .max).seq
+        #expect { try ledger2.forget(user: Self.alice.user) } throws: {
+            let e = $0 as? LedgerError
+            return e?.code == .notErasable && e?.message.contains("event 4,") == true
+        }
+        #expect(try ledger2.state(atSeq: .max).seq == before)
+        #expect(try ledger2.verify().isValid)
+    }
+}

@@ -309,12 +309,11 @@ struct AppendSession {
             anomaly: outcome.anomaly, appendedByLedger: byLedger)
         // Personal values as refs into `personal_values` (docs/storage.md, "Erasure").
         var payload = BinaryWriter()
-        if configuration.writesPersonalValuesInline {
-            PayloadCodec.encode(event.body, into: &payload)
-        } else {
-            try personal.prepare(event.body, owner: PersonalData.owner(of: event.body, in: state), db)
+        if !configuration.writesPersonalValuesInline, try personal.prepare(event.body, in: state, db) {
             PayloadCodec.encode(event.body, into: &payload, personal: personal)
             personal.writeIntroductions(&payload)
+        } else {
+            PayloadCodec.encode(event.body, into: &payload)
         }
         // Linked into the chain by the block writer, off this thread.
         try blocks.add(EventStore.Frame(recorded, payload: payload.bytes), db)

@@ -48,19 +48,14 @@ extension Ledger {
         let user = Identifier.normalize(user)
         var summary: ErasureSummary!
         do {
-            try withWriter { w in
-                if let damage = w.damage {
-                    throw LedgerError.make(.corruptData, "the ledger is damaged, so nothing can be erased (\(damage.message)); run verify", seq: damage.seq)
-                }
-                w.lastCommit = nil
-                defer {
-                    // Whatever happened, the next append starts from the file.
-                    w.personal.reset()
-                    w.stale = true
-                }
+            // The writer's state is not loaded for this: the erasure replays the whole log anyway,
+            // and leaves the writer with the state it replayed.
+            try writer.withLock { current in
+                current?.lastCommit = nil
+                var erased: Writer!
                 try writeQueue().writeWithoutTransaction { db in
-                    try Ledger.immediateTransaction(db, w.statements) {
-                        summary = try erase(user, &w, db)
+                    try Ledger.immediateTransaction(db, PreparedStatements()) {
+                        (summary, erased) = try erase(user, db)
                     }
                     PersonalValues.invalidate(db)
                     pageCache.clear()
@@ -69,8 +64,7 @@ extension Ledger {
                     let result = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
                     summary.walTruncated = (result?[0] as Int64?) == 0
                 }
-                try reload(&w)
-                w.stale = false
+                current = erased
             }
         } catch {
             throw Ledger.wrap(error, "erasing a user")
@@ -79,8 +73,8 @@ extension Ledger {
         return summary
     }
 
-    /// The erasure, inside the write transaction.
-    private func erase(_ user: String, _ w: inout Writer, _ db: Database) throws -> ErasureSummary {
+    /// The erasure, inside the write transaction. Returns what it did and the writer after it.
+    private func erase(_ user: String, _ db: Database) throws -> (ErasureSummary, Writer) {
         // Events before `since` were written by a version that kept personal values inline,
         // inside the chain: erasing a user is possible only if none of them is that user's.
         let since = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'personal_values_since'") ?? 1
@@ -100,7 +94,7 @@ extension Ledger {
                         + "import it into a new ledger (a new chain) and forget the user there")
             }
         }
-        guard let subject = try Int64.fetchOne(db, sql: "SELECT ref FROM personal_values WHERE value = ? AND owner = ref", arguments: [Data(user.utf8)]) else {
+        guard let subject = try PersonalValues.userRef(user, db) else {
             throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
         }
         let refs = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
@@ -112,34 +106,43 @@ extension Ledger {
                 ON CONFLICT (key) DO UPDATE SET value = value + 1
                 """)
 
-        // The state must be the file's before the erasure event goes after it.
-        if try EventStore.lastSeq(db) != w.state.seq || w.stale {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
-        }
-        var session = try AppendSession(
-            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: nil, emptyLedger: false, cache: pageCache)
-        try session.record(Event(at: Timestamp(nanosecondsSinceEpoch: configuration.clock().nanosecondsSinceEpoch), .personalDataErased(refs: refs)), into: &w, db)
-        _ = try session.write(&w, db, markProjections: true)
-        let seq = w.state.seq
-
-        // Every snapshot may hold the values (in its records): drop them all, and the pages
-        // they alone used, then snapshot the state replayed without the values.
+        // Every snapshot may hold the values (in its records): drop them all, and their pages.
+        // The projection tables as stored are read on a read connection while the log replays
+        // here without the values (the write lock is held and this transaction has not touched
+        // them, so both see the same rows).
         let dropped = try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshots") ?? 0
         try db.execute(sql: "DELETE FROM snapshots")
         try db.execute(sql: "DELETE FROM snapshot_pages")
-        let stored = try Projector.Table.all.map { try Projector.storedRowHashes($0, db) }
-        let (state, history) = try Ledger.replayForProjections(db)
-        let rebuilt = try Projector.reconcile(state: state, history: history, stored: stored, db)
+        let pool = self.pool
+        let storedRows = Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.storedRowHashes($0, db) } } }])
+        let (replayed, history) = try Ledger.replayForProjections(db)
+
+        // The erasure event, after the log as replayed.
+        var w = Writer(state: replayed, lastLink: try EventStore.lastLink(db))
+        var session = try AppendSession(
+            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: nil, emptyLedger: false, cache: pageCache)
+        try session.record(Event(at: configuration.clock(), .personalDataErased(refs: refs)), into: &w, db)
+        _ = try session.write(&w, db, markProjections: true)
+        let seq = w.state.seq
+
+        // The projection rows that held the values, and a snapshot of the state without them
+        // (encoded on another thread while the rows are written).
+        let state = w.state
+        let overlay = configuration.snapshotOverlay
+        let snapshot =
+            configuration.snapshotInterval > 0
+            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay) { _ in false } }]) : nil
+        let rebuilt = try Projector.reconcile(state: state, history: history, stored: storedRows.take(0), db)
         releaseInBackground(consume history)
-        if configuration.snapshotInterval > 0 {
+        if let snapshot {
+            guard let encoded = snapshot.take(0) else { throw LedgerError(.storage, "the snapshot after the erasure could not be encoded") }
             let spool = Spool()
-            var spooled: Set<[UInt8]> = []
-            let (_, pending) = try Snapshots.encode(state, db, overlay: configuration.snapshotOverlay, spooled: &spooled, spool: spool)
-            try Snapshots.write([pending], keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+            try Snapshots.write(
+                [try Snapshots.pending(encoded, seq: seq, spool: spool)], keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         }
-        releaseInBackground(consume state)
-        return ErasureSummary(
+        let summary = ErasureSummary(
             values: refs.count, seq: seq, rowsRewritten: rebuilt.rowsWritten + rebuilt.rowsDeleted, snapshotsDropped: dropped,
             walTruncated: false)
+        return (summary, w)
     }
 }

@@ -137,7 +137,7 @@ public final class Ledger: Sendable {
     /// a second reference would make the next append copy them all.
     /// Loaded on first use (the first append, ``currentState``, ``check(_:)``), so opening a
     /// ledger to rebuild, to read a state at a seq or to query the projections costs no full load.
-    private let writer: Locked<Writer?>
+    let writer: Locked<Writer?>
     /// Bumped after every commit, so live observers wake up.
     private let commits = Locked(0)
     var commitCount: Int { commits.withLock { $0 } }

@@ -43,8 +43,8 @@ public enum PurchaseLedgerCLI {
 
     static func status(for error: LedgerError) -> Int32 {
         switch error.code {
-        case .ruleViolation: 1
-        case .malformedInput, .unregisteredURL: 2
+        case .ruleViolation, .notErasable: 1
+        case .malformedInput, .unregisteredURL, .unknownUser: 2
         default: 3
         }
     }

@@ -90,7 +90,7 @@ let sampleLog = """
     @Test func helpAndUsage() throws {
         let help = try cli(["--help"])
         #expect(help.status == 0)
-        for command in ["append", "import", "export", "replay", "events", "timeline", "verify", "rebuild", "report", "stats", "demo"] {
+        for command in ["append", "import", "export", "replay", "events", "timeline", "verify", "rebuild", "report", "stats", "demo", "forget"] {
             #expect(help.stdout.contains(command))
             let sub = try cli([command, "--help"])
             #expect(sub.status == 0)
@@ -238,6 +238,29 @@ let sampleLog = """
         #expect(s["events"] as? Int == 10)
         #expect((s["anomaliesByRule"] as? [String: Int])?["illegalTransactionTransition"] == 1)
         #expect(try cli(["stats", ledger]).stdout.contains("bytes/event"))
+    }
+
+    /// `forget` erases the user, never prints the id, says why it refuses, and leaves a ledger
+    /// that verifies with the user's records erased.
+    @Test func forgetErasesAUserAndNeverPrintsTheID() throws {
+        _ = try populated()
+        let before = try cli(["report", ledger, "--view", "revenue", "--format", "csv"]).stdout
+        let unknown = try cli(["forget", ledger, "--user", "mallory"])
+        #expect(unknown.status == 2 && unknown.stderr.contains("unknownUser") && !unknown.stderr.contains("mallory"), "\(unknown.stderr)")
+        let erased = try cli(["forget", ledger, "--user", "alice", "--json"])
+        #expect(erased.status == 0, "\(erased.stderr)")
+        #expect(!erased.stdout.contains("alice") && !erased.stderr.contains("alice"))
+        let summary = try #require(try JSONSerialization.jsonObject(with: Data(erased.stdout.utf8)) as? [String: Any])
+        #expect((summary["values"] as? Int ?? 0) >= 1 && summary["walTruncated"] as? Bool == true, "\(summary)")
+        #expect(try cli(["verify", ledger]).status == 0)
+        #expect(try cli(["report", ledger, "--view", "revenue", "--format", "csv"]).stdout == before)
+        let export = try cli(["export", ledger]).stdout
+        #expect(!export.contains("alice") && export.contains("[erased ") && export.contains(#""type":"personalDataErased""#))
+        #expect(try cli(["timeline", ledger, "--transaction", "t1"]).stdout.contains("[erased "))
+        #expect(try cli(["forget", ledger, "--user", "alice"]).status == 2, "already erased")
+        // Given as input, the erasure event is refused: only forget records one.
+        let forged = try cli(["append", ledger], stdin: #"{"type":"personalDataErased","at":"2024-03-02T00:00:00Z","refs":[1]}"#)
+        #expect(forged.status == 2 && forged.stderr.contains("never appended"), "\(forged.stderr)")
     }
 
     @Test func verifyPassesThenCatchesAFlippedByte() throws {

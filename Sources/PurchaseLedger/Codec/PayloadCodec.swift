@@ -194,6 +194,17 @@ package enum PayloadCodec {
         return found
     }
 
+    /// The commitment `introductions` holds for `ref` (nil: none, a user id introduced earlier).
+    static func commitment(of ref: UInt64, in introductions: BinaryReader?) throws(Failure) -> [UInt8]? {
+        guard var m = introductions else { return nil }
+        while !m.isAtEnd {
+            let introduced = try m.varint()
+            let span = try m.fixed(PersonalValues.commitmentSize)
+            if introduced == ref { return Array(m.base[span]) }
+        }
+        return nil
+    }
+
     // MARK: - Decoding
 
     package typealias Failure = BinaryReader.Failure
@@ -213,16 +224,23 @@ package enum PayloadCodec {
             return s
         }
 
-        /// A personal field: its text, or the value its ref stands for.
+        /// The payload's introductions (field 15), when it has some.
+        var introductions: BinaryReader?
+
+        /// A personal field: its text, or the value its ref stands for, or, erased, its marker
+        /// (from the commitment `introductions` holds for it, the payload's own by default).
         @inline(__always)
-        func personal(_ f: UInt64, _ p: PersonalValues) throws(Failure) -> String? {
+        func personal(_ f: UInt64, _ p: PersonalValues, user: Bool = false, introductions: BinaryReader? = nil) throws(Failure) -> String? {
             if let s = strings[f] { return s }
             guard let ref = ints[f] else { return nil }
-            return try p.resolve(ref)
+            if let value = try p.value(ref) { return value }
+            // A user id has one row for all its events: its marker is its ref.
+            if user { return PersonalValues.erased(ref) }
+            return PersonalValues.erasedMarker(ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions ?? self.introductions))
         }
 
-        func personal(_ f: UInt64, _ name: String, _ p: PersonalValues) throws(Failure) -> String {
-            guard let s = try personal(f, p) else { throw Failure(message: "missing \(name)") }
+        func personal(_ f: UInt64, _ name: String, _ p: PersonalValues, introductions: BinaryReader? = nil) throws(Failure) -> String {
+            guard let s = try personal(f, p, introductions: introductions) else { throw Failure(message: "missing \(name)") }
             return s
         }
 
@@ -291,7 +309,7 @@ package enum PayloadCodec {
             case 1: f.doubles[number] = try r.double()
             case 2:
                 if number == PersonalValues.introductionsField {
-                    try r.skip(wire: wire)
+                    f.introductions = try r.message()
                 } else if number == nested || (withTerms && number == Field.terms) {
                     f.messages.append((number, try r.message()))
                 } else if number == repeatedString {
@@ -309,7 +327,8 @@ package enum PayloadCodec {
         guard var m = f.messages.last(where: { $0.0 == 2 })?.1 else { throw Failure(message: "missing error") }
         let g = try read(&m)
         guard let code = g.signed(2) else { throw Failure(message: "missing error code") }
-        return StoreError(domain: try g.string(1, "error domain"), code: code, message: try g.personal(3, "error message", p))
+        return StoreError(
+            domain: try g.string(1, "error domain"), code: code, message: try g.personal(3, "error message", p, introductions: f.introductions))
     }
 
     private static func downloads(_ f: Fields) throws(Failure) -> [DownloadSpec]? {
@@ -385,12 +404,12 @@ package enum PayloadCodec {
                     relatedProducts: f.repeatedStrings, title: f.strings[8]))
         case .transactionPurchased:
             return .transactionPurchased(
-                transaction: try f.string(1, "transaction"), product: f.strings[2], user: try f.personal(4, p),
+                transaction: try f.string(1, "transaction"), product: f.strings[2], user: try f.personal(4, p, user: true),
                 storeTransactionId: try f.personal(5, p), downloads: try downloads(f), terms: try terms(f))
         case .transactionRestored:
             return .transactionRestored(
                 transaction: try f.string(1, "transaction"), originalTransaction: try f.personal(3, "originalTransaction", p),
-                product: try f.string(2, "product"), user: try f.personal(4, p), storeTransactionId: try f.personal(5, p),
+                product: try f.string(2, "product"), user: try f.personal(4, p, user: true), storeTransactionId: try f.personal(5, p),
                 downloads: try downloads(f), terms: try terms(f))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f, p))
@@ -405,7 +424,7 @@ package enum PayloadCodec {
             guard (1...10).contains(quantity) else { throw Failure(message: "bad quantity") }
             return .paymentQueued(
                 transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
-                quantity: Int(quantity), user: try f.personal(4, p))
+                quantity: Int(quantity), user: try f.personal(4, p, user: true))
         case .transactionDeferred:
             return .transactionDeferred(transaction: try f.string(1, "transaction"))
         case .transactionRevoked:
@@ -430,7 +449,7 @@ package enum PayloadCodec {
         case .contentDeleted:
             return .contentDeleted(product: try f.string(1, "product"))
         case .restoreStarted:
-            return .restoreStarted(user: try f.personal(1, p))
+            return .restoreStarted(user: try f.personal(1, p, user: true))
         case .restoreCompleted:
             return .restoreCompleted
         case .contentRegistered:

@@ -162,3 +162,19 @@ extension Ledger {
         return Redactor(secret: stored.map { [UInt8]($0) } ?? instanceRedactionSecret)
     }
 }
+
+extension EventType {
+    /// Whether events of this type can hold a personal value (``PersonalData/forEachValue(in:_:)``).
+    var mayHoldPersonalData: Bool {
+        switch self {
+        case .paymentQueued, .transactionPurchased, .transactionRestored, .transactionFailed, .transactionRevoked, .downloadFinished,
+            .downloadFailed, .contentCopiedOut, .restoreStarted, .restoreFailed, .contentRegistered, .assetPackFailed:
+            true
+        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
+            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
+            .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
+            .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+            false
+        }
+    }
+}

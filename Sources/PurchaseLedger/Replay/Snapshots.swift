@@ -37,6 +37,16 @@ enum Snapshots {
         return (written, pending)
     }
 
+    /// A snapshot encoded elsewhere (``SnapshotCodec/encode(_:overlay:stored:)``), its pages
+    /// spooled, ready for ``write(_:keep:spool:chain:_:)``.
+    static func pending(_ encoded: SnapshotCodec.Encoded, seq: Int64, spool: Spool) throws -> Pending {
+        var pending = Pending(seq: seq, manifest: encoded.manifest, pages: [])
+        for page in encoded.pages {
+            pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
+        }
+        return pending
+    }
+
     /// What binds a snapshot to the chain at its seq (migration 0006): the chain's own link
     /// function (keyed for a keyed ledger) over the link there and the manifest's SHA-256, so a
     /// snapshot copied from another ledger, or from another seq, does not match.

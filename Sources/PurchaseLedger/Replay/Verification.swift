@@ -113,15 +113,21 @@ private struct Verifier {
     private mutating func checkPersonalValues(_ db: Database) throws {
         guard try Migrations.applied("0007_personal_values", db) else { return }
         var seen = Set<Int64>()
-        let rows = try Row.fetchCursor(db, sql: "SELECT ref, salt, value FROM personal_values ORDER BY ref")
+        // The salts: on user ids' rows (for every value they own) and values of no user.
+        var salts: [Int64: [UInt8]] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT ref, salt FROM personal_values WHERE salt IS NOT NULL") {
+            salts[row[0]] = [UInt8](row[1] as Data)
+        }
+        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value FROM personal_values ORDER BY ref")
         while let row = try rows.next() {
             let ref: Int64 = row[0]
+            let owner: Int64 = row[1]
             seen.insert(ref)
             guard let introduced = introduced[ref] else {
                 try problem(.personalValues, nil, "personal value \(ref) was never introduced by an event: a row added to personal_values")
                 continue
             }
-            let salt = [UInt8]((row[1] as Data?) ?? Data())
+            let salt = salts[owner == 0 ? ref : owner] ?? []
             let value = [UInt8]((row[2] as Data?) ?? Data())
             if PersonalValues.commitment(salt: salt, value: String(decoding: value, as: UTF8.self)) != introduced.commitment {
                 try problem(

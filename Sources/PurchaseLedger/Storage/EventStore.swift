@@ -75,7 +75,7 @@ package enum EventStore {
         }
         var found: [UInt8]?
         do {
-            try scan(db, from: first, through: seq, integrity: true) { entry in
+            try scan(db, from: first, through: seq, integrity: true, resolvingPersonal: false) { entry in
                 previous = chain.link(after: previous, frame: FrameCodec.canonical(entry.event, payload: entry.payload))
                 if entry.event.seq == seq { found = previous }
                 return entry.event.seq < seq
@@ -462,11 +462,12 @@ package enum EventStore {
     /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
     /// given, which is then called and the scan goes on with the next block or row.
     static func scan(
-        _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
+        _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false, resolvingPersonal: Bool = true,
         onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
-        let personal = try PersonalValues.current(db)
+        // Without `resolvingPersonal`, personal fields read as empty: for the stored bytes only.
+        let personal = resolvingPersonal ? try PersonalValues.current(db) : .unresolved
         let blocks = try Row.fetchCursor(
             db,
             sql: """

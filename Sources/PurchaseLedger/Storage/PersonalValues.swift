@@ -10,26 +10,33 @@ package final class PersonalValues: Sendable {
     /// No values: a ledger whose events hold none (or one opened before migration 0007).
     package static let empty = PersonalValues(values: [nil], assigned: 0, generation: 0)
 
+    /// Reads every ref as an empty value, loading nothing: for scans that want only the
+    /// stored bytes (a chain link), not what the personal fields say.
+    static let unresolved = PersonalValues(values: [], assigned: 0, generation: 0, resolving: false)
+
     /// Index: the ref; nil where the value was erased. Index 0 is never a ref.
     private let values: [String?]
+    private let resolving: Bool
     /// Refs assigned so far (the highest ever given, erased or not).
     let assigned: Int64
     /// How many erasures the ledger had recorded when this was read.
     let generation: Int64
 
-    init(values: [String?], assigned: Int64, generation: Int64) {
+    init(values: [String?], assigned: Int64, generation: Int64, resolving: Bool = true) {
+        self.resolving = resolving
         self.values = values
         self.assigned = assigned
         self.generation = generation
     }
 
-    /// The value `ref` stands for, or the erased marker when `forget` erased it.
+    /// The value `ref` stands for, or nil when `forget` erased it.
     @inline(__always)
-    func resolve(_ ref: UInt64) throws(BinaryReader.Failure) -> String {
+    func value(_ ref: UInt64) throws(BinaryReader.Failure) -> String? {
+        guard resolving else { return "" }
         guard ref >= 1, ref < UInt64(values.count) else {
             throw BinaryReader.Failure(message: "refers to personal value \(ref), which the ledger never recorded")
         }
-        return values[Int(ref)] ?? PersonalValues.erased(ref)
+        return values[Int(ref)]
     }
 
     /// Whether `ref` was recorded and is still held (not erased).
@@ -37,9 +44,7 @@ package final class PersonalValues: Sendable {
         ref >= 1 && ref < Int64(values.count) && values[Int(ref)] != nil
     }
 
-    /// What an erased value reads as everywhere (state, projections, reports, export): the same
-    /// marker for the same value, so the rules still see which values were equal, and nothing of
-    /// the value itself.
+    /// What an erased user id reads as everywhere (state, projections, reports, export).
     package static func erased(_ ref: UInt64) -> String { "[erased \(ref)]" }
 
     // MARK: - Reading, with a cache per file
@@ -103,11 +108,11 @@ package final class PersonalValues: Sendable {
     // MARK: - Commitments
 
     /// The commitment an event stores for a value it introduces: the first 16 bytes of
-    /// SHA-256("purchase-ledger personal value v1" || 0x00 || salt || value). With the salt
-    /// erased, it cannot be checked against a guess of the value.
+    /// SHA-256("purchase-ledger personal value v1" || 0x00 || salt || value), with the salt of the
+    /// value's owner (a value of no user: its own). With the user id's row erased, its salt goes
+    /// too, and no commitment of the user's can be checked against a guess of the value.
     static func commitment(salt: [UInt8], value: String) -> [UInt8] {
-        var hasher = SHA256()
-        hasher.update(data: commitmentDomain)
+        var hasher = commitmentBase
         hasher.update(data: salt)
         var value = value
         value.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
@@ -116,102 +121,141 @@ package final class PersonalValues: Sendable {
 
     static let commitmentSize = 16
     static let saltSize = 16
-    private static let commitmentDomain = Array("purchase-ledger personal value v1".utf8) + [0]
+    /// SHA-256 with the domain already hashed in, copied for each commitment. Crypto does not
+    /// mark it Sendable; it is only ever copied, never changed in place.
+    nonisolated(unsafe) private static let commitmentBase: SHA256 = {
+        var hasher = SHA256()
+        hasher.update(data: Array("purchase-ledger personal value v1".utf8) + [0])
+        return hasher
+    }()
+
+    /// The ref of user id `user`'s own row, if the ledger holds it (through the partial index
+    /// over user ids' rows).
+    static func userRef(_ user: String, _ db: Database) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT ref FROM personal_values WHERE value = ? AND owner = ref"), arguments: [Data(user.utf8)])
+    }
+
+    /// What an erased value reads as: a user id, `[erased <ref>]` (one row per user id); any
+    /// other value, `[erased <first 6 bytes of its commitment, hex>]`, the same for the same
+    /// value of the same user (its salt is the user's), so the rules still see which values were
+    /// equal, and nothing of the value.
+    static func erasedMarker(ref: UInt64, commitment: [UInt8]?) -> String {
+        guard let commitment else { return erased(ref) }
+        return "[erased " + Hex.encode(Array(commitment.prefix(6))) + "]"
+    }
 
     /// The field of a payload that lists the refs it introduces: a message of (ref, commitment)
     /// pairs, each a varint and 16 bytes.
     static let introductionsField: UInt64 = 15
 }
 
-/// The append side: turns each personal value of an event into its ref, assigning new refs (and
-/// their salts and commitments) for values not seen before. Kept by the writer between appends;
-/// ``sync(_:)`` at the start of each append session drops it when another process (or an
-/// erasure) changed the table since.
+/// The append side: turns each personal value of an event into a ref. A user id has one row,
+/// found again whenever it recurs; any other value gets a row of its own at each event that holds
+/// it (nearly all are unique anyway: store ids, URLs), so the encoder keeps only the user ids in
+/// memory. Kept by the writer between appends; ``sync(_:)`` at the start of an append session
+/// that another process (or an erasure) may have preceded starts it from the table.
 struct PersonalEncoder {
-    /// A value's row: a user id is its own owner (`owner` -1 here), every other value belongs to
-    /// the user id of its transaction (0: none).
-    struct Key: Hashable {
-        var owner: Int64
-        var value: String
-    }
-
-    private var refs: [Key: Int64] = [:]
+    /// User ids and their refs.
+    private var users: [String: Int64] = [:]
+    /// The salt of each user id seen, by its ref.
+    private var userSalts: [Int64: [UInt8]] = [:]
     /// The last ref assigned (in the table or pending).
     private var assigned: Int64 = 0
-    private var generation: Int64 = -1
-    /// Whether `refs` holds every row of the table: a value it lacks is then new, with no query.
+    /// Whether `users` holds every user id of the table: one it lacks is then new, with no query.
     private var complete = false
-    /// Rows to insert at the end of the append: ref, owner, salt, value.
-    private var pending: [(Int64, Int64, [UInt8], String)] = []
+    /// Rows to insert: ref, owner, salt (a user id's, or a value of no user's), value.
+    private var pending: [(Int64, Int64, [UInt8]?, String)] = []
     /// Refs assigned for the event being encoded, with their commitments.
     private(set) var introduced: [(Int64, [UInt8])] = []
-    /// The owner of the event being encoded.
+    /// The other values of the event being encoded and their refs (a value given twice in one
+    /// event has one ref).
+    private var eventValues: [(String, Int64)] = []
+    /// The owner of the event being encoded: its user id's ref, 0 for none.
     private var owner: Int64 = 0
-    // Salts come from a keyed hash of the ref with a random key of this encoder: one system
-    // random call per encoder, not two per value.
-    nonisolated(unsafe) private var saltKey = SymmetricKey(size: .bits256)
 
     /// Makes the encoder agree with the table in `db` (inside the append's transaction).
     mutating func sync(_ db: Database) throws {
-        pending.removeAll()
-        introduced.removeAll()
-        let row = try Row.fetchOne(
-            db.cachedStatement(
-                sql: """
-                    SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'personal_values'),
-                           (SELECT value FROM ledger_info WHERE key = 'personal_erasures')
-                    """))
-        let tableAssigned: Int64 = row?[0] ?? 0
-        let tableGeneration: Int64 = row?[1] ?? 0
-        if tableAssigned == assigned && tableGeneration == generation { return }
-        refs.removeAll()
-        assigned = tableAssigned
-        generation = tableGeneration
-        // An empty table (a new ledger) is known whole; otherwise rows are looked up as needed.
+        self = PersonalEncoder()
+        assigned = try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'personal_values'")) ?? 0
+        // An empty table (a new ledger) is known whole; otherwise user ids are looked up as needed.
         complete = try Int64.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM personal_values")) == 0
-        saltKey = SymmetricKey(size: .bits256)
     }
 
-    /// The ref of `value` in the current event (a user id when `isUser`).
-    private mutating func ref(_ value: String, isUser: Bool, _ db: Database) throws -> Int64 {
-        let key = Key(owner: isUser ? -1 : owner, value: value)
-        if let known = refs[key] { return known }
-        if !complete {
-            let found =
-                isUser
-                ? try Int64.fetchOne(
-                    db.cachedStatement(sql: "SELECT ref FROM personal_values WHERE value = ? AND owner = ref"), arguments: [Data(value.utf8)])
-                : try Int64.fetchOne(
-                    db.cachedStatement(sql: "SELECT ref FROM personal_values WHERE value = ? AND owner = ?"), arguments: [Data(value.utf8), owner])
-            if let found {
-                refs[key] = found
-                return found
+    /// Looks up (or assigns) the ref of every personal value of `body`, owned by the user id
+    /// its transaction has in `state`, so that encoding it needs no query. Returns false, doing
+    /// nothing, for an event that can hold no personal value (most events).
+    mutating func prepare(_ body: EventBody, in state: LedgerState, _ db: Database) throws -> Bool {
+        introduced.removeAll(keepingCapacity: true)
+        eventValues.removeAll(keepingCapacity: true)
+        guard body.type.mayHoldPersonalData else { return false }
+        owner = 0
+        if let user = PersonalData.owner(of: body, in: state) { owner = try userRef(user, db) }
+        try PersonalData.forEachValue(in: body) { value, isUser in
+            if isUser {
+                _ = try userRef(value, db)
+            } else if !eventValues.contains(where: { $0.0 == value }) {
+                eventValues.append((value, try newValue(value, db)))
             }
         }
-        assigned += 1
-        let ref = assigned
-        let salt = HMAC<SHA256>.authenticationCode(for: withUnsafeBytes(of: ref.littleEndian) { Array($0) }, using: saltKey)
-            .withUnsafeBytes { Array($0.prefix(PersonalValues.saltSize)) }
-        pending.append((ref, isUser ? ref : owner, salt, value))
-        introduced.append((ref, PersonalValues.commitment(salt: salt, value: value)))
-        refs[key] = ref
-        return ref
+        // Rows go to the table as they accumulate (in the append's transaction): a long import
+        // does not hold them all.
+        if pending.count >= 4096 { try write(db) }
+        return true
     }
 
-    /// Looks up (or assigns) the ref of every personal value of `body`, whose values belong to
-    /// user id `owner`, so that encoding it needs no query.
-    mutating func prepare(_ body: EventBody, owner user: String?, _ db: Database) throws {
-        introduced.removeAll(keepingCapacity: true)
-        owner = 0
-        if let user { owner = try ref(user, isUser: true, db) }
-        try PersonalData.forEachValue(in: body) { value, isUser in _ = try ref(value, isUser: isUser, db) }
-    }
-
-    /// The ref ``prepare(_:owner:_:)`` gave `value` in the current event. Nil only if the event
+    /// The ref ``prepare(_:in:_:)`` gave `value` in the current event. Nil only if the event
     /// codec and ``PersonalData/forEachValue(in:_:)`` disagree about a field; the codec then
     /// writes the text (a test checks that no event type does).
     func known(_ value: String, isUser: Bool) -> Int64? {
-        refs[Key(owner: isUser ? -1 : owner, value: value)]
+        isUser ? users[value] : eventValues.first(where: { $0.0 == value })?.1
+    }
+
+    private mutating func userRef(_ user: String, _ db: Database) throws -> Int64 {
+        if let known = users[user] { return known }
+        if !complete, let found = try PersonalValues.userRef(user, db) {
+            users[user] = found
+            return found
+        }
+        assigned += 1
+        let ref = assigned
+        let salt = PersonalEncoder.newSalt()
+        users[user] = ref
+        userSalts[ref] = salt
+        pending.append((ref, ref, salt, user))
+        introduced.append((ref, PersonalValues.commitment(salt: salt, value: user)))
+        return ref
+    }
+
+    /// A new row for a value of the current event's owner: salted with the owner's salt, or, a
+    /// value of no user, with one of its own.
+    private mutating func newValue(_ value: String, _ db: Database) throws -> Int64 {
+        assigned += 1
+        let ref = assigned
+        let salt: [UInt8]
+        if owner == 0 {
+            salt = PersonalEncoder.newSalt()
+            pending.append((ref, 0, salt, value))
+        } else {
+            salt = try userSalt(owner, db)
+            pending.append((ref, owner, nil, value))
+        }
+        introduced.append((ref, PersonalValues.commitment(salt: salt, value: value)))
+        return ref
+    }
+
+    private static func newSalt() -> [UInt8] {
+        SymmetricKey(size: .bits128).withUnsafeBytes { Array($0) }
+    }
+
+    private mutating func userSalt(_ ref: Int64, _ db: Database) throws -> [UInt8] {
+        if let known = userSalts[ref] { return known }
+        let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT salt FROM personal_values WHERE ref = ?"), arguments: [ref])
+        guard let stored, stored.count == PersonalValues.saltSize else {
+            throw LedgerError.make(.corruptData, "personal value \(ref), a user id, has no salt: personal_values was edited")
+        }
+        userSalts[ref] = [UInt8](stored)
+        return [UInt8](stored)
     }
 
     /// The introductions of the current event, as a payload field (nothing when it has none).
@@ -225,14 +269,38 @@ struct PersonalEncoder {
         }
     }
 
-    /// Inserts the rows assigned since ``sync(_:)``.
+    /// Inserts the rows assigned so far.
     mutating func write(_ db: Database) throws {
         guard !pending.isEmpty else { return }
+        // Bound through SQLite's C API: no boxing, no copy of the value into a `Data`.
         let insert = try db.cachedStatement(sql: "INSERT INTO personal_values (ref, owner, salt, value) VALUES (?, ?, ?, ?)")
+        let statement = insert.sqliteStatement
         for (ref, owner, salt, value) in pending {
-            try insert.execute(arguments: [ref, owner, Data(salt), Data(value.utf8)])
+            var value = value
+            let code = value.withUTF8 { utf8 in
+                sqlite3_reset(statement)
+                sqlite3_bind_int64(statement, 1, ref)
+                sqlite3_bind_int64(statement, 2, owner)
+                if let salt {
+                    salt.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 3, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+                } else {
+                    sqlite3_bind_null(statement, 3)
+                }
+                if let base = utf8.baseAddress, !utf8.isEmpty {
+                    sqlite3_bind_blob(statement, 4, base, Int32(utf8.count), SQLITE_TRANSIENT)
+                } else {
+                    // An empty value: a zero-length blob, not NULL.
+                    sqlite3_bind_zeroblob(statement, 4, 0)
+                }
+                let step = sqlite3_step(statement)
+                sqlite3_reset(statement)
+                return step
+            }
+            guard code == SQLITE_DONE else {
+                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: db.lastErrorMessage, sql: insert.sql)
+            }
         }
-        pending.removeAll()
+        pending.removeAll(keepingCapacity: true)
     }
 
     /// Drops everything cached (the append rolled back, or an erasure changed the table).
@@ -240,3 +308,6 @@ struct PersonalEncoder {
         self = PersonalEncoder()
     }
 }
+
+/// SQLite copies bound text and blobs before the bind returns.
+private let SQLITE_TRANSIENT = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)

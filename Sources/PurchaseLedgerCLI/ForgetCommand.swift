@@ -1,8 +1,9 @@
 import ArgumentParser
 import Foundation
 import PurchaseLedger
+import PurchaseLedgerFleet
 
-struct ForgetCommand: ParsableCommand {
+struct ForgetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "forget",
         abstract: "Erase a user's personal data from a ledger (GDPR article 17).",
@@ -19,9 +20,17 @@ struct ForgetCommand: ParsableCommand {
             the file taken before (backups, exports, a fleet store) are not touched: see \
             docs/storage.md, "Erasure". The user id is never printed.
 
+            Given a fleet store's postgres:// URL instead of a ledger, erases the user from every \
+            ledger's rows there (run it as the owner role): the user id becomes "[erased N]" and \
+            every other personal value "[erased]", the store remembers each ledger's number for \
+            the user so later ships of a device that still holds it send markers, and the tables \
+            are vacuumed. docs/fleet.md says what the operator must do about WAL archives, \
+            replicas and backups.
+
             Example:
               purchase-ledger forget user.ledger --user u-04217
               purchase-ledger forget user.ledger --user u-04217 --json
+              purchase-ledger forget postgres://owner@db.internal:5432/fleet --user u-04217
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -31,9 +40,34 @@ struct ForgetCommand: ParsableCommand {
 
     @Flag(help: "Print the summary as JSON.") var json = false
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let start = Date()
+        if FleetAddress.isURL(options.ledger) {
+            let fleet = try await FleetStore.connect(options.ledger)
+            let erased: FleetErasure
+            do {
+                erased = try await fleet.forget(user: user)
+            } catch {
+                await fleet.close()
+                throw error
+            }
+            await fleet.close()
+            let seconds = Date().timeIntervalSince(start)
+            if json {
+                console.print(
+                    JSONWriter.object { w in
+                        w.field("ledgers", erased.ledgers)
+                        w.field("rows", erased.rows)
+                        w.field("seconds", (seconds * 100).rounded() / 100)
+                    })
+            } else {
+                console.print(
+                    "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows), in "
+                        + String(format: "%.2f", seconds) + " s")
+            }
+            return
+        }
         let ledger = try options.open(readOnly: false)
         let summary = try ledger.forget(user: user)
         let seconds = Date().timeIntervalSince(start)

@@ -187,6 +187,14 @@ extension FleetStore {
             let (id, seq, link, inserted, rowsVersion, key) = try row.decode((String, Int64, ByteBuffer, Bool, Int16, ByteBuffer?).self)
             server[id] = (seq, Array(buffer: link), inserted, rowsVersion, key.map { Array(buffer: $0) })
         }
+        // Users erased from these ledgers in the store: their rows go with markers.
+        var erased: [String: Set<Int64>] = [:]
+        for try await row in try await connection.query(
+            "SELECT ledger_id::text, user_ref FROM erased_users WHERE ledger_id = ANY(\(ids)::text[]::uuid[])", logger: logger)
+        {
+            let (id, ref) = try row.decode((String, Int64).self)
+            erased[id, default: []].insert(ref)
+        }
         var accepted: [(ledger: String, shipment: Shipment)] = []
         var heads: [String: (key: [UInt8], statement: String)] = [:]
         var refusedNew: [String] = []
@@ -207,7 +215,7 @@ extension FleetStore {
                         "the fleet store holds this ledger id under another ledger's identity key: this file claims an id that is not its own (an id conflict), and the ledger that holds it still ships"
                     )
                 }
-                let shipment = try entry.ledger.shipment(after: held.seq, link: held.link)
+                let shipment = try entry.ledger.shipment(after: held.seq, link: held.link, erasedUsers: erased[id] ?? [])
                 if let field = shipment.textHoldingNUL() {
                     throw LedgerError.make(.malformedInput, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
                 }

@@ -81,6 +81,11 @@ package final class LocalPostgres: Sendable {
         try run("psql", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
     }
 
+    /// The database as `pg_dump` writes it (plain SQL: every live row).
+    package func dump(_ database: String) throws -> String {
+        try run("pg_dump", ["-h", directory, "-p", String(port), "-U", "postgres", "-d", database])
+    }
+
     /// Stops the server (immediate shutdown) and deletes its folder. Signals the postmaster
     /// directly rather than running pg_ctl, so it also works from an `atexit` handler, where
     /// Foundation can no longer wait for a child process.

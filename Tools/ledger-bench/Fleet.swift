@@ -152,6 +152,29 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool =
     let h = history.sorted()
     print(String(format: "fleet revenue report: median %.1f ms (min %.1f, max %.1f) over 7 runs", median(revenue), revenue.min()!, revenue.max()!))
     print(String(format: "one user's history: p50 %.2f ms, p99 %.2f ms, max %.2f ms over 200 random users", h[h.count / 2], h[h.count * 99 / 100], h.last!))
+
+    // Erasure: one user at a time out of every ledger's rows (`forget postgres://... --user U`),
+    // the vacuum of the four tables included.
+    var chosen: [String] = []
+    var picker = SplitMix(seed: 11)
+    while chosen.count < 5 {
+        let user = users[Int(picker.next() % UInt64(users.count))]
+        if !chosen.contains(user) { chosen.append(user) }
+    }
+    let toErase = chosen
+    let erasures = try blocking {
+        let fleet = try await FleetStore.connect(shippedURL)
+        var seconds: [Double] = []
+        for user in toErase {
+            let start = ContinuousClock.now
+            let erased = try await fleet.forget(user: user)
+            seconds.append((ContinuousClock.now - start) / .seconds(1))
+            print(String(format: "forget one user: %d ledgers, %d rows, %.3f s", erased.ledgers, erased.rows, seconds.last!))
+        }
+        await fleet.close()
+        return seconds
+    }
+    print(String(format: "forget one user in the fleet: median %.3f s (min %.3f, max %.3f) over %d users", median(erasures), erasures.min()!, erasures.max()!, erasures.count))
 }
 
 /// `ledger-bench fleet-crash`: `purchase-ledger ship` killed with SIGKILL at random moments,

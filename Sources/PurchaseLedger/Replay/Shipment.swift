@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// One stored event as a fleet store receives it: the event, its binary payload (binary payload
@@ -31,7 +32,11 @@ extension Ledger {
     /// ``LedgerError/Code/chainMismatch`` when the store already holds `shipped` events with a
     /// different link after the last of them (this file's history was rewritten since it was
     /// shipped) or more events than this file has.
-    package func shipment(after shipped: Int64, link shippedLink: [UInt8]?) throws -> Shipment {
+    ///
+    /// `erasedUsers`: refs of user ids the fleet store erased from this ledger's rows (its
+    /// `erased_users`); their rows are shipped with markers in place of their personal values,
+    /// so a device that still holds the user does not bring it back.
+    package func shipment(after shipped: Int64, link shippedLink: [UInt8]?, erasedUsers: Set<Int64> = []) throws -> Shipment {
         try read { db in
             var replay = LogReplay(collectingHistory: true)
             var previous = try HashChain.genesis(db)
@@ -70,9 +75,116 @@ extension Ledger {
                     "the fleet store holds \(shipped) events under this ledger id, but the file has \(last): its history was cut or rolled back after it was shipped (an older copy of the file put back, or events removed)",
                     seq: last + 1)
             }
-            return Shipment(
-                events: events, lastSeq: last, lastLink: previous,
-                projections: Projector.rows(state: replay.state, history: replay.history!))
+            var projections = Projector.rows(state: replay.state, history: replay.history!)
+            if !erasedUsers.isEmpty {
+                // The user ids this file still holds for those refs, and their records.
+                var users: [String: String] = [:]
+                let refs = erasedUsers.sorted()
+                for row in try Row.fetchAll(
+                    db, sql: "SELECT ref, value FROM personal_values WHERE owner = ref AND ref IN (\(refs.map(String.init).joined(separator: ", ")))")
+                {
+                    let ref: Int64 = row[0]
+                    users[String(decoding: row[1] as Data, as: UTF8.self)] = PersonalValues.erased(UInt64(ref))
+                }
+                var transactions = Set<String>()
+                var downloads = Set<String>()
+                replay.state.transactions.forEachUnordered { id, record in
+                    guard let user = record.user, users[user] != nil else { return }
+                    transactions.insert(id)
+                    downloads.formUnion(record.downloads)
+                }
+                projections = projections.map { table, rows in
+                    (table, ErasedRows.mask(rows, of: table, users: users, transactions: transactions, downloads: downloads))
+                }
+            }
+            return Shipment(events: events, lastSeq: last, lastLink: previous, projections: projections)
         }
+    }
+}
+
+/// A user's personal values in projection rows (the fleet's copies of the ledger's tables),
+/// replaced by markers: by `forget` in a fleet store, and by every later ship of a device that
+/// still holds the user.
+package enum ErasedRows {
+    /// The personal columns of each projection table. Not `downloads.url`: a registered download
+    /// belongs to no user.
+    package static let personalColumns: [String: [String]] = [
+        "transactions": ["user_id", "revocation_reason", "original_transaction", "store_transaction_id", "error_message"],
+        "downloads": ["content_url", "destination", "error_message"],
+        "owned_content": ["destination"],
+        "owned_content_history": ["destination"],
+    ]
+
+    /// What an erased value other than the user id reads as in a fleet store.
+    package static let valueMarker = "[erased]"
+
+    /// `rows` of `table` with the personal columns of the erased users' rows replaced: a
+    /// transaction whose user is a key of `users` (its value: the user id's marker), and the
+    /// downloads, owned content and history of those transactions.
+    static func mask(
+        _ rows: [[DatabaseValue]], of table: Projector.Table, users: [String: String], transactions: Set<String>, downloads: Set<String>
+    ) -> [[DatabaseValue]] {
+        guard let personal = personalColumns[table.name], !transactions.isEmpty else { return rows }
+        let key: (String, Set<String>) =
+            switch table.name {
+            case "transactions", "owned_content": ("transaction_id", transactions)
+            default: ("download_id", downloads)
+            }
+        guard let keyIndex = table.columns.firstIndex(of: key.0) else { return rows }
+        let indexes = personal.compactMap { table.columns.firstIndex(of: $0) }
+        let userIndex = table.columns.firstIndex(of: "user_id")
+        return rows.map { row in
+            guard let id = String.fromDatabaseValue(row[keyIndex]), key.1.contains(id) else { return row }
+            var masked = row
+            for i in indexes where !row[i].isNull {
+                if i == userIndex, let user = String.fromDatabaseValue(row[i]) {
+                    masked[i] = (users[user] ?? valueMarker).databaseValue
+                } else {
+                    masked[i] = valueMarker.databaseValue
+                }
+            }
+            return masked
+        }
+    }
+}
+
+/// Where a payload holds its user id, for an erasure in a fleet store.
+package enum PayloadUser: Equatable {
+    /// The ref of the user id in the ledger's personal_values.
+    case ref(Int64)
+    /// The user id itself, inside the chained payload (written before migration 0007).
+    case inline
+    /// No user id.
+    case none
+
+    /// The user field of a stored payload of `type` (field 4 of paymentQueued, transactionPurchased
+    /// and transactionRestored, field 1 of restoreStarted).
+    package init(type: EventType, payload: [UInt8]) {
+        let field: UInt64
+        switch type {
+        case .paymentQueued, .transactionPurchased, .transactionRestored: field = 4
+        case .restoreStarted: field = 1
+        default:
+            self = .none
+            return
+        }
+        var found = PayloadUser.none
+        payload.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            do throws(BinaryReader.Failure) {
+                while !r.isAtEnd {
+                    let (number, wire) = try r.key()
+                    if number == field && wire == 0 {
+                        found = .ref(Int64(truncatingIfNeeded: try r.varint()))
+                    } else if number == field && wire == 2 {
+                        found = .inline
+                        try r.skip(wire: wire)
+                    } else {
+                        try r.skip(wire: wire)
+                    }
+                }
+            } catch {}
+        }
+        self = found
     }
 }

@@ -1,0 +1,119 @@
+import PostgresNIO
+import PurchaseLedger
+
+/// What ``FleetStore/forget(user:)`` erased.
+public struct FleetErasure: Sendable, Hashable {
+    /// Ledgers that held the user.
+    public var ledgers: Int
+    /// Projection rows whose personal values were replaced.
+    public var rows: Int
+}
+
+extension FleetStore {
+    /// Erases a user from every ledger's rows in the store (contract 5.3): in each transaction of
+    /// the user, and in its downloads and owned content, the user id becomes `[erased <ref>]`
+    /// (the ledger's own marker for it) and every other personal value `[erased]`. The store
+    /// remembers each ledger's ref for the user (`erased_users`, never the id), so a later ship
+    /// of a device that still holds the user sends those rows with markers: the user does not
+    /// come back. Then the four tables are vacuumed, so no dead row version keeps the values.
+    ///
+    /// The shipped logs hold no personal value (only refs and salted commitments), except the
+    /// logs of ledgers written before their migration 0007: a user any of those holds is refused
+    /// (``LedgerError/Code/notErasable``), and nothing changes. Run it as the owner role (it
+    /// updates rows and vacuums); docs/fleet.md says what the operator must do about WAL
+    /// archives, replicas and backups, which PostgreSQL keeps beyond any of this.
+    ///
+    /// ```swift
+    /// let erased = try await fleet.forget(user: "u-04217")
+    /// print("erased from \(erased.ledgers) ledgers, \(erased.rows) rows")
+    /// ```
+    public func forget(user: String) async throws -> FleetErasure {
+        let user = Identifier.normalize(user)
+        let erasure = try await run {
+            try await transaction { () -> FleetErasure in
+                try await connection.query(
+                    """
+                    CREATE TEMPORARY TABLE erased_transactions ON COMMIT DROP AS
+                    SELECT ledger_id, transaction_id FROM transactions WHERE user_id = \(user)
+                    """, logger: logger)
+                // Each ledger's ref for the user id, from the payloads that name it.
+                var refs: [String: Int64] = [:]
+                var inline = Set<String>()
+                let payloads = try await connection.query(
+                    """
+                    SELECT e.ledger_id::text, e.type, e.payload FROM events e
+                    JOIN erased_transactions t ON e.ledger_id = t.ledger_id AND e.stream = 'transaction:' || t.transaction_id
+                    WHERE e.type IN ('paymentQueued', 'transactionPurchased', 'transactionRestored')
+                    """, logger: logger)
+                for try await row in payloads {
+                    let (ledger, type, payload) = try row.decode((String, String, ByteBuffer).self)
+                    guard let type = EventType(name: type) else { continue }
+                    switch PayloadUser(type: type, payload: Array(buffer: payload)) {
+                    case .ref(let ref): refs[ledger] = ref
+                    case .inline: inline.insert(ledger)
+                    case .none: break
+                    }
+                }
+                if !inline.isEmpty {
+                    throw LedgerError.make(
+                        .notErasable,
+                        "the shipped logs of \(inline.count) ledger(s) (\(inline.sorted().prefix(5).joined(separator: ", "))) hold this user inside their hash chain: "
+                            + "they were written before personal values were kept apart (migration 0007), so the store cannot erase the user "
+                            + "without breaking their chains; nothing was changed")
+                }
+                guard !refs.isEmpty else {
+                    throw LedgerError.make(.unknownUser, "the fleet store holds no transaction of that user (never shipped, or already erased)")
+                }
+                let ledgers = refs.keys.sorted()
+                func set(_ table: String) -> String {
+                    (ErasedRows.personalColumns[table] ?? []).filter { $0 != "user_id" }
+                        .map { "\($0) = CASE WHEN \($0) IS NULL THEN NULL ELSE '\(ErasedRows.valueMarker)' END" }
+                        .joined(separator: ", ")
+                }
+                let counts = try await connection.query(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            WITH t AS (
+                                UPDATE transactions x SET user_id = '[erased ' || k.ref || ']', \(set("transactions"))
+                                FROM unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
+                                WHERE x.ledger_id = k.ledger_id AND x.user_id = $3 RETURNING 1),
+                            d AS (
+                                UPDATE downloads x SET \(set("downloads")) FROM erased_transactions e
+                                WHERE x.ledger_id = e.ledger_id AND x.transaction_id = e.transaction_id RETURNING x.ledger_id, x.download_id),
+                            o AS (
+                                UPDATE owned_content x SET \(set("owned_content")) FROM erased_transactions e
+                                WHERE x.ledger_id = e.ledger_id AND x.transaction_id = e.transaction_id RETURNING 1),
+                            h AS (
+                                UPDATE owned_content_history x SET \(set("owned_content_history"))
+                                WHERE (x.ledger_id, x.download_id) IN (
+                                    SELECT d.ledger_id, d.download_id FROM downloads d JOIN erased_transactions e
+                                    ON d.ledger_id = e.ledger_id AND d.transaction_id = e.transaction_id)
+                                RETURNING 1),
+                            u AS (
+                                INSERT INTO erased_users (ledger_id, user_ref, erased_at)
+                                SELECT k.ledger_id, k.ref, now() FROM unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
+                                ON CONFLICT DO NOTHING RETURNING 1)
+                            SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM d) + (SELECT count(*) FROM o) + (SELECT count(*) FROM h)
+                            """,
+                        binds: try binds(ledgers, ledgers.map { refs[$0]! }, user)),
+                    logger: logger)
+                var rows = 0
+                for try await row in counts { rows = Int(try row.decode(Int64.self)) }
+                return FleetErasure(ledgers: ledgers.count, rows: rows)
+            }
+        }
+        // The old row versions are dead but still in the table files until VACUUM.
+        try await run {
+            try await connection.query("VACUUM transactions, downloads, owned_content, owned_content_history", logger: logger)
+        }
+        return erasure
+    }
+
+    private func binds(_ ledgers: [String], _ refs: [Int64], _ user: String) throws -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(ledgers)
+        binds.append(refs)
+        binds.append(user)
+        return binds
+    }
+}

@@ -43,6 +43,19 @@ struct ForgetCommand: AsyncParsableCommand {
     func run() async throws {
         let console = Console.current
         let start = Date()
+        /// Prints the summary: `fields` as JSON with the time taken, or `text` and the time.
+        func report(_ fields: (inout JSONWriter) -> Void, _ text: String) {
+            let seconds = Date().timeIntervalSince(start)
+            if json {
+                console.print(
+                    JSONWriter.object { w in
+                        fields(&w)
+                        w.field("seconds", (seconds * 100).rounded() / 100)
+                    })
+            } else {
+                console.print(text + ", in " + String(format: "%.2f", seconds) + " s")
+            }
+        }
         if FleetAddress.isURL(options.ledger) {
             let fleet = try await FleetStore.connect(options.ledger)
             let erased: FleetErasure
@@ -53,41 +66,25 @@ struct ForgetCommand: AsyncParsableCommand {
                 throw error
             }
             await fleet.close()
-            let seconds = Date().timeIntervalSince(start)
-            if json {
-                console.print(
-                    JSONWriter.object { w in
-                        w.field("ledgers", erased.ledgers)
-                        w.field("rows", erased.rows)
-                        w.field("seconds", (seconds * 100).rounded() / 100)
-                    })
-            } else {
-                console.print(
-                    "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows), in "
-                        + String(format: "%.2f", seconds) + " s")
-            }
+            report(
+                { w in
+                    w.field("ledgers", erased.ledgers)
+                    w.field("rows", erased.rows)
+                }, "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows)")
             return
         }
-        let ledger = try options.open(readOnly: false)
-        let summary = try ledger.forget(user: user)
-        let seconds = Date().timeIntervalSince(start)
-        if json {
-            console.print(
-                JSONWriter.object { w in
-                    w.field("values", summary.values)
-                    w.field("seq", summary.seq)
-                    w.field("rowsRewritten", summary.rowsRewritten)
-                    w.field("snapshotsDropped", summary.snapshotsDropped)
-                    w.field("walTruncated", summary.walTruncated)
-                    w.field("seconds", (seconds * 100).rounded() / 100)
-                })
-            return
-        }
-        console.print(
+        let summary = try options.open(readOnly: false).forget(user: user)
+        report(
+            { w in
+                w.field("values", summary.values)
+                w.field("seq", summary.seq)
+                w.field("rowsRewritten", summary.rowsRewritten)
+                w.field("snapshotsDropped", summary.snapshotsDropped)
+                w.field("walTruncated", summary.walTruncated)
+            },
             "erased \(summary.values) personal values of the user (recorded at seq \(summary.seq)); "
-                + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced, in "
-                + String(format: "%.2f", seconds) + " s")
-        if !summary.walTruncated {
+                + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced")
+        if !summary.walTruncated && !json {
             console.print(
                 "warning: another process was reading the ledger, so its write-ahead log (-wal) still holds erased bytes "
                     + "until every process has closed it (the last to close copies the log into the file and removes it)")

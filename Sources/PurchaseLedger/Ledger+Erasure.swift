@@ -119,6 +119,7 @@ extension Ledger {
 
         // The erasure event, after the log as replayed.
         var w = Writer(state: replayed, lastLink: try EventStore.lastLink(db))
+        w.erasures = try Ledger.erasures(db)
         var session = try AppendSession(
             db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: nil, emptyLedger: false, cache: pageCache)
         try session.record(Event(at: configuration.clock(), .personalDataErased(refs: refs)), into: &w, db)

@@ -121,6 +121,9 @@ public final class Ledger: Sendable {
         /// The refs of personal values this writer knows (in step with the table while nothing
         /// else writes to the file).
         var personal = PersonalEncoder()
+        /// How many erasures the file had when `state` was loaded: after another connection's
+        /// `forget`, the state (which holds the erased values) is loaded again, not advanced.
+        var erasures: Int64 = 0
     }
 
     /// The file as this writer's last commit left it.
@@ -284,16 +287,29 @@ public final class Ledger: Sendable {
     /// cache: a later state at an earlier seq shares most of these pages.
     private static func loadWriter(_ pool: any DatabaseReader, cache: SnapshotPageCache, chain: HashChain) throws -> Writer {
         var damage: LedgerError?
+        var erasures: Int64 = 0
         let (state, link) = try pool.read { db in
-            try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, chain: chain, damage: $0) }
+            erasures = try Ledger.erasures(db)
+            return try withUnsafeMutablePointer(to: &damage) { try Ledger.loadState(db, upTo: .max, cache: cache, chain: chain, damage: $0) }
         }
-        return Writer(state: state, lastLink: link, damage: damage)
+        var writer = Writer(state: state, lastLink: link, damage: damage)
+        writer.erasures = erasures
+        return writer
+    }
+
+    /// How many times `forget` erased a user from the file in `db`.
+    static func erasures(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM ledger_info WHERE key = 'personal_erasures'")) ?? 0
     }
 
     /// Loads the writer's state and link again from the file (after a rolled-back append).
     func reload(_ w: inout Writer) throws {
         w.lastCommit = nil
-        (w.state, w.lastLink) = try pool.read { db in try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain) }
+        (w.state, w.lastLink, w.erasures) = try pool.read { db in
+            let erasures = try Ledger.erasures(db)
+            let (state, link) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
+            return (state, link, erasures)
+        }
     }
 
     /// Runs `body` with the writer's state, loading it on first use.

@@ -201,6 +201,23 @@ import Testing
         #expect(try reopened.state(atSeq: 10).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
     }
 
+    /// Another open instance (another process, say) that held the user in memory does not write
+    /// the user back after the erasure: its next append loads the state again.
+    @Test func anotherInstanceDoesNotBringTheUserBack() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let app = try Self.ledger(path)
+        _ = try app.state(atSeq: .max)
+        try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8)).forget(user: Self.alice.user)
+        try app.append(Event(at: E.at(900), .transactionFinished(transaction: "t-a-4", discardContent: false)))
+        #expect(try app.state(atSeq: .max).transactions["t-a-4"]?.user?.hasPrefix("[erased ") == true)
+        try app.checkpoint()
+        let raw = try Self.bytes(path)
+        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) }
+        #expect(survived.isEmpty, "written back: \(survived)")
+        #expect(try app.verify(all: true).isValid)
+    }
+
     @Test func aUserWhoComesBackIsANewSubject() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("l.ledger")

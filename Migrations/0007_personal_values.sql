@@ -13,6 +13,11 @@ CREATE TABLE personal_values (
 -- Finds a user id's row again (one per user id; any other value has a row per event holding it).
 CREATE INDEX personal_values_users ON personal_values (value) WHERE owner = ref;
 
+-- Refs assigned when each snapshot was taken: a state loaded from a snapshot needs, for the
+-- events after it, only the user ids' rows and the rows assigned since (any other value has a row
+-- per event), not the whole table. NULL for snapshots taken before.
+ALTER TABLE snapshots ADD COLUMN personal_refs INTEGER;
+
 -- The first seq whose personal fields are refs: events before it (written by an earlier
 -- version) hold their personal values inside the chain, and `forget` refuses their users.
 INSERT INTO ledger_info (key, value) VALUES ('personal_values_since', 1 + max(

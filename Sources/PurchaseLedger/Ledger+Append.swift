@@ -339,7 +339,8 @@ struct AppendSession {
             // At exact multiples of the interval, whatever the batch sizes.
             let snapshot: Snapshots.Pending
             (state, snapshot) = try Snapshots.encode(
-                state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool)
+                state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool,
+                personalRefs: configuration.writesPersonalValuesInline ? nil : personal.assignedRefs)
             snapshots.append(snapshot)
         }
     }

@@ -139,7 +139,8 @@ extension Ledger {
             guard let encoded = snapshot.take(0) else { throw LedgerError(.storage, "the snapshot after the erasure could not be encoded") }
             let spool = Spool()
             try Snapshots.write(
-                [try Snapshots.pending(encoded, seq: seq, spool: spool)], keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+                [try Snapshots.pending(encoded, seq: seq, spool: spool, personalRefs: try PersonalValues.assignedRefs(db))],
+                keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         }
         let summary = ErasureSummary(
             values: refs.count, seq: seq, rowsRewritten: rebuilt.rowsWritten + rebuilt.rowsDeleted, snapshotsDropped: dropped,

@@ -480,9 +480,18 @@ public final class Ledger: Sendable {
         _ db: Database, upTo target: Int64, cache: SnapshotPageCache, chain: HashChain,
         damage: UnsafeMutablePointer<LedgerError?>? = nil
     ) throws -> (LedgerState, [UInt8]) {
-        var state = try Snapshots.latest(db, atOrBefore: target, cache: cache, chain: chain) ?? LedgerState()
+        let snapshot = try Snapshots.latestWithRefs(db, atOrBefore: target, cache: cache, chain: chain)
+        var state = snapshot?.state ?? LedgerState()
+        // The events after a snapshot need only the user ids' rows and those assigned since.
+        let personal = try snapshot?.personalRefs.map { refs in
+            let next =
+                target == .max
+                ? nil
+                : try Int64.fetchOne(db.cachedStatement(sql: "SELECT min(personal_refs) FROM snapshots WHERE seq > ?"), arguments: [target])
+            return try PersonalValues.since(refs, upTo: next, db)
+        }
         let onCorrupt: ((LedgerError) throws -> Void)? = damage.map { pointer in { error in if pointer.pointee == nil { pointer.pointee = error } } }
-        try LogReplay.advance(&state, db, through: target, onCorrupt: onCorrupt)
+        try LogReplay.advance(&state, db, through: target, personal: personal, onCorrupt: onCorrupt)
         return (state, target == .max ? try EventStore.lastLink(db) : [])
     }
 

@@ -201,6 +201,7 @@ func undo0007(_ db: Database) throws {
     try db.execute(
         sql: """
             DROP TABLE personal_values;
+            ALTER TABLE snapshots DROP COLUMN personal_refs;
             DELETE FROM sqlite_sequence WHERE name = 'personal_values';
             DELETE FROM ledger_info WHERE key IN ('personal_values_since', 'personal_erasures');
             DELETE FROM grdb_migrations WHERE identifier = '0007_personal_values';

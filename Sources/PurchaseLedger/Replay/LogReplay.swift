@@ -39,14 +39,16 @@ struct LogReplay {
 
     /// Brings `state` forward to `last` (or the end): the events after `state.seq`, replayed in
     /// place. On a throw, `state` holds the events replayed before it.
+    /// `personal`: what the events' personal refs stand for, when the caller has it (otherwise
+    /// the whole table is read).
     static func advance(
-        _ state: inout LedgerState, _ db: Database, through last: Int64 = .max,
+        _ state: inout LedgerState, _ db: Database, through last: Int64 = .max, personal: PersonalValues? = nil,
         onCorrupt: ((LedgerError) throws -> Void)? = nil
     ) throws {
         var replay = LogReplay()
         swap(&replay.state, &state)  // the state stays uniquely referenced, so it is changed in place
         defer { swap(&replay.state, &state) }
-        try replay.run(db, through: last, onCorrupt: onCorrupt)
+        try replay.run(db, through: last, personal: personal, onCorrupt: onCorrupt) { _, _, _ in true }
     }
 
     /// Replays the stored events after `state.seq` through `last`, in log order, streaming.
@@ -61,7 +63,7 @@ struct LogReplay {
     ///   return false to stop.
     @inline(__always)
     mutating func run(
-        _ db: Database, through last: Int64 = .max, integrity: Bool = false,
+        _ db: Database, through last: Int64 = .max, integrity: Bool = false, personal: PersonalValues? = nil,
         onCorrupt: ((LedgerError) throws -> Void)? = nil,
         before: (Step, inout LedgerState) throws -> Bool = { _, _ in true },
         after: (Step, Reducer.Replayed, inout LedgerState) throws -> Bool
@@ -77,7 +79,7 @@ struct LogReplay {
             swap(&state, &self.state)
             self.history = history
         }
-        try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, onCorrupt: onCorrupt) { entry in
+        try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, personal: personal, onCorrupt: onCorrupt) { entry in
             let step = Step(entry: entry)
             guard try before(step, &state) else { return true }
             let e = entry.event

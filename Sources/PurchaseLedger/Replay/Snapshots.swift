@@ -12,6 +12,8 @@ enum Snapshots {
         var seq: Int64
         var manifest: [UInt8]
         var pages: [(address: [UInt8], rawSize: Int, data: Spool.Slice)]
+        /// Refs of personal values assigned by then (nil: not known).
+        var personalRefs: Int64? = nil
     }
 
     /// Encodes a snapshot of `state` without writing it. Pages already stored, in the file or by
@@ -19,14 +21,15 @@ enum Snapshots {
     /// Returns the state as it will be stored: the same records, its transactions and downloads
     /// now held in the snapshot's pages, so the next snapshot adds only what changed.
     static func encode(
-        _ state: LedgerState, _ db: Database, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool
+        _ state: LedgerState, _ db: Database, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool,
+        personalRefs: Int64?
     ) throws -> (LedgerState, Pending) {
         let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
         let known = spooled
         let encoded = try SnapshotCodec.encode(state, overlay: overlay) { address in
             try known.contains(address) || Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
         }
-        var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [])
+        var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [], personalRefs: personalRefs)
         for page in encoded.pages where spooled.insert(page.address).inserted {
             pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
         }
@@ -39,8 +42,8 @@ enum Snapshots {
 
     /// A snapshot encoded elsewhere (``SnapshotCodec/encode(_:overlay:stored:)``), its pages
     /// spooled, ready for ``write(_:keep:spool:chain:_:)``.
-    static func pending(_ encoded: SnapshotCodec.Encoded, seq: Int64, spool: Spool) throws -> Pending {
-        var pending = Pending(seq: seq, manifest: encoded.manifest, pages: [])
+    static func pending(_ encoded: SnapshotCodec.Encoded, seq: Int64, spool: Spool, personalRefs: Int64?) throws -> Pending {
+        var pending = Pending(seq: seq, manifest: encoded.manifest, pages: [], personalRefs: personalRefs)
         for page in encoded.pages {
             pending.pages.append((page.address, page.rawSize, try spool.append(page.data)))
         }
@@ -73,10 +76,10 @@ enum Snapshots {
                 throw LedgerError.corrupt("event \(snapshot.seq), just written, cannot be read back", seq: snapshot.seq)
             }
             try db.execute(
-                sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest, binding) VALUES (?, ?, ?, ?, ?)",
+                sql: "INSERT OR REPLACE INTO snapshots (seq, reducer_version, format, manifest, binding, personal_refs) VALUES (?, ?, ?, ?, ?, ?)",
                 arguments: [
                     snapshot.seq, Reducer.version, SnapshotCodec.format, Data(snapshot.manifest),
-                    Data(binding(link: link, manifest: snapshot.manifest, chain: chain)),
+                    Data(binding(link: link, manifest: snapshot.manifest, chain: chain)), snapshot.personalRefs,
                 ])
         }
         // Snapshots another reducer version or format wrote are never read again.
@@ -218,11 +221,20 @@ enum Snapshots {
     /// ledger's chain at its seq, and decoding whole. Any other is passed over for an older one
     /// (or the log): time travel never trusts a snapshot over the log.
     static func latest(_ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache, chain: HashChain) throws -> LedgerState? {
+        try latestWithRefs(db, atOrBefore: seq, cache: cache, chain: chain)?.state
+    }
+
+    /// ``latest(_:atOrBefore:cache:chain:)``, with the refs of personal values assigned when it
+    /// was taken (nil: not recorded).
+    static func latestWithRefs(
+        _ db: Database, atOrBefore seq: Int64, cache: SnapshotPageCache, chain: HashChain
+    ) throws -> (state: LedgerState, personalRefs: Int64?)? {
         guard try Migrations.applied("0006_snapshot_binding", db) else { return nil }
+        let refs = try Migrations.applied("0007_personal_values", db) ? "personal_refs" : "NULL"
         let rows = try Row.fetchCursor(
             db,
             sql: """
-                SELECT seq, manifest, binding FROM snapshots
+                SELECT seq, manifest, binding, \(refs) FROM snapshots
                 WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
                 """, arguments: [seq, Reducer.version, SnapshotCodec.format])
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
@@ -237,7 +249,7 @@ enum Snapshots {
             let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in
                 try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }
             }
-            if let state, state.seq == row[0] as Int64 { return state }
+            if let state, state.seq == row[0] as Int64 { return (state, row[3]) }
         }
         return nil
     }

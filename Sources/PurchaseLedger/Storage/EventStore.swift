@@ -463,11 +463,11 @@ package enum EventStore {
     /// given, which is then called and the scan goes on with the next block or row.
     static func scan(
         _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false, resolvingPersonal: Bool = true,
-        onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
+        personal given: PersonalValues? = nil, onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
         // Without `resolvingPersonal`, personal fields read as empty: for the stored bytes only.
-        let personal = resolvingPersonal ? try PersonalValues.current(db) : .unresolved
+        let personal = resolvingPersonal ? try given ?? PersonalValues.current(db) : .unresolved
         let blocks = try Row.fetchCursor(
             db,
             sql: """
@@ -641,7 +641,8 @@ package enum EventStore {
             while !r.isAtEnd {
                 var entry: FrameCodec.BlockEntry
                 do throws(BinaryReader.Failure) {
-                    entry = try FrameCodec.readBlockFrame(&r, seq: s, inlineLink: inline, previous: &previous, personal: block.personal)
+                    entry = try FrameCodec.readBlockFrame(
+                        &r, seq: s, inlineLink: inline, previous: &previous, personal: block.personal, wanted: s >= block.from && s <= block.through)
                 } catch {
                     return (false, .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s))
                 }

@@ -19,7 +19,8 @@ package final class PersonalValues: Sendable {
     /// values of the 1,000,000-event workload take 16 MB and load in a few tens of ms; as
     /// strings they took 36 MB.
     private let bytes: [UInt8]
-    /// By ref: where its value starts in `bytes`, and its length (-1: erased or never held).
+    /// By ref: where its value starts in `bytes`, and its length (``absent``: erased or never
+    /// held; ``notRead``: left out of a partial read).
     /// Index 0 is never a ref.
     private let starts: [UInt32]
     private let lengths: [Int32]
@@ -30,7 +31,7 @@ package final class PersonalValues: Sendable {
     let generation: Int64
 
     private init(
-        bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [-1], assigned: Int64, generation: Int64, resolving: Bool = true
+        bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true
     ) {
         self.bytes = bytes
         self.starts = starts
@@ -48,83 +49,129 @@ package final class PersonalValues: Sendable {
             throw BinaryReader.Failure(message: "refers to personal value \(ref), which the ledger never recorded")
         }
         let length = Int(lengths[Int(ref)])
-        guard length >= 0 else { return nil }
+        guard length >= 0 else {
+            if length == PersonalValues.notRead {
+                throw BinaryReader.Failure(message: "refers to personal value \(ref), older than the snapshot it follows and not a user id")
+            }
+            return nil
+        }
         let start = Int(starts[Int(ref)])
         return bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[start..<(start + length)]), as: UTF8.self) }
     }
+
+    /// `lengths` of a ref whose row was erased (or never held), and of one a partial read left out.
+    private static let absent: Int32 = -1
+    private static let notRead: Int32 = -2
 
     /// What an erased user id reads as everywhere (state, projections, reports, export).
     package static func erased(_ ref: UInt64) -> String { "[erased \(ref)]" }
 
     // MARK: - Reading, with a cache per file
 
+    /// Refs assigned so far in `db`'s file.
+    static func assignedRefs(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'personal_values'")) ?? 0
+    }
+
+    /// The refs assigned and erasures recorded in `db`'s file, and the file's name (nil: the
+    /// file has no personal values).
+    private static func header(_ db: Database) throws -> (assigned: Int64, generation: Int64, file: String)? {
+        // A ledger opened read-only before migration 0007 has no such table (and no refs).
+        guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'personal_values')")) == true
+        else { return nil }
+        let generation = try Int64.fetchOne(db.cachedStatement(sql: "SELECT value FROM ledger_info WHERE key = 'personal_erasures'")) ?? 0
+        let assigned = try assignedRefs(db)
+        guard assigned > 0, assigned < Int64(Int32.max) else { return nil }
+        return (assigned, generation, String(cString: sqlite3_db_filename(db.sqliteConnection, "main")))
+    }
+
     /// The values as `db` sees them. Kept per file between reads, and extended by the refs
     /// assigned since (refs only grow; an erasure changes the generation and reloads).
     static func current(_ db: Database) throws -> PersonalValues {
-        // A ledger opened read-only before migration 0007 has no such table (and no refs).
-        guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'personal_values')")) == true
-        else { return .empty }
-        guard
-            let row = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: """
-                        SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'personal_values'),
-                               (SELECT value FROM ledger_info WHERE key = 'personal_erasures')
-                        """))
-        else { return .empty }
-        let assigned: Int64 = row[0] ?? 0
-        let generation: Int64 = row[1] ?? 0
-        guard assigned > 0, assigned < Int64(Int32.max) else { return .empty }
-        let file = String(cString: sqlite3_db_filename(db.sqliteConnection, "main"))
+        guard let (assigned, generation, file) = try header(db) else { return .empty }
         let cached = cache.withLock { $0[file] }
         if let cached, cached.generation == generation, cached.assigned == assigned { return cached }
-        var bytes: [UInt8] = []
-        var starts: [UInt32] = [0]
-        var lengths: [Int32] = [-1]
+        var table = Table()
         var from: Int64 = 0
         if let cached, cached.generation == generation, cached.assigned < assigned {
-            (bytes, starts, lengths, from) = (cached.bytes, cached.starts, cached.lengths, cached.assigned)
+            table = Table(bytes: cached.bytes, starts: cached.starts, lengths: cached.lengths)
+            from = cached.assigned
         }
-        starts.reserveCapacity(Int(assigned) + 1)
-        lengths.reserveCapacity(Int(assigned) + 1)
-        // Read through SQLite's C API: no row object, no `Data`, per value.
-        let statement = try db.cachedStatement(sql: "SELECT ref, value FROM personal_values WHERE ref > ? AND ref <= ? ORDER BY ref")
-        let handle = statement.sqliteStatement
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, from)
-        sqlite3_bind_int64(handle, 2, assigned)
-        defer { sqlite3_reset(handle) }
-        while true {
-            let step = sqlite3_step(handle)
-            if step == SQLITE_DONE { break }
-            guard step == SQLITE_ROW else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: statement.sql)
-            }
-            let ref = sqlite3_column_int64(handle, 0)
-            while Int64(lengths.count) < ref {
-                starts.append(0)
-                lengths.append(-1)
-            }
-            let count = Int(sqlite3_column_bytes(handle, 1))
-            starts.append(UInt32(truncatingIfNeeded: bytes.count))
-            lengths.append(Int32(count))
-            if count > 0, let blob = sqlite3_column_blob(handle, 1) {
-                bytes.append(contentsOf: UnsafeRawBufferPointer(start: blob, count: count))
-            }
-        }
-        while Int64(lengths.count) <= assigned {
-            starts.append(0)
-            lengths.append(-1)
-        }
-        guard bytes.count < Int(UInt32.max) else {
-            throw LedgerError(.storage, "the ledger's personal values take more than 4 GiB")
-        }
-        let loaded = PersonalValues(bytes: bytes, starts: starts, lengths: lengths, assigned: assigned, generation: generation)
+        try table.read(
+            db.cachedStatement(sql: "SELECT ref, value FROM personal_values WHERE ref > ? AND ref <= ? ORDER BY ref"), [from, assigned],
+            through: assigned, missing: absent, db)
+        let loaded = PersonalValues(
+            bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation)
         cache.withLock { cache in
             if cache.count >= 8, cache[file] == nil { cache.removeAll() }
             cache[file] = loaded
         }
         return loaded
+    }
+
+    /// What the events after a snapshot taken when `refs` refs were assigned can ask for: the
+    /// user ids' rows and the rows assigned since (any other value has a row of its own at each
+    /// event holding it, so none older). A cold state at a seq of the 1,000,000-event workload
+    /// reads a few thousand rows instead of 324,610. The whole table when it is cached already.
+    /// `upTo`: no event the caller reads uses a ref above it (the refs of the next snapshot, for
+    /// a state before it).
+    static func since(_ refs: Int64, upTo limit: Int64? = nil, _ db: Database) throws -> PersonalValues {
+        guard let (assigned, generation, file) = try header(db) else { return .empty }
+        if let cached = cache.withLock({ $0[file] }), cached.generation == generation, cached.assigned == assigned { return cached }
+        var table = Table()
+        // The user ids through their partial index: left to itself, the planner reads every row
+        // below `refs` by rowid instead.
+        try table.read(
+            db.cachedStatement(
+                sql: """
+                    SELECT ref, value FROM personal_values INDEXED BY personal_values_users WHERE owner = ref AND ref <= ?1
+                    UNION ALL SELECT ref, value FROM personal_values WHERE ref > ?1 AND ref <= ?2 ORDER BY ref
+                    """), [refs, min(limit ?? assigned, assigned)], through: assigned, missing: notRead, db)
+        return PersonalValues(bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation)
+    }
+
+    /// The arrays a read fills, rows in ref order.
+    private struct Table {
+        var bytes: [UInt8] = []
+        var starts: [UInt32] = [0]
+        var lengths: [Int32] = [absent]
+
+        /// Adds the rows `statement` gives (ref, value, in ref order), the refs between them as
+        /// `missing`, and up to `assigned`. Through SQLite's C API: no row object, no `Data`.
+        mutating func read(_ statement: Statement, _ arguments: [Int64], through assigned: Int64, missing: Int32, _ db: Database) throws {
+            starts.reserveCapacity(Int(assigned) + 1)
+            lengths.reserveCapacity(Int(assigned) + 1)
+            let handle = statement.sqliteStatement
+            sqlite3_reset(handle)
+            for (i, value) in arguments.enumerated() { sqlite3_bind_int64(handle, Int32(i + 1), value) }
+            defer { sqlite3_reset(handle) }
+            while true {
+                let step = sqlite3_step(handle)
+                if step == SQLITE_DONE { break }
+                guard step == SQLITE_ROW else {
+                    throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: statement.sql)
+                }
+                let ref = sqlite3_column_int64(handle, 0)
+                guard ref >= Int64(lengths.count), ref <= assigned else { continue }
+                while Int64(lengths.count) < ref {
+                    starts.append(0)
+                    lengths.append(missing)
+                }
+                let count = Int(sqlite3_column_bytes(handle, 1))
+                starts.append(UInt32(truncatingIfNeeded: bytes.count))
+                lengths.append(Int32(count))
+                if count > 0, let blob = sqlite3_column_blob(handle, 1) {
+                    bytes.append(contentsOf: UnsafeRawBufferPointer(start: blob, count: count))
+                }
+            }
+            while Int64(lengths.count) <= assigned {
+                starts.append(0)
+                lengths.append(missing)
+            }
+            guard bytes.count < Int(UInt32.max) else {
+                throw LedgerError(.storage, "the ledger's personal values take more than 4 GiB")
+            }
+        }
     }
 
     /// Forgets what was cached for `db`'s file (after an erasure there).
@@ -233,6 +280,9 @@ struct PersonalEncoder {
         if pending.count >= 4096 { try write(db) }
         return true
     }
+
+    /// Refs assigned so far, this append's included.
+    var assignedRefs: Int64 { assigned }
 
     /// The ref ``prepare(_:in:_:)`` gave `value` in the current event. Nil only if the event
     /// codec and ``PersonalData/forEachValue(in:_:)`` disagree about a field; the codec then

@@ -181,8 +181,11 @@ package enum FrameCodec {
 
     /// Decodes the next block frame. `seq` is the frame's position, known from the block;
     /// `inlineLink` the bytes of its link it ends with (its `linkPrefix`; none: an empty range).
+    /// Unless `wanted`, the payload is stepped over, not decoded (the body is a placeholder): a
+    /// scan that starts inside a block needs only the times of the frames before its start.
     static func readBlockFrame(
-        _ r: inout BinaryReader, seq: Int64, inlineLink: Int, previous: inout (at: Int64, recorded: Int64), personal: PersonalValues
+        _ r: inout BinaryReader, seq: Int64, inlineLink: Int, previous: inout (at: Int64, recorded: Int64), personal: PersonalValues,
+        wanted: Bool = true
     ) throws(Failure) -> BlockEntry {
         let type = try eventType(try r.varint())
         let (appended, anomaly) = try flags(try r.varint())
@@ -191,7 +194,7 @@ package enum FrameCodec {
         let version = Int64(try r.int(max: Int(Int64.max)))
         let span = try r.span()
         var payloadReader = BinaryReader(r.base, offset: span.lowerBound, end: span.upperBound)
-        let body = try PayloadCodec.decode(type, &payloadReader, personal: personal)
+        let body = wanted ? try PayloadCodec.decode(type, &payloadReader, personal: personal) : .restoreCompleted
         guard r.end - r.offset >= inlineLink else { throw Failure(message: "truncated link") }
         let prefix = r.offset..<(r.offset + inlineLink)
         r.offset += inlineLink

@@ -217,17 +217,13 @@ extension Ledger {
     /// Applies events another process appended since this one last wrote.
     private func catchUp(_ w: inout Writer, _ db: Database) throws -> Bool {
         let last = try EventStore.lastSeq(db)
-        // Another connection erased a user: the state in memory still holds the values, and the
-        // projection rows written from it would bring them back. Load it again from the file.
         let erasures = try Ledger.erasures(db)
-        if erasures != w.erasures {
+        guard last != w.state.seq || erasures != w.erasures else { return false }
+        // A log cut back, or a user erased by another connection (the state in memory still holds
+        // the values, and projection rows written from it would bring them back): load it again.
+        if last < w.state.seq || erasures != w.erasures {
             (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
             w.erasures = erasures
-            return true
-        }
-        guard last != w.state.seq else { return false }
-        if last < w.state.seq {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
             return true
         }
         try LogReplay.advance(&w.state, db)

@@ -82,7 +82,10 @@ extension Ledger {
             var inline: Int64?
             var replay = LogReplay()
             try replay.run(db, through: since - 1) { step, _, state in
-                guard PersonalData.owner(of: step.event.event.body, in: state) == user else { return true }
+                let body = step.event.event.body
+                var holdsValues = false
+                PersonalData.forEachValue(in: body) { _, _ in holdsValues = true }
+                guard holdsValues, PersonalData.owner(of: body, in: state) == user else { return true }
                 inline = step.event.seq
                 return false
             }
@@ -98,7 +101,6 @@ extension Ledger {
             throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
         }
         let refs = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
-        try db.execute(sql: "PRAGMA secure_delete = ON")
         try db.execute(sql: "DELETE FROM personal_values WHERE owner = ?", arguments: [subject])
         try db.execute(
             sql: """

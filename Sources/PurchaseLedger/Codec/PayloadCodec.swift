@@ -182,12 +182,7 @@ package enum PayloadCodec {
                         try r.skip(wire: wire)
                         continue
                     }
-                    var m = try r.message()
-                    while !m.isAtEnd {
-                        let ref = try m.varint()
-                        let span = try m.fixed(PersonalValues.commitmentSize)
-                        found.append((Int64(truncatingIfNeeded: ref), Array(buffer[span])))
-                    }
+                    found += try commitments(in: r.message()).map { (Int64(truncatingIfNeeded: $0.0), $0.1) }
                 }
             } catch {}
         }
@@ -196,13 +191,20 @@ package enum PayloadCodec {
 
     /// The commitment `introductions` holds for `ref` (nil: none, a user id introduced earlier).
     static func commitment(of ref: UInt64, in introductions: BinaryReader?) throws(Failure) -> [UInt8]? {
-        guard var m = introductions else { return nil }
+        guard let introductions else { return nil }
+        return try commitments(in: introductions).first { $0.0 == ref }?.1
+    }
+
+    /// The (ref, commitment) pairs of an introductions message: a varint and 16 bytes each.
+    private static func commitments(in introductions: BinaryReader) throws(Failure) -> [(UInt64, [UInt8])] {
+        var m = introductions
+        var pairs: [(UInt64, [UInt8])] = []
         while !m.isAtEnd {
-            let introduced = try m.varint()
+            let ref = try m.varint()
             let span = try m.fixed(PersonalValues.commitmentSize)
-            if introduced == ref { return Array(m.base[span]) }
+            pairs.append((ref, Array(m.base[span])))
         }
-        return nil
+        return pairs
     }
 
     // MARK: - Decoding

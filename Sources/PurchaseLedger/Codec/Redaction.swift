@@ -53,13 +53,9 @@ public enum PersonalData {
     /// download belongs to. Nil for values of no user (a registered download, an asset pack, a
     /// restore's error): `forget` does not reach those.
     static func owner(of body: EventBody, in state: LedgerState) -> String? {
-        switch body {
-        case .paymentQueued(_, _, _, let user?), .transactionPurchased(_, _, let user?, _, _, _),
-            .transactionRestored(_, _, _, let user?, _, _, _), .restoreStarted(let user?):
-            return user
-        default:
-            break
-        }
+        var own: String?
+        forEachValue(in: body) { value, isUser in if isUser { own = value } }
+        if let own { return own }
         if let t = body.transactionID { return state.transactions[t]?.user }
         if let d = body.downloadID, let t = state.downloads[d]?.transaction { return state.transactions[t]?.user }
         return nil
@@ -160,21 +156,5 @@ extension Ledger {
     public func redactor() throws -> Redactor {
         let stored = try read { db in try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'redaction_secret'") }
         return Redactor(secret: stored.map { [UInt8]($0) } ?? instanceRedactionSecret)
-    }
-}
-
-extension EventType {
-    /// Whether events of this type can hold a personal value (``PersonalData/forEachValue(in:_:)``).
-    var mayHoldPersonalData: Bool {
-        switch self {
-        case .paymentQueued, .transactionPurchased, .transactionRestored, .transactionFailed, .transactionRevoked, .downloadFinished,
-            .downloadFailed, .contentCopiedOut, .restoreStarted, .restoreFailed, .contentRegistered, .assetPackFailed:
-            true
-        case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
-            .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
-            .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
-            .assetPackOpened, .storePaymentPromoted, .personalDataErased:
-            false
-        }
     }
 }

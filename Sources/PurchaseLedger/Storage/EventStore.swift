@@ -75,7 +75,7 @@ package enum EventStore {
         }
         var found: [UInt8]?
         do {
-            try scan(db, from: first, through: seq, integrity: true, resolvingPersonal: false) { entry in
+            try scan(db, from: first, through: seq, integrity: true, personal: .unresolved) { entry in
                 previous = chain.link(after: previous, frame: FrameCodec.canonical(entry.event, payload: entry.payload))
                 if entry.event.seq == seq { found = previous }
                 return entry.event.seq < seq
@@ -462,12 +462,13 @@ package enum EventStore {
     /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
     /// given, which is then called and the scan goes on with the next block or row.
     static func scan(
-        _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false, resolvingPersonal: Bool = true,
+        _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
         personal given: PersonalValues? = nil, onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
-        // Without `resolvingPersonal`, personal fields read as empty: for the stored bytes only.
-        let personal = resolvingPersonal ? try given ?? PersonalValues.current(db) : .unresolved
+        // What the personal refs stand for: the caller's (``PersonalValues/unresolved`` for the
+        // stored bytes only), else the whole table.
+        let personal = try given ?? PersonalValues.current(db)
         let blocks = try Row.fetchCursor(
             db,
             sql: """

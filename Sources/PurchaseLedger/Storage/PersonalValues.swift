@@ -244,7 +244,7 @@ struct PersonalEncoder {
     /// Rows to insert: ref, owner, salt (a user id's, or a value of no user's), value.
     private var pending: [(Int64, Int64, [UInt8]?, String)] = []
     /// Refs assigned for the event being encoded, with their commitments.
-    private(set) var introduced: [(Int64, [UInt8])] = []
+    private var introduced: [(Int64, [UInt8])] = []
     /// The other values of the event being encoded and their refs (a value given twice in one
     /// event has one ref).
     private var eventValues: [(String, Int64)] = []
@@ -254,21 +254,24 @@ struct PersonalEncoder {
     /// Makes the encoder agree with the table in `db` (inside the append's transaction).
     mutating func sync(_ db: Database) throws {
         self = PersonalEncoder()
-        assigned = try Int64.fetchOne(db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'personal_values'")) ?? 0
+        assigned = try PersonalValues.assignedRefs(db)
         // An empty table (a new ledger) is known whole; otherwise user ids are looked up as needed.
         complete = try Int64.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM personal_values")) == 0
     }
 
     /// Looks up (or assigns) the ref of every personal value of `body`, owned by the user id
     /// its transaction has in `state`, so that encoding it needs no query. Returns false, doing
-    /// nothing, for an event that can hold no personal value (most events).
+    /// nothing, for an event that holds no personal value (most events).
     mutating func prepare(_ body: EventBody, in state: LedgerState, _ db: Database) throws -> Bool {
         introduced.removeAll(keepingCapacity: true)
         eventValues.removeAll(keepingCapacity: true)
-        guard body.type.mayHoldPersonalData else { return false }
-        owner = 0
-        if let user = PersonalData.owner(of: body, in: state) { owner = try userRef(user, db) }
+        var holdsValues = false
         try PersonalData.forEachValue(in: body) { value, isUser in
+            if !holdsValues {
+                // The owner is looked up once, and only for an event that holds a value.
+                holdsValues = true
+                owner = try PersonalData.owner(of: body, in: state).map { try userRef($0, db) } ?? 0
+            }
             if isUser {
                 _ = try userRef(value, db)
             } else if !eventValues.contains(where: { $0.0 == value }) {
@@ -278,7 +281,7 @@ struct PersonalEncoder {
         // Rows go to the table as they accumulate (in the append's transaction): a long import
         // does not hold them all.
         if pending.count >= 4096 { try write(db) }
-        return true
+        return holdsValues
     }
 
     /// Refs assigned so far, this append's included.
@@ -382,12 +385,4 @@ struct PersonalEncoder {
         }
         pending.removeAll(keepingCapacity: true)
     }
-
-    /// Drops everything cached (the append rolled back, or an erasure changed the table).
-    mutating func reset() {
-        self = PersonalEncoder()
-    }
 }
-
-/// SQLite copies bound text and blobs before the bind returns.
-private let SQLITE_TRANSIENT = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)

@@ -37,7 +37,7 @@ extension Statement {
 }
 
 /// SQLite copies bound text and blobs before the bind returns.
-private let SQLITE_TRANSIENT = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
+let SQLITE_TRANSIENT = unsafeBitCast(OpaquePointer(bitPattern: -1), to: sqlite3_destructor_type.self)
 
 /// A statement's SQL, known by identity: the append path's statements are `static let`s of
 /// this, found in ``PreparedStatements`` by their object identifier.

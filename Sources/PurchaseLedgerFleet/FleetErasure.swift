@@ -29,6 +29,27 @@ extension FleetStore {
     /// ```
     public func forget(user: String) async throws -> FleetErasure {
         let user = Identifier.normalize(user)
+        // VACUUM by a role that does not own a table only warns and skips it, which would leave
+        // the old values in dead row versions: refuse such a role before changing anything.
+        let owns = try await run {
+            var owns = false
+            for try await row in try await connection.query(
+                """
+                SELECT coalesce(bool_and(pg_has_role(current_user, c.relowner, 'MEMBER')), false)
+                FROM pg_class c WHERE c.relname IN ('transactions', 'downloads', 'owned_content', 'owned_content_history')
+                    AND c.relnamespace = 'public'::regnamespace
+                """, logger: logger)
+            {
+                owns = try row.decode(Bool.self)
+            }
+            return owns
+        }
+        guard owns else {
+            throw FleetError(
+                .permission,
+                "\(address): forget must run as the role that owns the fleet's tables (the one that ran migrate): it vacuums them, "
+                    + "and PostgreSQL lets only their owner do that; nothing was changed")
+        }
         let erasure = try await run {
             try await transaction { () -> FleetErasure in
                 try await connection.query(

@@ -27,6 +27,18 @@ struct FleetErasureTests {
         let held = try server.dump(database)
         #expect(ErasureTests.alice.secrets.allSatisfy { held.contains($0) }, "alice is in the store before")
 
+        // A role that may update the rows but does not own the tables cannot vacuum them: refused, nothing changed.
+        let role = "eraser_" + database
+        try server.psql(
+            """
+            CREATE ROLE \(role) LOGIN PASSWORD 'pw';
+            GRANT SELECT, UPDATE ON ALL TABLES IN SCHEMA public TO \(role);
+            GRANT INSERT ON erased_users TO \(role);
+            """, database: database)
+        let refused = try cli(["forget", server.url(database: database, password: "pw", user: role), "--user", ErasureTests.alice.user])
+        #expect(refused.status == 3 && refused.stderr.contains("owns the fleet's tables"), "\(refused.stderr)")
+        #expect(try server.dump(database).contains(ErasureTests.alice.user))
+
         let erased = try cli(["forget", url, "--user", ErasureTests.alice.user, "--json"])
         #expect(erased.status == 0, "\(erased.stderr)")
         #expect(!erased.stdout.contains(ErasureTests.alice.user) && !erased.stderr.contains(ErasureTests.alice.user))

@@ -761,34 +761,6 @@ import PurchaseLedgerFleetTesting
 /// The projection tables are declared once (`Projector.Table`: name and columns, in the order the
 /// row functions give values): the SQLite migrations and the fleet's PostgreSQL migrations must
 /// make exactly those columns, so a column added in one place and not the others fails here.
-@Suite struct ProjectionDeclarationTests {
-    @Test func theSQLiteMigrationsMakeExactlyTheDeclaredColumns() throws {
-        let dir = try TemporaryDirectory()
-        let ledger = try Ledger(path: dir.path("a.ledger"), configuration: testConfiguration())
-        try ledger.append(contentsOf: RuleCase.finished)
-        let state = ledger.currentState
-        for table in Projector.Table.all {
-            let made = try ledger.read { db in try Row.fetchAll(db, sql: "PRAGMA table_info(\(table.name))").map { $0["name"] as String } }
-            #expect(Set(made) == Set(table.columns), "\(table.name): made \(Set(made).symmetricDifference(table.columns).sorted())")
-        }
-        // Each row function gives one value per declared column.
-        #expect(Projector.transactionRow(try #require(state.transactions["t1"])).count == Projector.Table.transactions.columns.count)
-        #expect(Projector.downloadRow(try #require(state.downloads["d1"]), state: state).count == Projector.Table.downloads.columns.count)
-    }
-
-    @Test(.enabled(if: FleetServer.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres)"))
-    func theFleetMigrationsMakeTheDeclaredColumnsKeyedByLedger() throws {
-        let (server, url) = try FleetServer.database()
-        let database = String(url.split(separator: "/").last!)
-        for table in Projector.Table.all {
-            let made = try server.psql(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = '\(table.name)'", database: database
-            ).split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            #expect(Set(made) == Set(table.columns + ["ledger_id"]), "\(table.name): \(Set(made).symmetricDifference(table.columns + ["ledger_id"]).sorted())")
-        }
-    }
-}
-
 @Suite struct WrappedErrorTests {
     /// A failure from SQLite keeps SQLite's own error (and its result code) as the underlying
     /// error, not only its text.

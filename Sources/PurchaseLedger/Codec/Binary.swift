@@ -182,3 +182,37 @@ enum ZigZag {
     @inline(__always) static func encode(_ value: Int64) -> UInt64 { UInt64(bitPattern: (value << 1) ^ (value >> 63)) }
     @inline(__always) static func decode(_ value: UInt64) -> Int64 { Int64(bitPattern: (value >> 1) ^ (0 &- (value & 1))) }
 }
+
+/// A time in nanoseconds (or a difference of two), tagged in its 2 low bits: `zigzag(ms) << 2 | 1`
+/// when it is whole milliseconds (the usual case, 1-3 bytes), `zigzag(ns) << 2` otherwise, and
+/// `3` followed by a zigzag varint for values too large to shift (only hostile times make those).
+/// The first varint is never 0 (a zero is whole milliseconds), so a field may use 0 for "no
+/// time". The one time codec of log frames and snapshot records.
+enum TimeCodec {
+    static func write(_ ns: Int64, _ w: inout BinaryWriter) {
+        let limit = Int64.max >> 3
+        if ns % 1_000_000 == 0, abs(ns / 1_000_000) < limit {
+            w.varint(ZigZag.encode(ns / 1_000_000) << 2 | 1)
+        } else if ns > -limit && ns < limit {
+            w.varint(ZigZag.encode(ns) << 2)
+        } else {
+            w.varint(3)
+            w.zigzag(ns)
+        }
+    }
+
+    static func read(_ r: inout BinaryReader) throws(BinaryReader.Failure) -> Int64 {
+        try read(tag: try r.varint(), &r)
+    }
+
+    /// The time whose first varint, `tag`, was read already.
+    static func read(tag raw: UInt64, _ r: inout BinaryReader) throws(BinaryReader.Failure) -> Int64 {
+        switch raw & 3 {
+        case 3: return try r.zigzag()
+        case 2: throw BinaryReader.Failure(message: "bad time tag")
+        default:
+            let value = ZigZag.decode(raw >> 2)
+            return raw & 3 == 1 ? value &* 1_000_000 : value
+        }
+    }
+}

@@ -69,46 +69,17 @@ public enum StateJSON {
         download(d, contentURL: d.state == .finished ? d.contentURL : nil, to: &w)
     }
 
-    /// One transaction, as in the state's `transactions`, into a larger document.
+    /// One transaction, as in the state's `transactions`, into a larger document: the members
+    /// its declaration (``TransactionRecord/schema``) gives.
     public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
         w.beginObject()
-        w.field("transaction", t.transaction); w.field("product", t.product); w.field("user", t.user)
-        w.field("quantity", t.quantity); w.field("state", t.state.rawValue); w.field("finished", t.finished)
-        w.field("revoked", t.revoked); w.field("originalTransaction", t.originalTransaction)
-        w.field("storeTransactionId", t.storeTransactionId)
-        w.key("downloads"); w.beginArray(); for d in t.downloads { w.value(d) }; w.endArray()
-        if let e = t.error {
-            w.key("error"); w.beginObject(); w.field("domain", e.domain); w.field("code", e.code); w.field("message", e.message); w.endObject()
-        }
-        if let reason = t.revocationReason { w.field("revocationReason", reason) }
-        paid(t.paid, to: &w)
+        TransactionRecord.schema.writeJSON(t.fields, to: &w)
         w.endObject()
-    }
-
-    /// A transaction's paid terms, fixed when it was purchased or restored (contract 5.1):
-    /// `price` and `currency` (null before that, or when nothing gave a price), `priceSource`,
-    /// `environment`, `ownership`, and `storefront` and `offer` when known.
-    static func paid(_ p: PaidTerms, to w: inout JSONWriter) {
-        w.field("price", p.price); w.field("currency", p.currency)
-        if let source = p.priceSource { w.field("priceSource", source.rawValue) }
-        if let storefront = p.storefront { w.field("storefront", storefront) }
-        w.field("environment", p.environment.rawValue); w.field("ownership", p.ownership.rawValue)
-        if let offer = p.offer {
-            w.key("offer"); w.beginObject(); w.field("type", offer.type.rawValue)
-            if let id = offer.id { w.field("id", id) }
-            w.endObject()
-        }
     }
 
     static func download(_ d: DownloadRecord, contentURL: String?, to w: inout JSONWriter) {
         w.beginObject()
-        w.field("download", d.download); w.field("transaction", d.transaction); w.field("content", d.content)
-        w.field("contentVersion", d.contentVersion?.text); w.field("contentLength", d.contentLength)
-        w.field("state", d.state.rawValue); w.field("progress", d.progress)
-        w.field("contentURL", contentURL); w.field("copiedOut", d.copiedOut)
-        w.field("destination", d.destination); w.field("started", d.started); w.field("discarded", d.discarded)
-        w.field("lost", d.lost)
-        if let url = d.url { w.field("url", url) }
+        DownloadRecord.schema.writeJSON(DownloadRow(d, contentURL: contentURL), to: &w)
         w.endObject()
     }
 

@@ -11,6 +11,12 @@ extension StoredCode {
         guard let match = Self.allCases.first(where: { UInt64($0.storedCode) == code }) else { return nil }
         self = match
     }
+
+    /// The case stored as `code`; damaged or newer data throws.
+    static func stored(_ code: UInt64) throws(BinaryReader.Failure) -> Self {
+        guard let value = Self(storedCode: code) else { throw BinaryReader.Failure(message: "bad \(Self.self) code \(code)") }
+        return value
+    }
 }
 
 /// In every `productRegistered` payload of the log.

@@ -434,6 +434,8 @@ package enum Projector {
     /// A projection table and its columns, in the order the row functions give values.
     package struct Table: Sendable {
         package let name: String
+        /// Its columns, with their types: what its migrations must make.
+        package let declared: [ProjectionColumn]
         package let columns: [String]
         let insert: String
         /// Inserts a row, replacing any with the same key or the same unique values (a rebuild's
@@ -457,8 +459,10 @@ package enum Projector {
         /// `fixed` columns never change once a row is written (a download's transaction and its
         /// position there are set when the transaction is delivered): the upsert leaves them, and
         /// the index on them, alone.
-        init(_ name: String, _ columns: [String], key: Int = 1, fixed: Set<String> = []) {
+        init(_ name: String, _ declared: [ProjectionColumn], key: Int = 1, fixed: Set<String> = []) {
             self.name = name
+            self.declared = declared
+            let columns = declared.map(\.name)
             self.columns = columns
             keyColumns = key
             let values = "(" + columns.joined(separator: ", ") + ") VALUES (" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
@@ -483,34 +487,30 @@ package enum Projector {
                 + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")" + conflict
         }
 
-        package static let products = Table("products", ["product", "kind", "price", "currency", "downloadable", "title", "registered_at_ms"])
-        package static let productContents = Table("product_contents", ["product", "content", "latest_version"], key: 2)
-        package static let relatedProducts = Table("related_products", ["product", "related_product"], key: 2)
-        package static let transactions = Table(
-            "transactions",
+        package static let products = Table(
+            "products",
             [
-                "transaction_id", "product", "user_id", "quantity", "state", "finished", "revoked", "revocation_reason",
-                "original_transaction", "store_transaction_id", "error_domain", "error_code", "error_message", "was_deferred",
-                "discarded_content", "queued_at_ms", "purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms", "events",
-                "price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type", "offer_id",
+                ProjectionColumn("product", .text), ProjectionColumn("kind", .text), ProjectionColumn("price", .text), ProjectionColumn("currency", .text),
+                ProjectionColumn("downloadable", .boolean), ProjectionColumn("title", .text, nullable: true), ProjectionColumn("registered_at_ms", .integer),
             ])
-        package static let downloads = Table(
-            "downloads",
-            [
-                "download_id", "transaction_id", "position", "url", "content", "content_version", "content_length", "state",
-                "started", "progress", "bytes_written", "content_url", "copied_out", "destination", "discarded", "lost",
-                "cancel_reason", "error_domain", "error_code", "error_message", "attempts", "started_at_ms",
-                "last_activity_at_ms", "finished_at_ms", "copied_out_at_ms", "events",
-            ], fixed: ["transaction_id", "position"])
+        package static let productContents = Table(
+            "product_contents", [ProjectionColumn("product", .text), ProjectionColumn("content", .text), ProjectionColumn("latest_version", .text)], key: 2)
+        package static let relatedProducts = Table("related_products", [ProjectionColumn("product", .text), ProjectionColumn("related_product", .text)], key: 2)
+        package static let transactions = Table("transactions", TransactionRecord.schema.columns)
+        package static let downloads = Table("downloads", DownloadRecord.schema.columns, fixed: ["transaction_id", "position"])
         package static let ownedContent = Table(
             "owned_content",
             [
-                "product", "content", "content_version", "destination", "transaction_id", "download_id", "copied_at_ms", "history_seq",
+                ProjectionColumn("product", .text), ProjectionColumn("content", .text), ProjectionColumn("content_version", .text), ProjectionColumn("destination", .text),
+                ProjectionColumn("transaction_id", .text), ProjectionColumn("download_id", .text), ProjectionColumn("copied_at_ms", .integer),
+                ProjectionColumn("history_seq", .integer),
             ], key: 2)
         package static let ownedContentHistory = Table(
             "owned_content_history",
             [
-                "seq", "download_id", "destination", "copied_at_ms", "superseded_at_ms", "deleted_at_ms",
+                ProjectionColumn("seq", .integer), ProjectionColumn("download_id", .text), ProjectionColumn("destination", .text, nullable: true),
+                ProjectionColumn("copied_at_ms", .integer), ProjectionColumn("superseded_at_ms", .integer, nullable: true),
+                ProjectionColumn("deleted_at_ms", .integer, nullable: true),
             ])
         package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
 
@@ -556,72 +556,14 @@ package enum Projector {
     // The row functions below convert each value by its own type, with no array of existential
     // boxes: they run for every row of a rebuild and of a ship.
 
+    /// A transaction's row, as its declaration (``TransactionRecord/schema``) gives it.
     package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
-        [
-            t.transaction.databaseValue,
-            t.product.databaseValue,
-            t.user.databaseValue,
-            t.quantity.databaseValue,
-            t.state.rawValue.databaseValue,
-            t.finished.databaseValue,
-            t.revoked.databaseValue,
-            t.revocationReason.databaseValue,
-            t.originalTransaction.databaseValue,
-            t.storeTransactionId.databaseValue,
-            (t.error?.domain).databaseValue,
-            (t.error?.code).databaseValue,
-            (t.error?.message).databaseValue,
-            t.wasDeferred.databaseValue,
-            t.discardedContent.databaseValue,
-            ms(t.queuedAt).databaseValue,
-            ms(t.purchasedAt).databaseValue,
-            ms(t.failedAt).databaseValue,
-            ms(t.finishedAt).databaseValue,
-            ms(t.revokedAt).databaseValue,
-            t.events.databaseValue,
-            t.paid.price.databaseValue,
-            t.paid.currency.databaseValue,
-            // NULL for what nearly every row holds (a price from the catalog, production,
-            // purchased): 2.9 bytes per event less at 1,000,000 events than the names.
-            t.paid.priceSource == .event ? PriceSource.event.rawValue.databaseValue : .null,
-            t.paid.storefront.databaseValue,
-            t.paid.environment == .production ? .null : t.paid.environment.rawValue.databaseValue,
-            t.paid.ownership == .purchased ? .null : t.paid.ownership.rawValue.databaseValue,
-            t.paid.offer?.type.rawValue.databaseValue ?? .null,
-            (t.paid.offer?.id).databaseValue,
-        ]
+        TransactionRecord.schema.row(t.fields)
     }
 
+    /// A download's row, as its declaration (``DownloadRecord/schema``) gives it.
     package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [DatabaseValue] {
-        let position = d.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: d.download) } ?? 0
-        return [
-            d.download.databaseValue,
-            d.transaction.databaseValue,
-            position.databaseValue,
-            d.url.databaseValue,
-            d.content.databaseValue,
-            (d.contentVersion?.text).databaseValue,
-            d.contentLength.databaseValue,
-            d.state.rawValue.databaseValue,
-            d.started.databaseValue,
-            d.progress.databaseValue,
-            d.bytesWritten.databaseValue,
-            state.contentURL(for: d.download).databaseValue,
-            d.copiedOut.databaseValue,
-            d.destination.databaseValue,
-            d.discarded.databaseValue,
-            d.lost.databaseValue,
-            (d.cancelReason?.rawValue).databaseValue,
-            (d.error?.domain).databaseValue,
-            (d.error?.code).databaseValue,
-            (d.error?.message).databaseValue,
-            d.attempts.databaseValue,
-            ms(d.startedAt).databaseValue,
-            ms(d.lastActivityAt).databaseValue,
-            ms(d.finishedAt).databaseValue,
-            ms(d.copiedOutAt).databaseValue,
-            d.events.databaseValue,
-        ]
+        DownloadRecord.schema.row(DownloadRow(d, state: state))
     }
 
     /// A history row. The download's `latest` copy-out holds no destination: it is the

@@ -259,45 +259,13 @@ extension TransactionRecord {
         self.init(columns: RowColumns(row))
     }
 
-    /// Fields are set on a plain value, then boxed once: set through the record's key-path
-    /// subscript in this generic context, each field instantiated its key path at run time.
+    /// The fields its declaration (``TransactionRecord/schema``) reads back, set on a plain
+    /// value and then boxed once; `downloads` from the `downloads` rows.
     package init(columns c: some ProjectionColumns, downloads: [String] = []) {
-        var f = Fields(
-            transaction: c.string("transaction_id") ?? "", product: c.string("product") ?? "", user: c.string("user_id"),
-            quantity: c.int("quantity") ?? 0, state: c.string("state").flatMap(TransactionStatus.init(rawValue:)) ?? .purchasing)
-        f.finished = c.bool("finished")
-        f.revoked = c.bool("revoked")
-        f.revocationReason = c.string("revocation_reason")
-        f.originalTransaction = c.string("original_transaction")
-        f.storeTransactionId = c.string("store_transaction_id")
-        f.error = StoreError(columns: c)
-        f.wasDeferred = c.bool("was_deferred")
-        f.discardedContent = c.bool("discarded_content")
-        f.queuedAt = Timestamp(ms: c.int64("queued_at_ms"))
-        f.purchasedAt = Timestamp(ms: c.int64("purchased_at_ms"))
-        f.failedAt = Timestamp(ms: c.int64("failed_at_ms"))
-        f.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
-        f.revokedAt = Timestamp(ms: c.int64("revoked_at_ms"))
-        f.events = c.int64("events") ?? 0
-        f.paid = PaidTerms(columns: c)
+        var f = Fields.blank
+        TransactionRecord.schema.read(&f, from: TransactionRecord.schema.values(c))
         f.downloads = downloads
         self.init(fields: f)
-    }
-}
-
-extension PaidTerms {
-    /// The price, currency, price_source, storefront, environment, ownership, offer_type and
-    /// offer_id columns of a `transactions` row. NULL is the common value: a price from the
-    /// catalog, production, purchased.
-    init(columns c: some ProjectionColumns) {
-        self.init()
-        price = c.string("price")
-        currency = c.string("currency")
-        priceSource = c.string("price_source") == PriceSource.event.rawValue ? .event : price == nil ? nil : .catalog
-        storefront = c.string("storefront")
-        environment = c.string("environment").flatMap(StoreEnvironment.init(rawValue:)) ?? .production
-        ownership = c.string("ownership").flatMap(Ownership.init(rawValue:)) ?? .purchased
-        offer = c.string("offer_type").flatMap(OfferType.init(rawValue:)).map { Offer(type: $0, id: c.string("offer_id")) }
     }
 }
 
@@ -307,36 +275,11 @@ extension DownloadRecord {
         self.init(columns: RowColumns(row))
     }
 
-    /// As ``TransactionRecord/init(columns:)``: a plain value, boxed once.
+    /// As ``TransactionRecord/init(columns:downloads:)``, by ``DownloadRecord/schema``.
     package init(columns c: some ProjectionColumns) {
-        var f = Fields(download: c.string("download_id") ?? "", transaction: c.string("transaction_id"), url: c.string("url"), content: c.string("content"))
-        f.contentVersion = c.string("content_version").flatMap(ContentVersion.init)
-        f.contentLength = c.int64("content_length")
-        f.state = c.string("state").flatMap(DownloadStatus.init(rawValue:)) ?? .waiting
-        f.started = c.bool("started")
-        f.progress = c.double("progress") ?? 0
-        f.bytesWritten = c.int64("bytes_written")
-        f.contentURL = c.string("content_url")
-        f.copiedOut = c.bool("copied_out")
-        f.destination = c.string("destination")
-        f.discarded = c.bool("discarded")
-        f.cancelReason = c.string("cancel_reason").flatMap(CancelReason.init(rawValue:))
-        f.error = StoreError(columns: c)
-        f.attempts = c.int("attempts") ?? 0
-        f.startedAt = Timestamp(ms: c.int64("started_at_ms"))
-        f.lastActivityAt = Timestamp(ms: c.int64("last_activity_at_ms"))
-        f.finishedAt = Timestamp(ms: c.int64("finished_at_ms"))
-        f.copiedOutAt = Timestamp(ms: c.int64("copied_out_at_ms"))
-        f.events = c.int64("events") ?? 0
+        var f = Fields.blank
+        DownloadRecord.schema.read(&f, from: DownloadRecord.schema.values(c))
         self.init(fields: f)
-    }
-}
-
-extension StoreError {
-    /// The `error_domain`, `error_code`, `error_message` columns of a projection row.
-    init?(columns c: some ProjectionColumns) {
-        guard let domain = c.string("error_domain") else { return nil }
-        self.init(domain: domain, code: c.int64("error_code") ?? 0, message: c.string("error_message") ?? "")
     }
 }
 

@@ -14,7 +14,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 8
+    static let format = 9
 
     /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
     /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
@@ -609,241 +609,31 @@ enum SnapshotCodec {
         }
     }
 
+    /// A transaction record: the snapshot part of each field its declaration
+    /// (``TransactionRecord/schema``) lists.
     private static func transaction(_ t: TransactionRecord, _ w: inout BinaryWriter) {
-        w.lengthPrefixed(t.transaction); w.lengthPrefixed(t.product); string(t.user, &w)
-        w.varint(UInt64(t.quantity))
-        w.varint(UInt64(t.state.storedCode))
-        w.varint((t.finished ? 1 : 0) | (t.revoked ? 2 : 0) | (t.wasDeferred ? 4 : 0) | (t.discardedContent ? 8 : 0))
-        string(t.revocationReason, &w); string(t.originalTransaction, &w); string(t.storeTransactionId, &w)
-        w.varint(UInt64(t.downloads.count))
-        for d in t.downloads { suffix(d, after: t.transaction, &w) }
-        error(t.error, &w)
-        var times = Times()
-        times.write(t.queuedAt, &w); times.write(t.purchasedAt, &w); times.write(t.failedAt, &w)
-        times.write(t.finishedAt, &w); times.write(t.revokedAt, &w)
-        w.varint(UInt64(t.events))
-        paid(t.paid, &w)
-    }
-
-    /// The price source's code plus one (0: no price), then the price and currency when there
-    /// is one; the storefront; environment, ownership and offer type codes in one varint (bits
-    /// 0-1, 2, 3-5; offer type 0: no offer), and the offer id when there is an offer.
-    private static func paid(_ p: PaidTerms, _ w: inout BinaryWriter) {
-        if let source = p.priceSource, let price = p.price, let currency = p.currency {
-            w.varint(UInt64(source.storedCode) + 1); w.lengthPrefixed(price); w.lengthPrefixed(currency)
-        } else {
-            w.varint(0)
-        }
-        string(p.storefront, &w)
-        w.varint(UInt64(p.environment.storedCode) | UInt64(p.ownership.storedCode) << 2 | UInt64(p.offer?.type.storedCode ?? 0) << 3)
-        if let offer = p.offer { string(offer.id, &w) }
-    }
-
-    private static func paid(_ r: inout BinaryReader) throws(Failure) -> PaidTerms {
-        var p = PaidTerms()
-        let source = try r.varint()
-        if source != 0 {
-            p.priceSource = try code(PriceSource.self, source - 1)
-            p.price = try r.string(); p.currency = try r.string()
-        }
-        p.storefront = try string(&r)
-        let codes = try r.varint()
-        p.environment = try code(StoreEnvironment.self, codes & 3)
-        p.ownership = try code(Ownership.self, codes >> 2 & 1)
-        if codes >> 3 != 0 { p.offer = Offer(type: try code(OfferType.self, codes >> 3), id: try string(&r)) }
-        return p
+        TransactionRecord.schema.writeSnapshot(t.fields, to: &w)
     }
 
     private static func transaction(_ r: inout BinaryReader) throws(Failure) -> TransactionRecord {
-        var t = TransactionRecord(
-            transaction: try r.string(), product: try r.string(), user: try string(&r),
-            quantity: try r.int(max: 10), state: try code(TransactionStatus.self, &r))
-        let flags = try r.varint()
-        t.finished = flags & 1 != 0; t.revoked = flags & 2 != 0; t.wasDeferred = flags & 4 != 0; t.discardedContent = flags & 8 != 0
-        t.revocationReason = try string(&r); t.originalTransaction = try string(&r); t.storeTransactionId = try string(&r)
-        let count = try r.int(max: r.end)
-        t.downloads.reserveCapacity(count)
-        for _ in 0..<count { t.downloads.append(try suffix(after: t.transaction, &r)) }
-        t.error = try error(&r)
-        var times = Times()
-        t.queuedAt = try times.read(&r); t.purchasedAt = try times.read(&r); t.failedAt = try times.read(&r)
-        t.finishedAt = try times.read(&r); t.revokedAt = try times.read(&r)
-        t.events = Int64(try r.int(max: Int(Int64.max)))
-        t.paid = try paid(&r)
-        return t
+        var f = TransactionRecord.Fields.blank
+        try TransactionRecord.schema.readSnapshot(into: &f, &r)
+        return TransactionRecord(fields: f)
     }
 
+    /// A download record, by ``DownloadRecord/schema``.
     private static func download(_ d: DownloadRecord, _ w: inout BinaryWriter) {
-        w.lengthPrefixed(d.download); prefix(d.transaction, of: d.download, &w); string(d.url, &w); string(d.content, &w)
-        string(d.contentVersion?.text, &w); int(d.contentLength, &w)
-        w.varint(UInt64(d.state.storedCode))
-        w.varint((d.started ? 1 : 0) | (d.copiedOut ? 2 : 0) | (d.discarded ? 4 : 0))
-        w.double(d.progress); int(d.bytesWritten, &w)
-        if let r = d.timeRemaining { w.varint(1); w.double(r) } else { w.varint(0) }
-        string(d.contentURL, &w); string(d.destination, &w); int(d.bytesCopied, &w)
-        error(d.error, &w)
-        w.varint(d.cancelReason.map { UInt64($0.storedCode) + 1 } ?? 0)
-        w.varint(UInt64(d.attempts))
-        var times = Times()
-        times.write(d.startedAt, &w); times.write(d.lastActivityAt, &w); times.write(d.finishedAt, &w); times.write(d.copiedOutAt, &w)
-        w.varint(UInt64(d.events))
+        DownloadRecord.schema.writeSnapshot(d.fields, to: &w)
     }
 
     private static func download(_ r: inout BinaryReader) throws(Failure) -> DownloadRecord {
-        let id = try r.string()
-        var d = DownloadRecord(download: id, transaction: try prefix(of: id, &r), url: try string(&r), content: try string(&r))
-        if let text = try string(&r) {
-            guard let v = ContentVersion(text) else { throw Failure(message: "bad version") }
-            d.contentVersion = v
-        }
-        d.contentLength = try int(&r)
-        d.state = try code(DownloadStatus.self, &r)
-        let flags = try r.varint()
-        d.started = flags & 1 != 0; d.copiedOut = flags & 2 != 0; d.discarded = flags & 4 != 0
-        d.progress = try r.double(); d.bytesWritten = try int(&r)
-        d.timeRemaining = try r.varint() == 1 ? try r.double() : nil
-        d.contentURL = try string(&r); d.destination = try string(&r); d.bytesCopied = try int(&r)
-        d.error = try error(&r)
-        let reason = try r.varint()
-        if reason == 0 {
-            d.cancelReason = nil
-        } else {
-            guard let decoded = CancelReason(storedCode: reason - 1) else { throw Failure(message: "bad cancel reason") }
-            d.cancelReason = decoded
-        }
-        d.attempts = try r.int(max: Int.max)
-        var times = Times()
-        d.startedAt = try times.read(&r); d.lastActivityAt = try times.read(&r); d.finishedAt = try times.read(&r)
-        d.copiedOutAt = try times.read(&r)
-        d.events = Int64(try r.int(max: Int(Int64.max)))
-        return d
-    }
-
-    private static func string(_ s: String?, _ w: inout BinaryWriter) {
-        if let s { w.varint(1); w.lengthPrefixed(s) } else { w.varint(0) }
-    }
-
-    private static func string(_ r: inout BinaryReader) throws(Failure) -> String? {
-        try r.varint() == 1 ? try r.string() : nil
-    }
-
-    private static func int(_ v: Int64?, _ w: inout BinaryWriter) {
-        if let v { w.varint(1); w.zigzag(v) } else { w.varint(0) }
-    }
-
-    private static func int(_ r: inout BinaryReader) throws(Failure) -> Int64? {
-        try r.varint() == 1 ? try r.zigzag() : nil
-    }
-
-    /// 0 for none; `zigzag(ms) << 1 | 1` for whole milliseconds (the usual case); else
-    /// `zigzag(ns) << 1`, shifted by one more bit so 0 stays free.
-    /// A record's times: the first one present as it is, each later one as the difference from
-    /// the one before it that is present. A transaction is queued, bought and finished seconds
-    /// apart: 1 to 3 bytes each instead of 7, which LZ4 cannot shorten (their low bytes differ
-    /// from record to record). Differences wrap, so any times round-trip.
-    private struct Times {
-        private var previous: Int64 = 0
-
-        mutating func write(_ t: Timestamp?, _ w: inout BinaryWriter) {
-            guard let ns = t?.nanosecondsSinceEpoch else { w.varint(0); return }
-            SnapshotCodec.time(ns &- previous, &w)
-            previous = ns
-        }
-
-        mutating func read(_ r: inout BinaryReader) throws(Failure) -> Timestamp? {
-            let raw = try r.varint()
-            if raw == 0 { return nil }
-            previous = previous &+ (try SnapshotCodec.time(tagged: raw, &r))
-            return Timestamp(nanosecondsSinceEpoch: previous)
-        }
-    }
-
-    /// A time in nanoseconds, never 0 as a first varint: `zigzag(ms) << 2 | 1` when whole
-    /// milliseconds, `zigzag(ns) << 2 | 2` when it fits, else `3` and a zigzag varint.
-    private static func time(_ ns: Int64, _ w: inout BinaryWriter) {
-        let zig = { (v: Int64) in UInt64(bitPattern: (v << 1) ^ (v >> 63)) }
-        let limit = Int64.max >> 3
-        if ns % 1_000_000 == 0 {
-            w.varint(zig(ns / 1_000_000) << 2 | 1)
-        } else if ns > -limit && ns < limit {
-            w.varint(zig(ns) << 2 | 2)
-        } else {
-            w.varint(3)
-            w.zigzag(ns)
-        }
-    }
-
-    private static func time(tagged raw: UInt64, _ r: inout BinaryReader) throws(Failure) -> Int64 {
-        if raw == 3 { return try r.zigzag() }
-        let zig = raw >> 2
-        let value = Int64(bitPattern: (zig >> 1) ^ (0 &- (zig & 1)))
-        return raw & 3 == 1 ? value &* 1_000_000 : value
-    }
-
-    /// `s`, written as what follows `prefix` when it starts with it (a transaction's download ids
-    /// start with its own id): `1` and the rest, or `0` and the whole. Bytes, not characters, so
-    /// the text read back is the same bytes.
-    private static func suffix(_ s: String, after prefix: String, _ w: inout BinaryWriter) {
-        let head = prefix.utf8.count
-        if head > 0, s.utf8.starts(with: prefix.utf8) {
-            w.varint(1); w.lengthPrefixed(bytes: s.utf8.dropFirst(head))
-        } else {
-            w.varint(0); w.lengthPrefixed(s)
-        }
-    }
-
-    private static func suffix(after prefix: String, _ r: inout BinaryReader) throws(Failure) -> String {
-        switch try r.varint() {
-        case 0: return try r.string()
-        case 1: return String(decoding: Array(prefix.utf8) + (try r.bytes()), as: UTF8.self)
-        default: throw Failure(message: "bad suffix tag")
-        }
-    }
-
-    /// An optional `s`, written as its length when it is the start of `whole` (a download's
-    /// transaction id starts its own id): `0` for none, `1` and the text, `2` and the length.
-    private static func prefix(_ s: String?, of whole: String, _ w: inout BinaryWriter) {
-        guard let s else { w.varint(0); return }
-        if !s.isEmpty, whole.utf8.starts(with: s.utf8) {
-            w.varint(2); w.varint(UInt64(s.utf8.count))
-        } else {
-            w.varint(1); w.lengthPrefixed(s)
-        }
-    }
-
-    private static func prefix(of whole: String, _ r: inout BinaryReader) throws(Failure) -> String? {
-        switch try r.varint() {
-        case 0: return nil
-        case 1: return try r.string()
-        case 2:
-            let count = try r.int(max: whole.utf8.count)
-            return String(decoding: whole.utf8.prefix(count), as: UTF8.self)
-        default: throw Failure(message: "bad prefix tag")
-        }
-    }
-
-    private static func error(_ e: StoreError?, _ w: inout BinaryWriter) {
-        guard let e else { w.varint(0); return }
-        w.varint(1); w.lengthPrefixed(e.domain); w.zigzag(e.code); w.lengthPrefixed(e.message)
-    }
-
-    private static func error(_ r: inout BinaryReader) throws(Failure) -> StoreError? {
-        guard try r.varint() == 1 else { return nil }
-        return StoreError(domain: try r.string(), code: try r.zigzag(), message: try r.string())
+        var f = DownloadRecord.Fields.blank
+        try DownloadRecord.schema.readSnapshot(into: &f, &r)
+        return DownloadRecord(fields: f)
     }
 
     private static func version(_ r: inout BinaryReader) throws(Failure) -> ContentVersion {
         guard let v = ContentVersion(try r.string()) else { throw Failure(message: "bad version") }
         return v
-    }
-
-    private static func code<T: StoredCode>(_ type: T.Type, _ r: inout BinaryReader) throws(Failure) -> T {
-        guard let value = T(storedCode: try r.varint()) else { throw Failure(message: "bad \(T.self) code") }
-        return value
-    }
-
-    private static func code<T: StoredCode>(_ type: T.Type, _ stored: UInt64) throws(Failure) -> T {
-        guard let value = T(storedCode: stored) else { throw Failure(message: "bad \(T.self) code") }
-        return value
     }
 }

@@ -122,39 +122,12 @@ package enum FrameCodec {
     ) {
         w.varint(type)
         w.varint(flags)
-        timeDelta(at &- previous.at, &w)
-        timeDelta(recorded &- previous.recorded, &w)
+        TimeCodec.write(at &- previous.at, &w)
+        TimeCodec.write(recorded &- previous.recorded, &w)
         w.varint(version)
         w.lengthPrefixed(payload)
         if inlineLink > 0 { w.bytes.append(contentsOf: link.prefix(inlineLink)) }
         previous = (at, recorded)
-    }
-
-    /// A time delta, tagged in its 2 low bits: `zigzag(ms) << 2 | 1` when it is whole
-    /// milliseconds (the usual case, 1-3 bytes), `zigzag(ns) << 2` otherwise, and `3` followed by
-    /// a zigzag varint for deltas too large to shift (only hostile times make those).
-    private static func timeDelta(_ ns: Int64, _ w: inout BinaryWriter) {
-        let zig = ZigZag.encode
-        let limit = Int64.max >> 3
-        if ns % 1_000_000 == 0, abs(ns / 1_000_000) < limit {
-            w.varint(zig(ns / 1_000_000) << 2 | 1)
-        } else if ns > -limit && ns < limit {
-            w.varint(zig(ns) << 2)
-        } else {
-            w.varint(3)
-            w.zigzag(ns)
-        }
-    }
-
-    private static func readTimeDelta(_ r: inout BinaryReader) throws(Failure) -> Int64 {
-        let raw = try r.varint()
-        switch raw & 3 {
-        case 3: return try r.zigzag()
-        case 2: throw Failure(message: "bad time delta tag")
-        default:
-            let value = ZigZag.decode(raw >> 2)
-            return raw & 3 == 1 ? value &* 1_000_000 : value
-        }
     }
 
     /// One decoded block frame, with what verification needs.
@@ -189,8 +162,8 @@ package enum FrameCodec {
     ) throws(Failure) -> BlockEntry {
         let type = try eventType(try r.varint())
         let (appended, anomaly) = try flags(try r.varint())
-        let at = previous.at &+ (try readTimeDelta(&r))
-        let recorded = previous.recorded &+ (try readTimeDelta(&r))
+        let at = previous.at &+ (try TimeCodec.read(&r))
+        let recorded = previous.recorded &+ (try TimeCodec.read(&r))
         let version = Int64(try r.int(max: Int(Int64.max)))
         let span = try r.span()
         var payloadReader = BinaryReader(r.base, offset: span.lowerBound, end: span.upperBound)

@@ -1,0 +1,448 @@
+import GRDB
+
+/// How a projection column holds its values, in SQLite and in the fleet's PostgreSQL.
+package enum ColumnType: Sendable, Hashable {
+    case text, integer, boolean, real
+
+    /// The type a SQLite migration declares (`PRAGMA table_info`'s `type`).
+    package var sqlite: String {
+        switch self {
+        case .text: "TEXT"
+        case .integer, .boolean: "INTEGER"
+        case .real: "REAL"
+        }
+    }
+
+    /// The type a fleet migration declares (`information_schema.columns.data_type`).
+    package var postgres: String {
+        switch self {
+        case .text: "text"
+        case .integer: "bigint"
+        case .boolean: "boolean"
+        case .real: "double precision"
+        }
+    }
+}
+
+/// One column of a projection table.
+package struct ProjectionColumn: Sendable, Hashable {
+    package let name: String
+    package let type: ColumnType
+    package let nullable: Bool
+
+    package init(_ name: String, _ type: ColumnType, nullable: Bool = false) {
+        self.name = name
+        self.type = type
+        self.nullable = nullable
+    }
+}
+
+/// What the fields of one snapshot record share while it is written or read: its key (the first
+/// field), and the last time written, as each time is stored as the difference from the one
+/// before it in the record.
+struct SnapshotFieldContext {
+    var key = ""
+    var previousTime: Int64 = 0
+}
+
+/// What a projection row and the JSON of a record are made from: the record's fields, and what
+/// only the state knows of it (a download's position in its transaction, its content URL).
+package protocol RecordSource {
+    associatedtype Fields: Sendable
+    var fields: Fields { get }
+}
+
+/// One field of a persisted record, declared once: its projection columns (name, type, whether
+/// NULL), the values its row holds, how a row sets it again, its key and value in the JSON of
+/// `replay --json` (docs/json.md), and its part of a snapshot record (docs/format.md).
+package struct RecordField<Source: RecordSource>: Sendable {
+    package typealias Failure = BinaryReader.Failure
+    package typealias Fields = Source.Fields
+
+    /// How the field takes part in a snapshot record.
+    enum Snapshot: Sendable {
+        /// Not stored: derived from other fields or from the state.
+        case none
+        /// One bit of the record's flags varint, written after its key.
+        case flag(get: @Sendable (Fields) -> Bool, set: @Sendable (inout Fields, Bool) -> Void)
+        /// Its own bytes, in declaration order.
+        case value(
+            write: @Sendable (Fields, inout BinaryWriter, inout SnapshotFieldContext) -> Void,
+            read: @Sendable (inout Fields, inout BinaryReader, inout SnapshotFieldContext) throws(Failure) -> Void)
+    }
+
+    init(
+        name: String, columns: [ProjectionColumn], row: @escaping @Sendable (Source, inout [DatabaseValue]) -> Void,
+        read: (@Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void)?, json: (@Sendable (Source, inout JSONWriter) -> Void)?,
+        snapshot: Snapshot
+    ) {
+        self.name = name
+        self.columns = columns
+        self.row = row
+        self.read = read
+        self.json = json
+        self.snapshot = snapshot
+    }
+
+    package let name: String
+    package let columns: [ProjectionColumn]
+    /// Appends the field's values, one per column.
+    let row: @Sendable (Source, inout [DatabaseValue]) -> Void
+    /// Sets the field from its columns' values (nil: the row does not give it back).
+    let read: (@Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void)?
+    /// Writes the field's members into the record's JSON object (nil: not in the JSON).
+    let json: (@Sendable (Source, inout JSONWriter) -> Void)?
+    let snapshot: Snapshot
+}
+
+/// A record's fields in declaration order: the one place a persisted field is described.
+/// ``columns``, ``row(_:)``, ``read(_:from:)``, ``writeJSON(_:to:)`` and the snapshot codec
+/// all walk the same list.
+package struct RecordSchema<Source: RecordSource>: Sendable {
+    package typealias Fields = Source.Fields
+    package let fields: [RecordField<Source>]
+    package let columns: [ProjectionColumn]
+    /// Where each field's columns start in ``columns``.
+    private let offsets: [Int]
+    private let flagFields: [Int]
+
+    init(_ fields: [RecordField<Source>]) {
+        self.fields = fields
+        columns = fields.flatMap(\.columns)
+        var offsets: [Int] = [], at = 0
+        for f in fields {
+            offsets.append(at)
+            at += f.columns.count
+        }
+        self.offsets = offsets
+        flagFields = fields.indices.filter { if case .flag = fields[$0].snapshot { true } else { false } }
+        precondition(flagFields.count <= 63, "a snapshot record's flags fit one varint")
+    }
+
+    package var columnNames: [String] { columns.map(\.name) }
+
+    /// The projection row of `source`, one value per column.
+    package func row(_ source: Source) -> [DatabaseValue] {
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(columns.count)
+        for f in fields { f.row(source, &values) }
+        return values
+    }
+
+    /// Sets every field a row gives back from `values` (one per column, in ``columns`` order).
+    func read(_ fields: inout Fields, from values: [DatabaseValue]) {
+        for (i, f) in self.fields.enumerated() {
+            guard let read = f.read else { continue }
+            read(&fields, values[offsets[i]..<offsets[i] + f.columns.count])
+        }
+    }
+
+    /// The values of ``columns`` in a projection row read by name (SQLite's or PostgreSQL's).
+    func values(_ c: some ProjectionColumns) -> [DatabaseValue] {
+        columns.map { column in
+            switch column.type {
+            case .text: c.string(column.name).databaseValue
+            case .integer, .boolean: c.int64(column.name).databaseValue
+            case .real: c.double(column.name).databaseValue
+            }
+        }
+    }
+
+    /// The record's JSON members, in declaration order.
+    func writeJSON(_ source: Source, to w: inout JSONWriter) {
+        for f in fields { f.json?(source, &w) }
+    }
+
+    /// The record's snapshot bytes: its key field, its flags, then every other stored field.
+    func writeSnapshot(_ fields: Fields, to w: inout BinaryWriter) {
+        var context = SnapshotFieldContext()
+        var flags: UInt64 = 0
+        for (bit, i) in flagFields.enumerated() {
+            if case .flag(let get, _) = self.fields[i].snapshot, get(fields) { flags |= 1 << UInt64(bit) }
+        }
+        for (i, f) in self.fields.enumerated() {
+            if i == 1 { w.varint(flags) }
+            if case .value(let write, _) = f.snapshot { write(fields, &w, &context) }
+        }
+    }
+
+    /// Reads what ``writeSnapshot(_:to:)`` wrote, into `fields` (a blank record).
+    func readSnapshot(into fields: inout Fields, _ r: inout BinaryReader) throws(BinaryReader.Failure) {
+        var context = SnapshotFieldContext()
+        var flags: UInt64 = 0
+        for (i, f) in self.fields.enumerated() {
+            if i == 1 { flags = try r.varint() }
+            if case .value(_, let read) = f.snapshot { try read(&fields, &r, &context) }
+        }
+        for (bit, i) in flagFields.enumerated() {
+            if case .flag(_, let set) = self.fields[i].snapshot { set(&fields, flags & (1 << UInt64(bit)) != 0) }
+        }
+    }
+}
+
+// MARK: - Field kinds
+
+/// A value a field can hold, with its column, JSON and snapshot forms.
+protocol FieldValue: Sendable {
+    static var columnType: ColumnType { get }
+    static var nullable: Bool { get }
+    var column: DatabaseValue { get }
+    /// The value a column holds back (NULL or a missing column: the value's default).
+    init(column: DatabaseValue)
+    func json(_ w: inout JSONWriter)
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext)
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure)
+}
+
+/// A value that is never NULL, and its optional form: none as `0`, a value as what
+/// ``writeSome(_:_:)`` writes (by default `1` and the value).
+protocol FieldScalar: FieldValue {
+    static func writeSome(_ value: Self, _ w: inout BinaryWriter, _ c: inout SnapshotFieldContext)
+    /// Reads a present value whose first varint, `tag` (not 0), was read already.
+    static func readSome(tag: UInt64, _ r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) -> Self
+}
+
+extension FieldScalar {
+    static var nullable: Bool { false }
+
+    static func writeSome(_ value: Self, _ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) {
+        w.varint(1)
+        value.snapshot(&w, &c)
+    }
+
+    static func readSome(tag: UInt64, _ r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) -> Self {
+        guard tag == 1 else { throw BinaryReader.Failure(message: "bad presence tag for \(Self.self)") }
+        return try Self(snapshot: &r, &c)
+    }
+}
+
+extension Optional: FieldValue where Wrapped: FieldScalar {
+    static var columnType: ColumnType { Wrapped.columnType }
+    static var nullable: Bool { true }
+    var column: DatabaseValue { self?.column ?? .null }
+    init(column: DatabaseValue) { self = column.isNull ? nil : Wrapped(column: column) }
+    func json(_ w: inout JSONWriter) {
+        if let self { self.json(&w) } else { w.null() }
+    }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) {
+        if let self { Wrapped.writeSome(self, &w, &c) } else { w.varint(0) }
+    }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        let tag = try r.varint()
+        self = tag == 0 ? nil : try Wrapped.readSome(tag: tag, &r, &c)
+    }
+}
+
+extension String: FieldScalar {
+    static var columnType: ColumnType { .text }
+    var column: DatabaseValue { databaseValue }
+    init(column: DatabaseValue) { self = String.fromDatabaseValue(column) ?? "" }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.lengthPrefixed(self) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.string() }
+}
+
+extension Int64: FieldScalar {
+    static var columnType: ColumnType { .integer }
+    var column: DatabaseValue { databaseValue }
+    init(column: DatabaseValue) { self = Int64.fromDatabaseValue(column) ?? 0 }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(self) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.zigzag() }
+}
+
+extension Int: FieldScalar {
+    static var columnType: ColumnType { .integer }
+    var column: DatabaseValue { databaseValue }
+    init(column: DatabaseValue) { self = Int(truncatingIfNeeded: Int64.fromDatabaseValue(column) ?? 0) }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(Int64(self)) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        self = Int(truncatingIfNeeded: try r.zigzag())
+    }
+}
+
+extension Double: FieldScalar {
+    static var columnType: ColumnType { .real }
+    var column: DatabaseValue { databaseValue }
+    init(column: DatabaseValue) { self = Double.fromDatabaseValue(column) ?? 0 }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.double(self) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.double() }
+}
+
+extension Timestamp: FieldScalar {
+    /// Whole milliseconds, rounded down.
+    static var columnType: ColumnType { .integer }
+    var column: DatabaseValue { Projector.ms(self).databaseValue }
+    init(column: DatabaseValue) { self.init(millisecondsSinceEpoch: Int64.fromDatabaseValue(column) ?? 0) }
+    func json(_ w: inout JSONWriter) { w.value(description) }
+
+    /// As the difference from the record's time before it (``SnapshotFieldContext``): a
+    /// transaction is queued, bought and finished seconds apart, 1 to 3 bytes each instead of 7,
+    /// which LZ4 cannot shorten. Differences wrap, so any times round-trip.
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) {
+        TimeCodec.write(nanosecondsSinceEpoch &- c.previousTime, &w)
+        c.previousTime = nanosecondsSinceEpoch
+    }
+
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        try self.init(tag: try r.varint(), &r, &c)
+    }
+
+    private init(tag: UInt64, _ r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        c.previousTime = c.previousTime &+ (try TimeCodec.read(tag: tag, &r))
+        self.init(nanosecondsSinceEpoch: c.previousTime)
+    }
+
+    /// A time's first varint is never 0, so an absent time is `0` alone.
+    static func writeSome(_ value: Timestamp, _ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { value.snapshot(&w, &c) }
+
+    static func readSome(tag: UInt64, _ r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) -> Timestamp {
+        try Timestamp(tag: tag, &r, &c)
+    }
+}
+
+/// A state kept as its name in columns and JSON, and as its ``StoredCode`` in snapshots.
+protocol CodedField: FieldScalar, StoredCode, RawRepresentable<String> {
+    /// The case a NULL or unknown column value reads as.
+    static var fallback: Self { get }
+}
+
+extension CodedField {
+    static var columnType: ColumnType { .text }
+    var column: DatabaseValue { rawValue.databaseValue }
+    init(column: DatabaseValue) { self = String.fromDatabaseValue(column).flatMap(Self.init(rawValue:)) ?? .fallback }
+    func json(_ w: inout JSONWriter) { w.value(rawValue) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(UInt64(storedCode)) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        guard let value = Self(storedCode: try r.varint()) else { throw BinaryReader.Failure(message: "bad \(Self.self) code") }
+        self = value
+    }
+}
+
+extension TransactionStatus: CodedField { static var fallback: TransactionStatus { .purchasing } }
+extension DownloadStatus: CodedField { static var fallback: DownloadStatus { .waiting } }
+extension CancelReason: CodedField { static var fallback: CancelReason { .user } }
+
+extension ContentVersion: FieldScalar {
+    static var columnType: ColumnType { .text }
+    var column: DatabaseValue { text.databaseValue }
+    init(column: DatabaseValue) { self = String.fromDatabaseValue(column).flatMap(ContentVersion.init) ?? ContentVersion("0")! }
+    func json(_ w: inout JSONWriter) { w.value(text) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.lengthPrefixed(text) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
+        guard let v = ContentVersion(try r.string()) else { throw BinaryReader.Failure(message: "bad version") }
+        self = v
+    }
+}
+
+/// When a field's JSON member is written.
+enum JSONPresence {
+    /// Always, `null` when the value is absent.
+    case always
+    /// Only when the value is present.
+    case whenPresent
+}
+
+extension RecordField {
+    /// A field stored in one column under `column`, in the JSON under `json` (nil: not in the
+    /// JSON), and in snapshots as its value.
+    static func field<V: FieldValue>(
+        _ name: String, column: String, json: String? = nil, _ presence: JSONPresence = .always,
+        get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void, snapshot: Snapshot? = nil
+    ) -> RecordField {
+        single(
+            name, column: column, json: json, presence, get: get, set: set,
+            snapshot: snapshot
+                ?? .value(
+                    write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in get(fields).snapshot(&w, &c) },
+                    read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
+                        set(&fields, try V(snapshot: &r, &c))
+                    }))
+    }
+
+    /// A field only snapshots hold (no column, not in the JSON): what the reducer keeps to
+    /// decide, and no report shows.
+    static func stored<V: FieldValue>(_ name: String, get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void)
+        -> RecordField
+    {
+        RecordField(
+            name: name, columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil, json: nil,
+            snapshot: .value(
+                write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in get(fields).snapshot(&w, &c) },
+                read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
+                    set(&fields, try V(snapshot: &r, &c))
+                }))
+    }
+
+    /// A column derived from the record or the state when its row is written: never read back,
+    /// never in a snapshot.
+    static func derived<V: FieldValue>(_ name: String, column: String, json: String? = nil, _ value: @escaping @Sendable (Source) -> V) -> RecordField {
+        RecordField(
+            name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
+            row: { (s: Source, values: inout [DatabaseValue]) in values.append(value(s).column) }, read: nil,
+            json: member(json, .always, value), snapshot: .none)
+    }
+
+    /// A record's key: its first field, a text id that the fields after it may be stored
+    /// relative to (``SnapshotFieldContext/key``).
+    static func key(
+        _ name: String, column: String, json: String, get: @escaping @Sendable (Fields) -> String,
+        set: @escaping @Sendable (inout Fields, String) -> Void
+    ) -> RecordField {
+        single(
+            name, column: column, json: json, .always, get: get, set: set,
+            snapshot: .value(
+                write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in
+                    c.key = get(fields)
+                    w.lengthPrefixed(c.key)
+                },
+                read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
+                    c.key = try r.string()
+                    set(&fields, c.key)
+                }))
+    }
+
+    /// A true-or-false field: a boolean column, and one bit of a snapshot record's flags.
+    static func flag(
+        _ name: String, column: String, json: String? = nil, get: @escaping @Sendable (Fields) -> Bool,
+        set: @escaping @Sendable (inout Fields, Bool) -> Void
+    ) -> RecordField {
+        single(name, column: column, json: json, .always, get: get, set: set, snapshot: .flag(get: get, set: set))
+    }
+
+    private static func single<V: FieldValue>(
+        _ name: String, column: String, json: String?, _ presence: JSONPresence, get: @escaping @Sendable (Fields) -> V,
+        set: @escaping @Sendable (inout Fields, V) -> Void, snapshot: Snapshot
+    ) -> RecordField {
+        RecordField(
+            name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
+            row: { (s: Source, values: inout [DatabaseValue]) in values.append(get(s.fields).column) },
+            read: { (fields: inout Fields, values: ArraySlice<DatabaseValue>) in set(&fields, V(column: values[values.startIndex])) },
+            json: member(json, presence) { get($0.fields) },
+            snapshot: snapshot)
+    }
+
+    /// Writes `value` as the JSON member `key` (none when `key` is nil).
+    private static func member<V: FieldValue>(_ key: String?, _ presence: JSONPresence, _ value: @escaping @Sendable (Source) -> V)
+        -> (@Sendable (Source, inout JSONWriter) -> Void)?
+    {
+        guard let key else { return nil }
+        return { (s: Source, w: inout JSONWriter) in
+            let v = value(s)
+            if presence == .whenPresent, v.column.isNull { return }
+            w.key(key)
+            v.json(&w)
+        }
+    }
+}
+
+extension Bool: FieldScalar {
+    static var columnType: ColumnType { .boolean }
+    var column: DatabaseValue { databaseValue }
+    init(column: DatabaseValue) { self = (Int64.fromDatabaseValue(column) ?? 0) != 0 }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(self ? 1 : 0) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.varint() != 0 }
+}

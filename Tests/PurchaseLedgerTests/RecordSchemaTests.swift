@@ -1,0 +1,167 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+import PurchaseLedgerFleetTesting
+
+/// The one declaration of each persisted record (``RecordSchema``) against everything made from
+/// it: the migrations of both stores, the projection rows, the JSON and the snapshot records.
+@Suite struct RecordSchemaTests {
+    @Test func theSQLiteMigrationsMakeExactlyTheDeclaredColumns() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Ledger(path: dir.path("a.ledger"), configuration: testConfiguration())
+        try ledger.append(contentsOf: RuleCase.finished)
+        for table in Projector.Table.all {
+            let made = try ledger.read { db in
+                try Row.fetchAll(db, sql: "PRAGMA table_info(\(table.name))").map { row -> ProjectionColumn in
+                    let type: String = row["type"]
+                    // An INTEGER PRIMARY KEY (a rowid) is never NULL, whatever `notnull` says.
+                    let notNull: Bool = row["notnull"] || row["pk"] as Int > 0
+                    let kind: ColumnType = type == "TEXT" ? .text : type == "REAL" ? .real : .integer
+                    return ProjectionColumn(row["name"], kind, nullable: !notNull)
+                }
+            }
+            // SQLite has one INTEGER type for integers and booleans.
+            let declared = table.declared.map { ProjectionColumn($0.name, $0.type == .boolean ? .integer : $0.type, nullable: $0.nullable) }
+            #expect(Set(made) == Set(declared), "\(table.name): \(Set(made).symmetricDifference(declared).map { "\($0)" }.sorted())")
+            for column in table.declared {
+                let sqlType = try ledger.read { db in
+                    try String.fetchOne(db, sql: "SELECT type FROM pragma_table_info(?) WHERE name = ?", arguments: [table.name, column.name])
+                }
+                #expect(sqlType == column.type.sqlite, "\(table.name).\(column.name)")
+            }
+        }
+    }
+
+    @Test(.enabled(if: FleetServer.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres)"))
+    func theFleetMigrationsMakeTheDeclaredColumnsKeyedByLedger() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!)
+        for table in Projector.Table.all {
+            let made = try server.psql(
+                """
+                SELECT column_name || '|' || data_type || '|' || is_nullable FROM information_schema.columns
+                WHERE table_schema = 'public' AND table_name = '\(table.name)'
+                """, database: database
+            ).split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let declared = ["ledger_id|uuid|NO"] + table.declared.map { "\($0.name)|\($0.type.postgres)|\($0.nullable ? "YES" : "NO")" }
+            #expect(Set(made) == Set(declared), "\(table.name): \(Set(made).symmetricDifference(declared).sorted())")
+        }
+    }
+
+    /// A transaction and a download with every field set to something other than its default.
+    static func full() -> (TransactionRecord, DownloadRecord) {
+        var t = TransactionRecord.Fields(transaction: "t-1", product: "p", user: "u", quantity: 3, state: .purchased)
+        t.finished = true; t.revoked = true; t.revocationReason = "refund"; t.originalTransaction = "t-0"
+        t.storeTransactionId = "2000001"; t.downloads = ["t-1.d1", "other"]
+        t.error = StoreError(domain: "SKErrorDomain", code: -2, message: "declined")
+        t.wasDeferred = true; t.discardedContent = true
+        t.queuedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_000_000)
+        t.purchasedAt = Timestamp(nanosecondsSinceEpoch: 1_700_000_001_000_000_123)
+        t.failedAt = Timestamp(millisecondsSinceEpoch: 1_600_000_000_000)
+        t.finishedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_002_000)
+        t.revokedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_003_000)
+        t.events = 9
+        t.paid.price = "0.99"; t.paid.currency = "EUR"; t.paid.priceSource = .event; t.paid.storefront = "FRA"
+        t.paid.environment = .sandbox; t.paid.ownership = .familyShared; t.paid.offer = Offer(type: .promotional, id: "spring")
+        var d = DownloadRecord.Fields(download: "t-1.d1", transaction: "t-1", url: "https://x/y", content: "c", contentVersion: ContentVersion("1.2"), contentLength: 42)
+        d.state = .cancelled; d.started = true; d.progress = 0.25; d.bytesWritten = 10; d.timeRemaining = 3.5
+        d.contentURL = "file:///c"; d.copiedOut = true; d.destination = "/dest"; d.bytesCopied = 7; d.discarded = true
+        d.error = StoreError(domain: "NSURLErrorDomain", code: -1009, message: "offline"); d.cancelReason = .transactionFinished
+        d.attempts = 2
+        d.startedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_000_500)
+        d.lastActivityAt = Timestamp(millisecondsSinceEpoch: 1_700_000_000_900)
+        d.finishedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_001_000)
+        d.copiedOutAt = Timestamp(millisecondsSinceEpoch: 1_700_000_001_500)
+        d.events = 4
+        return (TransactionRecord(fields: t), DownloadRecord(fields: d))
+    }
+
+    /// Every field a row gives back reads back as it was written; every field a snapshot holds
+    /// too. A field added to a record and to its declaration with a wrong getter or setter fails
+    /// here.
+    @Test func everyDeclaredFieldRoundTrips() throws {
+        let (t, d) = Self.full()
+        // Rows: all but what a row does not hold (a transaction's downloads; a download's
+        // snapshot-only progress details), which keep their blank values.
+        var rowT = TransactionRecord.Fields.blank
+        TransactionRecord.schema.read(&rowT, from: TransactionRecord.schema.row(t.fields))
+        rowT.downloads = t.downloads
+        // Times go through whole milliseconds in a row.
+        var expectedT = t.fields
+        expectedT.purchasedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_001_000)
+        #expect(rowT == expectedT)
+        var rowD = DownloadRecord.Fields.blank
+        DownloadRecord.schema.read(&rowD, from: DownloadRecord.schema.row(DownloadRow(d, contentURL: d.contentURL)))
+        var expectedD = d.fields
+        expectedD.timeRemaining = nil; expectedD.bytesCopied = nil
+        #expect(rowD == expectedD)
+
+        // Snapshots: every field, exactly.
+        var w = BinaryWriter()
+        TransactionRecord.schema.writeSnapshot(t.fields, to: &w)
+        DownloadRecord.schema.writeSnapshot(d.fields, to: &w)
+        var snapT = TransactionRecord.Fields.blank, snapD = DownloadRecord.Fields.blank
+        let atEnd = try w.bytes.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            try TransactionRecord.schema.readSnapshot(into: &snapT, &r)
+            try DownloadRecord.schema.readSnapshot(into: &snapD, &r)
+            return r.isAtEnd
+        }
+        #expect(snapT == t.fields)
+        #expect(snapD == d.fields)
+        #expect(atEnd)
+    }
+
+    /// The JSON members come from the declaration, in its order.
+    @Test func theJSONFollowsTheDeclaration() throws {
+        let (t, d) = Self.full()
+        let json = try JSONSerialization.jsonObject(with: Data(StateJSON.encode(t).utf8)) as! [String: Any]
+        #expect(json["transaction"] as? String == "t-1")
+        #expect(json["revocationReason"] as? String == "refund")
+        #expect((json["error"] as? [String: Any])?["code"] as? Int == -2)
+        #expect(json["downloads"] as? [String] == ["t-1.d1", "other"])
+        #expect(json["priceSource"] as? String == "event")
+        #expect(json["wasDeferred"] == nil, "a field declared without a JSON key is not in the JSON")
+        let keys = TransactionRecord.schema.fields.compactMap { $0.json == nil ? nil : $0.name }
+        #expect(keys.first == "transaction")
+        let download = try JSONSerialization.jsonObject(with: Data(StateJSON.encode(d).utf8)) as! [String: Any]
+        #expect(download["lost"] as? Bool == true)
+        #expect(download["contentURL"] is NSNull, "a cancelled download shows no content URL")
+        #expect(download["attempts"] == nil)
+    }
+
+    /// Adding a field is one line of a declaration: its column, its row value, its JSON member,
+    /// its snapshot bytes and its reading back all follow.
+    @Test func aFieldAddedToADeclarationReachesEveryForm() throws {
+        struct Sample: RecordSource, Hashable {
+            var id = ""
+            var count = 0
+            var storefront: String?
+            var fields: Sample { self }
+        }
+        let base: [RecordField<Sample>] = [
+            .key("id", column: "id", json: "id", get: { $0.id }, set: { $0.id = $1 }),
+            .field("count", column: "count", json: "count", get: { $0.count }, set: { $0.count = $1 }),
+        ]
+        let added = RecordSchema(base + [.field("storefront", column: "storefront", json: "storefront", get: { $0.storefront }, set: { $0.storefront = $1 })])
+        #expect(RecordSchema(base).columnNames == ["id", "count"])
+        #expect(added.columns.last == ProjectionColumn("storefront", .text, nullable: true))
+        let sample = Sample(id: "a", count: 2, storefront: "USA")
+        #expect(added.row(sample) == ["a".databaseValue, 2.databaseValue, "USA".databaseValue])
+        var back = Sample()
+        added.read(&back, from: added.row(sample))
+        #expect(back == sample)
+        var w = JSONWriter()
+        w.beginObject(); added.writeJSON(sample, to: &w); w.endObject()
+        #expect(w.string == #"{"id":"a","count":2,"storefront":"USA"}"#)
+        var bytes = BinaryWriter()
+        added.writeSnapshot(sample, to: &bytes)
+        var snap = Sample()
+        try bytes.bytes.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            try added.readSnapshot(into: &snap, &r)
+        }
+        #expect(snap == sample)
+    }
+}

@@ -1,3 +1,105 @@
+/// Every payload's field numbers (docs/format.md), named once: the encoder and the decoder use the
+/// same names, and `PayloadGoldenTests` pins the bytes they make. A number, once written, keeps its
+/// meaning for ever; a new field takes a new number.
+enum PayloadField {
+    /// The id an event is about (a transaction, download, product or asset pack): field 1 of
+    /// every event that has one.
+    static let subject: UInt64 = 1
+    /// The store error of `transactionFailed`, `downloadFailed`, `restoreFailed` and
+    /// `assetPackFailed`: a ``StoreErrorMessage`` message.
+    static let error: UInt64 = 2
+    /// The refs a payload introduces (``PersonalValues``): a message of (ref, commitment) pairs,
+    /// each a varint and 16 bytes.
+    static let introductions: UInt64 = 15
+
+    enum Product {
+        static let kind: UInt64 = 2, price: UInt64 = 3, currency: UInt64 = 4, downloadable: UInt64 = 5
+        /// Repeated ``Content`` messages.
+        static let content: UInt64 = 6
+        /// Repeated.
+        static let related: UInt64 = 7
+        static let title: UInt64 = 8
+    }
+
+    /// A product's content, and a published version.
+    enum Content {
+        static let content: UInt64 = 1, version: UInt64 = 2, length: UInt64 = 3
+    }
+
+    enum Published {
+        static let content: UInt64 = 2, version: UInt64 = 3
+    }
+
+    enum Queued {
+        static let product: UInt64 = 2, quantity: UInt64 = 3, user: UInt64 = 4
+    }
+
+    /// `transactionPurchased` and `transactionRestored`.
+    enum Purchase {
+        static let product: UInt64 = 2, original: UInt64 = 3, user: UInt64 = 4, store: UInt64 = 5
+        /// Repeated ``Delivered`` messages.
+        static let download: UInt64 = 6
+        /// 1 when the download list is given and empty.
+        static let noDownloads: UInt64 = 7
+        /// A ``Terms`` message.
+        static let terms: UInt64 = 8
+    }
+
+    /// A download a purchase or restore delivers.
+    enum Delivered {
+        static let download: UInt64 = 1, content: UInt64 = 2, version: UInt64 = 3, length: UInt64 = 4
+    }
+
+    enum Terms {
+        static let price: UInt64 = 1, currency: UInt64 = 2, storefront: UInt64 = 3, environment: UInt64 = 4, ownership: UInt64 = 5
+        static let offerType: UInt64 = 6, offerID: UInt64 = 7, unverified: UInt64 = 8
+    }
+
+    enum StoreErrorMessage {
+        static let domain: UInt64 = 1, code: UInt64 = 2, message: UInt64 = 3
+    }
+
+    /// The second field of `transactionRevoked` (reason), `transactionFinished` (discard),
+    /// `downloadCancelled` (reason), `downloadFinished` (content URL), `contentCopiedOut`
+    /// (destination) and `storePaymentPromoted` (accepted).
+    enum Second {
+        static let value: UInt64 = 2
+    }
+
+    enum Progress {
+        /// As a double, or in millionths (`progressMicros`) when that is exact.
+        static let progress: UInt64 = 2, progressMicros: UInt64 = 3, bytes: UInt64 = 4
+        /// As a double, or in milliseconds (`remainingMillis`) when that is exact.
+        static let remaining: UInt64 = 5, remainingMillis: UInt64 = 6
+    }
+
+    enum CopiedOut {
+        static let destination: UInt64 = 2, checksum: UInt64 = 3, bytes: UInt64 = 4
+    }
+
+    enum RestoreStarted {
+        static let user: UInt64 = 1
+    }
+
+    enum Registered {
+        static let url: UInt64 = 1, download: UInt64 = 2, length: UInt64 = 3
+    }
+
+    enum Pack {
+        static let version: UInt64 = 2
+        /// Repeated, in `assetPackPublished`.
+        static let unlockedBy: UInt64 = 3
+        static let progress: UInt64 = 3
+        /// In `assetPackFailed`, where field 2 is the error.
+        static let failedVersion: UInt64 = 3
+    }
+
+    enum Erased {
+        /// Repeated.
+        static let ref: UInt64 = 1
+    }
+}
+
 /// The binary payload of each event type (format version 1, docs/format.md).
 ///
 /// Tagged fields: a reader skips field numbers it does not know, and optional fields may be
@@ -8,89 +110,103 @@ package enum PayloadCodec {
     /// `personal`: the append's encoder, which writes each personal value as its ref; nil writes
     /// the values themselves (a payload outside a ledger, and ledgers before migration 0007).
     static func encode(_ body: EventBody, into w: inout BinaryWriter, personal p: PersonalEncoder? = nil) {
+        typealias F = PayloadField
+        let id = F.subject
         switch body {
         case .productRegistered(let p):
-            w.field(1, p.product)
-            w.field(2, unsigned: UInt64(p.kind.storedCode))
-            w.field(3, p.price)
-            w.field(4, p.currency)
-            w.field(5, unsigned: p.downloadable ? 1 : 0)
+            w.field(id, p.product)
+            w.field(F.Product.kind, unsigned: UInt64(p.kind.storedCode))
+            w.field(F.Product.price, p.price)
+            w.field(F.Product.currency, p.currency)
+            w.field(F.Product.downloadable, unsigned: p.downloadable ? 1 : 0)
             for c in p.contents {
-                w.message(6) { m in
-                    m.field(1, c.content); m.field(2, c.contentVersion.text); m.field(3, signed: c.contentLength)
+                w.message(F.Product.content) { m in
+                    m.field(F.Content.content, c.content); m.field(F.Content.version, c.contentVersion.text)
+                    m.field(F.Content.length, signed: c.contentLength)
                 }
             }
-            for r in p.relatedProducts { w.field(7, r) }
-            w.field(8, p.title)
+            for r in p.relatedProducts { w.field(F.Product.related, r) }
+            w.field(F.Product.title, p.title)
         case .contentVersionPublished(let product, let content, let version):
-            w.field(1, product); w.field(2, content); w.field(3, version.text)
+            w.field(id, product); w.field(F.Published.content, content); w.field(F.Published.version, version.text)
         case .paymentQueued(let t, let product, let quantity, let user):
-            w.field(1, t); w.field(2, product)
-            if quantity != 1 { w.field(3, unsigned: UInt64(quantity)) }
-            personal(4, user, user: true, &w, p)
+            w.field(id, t); w.field(F.Queued.product, product)
+            if quantity != 1 { w.field(F.Queued.quantity, unsigned: UInt64(quantity)) }
+            personal(F.Queued.user, user, user: true, &w, p)
         case .transactionDeferred(let t):
-            w.field(1, t)
+            w.field(id, t)
         case .transactionPurchased(let t, let product, let user, let store, let specs, let paid):
-            w.field(1, t); w.field(2, product); personal(4, user, user: true, &w, p); personal(5, store, &w, p)
+            w.field(id, t); w.field(F.Purchase.product, product)
+            personal(F.Purchase.user, user, user: true, &w, p); personal(F.Purchase.store, store, &w, p)
             downloads(specs, &w)
             terms(paid, &w)
         case .transactionFailed(let t, let e):
-            w.field(1, t); error(e, &w, p)
+            w.field(id, t); error(e, &w, p)
         case .transactionRestored(let t, let original, let product, let user, let store, let specs, let paid):
-            w.field(1, t); w.field(2, product); personal(3, original, &w, p); personal(4, user, user: true, &w, p); personal(5, store, &w, p)
+            w.field(id, t); w.field(F.Purchase.product, product); personal(F.Purchase.original, original, &w, p)
+            personal(F.Purchase.user, user, user: true, &w, p); personal(F.Purchase.store, store, &w, p)
             downloads(specs, &w)
             terms(paid, &w)
         case .transactionRevoked(let t, let reason):
-            w.field(1, t); personal(2, reason, &w, p)
+            w.field(id, t); personal(F.Second.value, reason, &w, p)
         case .transactionFinished(let t, let discard):
-            w.field(1, t)
-            if discard { w.field(2, unsigned: 1) }
+            w.field(id, t)
+            if discard { w.field(F.Second.value, unsigned: 1) }
         case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d):
-            w.field(1, d)
+            w.field(id, d)
         case .downloadProgressed(let d, let progress, let bytes, let remaining):
-            w.field(1, d)
-            if let micros = exactScaled(progress, 1_000_000) { w.field(3, signed: micros) } else { w.field(2, double: progress) }
-            w.field(4, signed: bytes)
+            w.field(id, d)
+            if let micros = exactScaled(progress, 1_000_000) {
+                w.field(F.Progress.progressMicros, signed: micros)
+            } else {
+                w.field(F.Progress.progress, double: progress)
+            }
+            w.field(F.Progress.bytes, signed: bytes)
             if let remaining {
-                if let millis = exactScaled(remaining, 1000) { w.field(6, signed: millis) } else { w.field(5, double: remaining) }
+                if let millis = exactScaled(remaining, 1000) {
+                    w.field(F.Progress.remainingMillis, signed: millis)
+                } else {
+                    w.field(F.Progress.remaining, double: remaining)
+                }
             }
         case .downloadCancelled(let d, let reason):
-            w.field(1, d)
-            if reason != .user { w.field(2, unsigned: UInt64(reason.storedCode)) }
+            w.field(id, d)
+            if reason != .user { w.field(F.Second.value, unsigned: UInt64(reason.storedCode)) }
         case .downloadFinished(let d, let url):
-            w.field(1, d); personal(2, url, &w, p)
+            w.field(id, d); personal(F.Second.value, url, &w, p)
         case .downloadFailed(let d, let e):
-            w.field(1, d); error(e, &w, p)
+            w.field(id, d); error(e, &w, p)
         case .contentCopiedOut(let d, let destination, let checksum, let bytes):
-            w.field(1, d); personal(2, destination, &w, p); w.field(3, checksum); w.field(4, signed: bytes)
+            w.field(id, d); personal(F.CopiedOut.destination, destination, &w, p); w.field(F.CopiedOut.checksum, checksum)
+            w.field(F.CopiedOut.bytes, signed: bytes)
         case .contentDeleted(let product):
-            w.field(1, product)
+            w.field(id, product)
         case .restoreStarted(let user):
-            personal(1, user, user: true, &w, p)
+            personal(F.RestoreStarted.user, user, user: true, &w, p)
         case .restoreCompleted:
             break
         case .restoreFailed(let e):
             error(e, &w, p)
         case .contentRegistered(let url, let d, let length):
-            personal(1, url, &w, p); w.field(2, d); w.field(3, signed: length)
+            personal(F.Registered.url, url, &w, p); w.field(F.Registered.download, d); w.field(F.Registered.length, signed: length)
         case .assetPackPublished(let pack, let version, let unlockedBy):
-            w.field(1, pack); w.field(2, signed: Int64(version))
-            for product in unlockedBy { w.field(3, product) }
+            w.field(id, pack); w.field(F.Pack.version, signed: Int64(version))
+            for product in unlockedBy { w.field(F.Pack.unlockedBy, product) }
         case .assetPackBegan(let pack, let version), .assetPackPaused(let pack, let version), .assetPackFinished(let pack, let version),
             .assetPackOpened(let pack, let version):
-            w.field(1, pack); w.field(2, signed: Int64(version))
+            w.field(id, pack); w.field(F.Pack.version, signed: Int64(version))
         case .assetPackProgressed(let pack, let version, let progress):
-            w.field(1, pack); w.field(2, signed: Int64(version)); w.field(3, double: progress)
+            w.field(id, pack); w.field(F.Pack.version, signed: Int64(version)); w.field(F.Pack.progress, double: progress)
         case .assetPackFailed(let pack, let version, let e):
             // The error is field 2 in every event that has one: the version moves to 3.
-            w.field(1, pack); w.field(3, signed: Int64(version)); error(e, &w, p)
+            w.field(id, pack); w.field(F.Pack.failedVersion, signed: Int64(version)); error(e, &w, p)
         case .assetPackRemoved(let pack):
-            w.field(1, pack)
+            w.field(id, pack)
         case .storePaymentPromoted(let product, let accepted):
-            w.field(1, product)
-            if accepted { w.field(2, unsigned: 1) }
+            w.field(id, product)
+            if accepted { w.field(F.Second.value, unsigned: 1) }
         case .personalDataErased(let refs):
-            for ref in refs { w.field(1, signed: ref) }
+            for ref in refs { w.field(F.Erased.ref, signed: ref) }
         }
     }
 
@@ -102,8 +218,9 @@ package enum PayloadCodec {
     }
 
     private static func error(_ e: StoreError, _ w: inout BinaryWriter, _ p: PersonalEncoder?) {
-        w.message(2) { m in
-            m.field(1, e.domain); m.field(2, signed: e.code); personal(3, e.message, &m, p)
+        w.message(PayloadField.error) { m in
+            m.field(PayloadField.StoreErrorMessage.domain, e.domain); m.field(PayloadField.StoreErrorMessage.code, signed: e.code)
+            personal(PayloadField.StoreErrorMessage.message, e.message, &m, p)
         }
     }
 
@@ -117,55 +234,44 @@ package enum PayloadCodec {
 
     private static func downloads(_ specs: [DownloadSpec]?, _ w: inout BinaryWriter) {
         guard let specs else { return }
+        typealias F = PayloadField.Delivered
         for s in specs {
-            w.message(6) { m in
-                m.field(1, s.download); m.field(2, s.content); m.field(3, s.contentVersion.text); m.field(4, signed: s.contentLength)
+            w.message(PayloadField.Purchase.download) { m in
+                m.field(F.download, s.download); m.field(F.content, s.content); m.field(F.version, s.contentVersion.text)
+                m.field(F.length, signed: s.contentLength)
             }
         }
         // Distinguishes an empty list from no list (some wrappers treat them differently).
-        if specs.isEmpty { w.field(7, unsigned: 1) }
+        if specs.isEmpty { w.field(PayloadField.Purchase.noDownloads, unsigned: 1) }
     }
 
-    /// Field 8 of a purchase or restore, absent when it has no terms: a message of price (1),
-    /// currency (2), storefront (3), environment (4), ownership (5) and offer type (6) as stored
-    /// codes, offer id (7), verification error (8). An absent code is the default (production,
-    /// purchased, no offer).
+    /// A purchase's or restore's terms, absent when it has none. Environment, ownership and
+    /// offer type are stored codes; an absent code is the default (production, purchased, no
+    /// offer).
     private static func terms(_ t: PurchaseTerms, _ w: inout BinaryWriter) {
         guard !t.isEmpty else { return }
-        w.message(Field.terms) { m in
-            m.field(1, t.price); m.field(2, t.currency); m.field(3, t.storefront)
-            if let e = t.environment { m.field(4, unsigned: UInt64(e.storedCode)) }
-            if let o = t.ownership { m.field(5, unsigned: UInt64(o.storedCode)) }
+        typealias F = PayloadField.Terms
+        w.message(PayloadField.Purchase.terms) { m in
+            m.field(F.price, t.price); m.field(F.currency, t.currency); m.field(F.storefront, t.storefront)
+            if let e = t.environment { m.field(F.environment, unsigned: UInt64(e.storedCode)) }
+            if let o = t.ownership { m.field(F.ownership, unsigned: UInt64(o.storedCode)) }
             if let offer = t.offer {
-                m.field(6, unsigned: UInt64(offer.type.storedCode))
-                m.field(7, offer.id)
+                m.field(F.offerType, unsigned: UInt64(offer.type.storedCode))
+                m.field(F.offerID, offer.id)
             }
-            m.field(8, t.unverified)
+            m.field(F.unverified, t.unverified)
         }
-    }
-
-    private enum Field {
-        /// A purchase's or restore's terms.
-        static let terms: UInt64 = 8
     }
 
     private static func terms(_ f: Fields) throws(Failure) -> PurchaseTerms {
-        guard var m = f.messages.last(where: { $0.0 == Field.terms })?.1 else { return .none }
+        typealias F = PayloadField.Terms
+        guard var m = f.messages.last(where: { $0.0 == PayloadField.Purchase.terms })?.1 else { return .none }
         let g = try read(&m)
-        var t = PurchaseTerms(price: g.strings[1], currency: g.strings[2], storefront: g.strings[3])
-        if let code = g.ints[4] {
-            guard let e = StoreEnvironment(storedCode: code) else { throw Failure(message: "bad environment") }
-            t.environment = e
-        }
-        if let code = g.ints[5] {
-            guard let o = Ownership(storedCode: code) else { throw Failure(message: "bad ownership") }
-            t.ownership = o
-        }
-        if let code = g.ints[6] {
-            guard let type = OfferType(storedCode: code) else { throw Failure(message: "bad offer type") }
-            t.offer = Offer(type: type, id: g.strings[7])
-        }
-        t.unverified = g.strings[8]
+        var t = PurchaseTerms(price: g.strings[F.price], currency: g.strings[F.currency], storefront: g.strings[F.storefront])
+        if let code = g.ints[F.environment] { t.environment = try StoreEnvironment.stored(code) }
+        if let code = g.ints[F.ownership] { t.ownership = try Ownership.stored(code) }
+        if let code = g.ints[F.offerType] { t.offer = Offer(type: try OfferType.stored(code), id: g.strings[F.offerID]) }
+        t.unverified = g.strings[F.unverified]
         return t
     }
 
@@ -178,7 +284,7 @@ package enum PayloadCodec {
             do throws(Failure) {
                 while !r.isAtEnd {
                     let (number, wire) = try r.key()
-                    guard number == PersonalValues.introductionsField, wire == 2 else {
+                    guard number == PayloadField.introductions, wire == 2 else {
                         try r.skip(wire: wire)
                         continue
                     }
@@ -310,9 +416,9 @@ package enum PayloadCodec {
                 if repeatedInt == number { f.repeatedInts.append(try r.varint()) } else { f.ints[number] = try r.varint() }
             case 1: f.doubles[number] = try r.double()
             case 2:
-                if number == PersonalValues.introductionsField {
+                if number == PayloadField.introductions {
                     f.introductions = try r.message()
-                } else if number == nested || (withTerms && number == Field.terms) {
+                } else if number == nested || (withTerms && number == PayloadField.Purchase.terms) {
                     f.messages.append((number, try r.message()))
                 } else if number == repeatedString {
                     f.repeatedStrings.append(try r.string())
@@ -326,25 +432,28 @@ package enum PayloadCodec {
     }
 
     private static func storeError(_ f: Fields, _ p: PersonalValues) throws(Failure) -> StoreError {
-        guard var m = f.messages.last(where: { $0.0 == 2 })?.1 else { throw Failure(message: "missing error") }
+        typealias F = PayloadField.StoreErrorMessage
+        guard var m = f.messages.last(where: { $0.0 == PayloadField.error })?.1 else { throw Failure(message: "missing error") }
         let g = try read(&m)
-        guard let code = g.signed(2) else { throw Failure(message: "missing error code") }
+        guard let code = g.signed(F.code) else { throw Failure(message: "missing error code") }
         return StoreError(
-            domain: try g.string(1, "error domain"), code: code, message: try g.personal(3, "error message", p, introductions: f.introductions))
+            domain: try g.string(F.domain, "error domain"), code: code,
+            message: try g.personal(F.message, "error message", p, introductions: f.introductions))
     }
 
     private static func downloads(_ f: Fields) throws(Failure) -> [DownloadSpec]? {
+        typealias F = PayloadField.Delivered
         var specs: [DownloadSpec] = []
-        for (number, reader) in f.messages where number == 6 {
+        for (number, reader) in f.messages where number == PayloadField.Purchase.download {
             var m = reader
             let g = try read(&m)
-            guard let length = g.signed(4) else { throw Failure(message: "missing contentLength") }
+            guard let length = g.signed(F.length) else { throw Failure(message: "missing contentLength") }
             specs.append(
                 DownloadSpec(
-                    download: try g.string(1, "download"), content: try g.string(2, "content"),
-                    contentVersion: try g.version(3), contentLength: length))
+                    download: try g.string(F.download, "download"), content: try g.string(F.content, "content"),
+                    contentVersion: try g.version(F.version), contentLength: length))
         }
-        if specs.isEmpty && f.ints[7] != 1 { return nil }
+        if specs.isEmpty && f.ints[PayloadField.Purchase.noDownloads] != 1 { return nil }
         return specs
     }
 
@@ -359,13 +468,14 @@ package enum PayloadCodec {
             var remaining: Double?
             while !r.isAtEnd {
                 let (number, wire) = try r.key()
+                typealias F = PayloadField.Progress
                 switch (number, wire) {
-                case (1, 2): download = try r.string()
-                case (2, 1): progress = try r.double()
-                case (3, 0): progress = Double(try r.zigzag()) / 1_000_000
-                case (4, 0): bytes = try r.zigzag()
-                case (5, 1): remaining = try r.double()
-                case (6, 0): remaining = Double(try r.zigzag()) / 1000
+                case (PayloadField.subject, 2): download = try r.string()
+                case (F.progress, 1): progress = try r.double()
+                case (F.progressMicros, 0): progress = Double(try r.zigzag()) / 1_000_000
+                case (F.bytes, 0): bytes = try r.zigzag()
+                case (F.remaining, 1): remaining = try r.double()
+                case (F.remainingMillis, 0): remaining = Double(try r.zigzag()) / 1000
                 default: try r.skip(wire: wire)
                 }
             }
@@ -374,8 +484,9 @@ package enum PayloadCodec {
         }
         let nested: UInt64? =
             switch type {
-            case .productRegistered, .transactionPurchased, .transactionRestored: 6
-            case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: 2
+            case .productRegistered: PayloadField.Product.content
+            case .transactionPurchased, .transactionRestored: PayloadField.Purchase.download
+            case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: PayloadField.error
             case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
@@ -384,97 +495,105 @@ package enum PayloadCodec {
                 nil
             }
         let f = try read(
-            &r, nested: nested, repeatedString: type == .productRegistered ? 7 : type == .assetPackPublished ? 3 : nil,
-            repeatedInt: type == .personalDataErased ? 1 : nil,
+            &r, nested: nested,
+            repeatedString: type == .productRegistered ? PayloadField.Product.related : type == .assetPackPublished ? PayloadField.Pack.unlockedBy : nil,
+            repeatedInt: type == .personalDataErased ? PayloadField.Erased.ref : nil,
             withTerms: type == .transactionPurchased || type == .transactionRestored)
+        typealias F = PayloadField
+        let id = F.subject
         switch type {
         case .downloadProgressed:
             throw Failure(message: "unreachable")
         case .productRegistered:
-            guard let code = f.ints[2], let kind = ProductKind(storedCode: code) else { throw Failure(message: "bad kind") }
+            guard let code = f.ints[F.Product.kind], let kind = ProductKind(storedCode: code) else { throw Failure(message: "bad kind") }
             var contents: [ContentSpec] = []
             for (_, reader) in f.messages {
                 var m = reader
                 let g = try read(&m)
-                guard let length = g.signed(3) else { throw Failure(message: "missing contentLength") }
-                contents.append(ContentSpec(content: try g.string(1, "content"), contentVersion: try g.version(2), contentLength: length))
+                guard let length = g.signed(F.Content.length) else { throw Failure(message: "missing contentLength") }
+                contents.append(
+                    ContentSpec(content: try g.string(F.Content.content, "content"), contentVersion: try g.version(F.Content.version), contentLength: length))
             }
             return .productRegistered(
                 ProductRegistration(
-                    product: try f.string(1, "product"), kind: kind, price: try f.string(3, "price"),
-                    currency: try f.string(4, "currency"), downloadable: f.ints[5] == 1, contents: contents,
-                    relatedProducts: f.repeatedStrings, title: f.strings[8]))
+                    product: try f.string(id, "product"), kind: kind, price: try f.string(F.Product.price, "price"),
+                    currency: try f.string(F.Product.currency, "currency"), downloadable: f.ints[F.Product.downloadable] == 1,
+                    contents: contents, relatedProducts: f.repeatedStrings, title: f.strings[F.Product.title]))
         case .transactionPurchased:
             return .transactionPurchased(
-                transaction: try f.string(1, "transaction"), product: f.strings[2], user: try f.personal(4, p, user: true),
-                storeTransactionId: try f.personal(5, p), downloads: try downloads(f), terms: try terms(f))
+                transaction: try f.string(id, "transaction"), product: f.strings[F.Purchase.product],
+                user: try f.personal(F.Purchase.user, p, user: true), storeTransactionId: try f.personal(F.Purchase.store, p),
+                downloads: try downloads(f), terms: try terms(f))
         case .transactionRestored:
             return .transactionRestored(
-                transaction: try f.string(1, "transaction"), originalTransaction: try f.personal(3, "originalTransaction", p),
-                product: try f.string(2, "product"), user: try f.personal(4, p, user: true), storeTransactionId: try f.personal(5, p),
-                downloads: try downloads(f), terms: try terms(f))
+                transaction: try f.string(id, "transaction"), originalTransaction: try f.personal(F.Purchase.original, "originalTransaction", p),
+                product: try f.string(F.Purchase.product, "product"), user: try f.personal(F.Purchase.user, p, user: true),
+                storeTransactionId: try f.personal(F.Purchase.store, p), downloads: try downloads(f), terms: try terms(f))
         case .transactionFailed:
-            return .transactionFailed(transaction: try f.string(1, "transaction"), error: try storeError(f, p))
+            return .transactionFailed(transaction: try f.string(id, "transaction"), error: try storeError(f, p))
         case .downloadFailed:
-            return .downloadFailed(download: try f.string(1, "download"), error: try storeError(f, p))
+            return .downloadFailed(download: try f.string(id, "download"), error: try storeError(f, p))
         case .restoreFailed:
             return .restoreFailed(error: try storeError(f, p))
         case .contentVersionPublished:
-            return .contentVersionPublished(product: try f.string(1, "product"), content: try f.string(2, "content"), contentVersion: try f.version(3))
+            return .contentVersionPublished(
+                product: try f.string(id, "product"), content: try f.string(F.Published.content, "content"),
+                contentVersion: try f.version(F.Published.version))
         case .paymentQueued:
-            let quantity = f.ints[3] ?? 1
+            let quantity = f.ints[F.Queued.quantity] ?? 1
             guard (1...10).contains(quantity) else { throw Failure(message: "bad quantity") }
             return .paymentQueued(
-                transaction: try f.string(1, "transaction"), product: try f.string(2, "product"),
-                quantity: Int(quantity), user: try f.personal(4, p, user: true))
+                transaction: try f.string(id, "transaction"), product: try f.string(F.Queued.product, "product"),
+                quantity: Int(quantity), user: try f.personal(F.Queued.user, p, user: true))
         case .transactionDeferred:
-            return .transactionDeferred(transaction: try f.string(1, "transaction"))
+            return .transactionDeferred(transaction: try f.string(id, "transaction"))
         case .transactionRevoked:
-            return .transactionRevoked(transaction: try f.string(1, "transaction"), reason: try f.personal(2, "reason", p))
+            return .transactionRevoked(transaction: try f.string(id, "transaction"), reason: try f.personal(F.Second.value, "reason", p))
         case .transactionFinished:
-            return .transactionFinished(transaction: try f.string(1, "transaction"), discardContent: f.ints[2] == 1)
+            return .transactionFinished(transaction: try f.string(id, "transaction"), discardContent: f.ints[F.Second.value] == 1)
         case .downloadStarted:
-            return .downloadStarted(download: try f.string(1, "download"))
+            return .downloadStarted(download: try f.string(id, "download"))
         case .downloadPaused:
-            return .downloadPaused(download: try f.string(1, "download"))
+            return .downloadPaused(download: try f.string(id, "download"))
         case .downloadResumed:
-            return .downloadResumed(download: try f.string(1, "download"))
+            return .downloadResumed(download: try f.string(id, "download"))
         case .downloadCancelled:
-            guard let reason = CancelReason(storedCode: f.ints[2] ?? 0) else { throw Failure(message: "bad cancel reason") }
-            return .downloadCancelled(download: try f.string(1, "download"), reason: reason)
+            return .downloadCancelled(download: try f.string(id, "download"), reason: try CancelReason.stored(f.ints[F.Second.value] ?? 0))
         case .downloadFinished:
-            return .downloadFinished(download: try f.string(1, "download"), contentURL: try f.personal(2, "contentURL", p))
+            return .downloadFinished(download: try f.string(id, "download"), contentURL: try f.personal(F.Second.value, "contentURL", p))
         case .contentCopiedOut:
             return .contentCopiedOut(
-                download: try f.string(1, "download"), destination: try f.personal(2, "destination", p),
-                checksum: f.strings[3], bytesCopied: f.signed(4))
+                download: try f.string(id, "download"), destination: try f.personal(F.CopiedOut.destination, "destination", p),
+                checksum: f.strings[F.CopiedOut.checksum], bytesCopied: f.signed(F.CopiedOut.bytes))
         case .contentDeleted:
-            return .contentDeleted(product: try f.string(1, "product"))
+            return .contentDeleted(product: try f.string(id, "product"))
         case .restoreStarted:
-            return .restoreStarted(user: try f.personal(1, p, user: true))
+            return .restoreStarted(user: try f.personal(F.RestoreStarted.user, p, user: true))
         case .restoreCompleted:
             return .restoreCompleted
         case .contentRegistered:
-            return .contentRegistered(url: try f.personal(1, "url", p), download: try f.string(2, "download"), contentLength: f.signed(3))
+            return .contentRegistered(
+                url: try f.personal(F.Registered.url, "url", p), download: try f.string(F.Registered.download, "download"),
+                contentLength: f.signed(F.Registered.length))
         case .assetPackPublished:
-            return .assetPackPublished(pack: try f.string(1, "pack"), version: try f.version(int: 2), unlockedBy: f.repeatedStrings)
+            return .assetPackPublished(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version), unlockedBy: f.repeatedStrings)
         case .assetPackBegan:
-            return .assetPackBegan(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+            return .assetPackBegan(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version))
         case .assetPackPaused:
-            return .assetPackPaused(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+            return .assetPackPaused(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version))
         case .assetPackFinished:
-            return .assetPackFinished(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+            return .assetPackFinished(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version))
         case .assetPackOpened:
-            return .assetPackOpened(pack: try f.string(1, "pack"), version: try f.version(int: 2))
+            return .assetPackOpened(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version))
         case .assetPackProgressed:
-            guard let progress = f.doubles[3] else { throw Failure(message: "missing progress") }
-            return .assetPackProgressed(pack: try f.string(1, "pack"), version: try f.version(int: 2), progress: progress)
+            guard let progress = f.doubles[F.Pack.progress] else { throw Failure(message: "missing progress") }
+            return .assetPackProgressed(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.version), progress: progress)
         case .assetPackFailed:
-            return .assetPackFailed(pack: try f.string(1, "pack"), version: try f.version(int: 3), error: try storeError(f, p))
+            return .assetPackFailed(pack: try f.string(id, "pack"), version: try f.version(int: F.Pack.failedVersion), error: try storeError(f, p))
         case .assetPackRemoved:
-            return .assetPackRemoved(pack: try f.string(1, "pack"))
+            return .assetPackRemoved(pack: try f.string(id, "pack"))
         case .storePaymentPromoted:
-            return .storePaymentPromoted(product: try f.string(1, "product"), accepted: f.ints[2] == 1)
+            return .storePaymentPromoted(product: try f.string(id, "product"), accepted: f.ints[F.Second.value] == 1)
         case .personalDataErased:
             return .personalDataErased(refs: f.repeatedInts.map(ZigZag.decode))
         }

@@ -222,9 +222,6 @@ package final class PersonalValues: Sendable {
         return "[erased " + Hex.encode(Array(commitment.prefix(6))) + "]"
     }
 
-    /// The field of a payload that lists the refs it introduces: a message of (ref, commitment)
-    /// pairs, each a varint and 16 bytes.
-    static let introductionsField: UInt64 = 15
 }
 
 /// The append side: turns each personal value of an event into a ref. A user id has one row,
@@ -344,7 +341,7 @@ struct PersonalEncoder {
     /// The introductions of the current event, as a payload field (nothing when it has none).
     func writeIntroductions(_ w: inout BinaryWriter) {
         guard !introduced.isEmpty else { return }
-        w.message(PersonalValues.introductionsField) { m in
+        w.message(PayloadField.introductions) { m in
             for (ref, commitment) in introduced {
                 m.varint(UInt64(ref))
                 m.bytes.append(contentsOf: commitment)

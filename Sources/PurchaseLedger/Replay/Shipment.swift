@@ -157,13 +157,13 @@ package enum PayloadUser: Equatable {
     /// No user id.
     case none
 
-    /// The user field of a stored payload of `type` (field 4 of paymentQueued, transactionPurchased
-    /// and transactionRestored, field 1 of restoreStarted).
+    /// The user field of a stored payload of `type` (``PayloadField``).
     package init(type: EventType, payload: [UInt8]) {
         let field: UInt64
         switch type {
-        case .paymentQueued, .transactionPurchased, .transactionRestored: field = 4
-        case .restoreStarted: field = 1
+        case .paymentQueued: field = PayloadField.Queued.user
+        case .transactionPurchased, .transactionRestored: field = PayloadField.Purchase.user
+        case .restoreStarted: field = PayloadField.RestoreStarted.user
         default:
             self = .none
             return

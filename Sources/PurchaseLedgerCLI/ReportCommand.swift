@@ -360,31 +360,39 @@ struct ReportCommand: AsyncParsableCommand {
         func row(_ body: (inout JSONWriter) -> Void) -> String { JSONWriter.object { w in body(&w) } }
         switch data {
         case .revenue(let lines):
-            /// The figures a revenue line and a currency's total share, amounts as exact decimal strings.
-            func amounts(_ w: inout JSONWriter, _ purchases: Int, _ units: Int, _ refunded: Int, _ gross: Decimal, _ refunds: Decimal) {
-                w.field("purchases", purchases)
-                w.field("units", units)
-                w.field("refundedUnits", refunded)
-                w.field("gross", "\(gross)")
-                w.field("refunds", "\(refunds)")
-                w.field("net", "\(gross - refunds)")
+            /// The members a revenue line and a currency's total share (the environment, ownership
+            /// and whether it is revenue when every environment is shown), amounts as exact
+            /// decimal strings.
+            func amounts(_ w: inout JSONWriter, _ a: some RevenueAmounts) {
+                if allEnvironments {
+                    w.field("environment", a.environment.rawValue)
+                    w.field("ownership", a.ownership.rawValue)
+                    w.field("revenue", a.countsAsRevenue)
+                }
+                w.field("purchases", a.purchases)
+                w.field("units", a.units)
+                w.field("refundedUnits", a.refundedUnits)
+                w.field("gross", "\(a.gross)")
+                w.field("refunds", "\(a.refunds)")
+                w.field("net", "\(a.net)")
+            }
+            /// The cells of the same figures.
+            func cells(_ a: some RevenueAmounts) -> [String] {
+                (allEnvironments ? [a.environment.rawValue, a.ownership.rawValue] : [])
+                    + [String(a.purchases), String(a.units), String(a.refundedUnits), "\(a.gross)", "\(a.refunds)", "\(a.net)"]
             }
             let totals = RevenueTotal.totals(of: lines)
             // Leading columns: the period and the storefront when split by them; the environment
             // and ownership (after the price) when every environment is shown.
             let lead = (groupBy.map { [$0.rawValue] } ?? []) + (byStorefront ? ["storefront"] : [])
             let blank = Array(repeating: "", count: lead.count)
-            func marks(_ environment: StoreEnvironment, _ ownership: Ownership) -> [String] {
-                allEnvironments ? [environment.rawValue, ownership.rawValue] : []
-            }
             return ReportTable(
                 title: grouping.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
                 columns: lead + ["product", "currency", "price"] + (allEnvironments ? ["environment", "ownership"] : [])
                     + ["purchases", "units", "refunded units", "gross", "refunds", "net"],
                 rows: lines.map {
                     (groupBy == nil ? [] : [$0.period ?? ""]) + (byStorefront ? [$0.storefront ?? ""] : []) + [$0.product, $0.currency, $0.price]
-                        + marks($0.environment, $0.ownership)
-                        + [String($0.purchases), String($0.units), String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"]
+                        + cells($0)
                 },
                 json: lines.map {
                     let line = $0
@@ -394,28 +402,17 @@ struct ReportCommand: AsyncParsableCommand {
                         w.field("product", line.product)
                         w.field("currency", line.currency)
                         w.field("price", line.price)
-                        if allEnvironments {
-                            w.field("environment", line.environment.rawValue)
-                            w.field("ownership", line.ownership.rawValue)
-                            w.field("revenue", line.countsAsRevenue)
-                        }
-                        amounts(&w, line.purchases, line.units, line.refundedUnits, line.gross, line.refunds)
+                        amounts(&w, line)
                     }
                 },
                 totals: totals.map {
-                    blank + [$0.countsAsRevenue ? "TOTAL" : "NOT REVENUE", $0.currency, ""] + marks($0.environment, $0.ownership)
-                        + [String($0.purchases), String($0.units), String($0.refundedUnits), "\($0.gross)", "\($0.refunds)", "\($0.net)"]
+                    blank + [$0.countsAsRevenue ? "TOTAL" : "NOT REVENUE", $0.currency, ""] + cells($0)
                 },
                 totalsJSON: totals.map {
                     let total = $0
                     return row { w in
                         w.field("currency", total.currency)
-                        if allEnvironments {
-                            w.field("environment", total.environment.rawValue)
-                            w.field("ownership", total.ownership.rawValue)
-                            w.field("revenue", total.countsAsRevenue)
-                        }
-                        amounts(&w, total.purchases, total.units, total.refundedUnits, total.gross, total.refunds)
+                        amounts(&w, total)
                     }
                 })
         case .failures(let rates):

@@ -137,36 +137,36 @@ let sampleLog = """
         #expect(try fileBytes(ledger) == before)
     }
 
-    @Test func aMalformedLineExits2AndChangesNothing() throws {
+    /// Appends `input` to the populated ledger: the exit status must be `status`, stderr must
+    /// hold `message`, and the file must not change.
+    private func refusedAppend(_ input: String, status: Int32, _ message: String) throws {
         _ = try populated()
         let before = try fileBytes(ledger)
-        let r = try cli(
-            ["append", ledger],
-            stdin: """
-                {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
-                {"type":"downloadProgressed","at":"2024-03-02T00:00:01Z","download":"t1-d1","progress":1.5}
-                """)
-        #expect(r.status == 2)
-        #expect(r.stderr.contains("line 2: malformed: field `progress` must be a number in 0...1"), "\(r.stderr)")
+        let r = try cli(["append", ledger], stdin: input)
+        #expect(r.status == status)
+        #expect(r.stderr.contains(message), "\(r.stderr)")
         #expect(try fileBytes(ledger) == before)
     }
 
-    @Test func aBrokenRuleExits1NamingTheLineAndChangesNothing() throws {
-        _ = try populated()
-        let before = try fileBytes(ledger)
-        let r = try cli(
-            ["append", ledger],
-            stdin: """
-                {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
-                {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+    @Test func aMalformedLineExits2AndChangesNothing() throws {
+        try refusedAppend(
+            """
+            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+            {"type":"downloadProgressed","at":"2024-03-02T00:00:01Z","download":"t1-d1","progress":1.5}
+            """, status: 2, "line 2: malformed: field `progress` must be a number in 0...1")
+    }
 
-                {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
-                {"type":"downloadFinished","at":"2024-03-02T00:00:03Z","download":"t2-d1","contentURL":"file:///c/"}
-                {"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t2"}
-                """)
-        #expect(r.status == 1)
-        #expect(r.stderr.contains("line 6: finishBeforeCopyOut: download t2-d1 finished but its content was never copied out; finishing now would delete it"), "\(r.stderr)")
-        #expect(try fileBytes(ledger) == before)
+    @Test func aBrokenRuleExits1NamingTheLineAndChangesNothing() throws {
+        try refusedAppend(
+            """
+            {"type":"paymentQueued","at":"2024-03-02T00:00:00Z","transaction":"t2","product":"book"}
+            {"type":"transactionPurchased","at":"2024-03-02T00:00:01Z","transaction":"t2","downloads":[{"download":"t2-d1","content":"ch1","contentVersion":"1.0","contentLength":100}]}
+
+            {"type":"downloadStarted","at":"2024-03-02T00:00:02Z","download":"t2-d1"}
+            {"type":"downloadFinished","at":"2024-03-02T00:00:03Z","download":"t2-d1","contentURL":"file:///c/"}
+            {"type":"transactionFinished","at":"2024-03-02T00:00:04Z","transaction":"t2"}
+            """, status: 1,
+            "line 6: finishBeforeCopyOut: download t2-d1 finished but its content was never copied out; finishing now would delete it")
     }
 
     @Test func storageFailuresExit3() throws {

@@ -59,16 +59,7 @@ struct FleetMoneyTests {
         for path in paths {
             for line in try Ledger(path: path).revenue(byStorefront: byStorefront, allEnvironments: true) {
                 let key = Self.key(line)
-                if var m = merged[key] {
-                    m.purchases += line.purchases
-                    m.units += line.units
-                    m.refundedUnits += line.refundedUnits
-                    m.gross += line.gross
-                    m.refunds += line.refunds
-                    merged[key] = m
-                } else {
-                    merged[key] = line
-                }
+                if merged[key] == nil { merged[key] = line } else { merged[key]!.add(line) }
             }
         }
         return merged

@@ -218,11 +218,7 @@ struct FleetTests {
                         ?? RevenueLine(
                             period: line.period, product: line.product, currency: line.currency, price: line.price,
                             purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
-                    m.purchases += line.purchases
-                    m.units += line.units
-                    m.refundedUnits += line.refundedUnits
-                    m.gross += line.gross
-                    m.refunds += line.refunds
+                    m.add(line)
                     merged[key] = m
                 }
             }

@@ -84,14 +84,14 @@ import PurchaseLedgerFleetTesting
         let (t, d) = Self.full()
         // Rows: all but what a row does not hold (a transaction's downloads; a download's
         // snapshot-only progress details), which keep their blank values.
-        var rowT = TransactionRecord.Fields.blank
+        var rowT = TransactionRecord.blank
         TransactionRecord.schema.read(&rowT, from: TransactionRecord.schema.row(t.fields))
         rowT.downloads = t.downloads
         // Times go through whole milliseconds in a row.
         var expectedT = t.fields
         expectedT.purchasedAt = Timestamp(millisecondsSinceEpoch: 1_700_000_001_000)
         #expect(rowT == expectedT)
-        var rowD = DownloadRecord.Fields.blank
+        var rowD = DownloadRecord.blank
         DownloadRecord.schema.read(&rowD, from: DownloadRecord.schema.row(DownloadRow(d, contentURL: d.contentURL)))
         var expectedD = d.fields
         expectedD.timeRemaining = nil; expectedD.bytesCopied = nil
@@ -101,7 +101,7 @@ import PurchaseLedgerFleetTesting
         var w = BinaryWriter()
         TransactionRecord.schema.writeSnapshot(t.fields, to: &w)
         DownloadRecord.schema.writeSnapshot(d.fields, to: &w)
-        var snapT = TransactionRecord.Fields.blank, snapD = DownloadRecord.Fields.blank
+        var snapT = TransactionRecord.blank, snapD = DownloadRecord.blank
         let atEnd = try w.bytes.withUnsafeBytes { buffer in
             var r = BinaryReader(buffer)
             try TransactionRecord.schema.readSnapshot(into: &snapT, &r)

@@ -117,6 +117,13 @@ extension EventBody {
             if let id = terms.offer?.id { body("offerId", "offer.id", id) }
             optional("unverified", terms.unverified)
         }
+        /// What a purchase and a restore both carry.
+        func arrival(_ user: String?, _ storeID: String?, _ downloads: [DownloadSpec]?, _ terms: PurchaseTerms) {
+            optional("user", user)
+            optional("storeTransactionId", storeID)
+            specs(downloads)
+            paid(terms)
+        }
         switch self {
         case .productRegistered(let r):
             body("product", "product", r.product)
@@ -137,10 +144,7 @@ extension EventBody {
         case .transactionPurchased(let t, let p, let u, let s, let d, let terms):
             body("transaction", "transaction", t)
             optional("product", p)
-            optional("user", u)
-            optional("storeTransactionId", s)
-            specs(d)
-            paid(terms)
+            arrival(u, s, d, terms)
         case .transactionFailed(let t, let e):
             body("transaction", "transaction", t)
             error(e)
@@ -148,10 +152,7 @@ extension EventBody {
             body("transaction", "transaction", t)
             body("originalTransaction", "originalTransaction", original)
             body("product", "product", p)
-            optional("user", u)
-            optional("storeTransactionId", s)
-            specs(d)
-            paid(terms)
+            arrival(u, s, d, terms)
         case .transactionRevoked(let t, let reason):
             body("transaction", "transaction", t)
             body("reason", "reason", reason)

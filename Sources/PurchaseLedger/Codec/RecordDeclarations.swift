@@ -8,11 +8,47 @@ import GRDB
 //
 // Fields are listed in the order of their JSON members; the key comes first.
 
+/// A record kept as a declared list of fields: what the snapshot codec and the projection
+/// readers make and read through its ``schema``.
+protocol DeclaredRecord {
+    associatedtype Source: RecordSource
+    static var schema: RecordSchema<Source> { get }
+    /// A record with every field at its default, for a decoder to fill in.
+    static var blank: Source.Fields { get }
+    init(fields: Source.Fields)
+    var fields: Source.Fields { get }
+}
+
+extension DeclaredRecord {
+    /// The record a snapshot holds at `r`.
+    init(snapshot r: inout BinaryReader) throws(BinaryReader.Failure) {
+        var f = Self.blank
+        try Self.schema.readSnapshot(into: &f, &r)
+        self.init(fields: f)
+    }
+
+    func writeSnapshot(to w: inout BinaryWriter) {
+        Self.schema.writeSnapshot(fields, to: &w)
+    }
+
+    /// The fields a projection row gives back (SQLite's, or the fleet store's).
+    static func fields(columns c: some ProjectionColumns) -> Source.Fields {
+        var f = blank
+        schema.read(&f, from: schema.values(c))
+        return f
+    }
+}
+
 extension TransactionRecord.Fields: RecordSource {
     package var fields: Self { self }
+}
 
-    /// A record with every field at its default, for a decoder to fill in.
-    static var blank: Self { Self(transaction: "", product: "", user: nil, quantity: 0, state: .purchasing) }
+extension TransactionRecord: DeclaredRecord {
+    static var blank: Fields { Fields(transaction: "", product: "", user: nil, quantity: 0, state: .purchasing) }
+}
+
+extension DownloadRecord: DeclaredRecord {
+    static var blank: Fields { Fields(download: "", transaction: nil) }
 }
 
 /// A download's projection row and JSON: its fields, and what only the state knows.
@@ -34,10 +70,6 @@ package struct DownloadRow: RecordSource {
         fields = record.fields
         self.contentURL = contentURL
     }
-}
-
-extension DownloadRecord.Fields {
-    static var blank: Self { Self(download: "", transaction: nil) }
 }
 
 extension TransactionRecord {

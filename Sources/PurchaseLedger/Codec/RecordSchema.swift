@@ -233,42 +233,56 @@ extension Optional: FieldValue where Wrapped: FieldScalar {
     }
 }
 
-extension String: FieldScalar {
-    static var columnType: ColumnType { .text }
+/// A scalar GRDB converts: its column value is its own, and NULL reads as ``zero``.
+protocol ConvertibleScalar: FieldScalar, DatabaseValueConvertible {
+    static var zero: Self { get }
+}
+
+extension ConvertibleScalar {
     var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = String.fromDatabaseValue(column) ?? "" }
+    init(column: DatabaseValue) { self = Self.fromDatabaseValue(column) ?? .zero }
+}
+
+extension String: ConvertibleScalar {
+    static var columnType: ColumnType { .text }
+    static var zero: String { "" }
     func json(_ w: inout JSONWriter) { w.value(self) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.lengthPrefixed(self) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.string() }
 }
 
-extension Int64: FieldScalar {
-    static var columnType: ColumnType { .integer }
-    var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = Int64.fromDatabaseValue(column) ?? 0 }
-    func json(_ w: inout JSONWriter) { w.value(self) }
-    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(self) }
-    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.zigzag() }
-}
+/// An integer field: an integer column, a JSON number, a zigzag varint in snapshots.
+protocol IntegerField: ConvertibleScalar, FixedWidthInteger {}
 
-extension Int: FieldScalar {
+extension IntegerField {
     static var columnType: ColumnType { .integer }
-    var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = Int(truncatingIfNeeded: Int64.fromDatabaseValue(column) ?? 0) }
-    func json(_ w: inout JSONWriter) { w.value(self) }
-    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(Int64(self)) }
+    static var zero: Self { 0 }
+    func json(_ w: inout JSONWriter) { w.value(Int64(truncatingIfNeeded: self)) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(Int64(truncatingIfNeeded: self)) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
-        self = Int(truncatingIfNeeded: try r.zigzag())
+        self.init(truncatingIfNeeded: try r.zigzag())
     }
 }
 
-extension Double: FieldScalar {
+extension Int64: IntegerField {}
+extension Int: IntegerField {}
+
+extension Double: ConvertibleScalar {
     static var columnType: ColumnType { .real }
-    var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = Double.fromDatabaseValue(column) ?? 0 }
+    static var zero: Double { 0 }
     func json(_ w: inout JSONWriter) { w.value(self) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.double(self) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.double() }
+}
+
+/// A flag field's value (``RecordField/flag(_:column:json:get:set:)``): a boolean column, a
+/// bit of the record's flags in snapshots, or a varint where it stands alone.
+extension Bool: ConvertibleScalar {
+    static var columnType: ColumnType { .boolean }
+    static var zero: Bool { false }
+    func json(_ w: inout JSONWriter) { w.value(self) }
+    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(self ? 1 : 0) }
+    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.varint() != 0 }
 }
 
 extension Timestamp: FieldScalar {
@@ -436,13 +450,4 @@ extension RecordField {
             v.json(&w)
         }
     }
-}
-
-extension Bool: FieldScalar {
-    static var columnType: ColumnType { .boolean }
-    var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = (Int64.fromDatabaseValue(column) ?? 0) != 0 }
-    func json(_ w: inout JSONWriter) { w.value(self) }
-    func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(self ? 1 : 0) }
-    init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.varint() != 0 }
 }

@@ -177,18 +177,7 @@ public enum Reducer {
                 guard let product else {
                     throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
                 }
-                guard let product = registered(product, s) else {
-                    throw .violation(.unknownProduct, "product \(product) was never registered", e)
-                }
-                try checkNewDownloads(s, specs, e)
-                var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .purchased)
-                created.storeTransactionId = storeID
-                created.purchasedAt = e.at
-                created.paid = paid(terms, product, s)
-                s.transactions[t] = created
-                deliver(&s, t, specs ?? [])
-                s.owners[product, default: 0] += 1
-                return .applied
+                return try arrive(&s, t, product, user, storeID, specs, terms, as: .purchased, original: nil, e)
             }
             if let product, product != record.product {
                 throw .violation(.duplicateTransaction, "transaction \(t) is for product \(record.product), not \(product)", e)
@@ -251,19 +240,7 @@ public enum Reducer {
                 }
                 return .unchanged
             }
-            guard let product = registered(product, s) else {
-                throw .violation(.unknownProduct, "product \(product) was never registered", e)
-            }
-            try checkNewDownloads(s, specs, e)
-            var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: .restored)
-            created.originalTransaction = original
-            created.storeTransactionId = storeID
-            created.purchasedAt = e.at
-            created.paid = paid(terms, product, s)
-            s.transactions[t] = created
-            deliver(&s, t, specs ?? [])
-            s.owners[product, default: 0] += 1
-            return .applied
+            return try arrive(&s, t, product, user, storeID, specs, terms, as: .restored, original: original, e)
 
         case .transactionRevoked(let t, let reason):
             let record = try transaction(s, t, e)
@@ -747,6 +724,27 @@ public enum Reducer {
 
     /// A purchase or restore whose downloads reuse an id already in the ledger, or repeat one,
     /// breaks `duplicateDownload`.
+    /// A transaction the ledger first sees purchased or restored (not queued here before): it is
+    /// created granting its product, with its downloads delivered.
+    private static func arrive(
+        _ s: inout LedgerState, _ t: String, _ product: String, _ user: String?, _ storeID: String?, _ specs: [DownloadSpec]?,
+        _ terms: PurchaseTerms, as state: TransactionStatus, original: String?, _ e: Event
+    ) throws(LedgerError) -> Outcome {
+        guard let product = registered(product, s) else {
+            throw .violation(.unknownProduct, "product \(product) was never registered", e)
+        }
+        try checkNewDownloads(s, specs, e)
+        var created = TransactionRecord(transaction: t, product: product, user: user, quantity: 1, state: state)
+        created.originalTransaction = original
+        created.storeTransactionId = storeID
+        created.purchasedAt = e.at
+        created.paid = paid(terms, product, s)
+        s.transactions[t] = created
+        deliver(&s, t, specs ?? [])
+        s.owners[product, default: 0] += 1
+        return .applied
+    }
+
     private static func checkNewDownloads(_ s: LedgerState, _ specs: [DownloadSpec]?, _ e: Event) throws(LedgerError) {
         var seen = Set<String>()
         for spec in specs ?? [] {

@@ -262,8 +262,7 @@ extension TransactionRecord {
     /// The fields its declaration (``TransactionRecord/schema``) reads back, set on a plain
     /// value and then boxed once; `downloads` from the `downloads` rows.
     package init(columns c: some ProjectionColumns, downloads: [String] = []) {
-        var f = Fields.blank
-        TransactionRecord.schema.read(&f, from: TransactionRecord.schema.values(c))
+        var f = TransactionRecord.fields(columns: c)
         f.downloads = downloads
         self.init(fields: f)
     }
@@ -277,9 +276,7 @@ extension DownloadRecord {
 
     /// As ``TransactionRecord/init(columns:downloads:)``, by ``DownloadRecord/schema``.
     package init(columns c: some ProjectionColumns) {
-        var f = Fields.blank
-        DownloadRecord.schema.read(&f, from: DownloadRecord.schema.values(c))
-        self.init(fields: f)
+        self.init(fields: DownloadRecord.fields(columns: c))
     }
 }
 

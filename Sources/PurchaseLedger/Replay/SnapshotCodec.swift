@@ -128,8 +128,8 @@ enum SnapshotCodec {
         var registeredURLs = RecordMap<String>()
         for kind in Kind.allCases {
             switch kind {
-            case .transactions: transactions = try pagedKind(s.transactions) { _, t, w in transaction(t, &w) }
-            case .downloads: downloads = try pagedKind(s.downloads) { _, d, w in download(d, &w) }
+            case .transactions: transactions = try pagedKind(s.transactions) { _, t, w in t.writeSnapshot(to: &w) }
+            case .downloads: downloads = try pagedKind(s.downloads) { _, d, w in d.writeSnapshot(to: &w) }
             case .registeredURLs:
                 registeredURLs = try pagedKind(s.registeredURLs) { url, d, w in
                     w.lengthPrefixed(url); w.lengthPrefixed(d)
@@ -408,7 +408,7 @@ enum SnapshotCodec {
     }
 
     private static func keyedTransaction(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: TransactionRecord) {
-        let t = try transaction(&r)
+        let t = try TransactionRecord(snapshot: &r)
         return (t.transaction, t)
     }
 
@@ -422,7 +422,7 @@ enum SnapshotCodec {
     }
 
     private static func keyedDownload(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: DownloadRecord) {
-        let d = try download(&r)
+        let d = try DownloadRecord(snapshot: &r)
         return (d.download, d)
     }
 
@@ -607,29 +607,6 @@ enum SnapshotCodec {
         case .transactions, .downloads, .registeredURLs:
             throw Failure(message: "paged records in a small kind")
         }
-    }
-
-    /// A transaction record: the snapshot part of each field its declaration
-    /// (``TransactionRecord/schema``) lists.
-    private static func transaction(_ t: TransactionRecord, _ w: inout BinaryWriter) {
-        TransactionRecord.schema.writeSnapshot(t.fields, to: &w)
-    }
-
-    private static func transaction(_ r: inout BinaryReader) throws(Failure) -> TransactionRecord {
-        var f = TransactionRecord.Fields.blank
-        try TransactionRecord.schema.readSnapshot(into: &f, &r)
-        return TransactionRecord(fields: f)
-    }
-
-    /// A download record, by ``DownloadRecord/schema``.
-    private static func download(_ d: DownloadRecord, _ w: inout BinaryWriter) {
-        DownloadRecord.schema.writeSnapshot(d.fields, to: &w)
-    }
-
-    private static func download(_ r: inout BinaryReader) throws(Failure) -> DownloadRecord {
-        var f = DownloadRecord.Fields.blank
-        try DownloadRecord.schema.readSnapshot(into: &f, &r)
-        return DownloadRecord(fields: f)
     }
 
     private static func version(_ r: inout BinaryReader) throws(Failure) -> ContentVersion {

@@ -24,10 +24,6 @@ public struct RevenueLine: Sendable, Hashable {
     public var refundedUnits: Int
     public var gross: Decimal
     public var refunds: Decimal
-    public var net: Decimal { gross - refunds }
-
-    /// Whether totals add it: production purchases their buyer paid for.
-    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
 }
 
 /// All the revenue of one currency: the sum of its ``RevenueLine``s. Lines that are not revenue
@@ -42,10 +38,6 @@ public struct RevenueTotal: Sendable, Hashable {
     public var refundedUnits: Int
     public var gross: Decimal
     public var refunds: Decimal
-    public var net: Decimal { gross - refunds }
-
-    /// Whether it is revenue: production purchases their buyer paid for.
-    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
 
     /// One total per currency, sorted by currency: the revenue first, then the totals of lines
     /// that are not revenue (per environment and ownership), marked as such. Amounts in
@@ -67,15 +59,39 @@ public struct RevenueTotal: Sendable, Hashable {
                 < (b.countsAsRevenue ? 0 : 1, b.currency, b.environment.rawValue, b.ownership.rawValue)
         }
     }
+}
 
-    private mutating func add(_ line: RevenueLine) {
-        purchases += line.purchases
-        units += line.units
-        refundedUnits += line.refundedUnits
-        gross += line.gross
-        refunds += line.refunds
+/// What a ``RevenueLine`` and a ``RevenueTotal`` count, and whether it is revenue.
+public protocol RevenueAmounts {
+    var environment: StoreEnvironment { get }
+    var ownership: Ownership { get }
+    /// Purchases (restores are not payments), and units sold (quantities summed).
+    var purchases: Int { get set }
+    var units: Int { get set }
+    /// Units of purchases later revoked (refunds, family-sharing revocations...).
+    var refundedUnits: Int { get set }
+    var gross: Decimal { get set }
+    var refunds: Decimal { get set }
+}
+
+extension RevenueAmounts {
+    public var net: Decimal { gross - refunds }
+
+    /// Whether totals add it: production purchases their buyer paid for.
+    public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
+
+    /// Adds `other`'s counts and amounts (of the same currency) to these.
+    public mutating func add(_ other: some RevenueAmounts) {
+        purchases += other.purchases
+        units += other.units
+        refundedUnits += other.refundedUnits
+        gross += other.gross
+        refunds += other.refunds
     }
 }
+
+extension RevenueLine: RevenueAmounts {}
+extension RevenueTotal: RevenueAmounts {}
 
 /// How revenue lines are split over time, by purchase date in UTC.
 public enum RevenuePeriod: String, Sendable, Hashable, CaseIterable {

@@ -54,10 +54,15 @@ public struct FleetError: Error, Sendable, CustomStringConvertible {
 /// let march = try await fleet.revenue(from: Timestamp.parse("2024-03-01T00:00:00Z"))
 /// ```
 ///
-/// One connection; use one store from one task at a time (open several for parallel ships).
+/// One connection, confined as GRDB confines a SQLite connection: a store may be shared between
+/// tasks, and its calls take turns, one at a time, in the order they arrive (each call's
+/// statements and transaction never interleave with another's). Open several stores for
+/// parallel work; ``ship(paths:configuration:batchSize:connections:progress:)`` does.
 public final class FleetStore: Sendable {
     public let address: FleetAddress
     let connection: PostgresConnection
+    /// Whose turn it is on ``connection``.
+    private let gate = TurnGate()
     let logger: Logger
     /// Each fleet table's column types, as the server names them: the binary COPY's layout.
     let columnTypeCache = Locked<[String: [String: CopyBinary.ColumnType]]?>(nil)
@@ -234,10 +239,11 @@ public final class FleetStore: Sendable {
         }
     }
 
-    /// Runs `body`, turning PostgresNIO's errors into ``FleetError``s.
+    /// Runs `body` on the store's turn (``TurnGate``), turning PostgresNIO's errors into
+    /// ``FleetError``s. Every use of ``connection`` goes through here.
     func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
-            return try await body()
+            return try await gate.withTurn(body)
         } catch let error as FleetError {
             throw error
         } catch let error as LedgerError {
@@ -303,5 +309,46 @@ public final class FleetStore: Sendable {
 
     private static func isTLSError(_ error: any Error) -> Bool {
         error is NIOSSLError || error is NIOSSLExtraError || error is BoringSSLError
+    }
+}
+
+/// Lets one call at a time use a connection; the others wait their turn, first come first
+/// served. A call made inside another, in the same task (a report that fetches twice, a ship that
+/// reads the schema), goes straight through instead of waiting for itself.
+final class TurnGate: Sendable {
+    private struct State {
+        var busy = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Locked(State())
+    /// The gates whose turn the current task holds.
+    @TaskLocal private static var held: Set<ObjectIdentifier> = []
+
+    func withTurn<T>(_ body: () async throws -> T) async throws -> T {
+        let me = ObjectIdentifier(self)
+        if TurnGate.held.contains(me) { return try await body() }
+        await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s in
+                if s.busy {
+                    s.waiting.append(turn)
+                    return false
+                }
+                s.busy = true
+                return true
+            }
+            if now { turn.resume() }
+        }
+        defer {
+            let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                if s.waiting.isEmpty {
+                    s.busy = false
+                    return nil
+                }
+                return s.waiting.removeFirst()
+            }
+            next?.resume()
+        }
+        return try await TurnGate.$held.withValue(TurnGate.held.union([me])) { try await body() }
     }
 }

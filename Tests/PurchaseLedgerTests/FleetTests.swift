@@ -132,6 +132,36 @@ struct FleetTests {
         await fleet.close()
     }
 
+    /// One store shared by tasks: their calls take turns on its connection, so two ships and a
+    /// report started together each run whole (two transactions on one connection at once
+    /// would interleave their statements).
+    @Test func oneStoreSharedByTasksTakesTurns() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        var ledgers: [Ledger] = []
+        for i in 0..<4 {
+            let ledger = try Ledger(path: dir.path("device-\(i).ledger"))
+            try ledger.append(contentsOf: RuleCase.finished)
+            ledgers.append(ledger)
+        }
+        let fleet = try await FleetStore.connect(url, migrate: true)
+        let results = try await withThrowingTaskGroup(of: Int.self) { group in
+            for ledger in ledgers {
+                group.addTask { try await fleet.ship(ledger).shippedEvents }
+                group.addTask {
+                    _ = try await fleet.revenue()
+                    return 0
+                }
+            }
+            var shipped = 0
+            for try await n in group { shipped += n }
+            return shipped
+        }
+        #expect(try await fleet.shippedTotals().ledgers == 4)
+        #expect(Int64(results) == ledgers.map { try! $0.lastSeq() }.reduce(0, +), "every event shipped once")
+        await fleet.close()
+    }
+
     /// Rows go in PostgreSQL's binary COPY format: text that the text format escapes (tabs,
     /// newlines, backslashes, `\N`), non-ASCII text, NULLs, booleans, negative and fractional
     /// numbers arrive as the ledger holds them.

@@ -39,8 +39,9 @@ extension DeclaredRecord {
     }
 }
 
-extension TransactionRecord.Fields: RecordSource {
-    package var fields: Self { self }
+/// A transaction's projection row and JSON: its fields (held, so each field is read in place).
+package struct TransactionRow: RecordSource {
+    package var fields: TransactionRecord.Fields
 }
 
 extension TransactionRecord: DeclaredRecord {
@@ -73,9 +74,9 @@ package struct DownloadRow: RecordSource {
 }
 
 extension TransactionRecord {
-    typealias Field = RecordField<Fields>
+    typealias Field = RecordField<TransactionRow>
 
-    package static let schema = RecordSchema<Fields>([
+    package static let schema = RecordSchema<TransactionRow>([
         .key("transaction", column: "transaction_id", json: "transaction", get: { $0.transaction }, set: { $0.transaction = $1 }),
         .field("product", column: "product", json: "product", get: { $0.product }, set: { $0.product = $1 }),
         .field("user", column: "user_id", json: "user", get: { $0.user }, set: { $0.user = $1 }),
@@ -194,7 +195,7 @@ extension RecordField {
     }
 }
 
-extension RecordField where Source == TransactionRecord.Fields {
+extension RecordField where Source == TransactionRow {
     /// Its download ids, in delivery order: no column (the `downloads` rows hold their
     /// transaction and position); in a snapshot, each id as what follows the transaction's own
     /// id when it starts with it (``SnapshotFieldContext/key``).
@@ -203,7 +204,7 @@ extension RecordField where Source == TransactionRecord.Fields {
             name: "downloads", columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil,
             json: { (t: Source, w: inout JSONWriter) in
                 w.key("downloads"); w.beginArray()
-                for d in t.downloads { w.value(d) }
+                for d in t.fields.downloads { w.value(d) }
                 w.endArray()
             },
             snapshot: .value(
@@ -229,7 +230,7 @@ extension RecordField where Source == TransactionRecord.Fields {
                 ProjectionColumn($0, .text, nullable: true)
             },
             row: { (t: Source, values: inout [DatabaseValue]) in
-                let p = t.paid
+                let p = t.fields.paid
                 values.append(p.price.databaseValue)
                 values.append(p.currency.databaseValue)
                 values.append(p.priceSource == .event ? PriceSource.event.rawValue.databaseValue : .null)
@@ -252,7 +253,7 @@ extension RecordField where Source == TransactionRecord.Fields {
                 t.paid = p
             },
             json: { (t: Source, w: inout JSONWriter) in
-                let p = t.paid
+                let p = t.fields.paid
                 w.field("price", p.price); w.field("currency", p.currency)
                 if let source = p.priceSource { w.field("priceSource", source.rawValue) }
                 if let storefront = p.storefront { w.field("storefront", storefront) }

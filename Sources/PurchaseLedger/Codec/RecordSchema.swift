@@ -100,23 +100,53 @@ package struct RecordField<Source: RecordSource>: Sendable {
 /// all walk the same list.
 package struct RecordSchema<Source: RecordSource>: Sendable {
     package typealias Fields = Source.Fields
+    typealias Writer = @Sendable (Fields, inout BinaryWriter, inout SnapshotFieldContext) -> Void
+    typealias Reader = @Sendable (inout Fields, inout BinaryReader, inout SnapshotFieldContext) throws(BinaryReader.Failure) -> Void
+
     package let fields: [RecordField<Source>]
     package let columns: [ProjectionColumn]
-    /// Where each field's columns start in ``columns``.
-    private let offsets: [Int]
-    private let flagFields: [Int]
+
+    // Each form's closures, taken out of the fields once: a record is written or read by
+    // calling them in turn, without copying each field's other closures.
+    private let rowWriters: ContiguousArray<@Sendable (Source, inout [DatabaseValue]) -> Void>
+    /// Each field a row gives back, with where its columns are in ``columns``.
+    private let rowReaders: ContiguousArray<(read: @Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void, columns: Range<Int>)>
+    private let jsonWriters: ContiguousArray<@Sendable (Source, inout JSONWriter) -> Void>
+    /// The key's writer and reader come first, then the flags varint, then the others.
+    private let snapshotWriters: ContiguousArray<Writer>
+    private let snapshotReaders: ContiguousArray<Reader>
+    private let flagGetters: ContiguousArray<@Sendable (Fields) -> Bool>
+    private let flagSetters: ContiguousArray<@Sendable (inout Fields, Bool) -> Void>
 
     init(_ fields: [RecordField<Source>]) {
         self.fields = fields
         columns = fields.flatMap(\.columns)
-        var offsets: [Int] = [], at = 0
+        var rowReaders: ContiguousArray<(read: @Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void, columns: Range<Int>)> = []
+        var writers: ContiguousArray<Writer> = [], readers: ContiguousArray<Reader> = []
+        var getters: ContiguousArray<@Sendable (Fields) -> Bool> = [], setters: ContiguousArray<@Sendable (inout Fields, Bool) -> Void> = []
+        var at = 0
         for f in fields {
-            offsets.append(at)
+            if let read = f.read { rowReaders.append((read, at..<at + f.columns.count)) }
             at += f.columns.count
+            switch f.snapshot {
+            case .none: break
+            case .flag(let get, let set):
+                getters.append(get)
+                setters.append(set)
+            case .value(let write, let read):
+                writers.append(write)
+                readers.append(read)
+            }
         }
-        self.offsets = offsets
-        flagFields = fields.indices.filter { if case .flag = fields[$0].snapshot { true } else { false } }
-        precondition(flagFields.count <= 63, "a snapshot record's flags fit one varint")
+        if case .value = fields.first?.snapshot {} else { preconditionFailure("a record's first field is its key, stored as a value") }
+        precondition(getters.count <= 63, "a snapshot record's flags fit one varint")
+        rowWriters = ContiguousArray(fields.map(\.row))
+        self.rowReaders = rowReaders
+        jsonWriters = ContiguousArray(fields.compactMap(\.json))
+        snapshotWriters = writers
+        snapshotReaders = readers
+        flagGetters = getters
+        flagSetters = setters
     }
 
     package var columnNames: [String] { columns.map(\.name) }
@@ -125,16 +155,13 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
     package func row(_ source: Source) -> [DatabaseValue] {
         var values: [DatabaseValue] = []
         values.reserveCapacity(columns.count)
-        for f in fields { f.row(source, &values) }
+        for write in rowWriters { write(source, &values) }
         return values
     }
 
     /// Sets every field a row gives back from `values` (one per column, in ``columns`` order).
     func read(_ fields: inout Fields, from values: [DatabaseValue]) {
-        for (i, f) in self.fields.enumerated() {
-            guard let read = f.read else { continue }
-            read(&fields, values[offsets[i]..<offsets[i] + f.columns.count])
-        }
+        for reader in rowReaders { reader.read(&fields, values[reader.columns]) }
     }
 
     /// The values of ``columns`` in a projection row read by name (SQLite's or PostgreSQL's).
@@ -150,33 +177,28 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
 
     /// The record's JSON members, in declaration order.
     func writeJSON(_ source: Source, to w: inout JSONWriter) {
-        for f in fields { f.json?(source, &w) }
+        for write in jsonWriters { write(source, &w) }
     }
 
     /// The record's snapshot bytes: its key field, its flags, then every other stored field.
     func writeSnapshot(_ fields: Fields, to w: inout BinaryWriter) {
         var context = SnapshotFieldContext()
         var flags: UInt64 = 0
-        for (bit, i) in flagFields.enumerated() {
-            if case .flag(let get, _) = self.fields[i].snapshot, get(fields) { flags |= 1 << UInt64(bit) }
-        }
-        for (i, f) in self.fields.enumerated() {
-            if i == 1 { w.varint(flags) }
-            if case .value(let write, _) = f.snapshot { write(fields, &w, &context) }
+        for (bit, get) in flagGetters.enumerated() where get(fields) { flags |= 1 << UInt64(bit) }
+        snapshotWriters.withUnsafeBufferPointer { writers in
+            writers[0](fields, &w, &context)
+            w.varint(flags)
+            for i in 1..<writers.count { writers[i](fields, &w, &context) }
         }
     }
 
     /// Reads what ``writeSnapshot(_:to:)`` wrote, into `fields` (a blank record).
     func readSnapshot(into fields: inout Fields, _ r: inout BinaryReader) throws(BinaryReader.Failure) {
         var context = SnapshotFieldContext()
-        var flags: UInt64 = 0
-        for (i, f) in self.fields.enumerated() {
-            if i == 1 { flags = try r.varint() }
-            if case .value(_, let read) = f.snapshot { try read(&fields, &r, &context) }
-        }
-        for (bit, i) in flagFields.enumerated() {
-            if case .flag(_, let set) = self.fields[i].snapshot { set(&fields, flags & (1 << UInt64(bit)) != 0) }
-        }
+        try snapshotReaders[0](&fields, &r, &context)
+        let flags = try r.varint()
+        for i in 1..<snapshotReaders.count { try snapshotReaders[i](&fields, &r, &context) }
+        for (bit, set) in flagSetters.enumerated() { set(&fields, flags & (1 << UInt64(bit)) != 0) }
     }
 }
 
@@ -362,7 +384,7 @@ enum JSONPresence {
 extension RecordField {
     /// A field stored in one column under `column`, in the JSON under `json` (nil: not in the
     /// JSON), and in snapshots as its value.
-    static func field<V: FieldValue>(
+    @inline(__always) static func field<V: FieldValue>(
         _ name: String, column: String, json: String? = nil, _ presence: JSONPresence = .always,
         get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void, snapshot: Snapshot? = nil
     ) -> RecordField {
@@ -378,7 +400,7 @@ extension RecordField {
 
     /// A field only snapshots hold (no column, not in the JSON): what the reducer keeps to
     /// decide, and no report shows.
-    static func stored<V: FieldValue>(_ name: String, get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void)
+    @inline(__always) static func stored<V: FieldValue>(_ name: String, get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void)
         -> RecordField
     {
         RecordField(
@@ -392,7 +414,7 @@ extension RecordField {
 
     /// A column derived from the record or the state when its row is written: never read back,
     /// never in a snapshot.
-    static func derived<V: FieldValue>(_ name: String, column: String, json: String? = nil, _ value: @escaping @Sendable (Source) -> V) -> RecordField {
+    @inline(__always) static func derived<V: FieldValue>(_ name: String, column: String, json: String? = nil, _ value: @escaping @Sendable (Source) -> V) -> RecordField {
         RecordField(
             name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
             row: { (s: Source, values: inout [DatabaseValue]) in values.append(value(s).column) }, read: nil,
@@ -401,7 +423,7 @@ extension RecordField {
 
     /// A record's key: its first field, a text id that the fields after it may be stored
     /// relative to (``SnapshotFieldContext/key``).
-    static func key(
+    @inline(__always) static func key(
         _ name: String, column: String, json: String, get: @escaping @Sendable (Fields) -> String,
         set: @escaping @Sendable (inout Fields, String) -> Void
     ) -> RecordField {
@@ -419,14 +441,14 @@ extension RecordField {
     }
 
     /// A true-or-false field: a boolean column, and one bit of a snapshot record's flags.
-    static func flag(
+    @inline(__always) static func flag(
         _ name: String, column: String, json: String? = nil, get: @escaping @Sendable (Fields) -> Bool,
         set: @escaping @Sendable (inout Fields, Bool) -> Void
     ) -> RecordField {
         single(name, column: column, json: json, .always, get: get, set: set, snapshot: .flag(get: get, set: set))
     }
 
-    private static func single<V: FieldValue>(
+    @inline(__always) private static func single<V: FieldValue>(
         _ name: String, column: String, json: String?, _ presence: JSONPresence, get: @escaping @Sendable (Fields) -> V,
         set: @escaping @Sendable (inout Fields, V) -> Void, snapshot: Snapshot
     ) -> RecordField {
@@ -439,7 +461,7 @@ extension RecordField {
     }
 
     /// Writes `value` as the JSON member `key` (none when `key` is nil).
-    private static func member<V: FieldValue>(_ key: String?, _ presence: JSONPresence, _ value: @escaping @Sendable (Source) -> V)
+    @inline(__always) private static func member<V: FieldValue>(_ key: String?, _ presence: JSONPresence, _ value: @escaping @Sendable (Source) -> V)
         -> (@Sendable (Source, inout JSONWriter) -> Void)?
     {
         guard let key else { return nil }

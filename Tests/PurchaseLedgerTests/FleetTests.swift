@@ -159,6 +159,20 @@ struct FleetTests {
         }
         #expect(try await fleet.shippedTotals().ledgers == 4)
         #expect(Int64(results) == ledgers.map { try! $0.lastSeq() }.reduce(0, +), "every event shipped once")
+
+        // A query started while another task's transaction is open waits for it to end instead
+        // of running inside it (and seeing the transaction's own settings).
+        async let held: Void = fleet.run {
+            try await fleet.transaction {
+                _ = try await fleet.fetch("SET LOCAL application_name = 'held-by-another-task'")
+                _ = try await fleet.fetch("SELECT pg_sleep(0.3)")
+            }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let name: String = try #require(try await fleet.fetch("SELECT current_setting('application_name') AS name").first)["name"]
+        try await held
+        let inside = name == "held-by-another-task"
+        #expect(!inside, "the query ran inside another task's transaction")
         await fleet.close()
     }
 

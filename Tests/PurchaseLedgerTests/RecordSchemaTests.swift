@@ -85,7 +85,7 @@ import PurchaseLedgerFleetTesting
         // Rows: all but what a row does not hold (a transaction's downloads; a download's
         // snapshot-only progress details), which keep their blank values.
         var rowT = TransactionRecord.blank
-        TransactionRecord.schema.read(&rowT, from: TransactionRecord.schema.row(TransactionRow(fields: t.fields)))
+        TransactionRecord.schema.read(&rowT, from: TransactionRecord.schema.row(TransactionRow(record: t)))
         rowT.downloads = t.downloads
         // Times go through whole milliseconds in a row.
         var expectedT = t.fields

@@ -39,9 +39,13 @@ extension DeclaredRecord {
     }
 }
 
-/// A transaction's projection row and JSON: its fields (held, so each field is read in place).
+/// A transaction's projection row and JSON: its fields, read in place from the record.
 package struct TransactionRow: RecordSource {
-    package var fields: TransactionRecord.Fields
+    let record: TransactionRecord
+
+    package var fields: TransactionRecord.Fields {
+        _read { yield record.fields }
+    }
 }
 
 extension TransactionRecord: DeclaredRecord {
@@ -54,21 +58,25 @@ extension DownloadRecord: DeclaredRecord {
 
 /// A download's projection row and JSON: its fields, and what only the state knows.
 package struct DownloadRow: RecordSource {
-    package var fields: DownloadRecord.Fields
+    let record: DownloadRecord
     /// Its place in its transaction's delivery (0 when standalone).
     var position = 0
     /// Its content URL as the state shows it: nil once its transaction has finished.
     var contentURL: String?
 
+    package var fields: DownloadRecord.Fields {
+        _read { yield record.fields }
+    }
+
     /// `record` as `state` holds it.
     init(_ record: DownloadRecord, state: LedgerState) {
-        fields = record.fields
+        self.record = record
         position = record.transaction.flatMap { state.transactions[$0]?.downloads.firstIndex(of: record.download) } ?? 0
         contentURL = state.contentURL(for: record.download)
     }
 
     init(_ record: DownloadRecord, contentURL: String?) {
-        fields = record.fields
+        self.record = record
         self.contentURL = contentURL
     }
 }

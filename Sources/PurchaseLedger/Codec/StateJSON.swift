@@ -73,7 +73,7 @@ public enum StateJSON {
     /// its declaration (``TransactionRecord/schema``) gives.
     public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
         w.beginObject()
-        TransactionRecord.schema.writeJSON(TransactionRow(fields: t.fields), to: &w)
+        TransactionRecord.schema.writeJSON(TransactionRow(record: t), to: &w)
         w.endObject()
     }
 

@@ -111,8 +111,10 @@ public struct TransactionRecord: Sendable, Hashable {
         storage = CopyOnWrite(fields)
     }
 
-    /// All its fields, as one value.
-    public var fields: Fields { storage.value }
+    /// All its fields, as one value (read in place: no copy unless kept).
+    public var fields: Fields {
+        _read { yield storage.value }
+    }
 
     /// A field, read: `record.state`.
     @inline(__always) public subscript<Value>(dynamicMember field: KeyPath<Fields, Value>) -> Value {
@@ -180,8 +182,10 @@ public struct DownloadRecord: Sendable, Hashable {
         storage = CopyOnWrite(fields)
     }
 
-    /// All its fields, as one value.
-    public var fields: Fields { storage.value }
+    /// All its fields, as one value (read in place: no copy unless kept).
+    public var fields: Fields {
+        _read { yield storage.value }
+    }
 
     /// A field, read: `record.state`.
     @inline(__always) public subscript<Value>(dynamicMember field: KeyPath<Fields, Value>) -> Value {

@@ -558,7 +558,7 @@ package enum Projector {
 
     /// A transaction's row, as its declaration (``TransactionRecord/schema``) gives it.
     package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
-        TransactionRecord.schema.row(TransactionRow(fields: t.fields))
+        TransactionRecord.schema.row(TransactionRow(record: t))
     }
 
     /// A download's row, as its declaration (``DownloadRecord/schema``) gives it.

@@ -290,6 +290,8 @@ struct PostgresLayout: Sendable {
     let positions: [String: Int]
     let downloadPositions: [String: Int]
     let kinds: [Kind]
+    /// Where declarations' columns are, by the row's names and by the download names.
+    let cache = PositionCache(), downloadCache = PositionCache()
 
     init(_ row: PostgresRow) {
         var positions: [String: Int] = [:], downloads: [String: Int] = [:], kinds: [Kind] = []
@@ -343,18 +345,20 @@ struct PostgresColumns: ProjectionColumns {
     /// The same row, read by the download columns' names (without their `d__` prefix).
     var download: PostgresColumns { PostgresColumns(cells: cells, layout: layout, downloadColumns: true) }
 
-    private func position(_ column: String) -> Int? {
+    func position(_ column: String) -> Int? {
         downloadColumns ? layout.downloadPositions[column] : layout.positions[column]
     }
 
-    func string(_ column: String) -> String? {
-        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+    var positionCache: PositionCache? { downloadColumns ? layout.downloadCache : layout.cache }
+
+    func string(at i: Int) -> String? {
+        guard let bytes = cells[i].bytes else { return nil }
         if layout.kinds[i] == .text { return String(buffer: bytes) }
         return try? cells[i].decode(String.self)
     }
 
-    func int64(_ column: String) -> Int64? {
-        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+    func int64(at i: Int) -> Int64? {
+        guard let bytes = cells[i].bytes else { return nil }
         switch layout.kinds[i] {
         case .int8: return bytes.getInteger(at: bytes.readerIndex, as: Int64.self)
         case .int4: return bytes.getInteger(at: bytes.readerIndex, as: Int32.self).map(Int64.init)
@@ -366,8 +370,8 @@ struct PostgresColumns: ProjectionColumns {
         }
     }
 
-    func double(_ column: String) -> Double? {
-        guard let i = position(column), let bytes = cells[i].bytes else { return nil }
+    func double(at i: Int) -> Double? {
+        guard let bytes = cells[i].bytes else { return nil }
         if layout.kinds[i] == .float8, let bits = bytes.getInteger(at: bytes.readerIndex, as: UInt64.self) {
             return Double(bitPattern: bits)
         }

@@ -166,13 +166,21 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
 
     /// The values of ``columns`` in a projection row read by name (SQLite's or PostgreSQL's).
     func values(_ c: some ProjectionColumns) -> [DatabaseValue] {
-        columns.map { column in
+        let positions = c.positions(ObjectIdentifier(Source.self), of: columns)
+        var values: [DatabaseValue] = []
+        values.reserveCapacity(columns.count)
+        for (column, position) in zip(columns, positions) {
+            guard let p = position else {
+                values.append(.null)
+                continue
+            }
             switch column.type {
-            case .text: c.string(column.name).databaseValue
-            case .integer, .boolean: c.int64(column.name).databaseValue
-            case .real: c.double(column.name).databaseValue
+            case .text: values.append(c.string(at: p).databaseValue)
+            case .integer, .boolean: values.append(c.int64(at: p).databaseValue)
+            case .real: values.append(c.double(at: p).databaseValue)
             }
         }
+        return values
     }
 
     /// The record's JSON members, in declaration order.

@@ -174,18 +174,41 @@ struct ColumnPositions: Sendable {
     }
 }
 
-/// The columns of one projection row, read by name (lowercase): a GRDB row (the fleet store's),
-/// or the current row of a SQLite statement (``StatementColumns``). The record decoders are
-/// generic over it, so each reader's calls are specialized, not dispatched.
+/// The columns of one projection row, read by name (lowercase) or by position: a GRDB row (the
+/// fleet store's), or the current row of a SQLite statement (``StatementColumns``). The record
+/// decoders are generic over it, so each reader's calls are specialized, not dispatched.
 package protocol ProjectionColumns {
-    func string(_ column: String) -> String?
-    func int64(_ column: String) -> Int64?
-    func double(_ column: String) -> Double?
+    /// Where `column` is in the result (nil: it is not).
+    func position(_ column: String) -> Int?
+    func string(at position: Int) -> String?
+    func int64(at position: Int) -> Int64?
+    func double(at position: Int) -> Double?
+    /// Where a declaration's columns were found in this result, kept for its next rows (nil:
+    /// found again for each row).
+    var positionCache: PositionCache? { get }
 }
 
 extension ProjectionColumns {
-    func bool(_ column: String) -> Bool { (int64(column) ?? 0) != 0 }
-    func int(_ column: String) -> Int? { int64(column).map { Int(truncatingIfNeeded: $0) } }
+    package func string(_ column: String) -> String? { position(column).flatMap { string(at: $0) } }
+    package func int64(_ column: String) -> Int64? { position(column).flatMap { int64(at: $0) } }
+    package func double(_ column: String) -> Double? { position(column).flatMap { double(at: $0) } }
+    package func bool(_ column: String) -> Bool { (int64(column) ?? 0) != 0 }
+    package func int(_ column: String) -> Int? { int64(column).map { Int(truncatingIfNeeded: $0) } }
+
+    /// The positions of `columns` (a declaration's, named by `key`), found once per result.
+    func positions(_ key: ObjectIdentifier, of columns: [ProjectionColumn]) -> [Int?] {
+        if let known = positionCache?.lists[key] { return known }
+        let found = columns.map { position($0.name) }
+        positionCache?.lists[key] = found
+        return found
+    }
+}
+
+/// Where declarations' columns are in one result, found at its first row and kept for the rest.
+package final class PositionCache: @unchecked Sendable {  // unchecked: used by the one task that reads its result
+    var lists: [ObjectIdentifier: [Int?]] = [:]
+
+    package init() {}
 }
 
 /// A GRDB row's columns, decoded as GRDB decodes them.
@@ -198,9 +221,11 @@ struct RowColumns: ProjectionColumns {
         positions = ColumnPositions(names: row.columnNames)
     }
 
-    func string(_ column: String) -> String? { positions.value(row, column) }
-    func int64(_ column: String) -> Int64? { positions.value(row, column) }
-    func double(_ column: String) -> Double? { positions.value(row, column) }
+    func position(_ column: String) -> Int? { positions[column] }
+    func string(at i: Int) -> String? { row[i] }
+    func int64(at i: Int) -> Int64? { row[i] }
+    func double(at i: Int) -> Double? { row[i] }
+    var positionCache: PositionCache? { nil }
 }
 
 /// The current row of a prepared statement, read through SQLite's C API by positions found once
@@ -209,31 +234,30 @@ struct RowColumns: ProjectionColumns {
 struct StatementColumns: ProjectionColumns {
     private let statement: SQLiteStatement
     private let positions: ColumnPositions
+    let positionCache: PositionCache? = PositionCache()
 
     init(_ statement: Statement) {
         self.statement = statement.sqliteStatement
         positions = ColumnPositions(names: statement.columnNames)
     }
 
-    private func index(_ column: String) -> Int32? {
-        guard let i = positions[column] else { return nil }
-        return Int32(i)
-    }
+    func position(_ column: String) -> Int? { positions[column] }
 
-    func string(_ column: String) -> String? {
-        guard let i = index(column), sqlite3_column_type(statement, i) != SQLITE_NULL, let text = sqlite3_column_text(statement, i) else {
-            return nil
-        }
+    func string(at i: Int) -> String? {
+        let i = Int32(i)
+        guard sqlite3_column_type(statement, i) != SQLITE_NULL, let text = sqlite3_column_text(statement, i) else { return nil }
         return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, i))), as: UTF8.self)
     }
 
-    func int64(_ column: String) -> Int64? {
-        guard let i = index(column), sqlite3_column_type(statement, i) != SQLITE_NULL else { return nil }
+    func int64(at i: Int) -> Int64? {
+        let i = Int32(i)
+        guard sqlite3_column_type(statement, i) != SQLITE_NULL else { return nil }
         return sqlite3_column_int64(statement, i)
     }
 
-    func double(_ column: String) -> Double? {
-        guard let i = index(column), sqlite3_column_type(statement, i) != SQLITE_NULL else { return nil }
+    func double(at i: Int) -> Double? {
+        let i = Int32(i)
+        guard sqlite3_column_type(statement, i) != SQLITE_NULL else { return nil }
         return sqlite3_column_double(statement, i)
     }
 

@@ -111,6 +111,24 @@ import PurchaseLedgerFleetTesting
         #expect(snapT == t.fields)
         #expect(snapD == d.fields)
         #expect(atEnd)
+
+        // Owned content: its row (times in whole milliseconds) and its snapshot.
+        let o = OwnedContent(
+            product: "p", content: "c", contentVersion: ContentVersion("2.1")!, destination: "/d", transaction: "t-1", download: "t-1.d1",
+            copiedAt: Timestamp(millisecondsSinceEpoch: 1_700_000_004_000))
+        let row = OwnedContent.schema.row(OwnedRow(fields: o, historySeq: 12))
+        #expect(row.count == Projector.Table.ownedContent.columns.count && row.last == 12.databaseValue)
+        var rowO = OwnedContent.blank
+        OwnedContent.schema.read(&rowO, from: row)
+        #expect(rowO == o)
+        var ow = BinaryWriter()
+        OwnedContent.schema.writeSnapshot(o, to: &ow)
+        var snapO = OwnedContent.blank
+        try ow.bytes.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer)
+            try OwnedContent.schema.readSnapshot(into: &snapO, &r)
+        }
+        #expect(snapO == o)
     }
 
     /// The JSON members come from the declaration, in its order.

@@ -150,6 +150,47 @@ extension DownloadRecord {
     ])
 }
 
+/// An owned content version's projection row and JSON: the copy-out, and what only the state
+/// and the history know of it.
+package struct OwnedRow: RecordSource {
+    package var fields: OwnedContent
+    /// The seq of its `owned_content_history` row.
+    var historySeq: Int64 = 0
+    /// Whether a newer version was published (in the JSON only).
+    var updateAvailable = false
+}
+
+extension OwnedContent {
+    typealias Field = RecordField<OwnedRow>
+
+    static var blank: OwnedContent {
+        OwnedContent(
+            product: "", content: "", contentVersion: ContentVersion("0")!, destination: "", transaction: "", download: "",
+            copiedAt: Timestamp(nanosecondsSinceEpoch: 0))
+    }
+
+    package static let schema = RecordSchema<OwnedRow>([
+        .key("product", column: "product", json: "product", get: { $0.product }, set: { $0.product = $1 }),
+        .field("content", column: "content", json: "content", get: { $0.content }, set: { $0.content = $1 }),
+        .field("contentVersion", column: "content_version", json: "contentVersion", get: { $0.contentVersion }, set: { $0.contentVersion = $1 }),
+        .field("destination", column: "destination", json: "destination", get: { $0.destination }, set: { $0.destination = $1 }),
+        .field("transaction", column: "transaction_id", json: "transaction", get: { $0.transaction }, set: { $0.transaction = $1 }),
+        .field("download", column: "download_id", get: { $0.download }, set: { $0.download = $1 }),
+        .field("copiedAt", column: "copied_at_ms", get: { $0.copiedAt }, set: { $0.copiedAt = $1 }),
+        .derived("historySeq", column: "history_seq") { $0.historySeq },
+        Field.updateAvailable,
+    ])
+}
+
+extension RecordField where Source == OwnedRow {
+    /// In the JSON only: the state decides it when the JSON is written.
+    static var updateAvailable: RecordField {
+        RecordField(
+            name: "updateAvailable", columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil,
+            json: { (o: Source, w: inout JSONWriter) in w.field("updateAvailable", o.updateAvailable) }, snapshot: .none)
+    }
+}
+
 // MARK: - Fields of more than one column, or stored in their own way
 
 extension RecordField {

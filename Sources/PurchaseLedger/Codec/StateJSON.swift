@@ -85,9 +85,8 @@ public enum StateJSON {
 
     static func owned(_ o: OwnedContent, state: LedgerState, to w: inout JSONWriter) {
         w.beginObject()
-        w.field("product", o.product); w.field("content", o.content); w.field("contentVersion", o.contentVersion.text)
-        w.field("destination", o.destination); w.field("transaction", o.transaction)
-        w.field("updateAvailable", state.updateAvailable(for: ContentKey(product: o.product, content: o.content)))
+        let update = state.updateAvailable(for: ContentKey(product: o.product, content: o.content))
+        OwnedContent.schema.writeJSON(OwnedRow(fields: o, updateAvailable: update), to: &w)
         w.endObject()
     }
 }

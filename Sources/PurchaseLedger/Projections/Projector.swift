@@ -498,13 +498,7 @@ package enum Projector {
         package static let relatedProducts = Table("related_products", [ProjectionColumn("product", .text), ProjectionColumn("related_product", .text)], key: 2)
         package static let transactions = Table("transactions", TransactionRecord.schema.columns)
         package static let downloads = Table("downloads", DownloadRecord.schema.columns, fixed: ["transaction_id", "position"])
-        package static let ownedContent = Table(
-            "owned_content",
-            [
-                ProjectionColumn("product", .text), ProjectionColumn("content", .text), ProjectionColumn("content_version", .text), ProjectionColumn("destination", .text),
-                ProjectionColumn("transaction_id", .text), ProjectionColumn("download_id", .text), ProjectionColumn("copied_at_ms", .integer),
-                ProjectionColumn("history_seq", .integer),
-            ], key: 2)
+        package static let ownedContent = Table("owned_content", OwnedContent.schema.columns, key: 2)
         package static let ownedContentHistory = Table(
             "owned_content_history",
             [
@@ -581,16 +575,7 @@ package enum Projector {
     }
 
     package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
-        return [
-            o.product.databaseValue,
-            o.content.databaseValue,
-            o.contentVersion.text.databaseValue,
-            o.destination.databaseValue,
-            o.transaction.databaseValue,
-            o.download.databaseValue,
-            ms(o.copiedAt).databaseValue,
-            historySeq.databaseValue,
-        ]
+        OwnedContent.schema.row(OwnedRow(fields: o, historySeq: historySeq))
     }
 
     /// Every projection row of `state` (with the owned-content `history` its replay collected),

@@ -73,18 +73,16 @@ extension Ledger {
     /// product and content.
     public func ownedContent() throws -> [OwnedContent] {
         try readProjections { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT * FROM owned_content ORDER BY product, content")
+            let rows = try StatementColumns.fetchAll(db, sql: "SELECT * FROM owned_content ORDER BY product, content") { c in
+                var o = OwnedContent.blank
+                OwnedContent.schema.read(&o, from: OwnedContent.schema.values(c))
+                return o
+            }
             var owned: [OwnedContent] = []
             var owns: [String: Bool] = [:]
-            for row in rows {
-                let product: String = row["product"]
-                if owns[product] == nil { owns[product] = try Ledger.owns(product, db) }
-                guard owns[product] == true, let version = ContentVersion(row["content_version"]) else { continue }
-                owned.append(
-                    OwnedContent(
-                        product: product, content: row["content"], contentVersion: version,
-                        destination: row["destination"], transaction: row["transaction_id"],
-                        download: row["download_id"], copiedAt: Timestamp(millisecondsSinceEpoch: row["copied_at_ms"])))
+            for o in rows {
+                if owns[o.product] == nil { owns[o.product] = try Ledger.owns(o.product, db) }
+                if owns[o.product] == true { owned.append(o) }
             }
             return owned
         }

@@ -176,11 +176,7 @@ enum SnapshotCodec {
             records = s.copiedContent.map { key, o in
                 (
                     key.product + "\u{0}" + key.content,
-                    { w in
-                        w.lengthPrefixed(o.product); w.lengthPrefixed(o.content); w.lengthPrefixed(o.contentVersion.text)
-                        w.lengthPrefixed(o.destination); w.lengthPrefixed(o.transaction); w.lengthPrefixed(o.download)
-                        w.zigzag(o.copiedAt.nanosecondsSinceEpoch)
-                    }
+                    { w in OwnedContent.schema.writeSnapshot(o, to: &w) }
                 )
             }
         case .owners:
@@ -595,10 +591,8 @@ enum SnapshotCodec {
             let key = ContentKey(product: try r.string(), content: try r.string())
             s.publishedVersions[key] = try version(&r)
         case .copiedContent:
-            let o = OwnedContent(
-                product: try r.string(), content: try r.string(), contentVersion: try version(&r),
-                destination: try r.string(), transaction: try r.string(), download: try r.string(),
-                copiedAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
+            var o = OwnedContent.blank
+            try OwnedContent.schema.readSnapshot(into: &o, &r)
             s.copiedContent[ContentKey(product: o.product, content: o.content)] = o
         case .owners:
             s.owners[try r.string()] = Int(try r.zigzag())

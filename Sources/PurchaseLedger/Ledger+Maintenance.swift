@@ -32,6 +32,7 @@ extension Ledger {
                     let (state, history) = try Ledger.replayForProjections(db, progress: progress)
                     summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
                     summary.events = state.seq
+                    summary.snapshotTaken = try retakeStaleSnapshot(state, db)
                     releaseInBackground(consume state)
                     releaseInBackground(consume history)
                     return .commit
@@ -41,6 +42,28 @@ extension Ledger {
         } catch {
             throw Ledger.wrap(error, "rebuilding projections")
         }
+    }
+
+    /// When every snapshot was written by another snapshot format or reducer version (a ledger
+    /// made by an earlier version of the library), none can be read: takes one of `state`, the
+    /// log's head, which replaces them, so time travel and opening stop replaying the whole log.
+    private func retakeStaleSnapshot(_ state: LedgerState, _ db: Database) throws -> Bool {
+        guard configuration.snapshotInterval > 0, state.seq > 0 else { return false }
+        let (current, stale) =
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT count(*) FILTER (WHERE reducer_version = ? AND format = ?), count(*) FILTER (WHERE reducer_version != ? OR format != ?)
+                    FROM snapshots
+                    """, arguments: [Reducer.version, SnapshotCodec.format, Reducer.version, SnapshotCodec.format]
+            ).map { ($0[0] as Int, $0[1] as Int) } ?? (0, 0)
+        guard current == 0, stale > 0 else { return false }
+        let encoded = try SnapshotCodec.encode(state, overlay: configuration.snapshotOverlay) { _ in false }
+        let spool = Spool()
+        try Snapshots.write(
+            [try Snapshots.pending(encoded, seq: state.seq, spool: spool, personalRefs: try PersonalValues.assignedRefs(db))],
+            keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        return true
     }
 
     /// Copies the write-ahead log into the database file and truncates it, so the file alone
@@ -77,4 +100,7 @@ public struct RebuildSummary: Sendable, Hashable {
     public var rowsDeleted = 0
     /// Rows left as they were, already equal to the log's.
     public var rowsUnchanged = 0
+    /// Whether a snapshot of the head was taken because every stored one was written by another
+    /// snapshot format or reducer version (an earlier version of the library).
+    public var snapshotTaken = false
 }

@@ -10,7 +10,9 @@ struct RebuildCommand: ParsableCommand {
             Replays the log in memory and, in one transaction, makes every projection table equal \
             to what the log gives: rows missing, different or extra are written, the rest left \
             alone, and the counts printed. A table mostly wrong is rewritten whole. --full \
-            rewrites every row (and so every index) even where it matches.
+            rewrites every row (and so every index) even where it matches. When every stored \
+            snapshot was written by an earlier version of the library (which the current one \
+            cannot read), a snapshot of the head is taken in their place.
 
             Example:
               purchase-ledger rebuild user.ledger
@@ -34,8 +36,16 @@ struct RebuildCommand: ParsableCommand {
         let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
         if json {
             console.print(
-                #"{"events":\#(summary.events),"rowsWritten":\#(summary.rowsWritten),"rowsDeleted":\#(summary.rowsDeleted),"rowsUnchanged":\#(summary.rowsUnchanged),"full":\#(full),"seconds":\#(seconds)}"#
-            )
+                JSONWriter.object { w in
+                    w.field("events", summary.events)
+                    w.field("rowsWritten", summary.rowsWritten)
+                    w.field("rowsDeleted", summary.rowsDeleted)
+                    w.field("rowsUnchanged", summary.rowsUnchanged)
+                    w.field("snapshotTaken", summary.snapshotTaken)
+                    w.field("full", full)
+                    w.key("seconds")
+                    w.raw(seconds)
+                })
             return
         }
         let rows =
@@ -43,5 +53,8 @@ struct RebuildCommand: ParsableCommand {
             ? "\(summary.rowsWritten) rows rewritten"
             : "\(summary.rowsWritten) rows written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
         console.print("rebuilt the projections from \(summary.events) events in \(seconds) s: \(rows)")
+        if summary.snapshotTaken {
+            console.print("took a snapshot at seq \(summary.events): the stored ones were written by an earlier version and could not be read")
+        }
     }
 }

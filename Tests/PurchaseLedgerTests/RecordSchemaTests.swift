@@ -182,4 +182,23 @@ import PurchaseLedgerFleetTesting
         }
         #expect(snap == sample)
     }
+
+    /// A ledger whose snapshots an earlier version wrote (another snapshot format) gets one of its
+    /// head from `rebuild`, which replaces them; the state read from it equals the log's.
+    @Test func rebuildRetakesSnapshotsAnEarlierVersionWrote() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("old.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        try ledger.append(contentsOf: StorageTests.everyType)
+        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = format - 1") }
+        let stale = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        let summary = try stale.rebuildProjections()
+        #expect(summary.snapshotTaken)
+        let formats = try stale.read { db in try Int.fetchAll(db, sql: "SELECT format FROM snapshots") }
+        #expect(formats == [SnapshotCodec.format], "one snapshot, of the current format, replaces the stale ones")
+        #expect(try stale.rebuildProjections().snapshotTaken == false, "a second rebuild finds a current snapshot")
+        let reopened = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        #expect(try reopened.state(atSeq: reopened.lastSeq()) == ledger.currentState)
+        #expect(try reopened.verify(everySnapshot: true).isValid)
+    }
 }

@@ -29,10 +29,24 @@ extension Ledger {
                     let compare = try !rewritingEveryRow && Projector.status(db).current
                     let pool = self.pool
                     let stored = compare ? Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.storedRowHashes($0, db) } } }]) : nil
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress)
+                    // Snapshots written by an earlier version cannot be read: they are taken
+                    // again during the replay, at the same seqs an import takes them.
+                    let retake = try configuration.snapshotInterval > 0 && Ledger.onlyStaleSnapshots(db)
+                    let interval = Int64(max(1, configuration.snapshotInterval)), overlay = configuration.snapshotOverlay
+                    let spool = Spool()
+                    var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
+                    let (state, history) = try Ledger.replayForProjections(db, progress: progress) { state in
+                        guard retake, state.seq % interval == 0 else { return }
+                        let pending: Snapshots.Pending
+                        // No record of the personal refs assigned by then: a state loaded from
+                        // one of these reads the whole personal-values table for its tail.
+                        (state, pending) = try Snapshots.encode(state, db, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: nil)
+                        taken.append(pending)
+                    }
                     summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
                     summary.events = state.seq
-                    summary.snapshotTaken = try retakeStaleSnapshot(state, db)
+                    try Snapshots.write(taken, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+                    summary.snapshotsTaken = taken.count
                     releaseInBackground(consume state)
                     releaseInBackground(consume history)
                     return .commit
@@ -44,11 +58,9 @@ extension Ledger {
         }
     }
 
-    /// When every snapshot was written by another snapshot format or reducer version (a ledger
-    /// made by an earlier version of the library), none can be read: takes one of `state`, the
-    /// log's head, which replaces them, so time travel and opening stop replaying the whole log.
-    private func retakeStaleSnapshot(_ state: LedgerState, _ db: Database) throws -> Bool {
-        guard configuration.snapshotInterval > 0, state.seq > 0 else { return false }
+    /// Whether the ledger holds snapshots and every one was written by another snapshot format
+    /// or reducer version (an earlier version of the library): none of them can be read.
+    static func onlyStaleSnapshots(_ db: Database) throws -> Bool {
         let (current, stale) =
             try Row.fetchOne(
                 db,
@@ -57,13 +69,7 @@ extension Ledger {
                     FROM snapshots
                     """, arguments: [Reducer.version, SnapshotCodec.format, Reducer.version, SnapshotCodec.format]
             ).map { ($0[0] as Int, $0[1] as Int) } ?? (0, 0)
-        guard current == 0, stale > 0 else { return false }
-        let encoded = try SnapshotCodec.encode(state, overlay: configuration.snapshotOverlay) { _ in false }
-        let spool = Spool()
-        try Snapshots.write(
-            [try Snapshots.pending(encoded, seq: state.seq, spool: spool, personalRefs: try PersonalValues.assignedRefs(db))],
-            keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
-        return true
+        return current == 0 && stale > 0
     }
 
     /// Copies the write-ahead log into the database file and truncates it, so the file alone
@@ -78,11 +84,15 @@ extension Ledger {
         }
     }
 
-    static func replayForProjections(_ db: Database, progress: ((Int64, Int64) -> Void)? = nil) throws -> (LedgerState, Projector.HistoryCollector) {
+    /// `each`: sees the state after each event, and may change it (a snapshot taken of it).
+    static func replayForProjections(
+        _ db: Database, progress: ((Int64, Int64) -> Void)? = nil, each: ((inout LedgerState) throws -> Void)? = nil
+    ) throws -> (LedgerState, Projector.HistoryCollector) {
         var replay = LogReplay(collectingHistory: true)
         let total = try EventStore.lastSeq(db)
-        try replay.run(db) { step, _, _ in
+        try replay.run(db) { step, _, state in
             if let progress, step.event.seq % 50_000 == 0 { progress(step.event.seq, total) }
+            try each?(&state)
             return true
         }
         return (replay.state, replay.history!)
@@ -100,7 +110,7 @@ public struct RebuildSummary: Sendable, Hashable {
     public var rowsDeleted = 0
     /// Rows left as they were, already equal to the log's.
     public var rowsUnchanged = 0
-    /// Whether a snapshot of the head was taken because every stored one was written by another
-    /// snapshot format or reducer version (an earlier version of the library).
-    public var snapshotTaken = false
+    /// Snapshots taken again because every stored one was written by another snapshot format or
+    /// reducer version (an earlier version of the library), at the seqs an import takes them.
+    public var snapshotsTaken = 0
 }

@@ -12,7 +12,7 @@ struct RebuildCommand: ParsableCommand {
             alone, and the counts printed. A table mostly wrong is rewritten whole. --full \
             rewrites every row (and so every index) even where it matches. When every stored \
             snapshot was written by an earlier version of the library (which the current one \
-            cannot read), a snapshot of the head is taken in their place.
+            cannot read), snapshots are taken again during the replay, as an import takes them.
 
             Example:
               purchase-ledger rebuild user.ledger
@@ -41,7 +41,7 @@ struct RebuildCommand: ParsableCommand {
                     w.field("rowsWritten", summary.rowsWritten)
                     w.field("rowsDeleted", summary.rowsDeleted)
                     w.field("rowsUnchanged", summary.rowsUnchanged)
-                    w.field("snapshotTaken", summary.snapshotTaken)
+                    w.field("snapshotsTaken", summary.snapshotsTaken)
                     w.field("full", full)
                     w.key("seconds")
                     w.raw(seconds)
@@ -53,8 +53,8 @@ struct RebuildCommand: ParsableCommand {
             ? "\(summary.rowsWritten) rows rewritten"
             : "\(summary.rowsWritten) rows written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
         console.print("rebuilt the projections from \(summary.events) events in \(seconds) s: \(rows)")
-        if summary.snapshotTaken {
-            console.print("took a snapshot at seq \(summary.events): the stored ones were written by an earlier version and could not be read")
+        if summary.snapshotsTaken > 0 {
+            console.print("took \(summary.snapshotsTaken) snapshots again: the stored ones were written by an earlier version and could not be read")
         }
     }
 }

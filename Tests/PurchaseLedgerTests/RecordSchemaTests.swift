@@ -183,22 +183,28 @@ import PurchaseLedgerFleetTesting
         #expect(snap == sample)
     }
 
-    /// A ledger whose snapshots an earlier version wrote (another snapshot format) gets one of its
-    /// head from `rebuild`, which replaces them; the state read from it equals the log's.
+    /// A ledger whose snapshots an earlier version wrote (another snapshot format) gets them taken
+    /// again by `rebuild`; states read from them equal the log's.
     @Test func rebuildRetakesSnapshotsAnEarlierVersionWrote() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("old.ledger")
         let ledger = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
         try ledger.append(contentsOf: StorageTests.everyType)
+        let seqs = [Int64(5), 9, 17, try ledger.lastSeq()]
+        let expected = try seqs.map { try ledger.state(atSeq: $0) }
         try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = format - 1") }
         let stale = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        let before = try stale.read { db in try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq") }
         let summary = try stale.rebuildProjections()
-        #expect(summary.snapshotTaken)
-        let formats = try stale.read { db in try Int.fetchAll(db, sql: "SELECT format FROM snapshots") }
-        #expect(formats == [SnapshotCodec.format], "one snapshot, of the current format, replaces the stale ones")
-        #expect(try stale.rebuildProjections().snapshotTaken == false, "a second rebuild finds a current snapshot")
+        #expect(summary.snapshotsTaken == before.count && !before.isEmpty)
+        let after = try stale.read { db in try Row.fetchAll(db, sql: "SELECT seq, format FROM snapshots ORDER BY seq") }
+        #expect(after.map { $0[0] as Int64 } == before, "taken again at the same seqs")
+        #expect(after.allSatisfy { $0[1] as Int == SnapshotCodec.format })
+        #expect(try stale.rebuildProjections().snapshotsTaken == 0, "a second rebuild finds current snapshots")
         let reopened = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
-        #expect(try reopened.state(atSeq: reopened.lastSeq()) == ledger.currentState)
+        for (seq, state) in zip(seqs, expected) {
+            #expect(try reopened.state(atSeq: seq) == state, "seq \(seq)")
+        }
         #expect(try reopened.verify(everySnapshot: true).isValid)
     }
 }

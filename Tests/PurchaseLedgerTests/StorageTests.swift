@@ -338,7 +338,8 @@ import PurchaseLedgerFleetTesting
         let after = try layout()
         #expect(after.migrations == Migrations.names && after.withoutRowID == [false, true, true] && after.pages == before.pages)
         let verified = try migrated.verify(all: true, everySnapshot: true)
-        #expect(verified.isValid && verified.snapshotsChecked == report.snapshotsChecked)
+        // The rebuild the upgrade ran took the older reducer's snapshots again.
+        #expect(verified.isValid && verified.snapshotsChecked > report.snapshotsChecked)
         #expect(try migrated.state(atSeq: Int64(log.count)) == folded)
         let reprojected = try rows()
         #expect(reprojected.transactions == folded.transactions.values)

@@ -8,33 +8,35 @@ import GRDB
 //
 // Fields are listed in the order of their JSON members; the key comes first.
 
-/// A record kept as a declared list of fields: what the snapshot codec and the projection
+/// A record's fields kept as a declared list: what the snapshot codec and the projection
 /// readers make and read through its ``schema``.
-protocol DeclaredRecord {
-    associatedtype Source: RecordSource
+package protocol DeclaredFields: Sendable, Hashable {
+    associatedtype Source: RecordSource where Source.Fields == Self
     static var schema: RecordSchema<Source> { get }
     /// A record with every field at its default, for a decoder to fill in.
-    static var blank: Source.Fields { get }
-    init(fields: Source.Fields)
-    var fields: Source.Fields { get }
+    static var blank: Self { get }
 }
 
-extension DeclaredRecord {
+extension Record where RecordFields: DeclaredFields {
+    /// The record's one declaration.
+    package static var schema: RecordSchema<Fields.Source> { Fields.schema }
+    static var blank: Fields { Fields.blank }
+
     /// The record a snapshot holds at `r`.
     init(snapshot r: inout BinaryReader) throws(BinaryReader.Failure) {
-        var f = Self.blank
-        try Self.schema.readSnapshot(into: &f, &r)
+        var f = Fields.blank
+        try Fields.schema.readSnapshot(into: &f, &r)
         self.init(fields: f)
     }
 
     func writeSnapshot(to w: inout BinaryWriter) {
-        Self.schema.writeSnapshot(fields, to: &w)
+        Fields.schema.writeSnapshot(fields, to: &w)
     }
 
     /// The fields a projection row gives back (SQLite's, or the fleet store's).
-    static func fields(columns c: some ProjectionColumns) -> Source.Fields {
-        var f = blank
-        schema.read(&f, from: schema.values(c))
+    static func fields(columns c: some ProjectionColumns) -> Fields {
+        var f = Fields.blank
+        Fields.schema.read(&f, from: Fields.schema.values(c))
         return f
     }
 }
@@ -46,14 +48,6 @@ package struct TransactionRow: RecordSource {
     package var fields: TransactionRecord.Fields {
         _read { yield record.fields }
     }
-}
-
-extension TransactionRecord: DeclaredRecord {
-    static var blank: Fields { Fields(transaction: "", product: "", user: nil, quantity: 0, state: .purchasing) }
-}
-
-extension DownloadRecord: DeclaredRecord {
-    static var blank: Fields { Fields(download: "", transaction: nil) }
 }
 
 /// A download's projection row and JSON: its fields, and what only the state knows.
@@ -81,8 +75,11 @@ package struct DownloadRow: RecordSource {
     }
 }
 
-extension TransactionRecord {
+extension TransactionFields: DeclaredFields {
+    package typealias Source = TransactionRow
     typealias Field = RecordField<TransactionRow>
+
+    package static var blank: Self { Self(transaction: "", product: "", user: nil, quantity: 0, state: .purchasing) }
 
     package static let schema = RecordSchema<TransactionRow>([
         .key("transaction", column: "transaction_id", json: "transaction", get: { $0.transaction }, set: { $0.transaction = $1 }),
@@ -115,8 +112,11 @@ extension TransactionRecord {
     ])
 }
 
-extension DownloadRecord {
+extension DownloadFields: DeclaredFields {
+    package typealias Source = DownloadRow
     typealias Field = RecordField<DownloadRow>
+
+    package static var blank: Self { Self(download: "", transaction: nil) }
 
     package static let schema = RecordSchema<DownloadRow>([
         .key("download", column: "download_id", json: "download", get: { $0.download }, set: { $0.download = $1 }),

@@ -64,48 +64,16 @@ struct CopyOnWrite<Fields: Sendable & Hashable>: Sendable, Hashable {
     func hash(into hasher: inout Hasher) { hasher.combine(value) }
 }
 
-/// One transaction as the ledger knows it now. Its ``Fields`` read as properties of the record
-/// (`record.state`), through a key-path subscript: each field is declared once.
+/// A record the ledger keeps (``TransactionRecord``, ``DownloadRecord``): its ``Fields`` in a
+/// copy-on-write box, read as properties of the record (`record.state`) through a key-path
+/// subscript. A record is one pointer to copy, store or move.
 @dynamicMemberLookup
-public struct TransactionRecord: Sendable, Hashable {
-    /// What the ledger records of a transaction.
-    public struct Fields: Sendable, Hashable {
-        public package(set) var transaction: String
-        public package(set) var product: String
-        public package(set) var user: String?
-        public package(set) var quantity: Int
-        public package(set) var state: TransactionStatus
-        public package(set) var finished: Bool = false
-        public package(set) var revoked: Bool = false
-        public package(set) var revocationReason: String?
-        public package(set) var originalTransaction: String?
-        public package(set) var storeTransactionId: String?
-        /// The price paid, storefront, environment, ownership and offer, fixed when it was
-        /// purchased or restored (contract 5.1).
-        public package(set) var paid: PaidTerms = PaidTerms()
-        /// Its downloads, in delivery order.
-        public package(set) var downloads: [String] = []
-        public package(set) var error: StoreError?
-        /// Whether it went through Ask to Buy.
-        public package(set) var wasDeferred: Bool = false
-        /// Whether finishing it discarded finished content that was never copied out.
-        public package(set) var discardedContent: Bool = false
-        public package(set) var queuedAt: Timestamp?
-        /// When it became purchased or restored.
-        public package(set) var purchasedAt: Timestamp?
-        public package(set) var failedAt: Timestamp?
-        public package(set) var finishedAt: Timestamp?
-        public package(set) var revokedAt: Timestamp?
-        /// Events stored in its stream (`transaction:<id>`).
-        public package(set) var events: Int64 = 0
-    }
+public struct Record<RecordFields: Sendable & Hashable>: Sendable, Hashable {
+    /// What the record holds: ``TransactionFields``, ``DownloadFields``.
+    public typealias Fields = RecordFields
 
     // The fields live in a copy-on-write box (`CopyOnWrite`).
     private var storage: CopyOnWrite<Fields>
-
-    init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
-        storage = CopyOnWrite(Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
-    }
 
     init(fields: Fields) {
         storage = CopyOnWrite(fields)
@@ -125,77 +93,113 @@ public struct TransactionRecord: Sendable, Hashable {
     @inline(__always) package subscript<Value>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
         get { storage.value[keyPath: field] }
         _modify { yield &storage.value[keyPath: field] }
+    }
+}
+
+// A record reflects as its fields (in a debugger, in `dump`, in a test's diff), not as the box
+// that holds them.
+extension Record: CustomReflectable {
+    public var customMirror: Mirror { Mirror(reflecting: fields) }
+}
+
+/// Fields that count the events stored in their record's stream.
+protocol StreamCounted {
+    /// Events stored in its stream (`transaction:<id>`, `download:<id>`).
+    var events: Int64 { get set }
+}
+
+extension Record where RecordFields: StreamCounted {
+    /// Counts one more event in its stream (and the `earlier` ones stored before it existed).
+    mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
+        storage.value.events += (earlier ?? 0) + 1
+        return storage.value.events
+    }
+}
+
+/// One transaction as the ledger knows it now.
+public typealias TransactionRecord = Record<TransactionFields>
+
+/// What the ledger records of a transaction: a ``TransactionRecord``'s fields.
+public struct TransactionFields: Sendable, Hashable, StreamCounted {
+    public package(set) var transaction: String
+    public package(set) var product: String
+    public package(set) var user: String?
+    public package(set) var quantity: Int
+    public package(set) var state: TransactionStatus
+    public package(set) var finished: Bool = false
+    public package(set) var revoked: Bool = false
+    public package(set) var revocationReason: String?
+    public package(set) var originalTransaction: String?
+    public package(set) var storeTransactionId: String?
+    /// The price paid, storefront, environment, ownership and offer, fixed when it was
+    /// purchased or restored (contract 5.1).
+    public package(set) var paid: PaidTerms = PaidTerms()
+    /// Its downloads, in delivery order.
+    public package(set) var downloads: [String] = []
+    public package(set) var error: StoreError?
+    /// Whether it went through Ask to Buy.
+    public package(set) var wasDeferred: Bool = false
+    /// Whether finishing it discarded finished content that was never copied out.
+    public package(set) var discardedContent: Bool = false
+    public package(set) var queuedAt: Timestamp?
+    /// When it became purchased or restored.
+    public package(set) var purchasedAt: Timestamp?
+    public package(set) var failedAt: Timestamp?
+    public package(set) var finishedAt: Timestamp?
+    public package(set) var revokedAt: Timestamp?
+    /// Events stored in its stream (`transaction:<id>`).
+    public package(set) var events: Int64 = 0
+}
+extension Record where RecordFields == TransactionFields {
+    init(transaction: String, product: String, user: String?, quantity: Int, state: TransactionStatus) {
+        self.init(fields: Fields(transaction: transaction, product: product, user: user, quantity: quantity, state: state))
     }
 
     /// Purchased or restored, and not refunded: it grants its product.
     public var grantsOwnership: Bool { (self.state == .purchased || self.state == .restored) && !self.revoked }
 }
 
-/// One download as the ledger knows it now. Its ``Fields`` read as properties of the record
-/// (`record.state`), through a key-path subscript: each field is declared once.
-@dynamicMemberLookup
-public struct DownloadRecord: Sendable, Hashable {
-    /// What the ledger records of a download.
-    public struct Fields: Sendable, Hashable {
-        public package(set) var download: String
-        /// The owning transaction; nil for standalone content registered by URL.
-        public package(set) var transaction: String?
-        /// The registered URL, for standalone content.
-        public package(set) var url: String?
-        public package(set) var content: String?
-        public package(set) var contentVersion: ContentVersion?
-        public package(set) var contentLength: Int64?
-        public package(set) var state: DownloadStatus = .waiting
-        /// False until the app first starts it.
-        public package(set) var started: Bool = false
-        public package(set) var progress: Double = 0
-        public package(set) var bytesWritten: Int64?
-        public package(set) var timeRemaining: Double?
-        /// Where the finished content is, until its transaction finishes. Never set after the finish.
-        public package(set) var contentURL: String?
-        public package(set) var copiedOut: Bool = false
-        public package(set) var destination: String?
-        public package(set) var bytesCopied: Int64?
-        /// Finished content the app chose to drop at finish (`discardContent`).
-        public package(set) var discarded: Bool = false
-        public package(set) var error: StoreError?
-        public package(set) var cancelReason: CancelReason?
-        /// Number of times it was started.
-        public package(set) var attempts: Int = 0
-        public package(set) var startedAt: Timestamp?
-        /// When the last progress, finish, failure, pause, resume or cancel happened.
-        public package(set) var lastActivityAt: Timestamp?
-        public package(set) var finishedAt: Timestamp?
-        public package(set) var copiedOutAt: Timestamp?
-        /// Events stored in its stream (`download:<id>`).
-        public package(set) var events: Int64 = 0
-    }
+/// One download as the ledger knows it now.
+public typealias DownloadRecord = Record<DownloadFields>
 
-    // The fields live in a copy-on-write box (`CopyOnWrite`).
-    private var storage: CopyOnWrite<Fields>
-
+/// What the ledger records of a download: a ``DownloadRecord``'s fields.
+public struct DownloadFields: Sendable, Hashable, StreamCounted {
+    public package(set) var download: String
+    /// The owning transaction; nil for standalone content registered by URL.
+    public package(set) var transaction: String?
+    /// The registered URL, for standalone content.
+    public package(set) var url: String?
+    public package(set) var content: String?
+    public package(set) var contentVersion: ContentVersion?
+    public package(set) var contentLength: Int64?
+    public package(set) var state: DownloadStatus = .waiting
+    /// False until the app first starts it.
+    public package(set) var started: Bool = false
+    public package(set) var progress: Double = 0
+    public package(set) var bytesWritten: Int64?
+    public package(set) var timeRemaining: Double?
+    /// Where the finished content is, until its transaction finishes. Never set after the finish.
+    public package(set) var contentURL: String?
+    public package(set) var copiedOut: Bool = false
+    public package(set) var destination: String?
+    public package(set) var bytesCopied: Int64?
+    /// Finished content the app chose to drop at finish (`discardContent`).
+    public package(set) var discarded: Bool = false
+    public package(set) var error: StoreError?
+    public package(set) var cancelReason: CancelReason?
+    /// Number of times it was started.
+    public package(set) var attempts: Int = 0
+    public package(set) var startedAt: Timestamp?
+    /// When the last progress, finish, failure, pause, resume or cancel happened.
+    public package(set) var lastActivityAt: Timestamp?
+    public package(set) var finishedAt: Timestamp?
+    public package(set) var copiedOutAt: Timestamp?
+    /// Events stored in its stream (`download:<id>`).
+    public package(set) var events: Int64 = 0
+}
+extension Record where RecordFields == DownloadFields {
     init(download: String, transaction: String?, url: String? = nil, content: String? = nil, contentVersion: ContentVersion? = nil, contentLength: Int64? = nil) {
-        storage = CopyOnWrite(Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
-    }
-
-    init(fields: Fields) {
-        storage = CopyOnWrite(fields)
-    }
-
-    /// All its fields, as one value (read in place: no copy unless kept).
-    public var fields: Fields {
-        _read { yield storage.value }
-    }
-
-    /// A field, read: `record.state`.
-    @inline(__always) public subscript<Value>(dynamicMember field: KeyPath<Fields, Value>) -> Value {
-        storage.value[keyPath: field]
-    }
-
-    /// A field, read or changed in place (the reducer's view).
-    @inline(__always) package subscript<Value>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
-        get { storage.value[keyPath: field] }
-        _modify { yield &storage.value[keyPath: field] }
+        self.init(fields: Fields(download: download, transaction: transaction, url: url, content: content, contentVersion: contentVersion, contentLength: contentLength))
     }
 
     /// Content the user paid for and will not get: cancelled when its transaction finished early.
@@ -203,30 +207,6 @@ public struct DownloadRecord: Sendable, Hashable {
 
     /// Started and not yet at rest: the states an early finish cancels.
     var inFlight: Bool { self.started && (self.state == .waiting || self.state == .active || self.state == .paused) }
-}
-
-extension TransactionRecord {
-    mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
-        self.events += (earlier ?? 0) + 1
-        return self.events
-    }
-}
-
-extension DownloadRecord {
-    mutating func recordEvent(adopting earlier: Int64?) -> Int64 {
-        self.events += (earlier ?? 0) + 1
-        return self.events
-    }
-}
-
-// A record reflects as its fields (in a debugger, in `dump`, in a test's diff), not as the box
-// that holds them.
-extension TransactionRecord: CustomReflectable {
-    public var customMirror: Mirror { Mirror(reflecting: fields) }
-}
-
-extension DownloadRecord: CustomReflectable {
-    public var customMirror: Mirror { Mirror(reflecting: fields) }
 }
 
 /// The version of a product's content the app copied out last.

@@ -3,7 +3,7 @@ import GRDB
 // Each persisted record's fields, declared once (``RecordSchema``): the projection table's
 // columns and rows, the decoding of those rows (SQLite's and the fleet's), the JSON of
 // `replay --json`, and the snapshot record all come from these lists. Adding a field is a line
-// here, a migration for each store (`ProjectionDeclarationTests` holds the two together), and the
+// here, a migration for each store (`RecordSchemaTests` holds the two together), and the
 // reducer line that sets it.
 //
 // Fields are listed in the order of their JSON members; the key comes first.

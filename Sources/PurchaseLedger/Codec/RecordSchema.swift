@@ -396,14 +396,7 @@ extension RecordField {
         _ name: String, column: String, json: String? = nil, _ presence: JSONPresence = .always,
         get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void, snapshot: Snapshot? = nil
     ) -> RecordField {
-        single(
-            name, column: column, json: json, presence, get: get, set: set,
-            snapshot: snapshot
-                ?? .value(
-                    write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in get(fields).snapshot(&w, &c) },
-                    read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
-                        set(&fields, try V(snapshot: &r, &c))
-                    }))
+        single(name, column: column, json: json, presence, get: get, set: set, snapshot: snapshot ?? value(get: get, set: set))
     }
 
     /// A field only snapshots hold (no column, not in the JSON): what the reducer keeps to
@@ -413,11 +406,18 @@ extension RecordField {
     {
         RecordField(
             name: name, columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil, json: nil,
-            snapshot: .value(
-                write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in get(fields).snapshot(&w, &c) },
-                read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
-                    set(&fields, try V(snapshot: &r, &c))
-                }))
+            snapshot: value(get: get, set: set))
+    }
+
+    /// A field's value in a snapshot record, in the form its type gives it.
+    @inline(__always) private static func value<V: FieldValue>(
+        get: @escaping @Sendable (Fields) -> V, set: @escaping @Sendable (inout Fields, V) -> Void
+    ) -> Snapshot {
+        .value(
+            write: { (fields: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in get(fields).snapshot(&w, &c) },
+            read: { (fields: inout Fields, r: inout BinaryReader, c: inout SnapshotFieldContext) throws(Failure) in
+                set(&fields, try V(snapshot: &r, &c))
+            })
     }
 
     /// A column derived from the record or the state when its row is written: never read back,

@@ -164,12 +164,6 @@ struct ColumnPositions: Sendable {
     }
 
     subscript(_ columnName: String) -> Int? { positions[columnName] }
-
-    /// A column's value in `row` (`columnName` in lowercase), decoded as GRDB decodes it by name.
-    func value<Value: DatabaseValueConvertible>(_ row: Row, _ columnName: String) -> Value {
-        guard let i = positions[columnName] else { return row[columnName] }
-        return row[i]
-    }
 }
 
 /// The columns of one projection row, read by name (lowercase) or by position: a GRDB row (the

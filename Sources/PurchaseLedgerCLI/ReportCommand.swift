@@ -447,21 +447,25 @@ struct ReportCommand: AsyncParsableCommand {
         let t = e.transaction.fields
         let revoked: String = t.revokedAt.map { "\($0) (\(t.revocationReason ?? ""))" } ?? ""
         let error: String = t.error.map { "\($0.domain) \($0.code): \($0.message)" } ?? ""
-        let cells: [String] = [
+        var cells: [String] = []
+        cells.reserveCapacity(21)
+        if let device { cells.append(device) }
+        cells += [
             (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
             t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
             t.paid.storefront ?? "", paidAs(t), t.paid.offer.map { [$0.type.rawValue, $0.id].compactMap { $0 }.joined(separator: " ") } ?? "",
             e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", revoked, error, downloadSummary(e), e.contentLost ? "yes" : "",
         ]
-        return (device.map { [$0] } ?? []) + cells
+        return cells
     }
 
     func historyJSON(_ e: PurchaseHistoryEntry, device: String?) -> String {
         JSONWriter.object { w in
             if let device { w.field("ledger", device) }
-            let t = e.transaction
             w.key("transaction")
-            StateJSON.write(t, to: &w)
+            StateJSON.write(e.transaction, to: &w)
+            // The fields as one value, as in historyCells.
+            let t = e.transaction.fields
             w.field("kind", e.kind?.rawValue)
             w.field("price", e.price)
             w.field("currency", e.currency)
@@ -487,11 +491,19 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     func downloadSummary(_ e: PurchaseHistoryEntry) -> String {
-        e.downloads.map { record in
+        var summary = ""
+        for record in e.downloads {
             let d = record.fields
-            return "\(d.content ?? d.download) \(d.contentVersion?.text ?? "") \(d.started ? d.state.rawValue : "not started")"
-                + (d.copiedOut ? " copied to \(d.destination ?? "")" : "") + (record.lost ? " LOST" : "") + (d.discarded ? " discarded" : "")
-        }.joined(separator: "; ")
+            if !summary.isEmpty { summary += "; " }
+            summary += d.content ?? d.download
+            summary += " "
+            summary += d.contentVersion?.text ?? ""
+            summary += d.started ? " " + d.state.rawValue : " not started"
+            if d.copiedOut { summary += " copied to " + (d.destination ?? "") }
+            if record.lost { summary += " LOST" }
+            if d.discarded { summary += " discarded" }
+        }
+        return summary
     }
 }
 

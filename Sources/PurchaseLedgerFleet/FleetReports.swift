@@ -51,10 +51,9 @@ extension FleetStore {
         if let product = query.product { conditions.append("t.product = \(bind(Identifier.normalize(product)))") }
         if let from = query.from { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) >= \(bind(Projector.ms(from)))") }
         if let to = query.to { conditions.append("coalesce(t.purchased_at_ms, t.queued_at_ms) < \(bind(Projector.ms(to)))") }
-        if !query.kinds.isEmpty { conditions.append("p.kind = ANY(\(bind(query.kinds.map(\.rawValue))))") }
+        if !query.kinds.isEmpty { conditions.append("t.product_kind = ANY(\(bind(query.kinds.map(\.rawValue))))") }
         let selection = """
-            SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
-            FROM transactions t LEFT JOIN products p ON p.ledger_id = t.ledger_id AND p.product = t.product
+            SELECT t.* FROM transactions t
             \(conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND "))
             ORDER BY coalesce(t.purchased_at_ms, t.queued_at_ms) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
             LIMIT \(bind(Int64(query.limit))) OFFSET \(bind(Int64(query.offset)))
@@ -75,8 +74,7 @@ extension FleetStore {
         var binds = PostgresBindings()
         binds.append(Int64(limit))
         let selection = """
-            SELECT t.*, p.kind AS product_kind, p.price AS product_price, p.currency AS product_currency
-            FROM transactions t LEFT JOIN products p ON p.ledger_id = t.ledger_id AND p.product = t.product
+            SELECT t.* FROM transactions t
             WHERE t.state IN ('purchased', 'restored') AND NOT t.revoked
               AND EXISTS (SELECT 1 FROM downloads d WHERE d.ledger_id = t.ledger_id AND d.transaction_id = t.transaction_id AND NOT d.copied_out)
             ORDER BY t.purchased_at_ms NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
@@ -97,8 +95,9 @@ extension FleetStore {
             ORDER BY \(order) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id, d.position
             """
         try await run {
-            var current: (key: [UInt8], ledger: String, columns: PostgresColumns, downloads: [DownloadRecord])?
+            var current: (ledger: ByteBuffer, transaction: ByteBuffer?, columns: PostgresColumns, downloads: [DownloadRecord])?
             var layout: PostgresLayout?
+            var at: (ledger: Int, transaction: Int, download: Int, kind: Int?, price: Int?, currency: Int?)!
             func emit() throws {
                 guard let c = current else { return }
                 // The downloads' ids given to the initializer: set through the record's key-path
@@ -106,23 +105,33 @@ extension FleetStore {
                 let record = TransactionRecord(columns: c.columns, downloads: c.downloads.map { $0.fields.download })
                 try body(
                     FleetHistoryEntry(
-                        ledgerID: c.ledger,
+                        ledgerID: c.ledger.withUnsafeReadableBytes(Hex.uuid),
                         entry: PurchaseHistoryEntry(
-                            transaction: record, kind: c.columns.string("product_kind").flatMap(ProductKind.init(rawValue:)),
-                            catalogPrice: c.columns.string("product_price"), catalogCurrency: c.columns.string("product_currency"),
+                            transaction: record, kind: at.kind.flatMap(c.columns.string(at:)).flatMap(ProductKind.init(rawValue:)),
+                            catalogPrice: at.price.flatMap(c.columns.string(at:)), catalogCurrency: at.currency.flatMap(c.columns.string(at:)),
                             downloads: c.downloads)))
             }
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
-                if layout == nil { layout = PostgresLayout(row) }
-                let columns = PostgresColumns(row: row, layout: layout!)
-                let key = columns.bytes("ledger_id") + Array((columns.string("transaction_id") ?? "").utf8)
-                if current?.key != key {
-                    try emit()
-                    current = (key, try columns.uuid("ledger_id"), columns, [])
+                if layout == nil {
+                    let l = PostgresLayout(row)
+                    guard let ledger = l.positions["ledger_id"], let transaction = l.positions["transaction_id"], let download = l.downloadPositions["download_id"]
+                    else { throw FleetError(.server, "the history result lacks its key columns") }
+                    at = (ledger, transaction, download, l.positions["product_kind"], l.positions["product_price"], l.positions["product_currency"])
+                    layout = l
                 }
-                let download = columns.download
-                if download.string("download_id") != nil {
-                    current!.downloads.append(DownloadRecord(columns: download))
+                let columns = PostgresColumns(row: row, layout: layout!)
+                // A transaction's rows are consecutive: a new ledger id or transaction id starts
+                // the next one. The ids are compared as the server sent them.
+                guard let ledger = columns.bytes(at: at.ledger), ledger.readableBytes == 16 else {
+                    throw FleetError(.server, "a history row without its ledger id")
+                }
+                let transaction = columns.bytes(at: at.transaction)
+                if current?.ledger != ledger || current?.transaction != transaction {
+                    try emit()
+                    current = (ledger, transaction, columns, [])
+                }
+                if !columns.isNull(at: at.download) {
+                    current!.downloads.append(DownloadRecord(columns: columns.download))
                 }
             }
             try emit()
@@ -276,9 +285,6 @@ extension FleetStore {
     }
 }
 
-/// A PostgreSQL row's columns, read as the ledger's projection decoders read SQLite's: booleans
-/// as 1 and 0, NULL as nil. `names` gives each column's position (a joined table's columns under
-/// their own names). Binary values of the usual types are read straight from their bytes.
 /// How a result's columns read, found once per statement from its first row: each name's
 /// position (a download column also without its `d__` prefix, in ``downloadPositions``) and how
 /// each position's bytes decode.
@@ -321,29 +327,29 @@ struct PostgresLayout: Sendable {
     }
 }
 
-/// One result row's columns, read by name through a ``PostgresLayout``. The row's cells are made
-/// once (each `PostgresRandomAccessRow` subscript makes a new cell) and binary values read
-/// straight from their bytes.
+/// One result row's columns, read by name through a ``PostgresLayout``. Only the columns read
+/// are touched (a `PostgresCell` made for each of a row's 50 columns, with its name, showed in the
+/// profile of a 100,000-row report), and binary values are read straight from their bytes.
 struct PostgresColumns: ProjectionColumns {
-    let cells: [PostgresCell]
+    let row: PostgresRandomAccessRow
     let layout: PostgresLayout
     /// Which names to read by: the layout's ``PostgresLayout/positions`` or its download ones.
     let downloadColumns: Bool
 
     init(row: PostgresRow, layout: PostgresLayout) {
-        cells = Array(row)
+        self.row = PostgresRandomAccessRow(row)
         self.layout = layout
         downloadColumns = false
     }
 
-    private init(cells: [PostgresCell], layout: PostgresLayout, downloadColumns: Bool) {
-        self.cells = cells
+    private init(row: PostgresRandomAccessRow, layout: PostgresLayout, downloadColumns: Bool) {
+        self.row = row
         self.layout = layout
         self.downloadColumns = downloadColumns
     }
 
     /// The same row, read by the download columns' names (without their `d__` prefix).
-    var download: PostgresColumns { PostgresColumns(cells: cells, layout: layout, downloadColumns: true) }
+    var download: PostgresColumns { PostgresColumns(row: row, layout: layout, downloadColumns: true) }
 
     func position(_ column: String) -> Int? {
         downloadColumns ? layout.downloadPositions[column] : layout.positions[column]
@@ -351,43 +357,44 @@ struct PostgresColumns: ProjectionColumns {
 
     var positionCache: PositionCache? { downloadColumns ? layout.downloadCache : layout.cache }
 
+    /// A column's bytes as the server sent them (nil: NULL).
+    func bytes(at i: Int) -> ByteBuffer? { row[data: i].value }
+
+    func isNull(at i: Int) -> Bool { bytes(at: i) == nil }
+
     func string(at i: Int) -> String? {
-        guard let bytes = cells[i].bytes else { return nil }
+        guard let bytes = bytes(at: i) else { return nil }
         if layout.kinds[i] == .text { return String(buffer: bytes) }
-        return try? cells[i].decode(String.self)
+        return try? row[i].decode(String.self)
     }
 
     func int64(at i: Int) -> Int64? {
-        guard let bytes = cells[i].bytes else { return nil }
+        guard let bytes = bytes(at: i) else { return nil }
         switch layout.kinds[i] {
         case .int8: return bytes.getInteger(at: bytes.readerIndex, as: Int64.self)
         case .int4: return bytes.getInteger(at: bytes.readerIndex, as: Int32.self).map(Int64.init)
         case .int2: return bytes.getInteger(at: bytes.readerIndex, as: Int16.self).map(Int64.init)
         case .bool: return bytes.getInteger(at: bytes.readerIndex, as: UInt8.self).map { $0 == 0 ? 0 : 1 }
         default:
-            if cells[i].dataType == .bool { return (try? cells[i].decode(Bool.self)).map { $0 ? 1 : 0 } }
-            return try? cells[i].decode(Int64.self)
+            let cell = row[i]
+            if cell.dataType == .bool { return (try? cell.decode(Bool.self)).map { $0 ? 1 : 0 } }
+            return try? cell.decode(Int64.self)
         }
     }
 
     func double(at i: Int) -> Double? {
-        guard let bytes = cells[i].bytes else { return nil }
+        guard let bytes = bytes(at: i) else { return nil }
         if layout.kinds[i] == .float8, let bits = bytes.getInteger(at: bytes.readerIndex, as: UInt64.self) {
             return Double(bitPattern: bits)
         }
-        return try? cells[i].decode(Double.self)
-    }
-
-    /// The raw bytes of a column (a uuid's 16), for comparing rows cheaply.
-    func bytes(_ column: String) -> [UInt8] {
-        guard let i = position(column), let bytes = cells[i].bytes else { return [] }
-        return Array(buffer: bytes)
+        return try? row[i].decode(Double.self)
     }
 
     /// A uuid column as lowercase text.
     func uuid(_ column: String) throws -> String {
         guard let i = position(column) else { throw FleetError(.server, "the result has no column \(column)") }
-        return try cells[i].decode(UUID.self).uuidString.lowercased()
+        guard let bytes = bytes(at: i), bytes.readableBytes == 16 else { return try row[i].decode(UUID.self).uuidString.lowercased() }
+        return bytes.withUnsafeReadableBytes(Hex.uuid)
     }
 }
 

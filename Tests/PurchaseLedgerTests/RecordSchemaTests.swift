@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Testing
 @testable import PurchaseLedger
+import PurchaseLedgerFleet
 import PurchaseLedgerFleetTesting
 
 /// The one declaration of each persisted record (``RecordSchema``) against everything made from
@@ -44,7 +45,9 @@ import PurchaseLedgerFleetTesting
                 WHERE table_schema = 'public' AND table_name = '\(table.name)'
                 """, database: database
             ).split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            let declared = ["ledger_id|uuid|NO"] + table.declared.map { "\($0.name)|\($0.type.postgres)|\($0.nullable ? "YES" : "NO")" }
+            var declared = ["ledger_id|uuid|NO"] + table.declared.map { "\($0.name)|\($0.type.postgres)|\($0.nullable ? "YES" : "NO")" }
+            // The fleet's own columns: the catalog's, on each transaction row.
+            if table.name == Projector.Table.transactions.name { declared += FleetStore.catalogColumns.map { "\($0.column)|text|YES" } }
             #expect(Set(made) == Set(declared), "\(table.name): \(Set(made).symmetricDifference(declared).sorted())")
         }
     }

@@ -492,20 +492,32 @@ public struct JSONWriter: Sendable {
 
     public mutating func value(_ s: String) { separate(); quote(s) }
     public mutating func value(_ s: String?) { if let s { value(s) } else { null() } }
-    public mutating func value(_ b: Bool) { separate(); bytes.append(contentsOf: Array((b ? "true" : "false").utf8)) }
-    public mutating func value(_ n: Int64) { separate(); bytes.append(contentsOf: Array(String(n).utf8)) }
+    public mutating func value(_ b: Bool) { separate(); bytes.append(contentsOf: (b ? "true" : "false").utf8) }
+    public mutating func value(_ n: Int64) { separate(); digits(n) }
     public mutating func value(_ n: Int) { value(Int64(n)) }
     public mutating func value(_ n: Int64?) { if let n { value(n) } else { null() } }
     public mutating func value(_ d: Double) {
         separate()
         if d == d.rounded(), abs(d) < 1e15 {
-            bytes.append(contentsOf: Array(String(Int64(d)).utf8))
-            bytes.append(contentsOf: Array(".0".utf8))
+            digits(Int64(d))
+            bytes.append(contentsOf: ".0".utf8)
         } else {
-            bytes.append(contentsOf: Array("\(d)".utf8))
+            bytes.append(contentsOf: "\(d)".utf8)
         }
     }
-    public mutating func null() { separate(); bytes.append(contentsOf: Array("null".utf8)) }
+    public mutating func null() { separate(); bytes.append(contentsOf: "null".utf8) }
+
+    /// `n` in decimal, straight into ``bytes``.
+    private mutating func digits(_ n: Int64) {
+        if n < 0 { bytes.append(UInt8(ascii: "-")) }
+        var m = n.magnitude
+        let start = bytes.count
+        repeat {
+            bytes.append(UInt8(48 + m % 10))
+            m /= 10
+        } while m > 0
+        bytes[start...].reverse()
+    }
 
     /// A value that is already JSON text (a JSON Lines event, a number formatted by the caller),
     /// written as it is.
@@ -525,6 +537,11 @@ public struct JSONWriter: Sendable {
         // about 110 MB of such text).
         var text = s
         text.withUTF8 { utf8 in
+            // Most text needs no escape: one scan, one copy.
+            guard utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) else {
+                bytes.append(contentsOf: utf8)
+                return
+            }
             var start = 0
             for (i, b) in utf8.enumerated() where b < 0x20 || b == 0x22 || b == 0x5C {
                 bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<i]))

@@ -36,7 +36,7 @@ extension Record where RecordFields: DeclaredFields {
     /// The fields a projection row gives back (SQLite's, or the fleet store's).
     static func fields(columns c: some ProjectionColumns) -> Fields {
         var f = Fields.blank
-        Fields.schema.read(&f, from: Fields.schema.values(c))
+        Fields.schema.read(&f, from: c)
         return f
     }
 }
@@ -205,13 +205,12 @@ extension RecordField {
             values.append((e?.code).databaseValue)
             values.append((e?.message).databaseValue)
         }
-        let read = { @Sendable (fields: inout Fields, values: ArraySlice<DatabaseValue>) in
-            let i = values.startIndex
-            guard let domain = String.fromDatabaseValue(values[i]) else {
+        let read = { @Sendable (fields: inout Fields, c: FieldColumns) in
+            guard let domain = c.string(0) else {
                 set(&fields, nil)
                 return
             }
-            set(&fields, StoreError(domain: domain, code: Int64.fromDatabaseValue(values[i + 1]) ?? 0, message: String.fromDatabaseValue(values[i + 2]) ?? ""))
+            set(&fields, StoreError(domain: domain, code: c.int64(1) ?? 0, message: c.string(2) ?? ""))
         }
         var member: (@Sendable (Source, inout JSONWriter) -> Void)?
         if let key = json {
@@ -289,16 +288,15 @@ extension RecordField where Source == TransactionRow {
                 values.append(p.offer?.type.rawValue.databaseValue ?? .null)
                 values.append((p.offer?.id).databaseValue)
             },
-            read: { (t: inout Fields, values: ArraySlice<DatabaseValue>) in
-                let text = { (i: Int) in String.fromDatabaseValue(values[values.startIndex + i]) }
+            read: { (t: inout Fields, c: FieldColumns) in
                 var p = PaidTerms()
-                p.price = text(0)
-                p.currency = text(1)
-                p.priceSource = text(2) == PriceSource.event.rawValue ? .event : p.price == nil ? nil : .catalog
-                p.storefront = text(3)
-                p.environment = text(4).flatMap(StoreEnvironment.init(rawValue:)) ?? .production
-                p.ownership = text(5).flatMap(Ownership.init(rawValue:)) ?? .purchased
-                p.offer = text(6).flatMap(OfferType.init(rawValue:)).map { Offer(type: $0, id: text(7)) }
+                p.price = c.string(0)
+                p.currency = c.string(1)
+                p.priceSource = c.string(2) == PriceSource.event.rawValue ? .event : p.price == nil ? nil : .catalog
+                p.storefront = c.string(3)
+                p.environment = c.string(4).flatMap(StoreEnvironment.init(rawValue:)) ?? .production
+                p.ownership = c.string(5).flatMap(Ownership.init(rawValue:)) ?? .purchased
+                p.offer = c.string(6).flatMap(OfferType.init(rawValue:)).map { Offer(type: $0, id: c.string(7)) }
                 t.paid = p
             },
             json: { (t: Source, w: inout JSONWriter) in
@@ -363,7 +361,7 @@ extension RecordField where Source == DownloadRow {
         RecordField(
             name: "contentURL", columns: [ProjectionColumn("content_url", .text, nullable: true)],
             row: { (d: Source, values: inout [DatabaseValue]) in values.append(d.contentURL.databaseValue) },
-            read: { (d: inout Fields, values: ArraySlice<DatabaseValue>) in d.contentURL = String.fromDatabaseValue(values[values.startIndex]) },
+            read: { (d: inout Fields, c: FieldColumns) in d.contentURL = c.string() },
             json: { (d: Source, w: inout JSONWriter) in w.field("contentURL", d.contentURL) },
             snapshot: .value(
                 write: { (d: Fields, w: inout BinaryWriter, c: inout SnapshotFieldContext) in d.contentURL.snapshot(&w, &c) },

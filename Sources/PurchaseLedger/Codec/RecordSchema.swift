@@ -45,6 +45,38 @@ struct SnapshotFieldContext {
     var previousTime: Int64 = 0
 }
 
+/// One field's columns in a projection row: the row, and where the field's columns are in it
+/// (nil: the result lacks the column, read as NULL). One per row read, handed to each field's
+/// reader in turn (a class: as a struct it was copied for every field).
+package final class FieldColumns {
+    let row: any ProjectionColumns
+    let positions: [Int?]
+    /// The field's first column in ``positions``.
+    var start = 0
+
+    init(row: any ProjectionColumns, positions: [Int?]) {
+        self.row = row
+        self.positions = positions
+    }
+
+    /// The field's `k`th column.
+    func string(_ k: Int = 0) -> String? { positions[start + k].flatMap { row.string(at: $0) } }
+    func int64(_ k: Int = 0) -> Int64? { positions[start + k].flatMap { row.int64(at: $0) } }
+    func double(_ k: Int = 0) -> Double? { positions[start + k].flatMap { row.double(at: $0) } }
+}
+
+/// A row of values in ``RecordSchema/columns`` order, as ``RecordSchema/row(_:)`` makes it.
+struct ValueColumns: ProjectionColumns {
+    let names: [String]
+    let values: [DatabaseValue]
+
+    func position(_ column: String) -> Int? { names.firstIndex(of: column) }
+    func string(at i: Int) -> String? { String.fromDatabaseValue(values[i]) }
+    func int64(at i: Int) -> Int64? { Int64.fromDatabaseValue(values[i]) }
+    func double(at i: Int) -> Double? { Double.fromDatabaseValue(values[i]) }
+    var positionCache: PositionCache? { nil }
+}
+
 /// What a projection row and the JSON of a record are made from: the record's fields, and what
 /// only the state knows of it (a download's position in its transaction, its content URL).
 package protocol RecordSource {
@@ -73,7 +105,7 @@ package struct RecordField<Source: RecordSource>: Sendable {
 
     init(
         name: String, columns: [ProjectionColumn], row: @escaping @Sendable (Source, inout [DatabaseValue]) -> Void,
-        read: (@Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void)?, json: (@Sendable (Source, inout JSONWriter) -> Void)?,
+        read: (@Sendable (inout Fields, FieldColumns) -> Void)?, json: (@Sendable (Source, inout JSONWriter) -> Void)?,
         snapshot: Snapshot
     ) {
         self.name = name
@@ -88,15 +120,15 @@ package struct RecordField<Source: RecordSource>: Sendable {
     package let columns: [ProjectionColumn]
     /// Appends the field's values, one per column.
     let row: @Sendable (Source, inout [DatabaseValue]) -> Void
-    /// Sets the field from its columns' values (nil: the row does not give it back).
-    let read: (@Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void)?
+    /// Sets the field from its columns in a row (nil: the row does not give it back).
+    let read: (@Sendable (inout Fields, FieldColumns) -> Void)?
     /// Writes the field's members into the record's JSON object (nil: not in the JSON).
     let json: (@Sendable (Source, inout JSONWriter) -> Void)?
     let snapshot: Snapshot
 }
 
 /// A record's fields in declaration order: the one place a persisted field is described.
-/// ``columns``, ``row(_:)``, ``read(_:from:)``, ``writeJSON(_:to:)`` and the snapshot codec
+/// ``columns``, ``row(_:)``, ``read(_:from:)-(_,ProjectionColumns)``, ``writeJSON(_:to:)`` and the snapshot codec
 /// all walk the same list.
 package struct RecordSchema<Source: RecordSource>: Sendable {
     package typealias Fields = Source.Fields
@@ -110,7 +142,7 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
     // calling them in turn, without copying each field's other closures.
     private let rowWriters: ContiguousArray<@Sendable (Source, inout [DatabaseValue]) -> Void>
     /// Each field a row gives back, with where its columns are in ``columns``.
-    private let rowReaders: ContiguousArray<(read: @Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void, columns: Range<Int>)>
+    private let rowReaders: ContiguousArray<(read: @Sendable (inout Fields, FieldColumns) -> Void, start: Int)>
     private let jsonWriters: ContiguousArray<@Sendable (Source, inout JSONWriter) -> Void>
     /// The key's writer and reader come first, then the flags varint, then the others.
     private let snapshotWriters: ContiguousArray<Writer>
@@ -121,12 +153,12 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
     init(_ fields: [RecordField<Source>]) {
         self.fields = fields
         columns = fields.flatMap(\.columns)
-        var rowReaders: ContiguousArray<(read: @Sendable (inout Fields, ArraySlice<DatabaseValue>) -> Void, columns: Range<Int>)> = []
+        var rowReaders: ContiguousArray<(read: @Sendable (inout Fields, FieldColumns) -> Void, start: Int)> = []
         var writers: ContiguousArray<Writer> = [], readers: ContiguousArray<Reader> = []
         var getters: ContiguousArray<@Sendable (Fields) -> Bool> = [], setters: ContiguousArray<@Sendable (inout Fields, Bool) -> Void> = []
         var at = 0
         for f in fields {
-            if let read = f.read { rowReaders.append((read, at..<at + f.columns.count)) }
+            if let read = f.read { rowReaders.append((read, at)) }
             at += f.columns.count
             switch f.snapshot {
             case .none: break
@@ -159,28 +191,19 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
         return values
     }
 
-    /// Sets every field a row gives back from `values` (one per column, in ``columns`` order).
-    func read(_ fields: inout Fields, from values: [DatabaseValue]) {
-        for reader in rowReaders { reader.read(&fields, values[reader.columns]) }
+    /// Sets every field a projection row (SQLite's or PostgreSQL's) gives back, each read
+    /// straight from its columns by the row's own decoders.
+    func read(_ fields: inout Fields, from row: some ProjectionColumns) {
+        let columns = FieldColumns(row: row, positions: row.positions(ObjectIdentifier(Source.self), of: self.columns))
+        for reader in rowReaders {
+            columns.start = reader.start
+            reader.read(&fields, columns)
+        }
     }
 
-    /// The values of ``columns`` in a projection row read by name (SQLite's or PostgreSQL's).
-    func values(_ c: some ProjectionColumns) -> [DatabaseValue] {
-        let positions = c.positions(ObjectIdentifier(Source.self), of: columns)
-        var values: [DatabaseValue] = []
-        values.reserveCapacity(columns.count)
-        for (column, position) in zip(columns, positions) {
-            guard let p = position else {
-                values.append(.null)
-                continue
-            }
-            switch column.type {
-            case .text: values.append(c.string(at: p).databaseValue)
-            case .integer, .boolean: values.append(c.int64(at: p).databaseValue)
-            case .real: values.append(c.double(at: p).databaseValue)
-            }
-        }
-        return values
+    /// Sets every field a row of ``row(_:)``'s values gives back.
+    func read(_ fields: inout Fields, from values: [DatabaseValue]) {
+        read(&fields, from: ValueColumns(names: columnNames, values: values))
     }
 
     /// The record's JSON members, in declaration order.
@@ -217,8 +240,8 @@ protocol FieldValue: Sendable {
     static var columnType: ColumnType { get }
     static var nullable: Bool { get }
     var column: DatabaseValue { get }
-    /// The value a column holds back (NULL or a missing column: the value's default).
-    init(column: DatabaseValue)
+    /// The value its columns hold back (NULL or a missing column: the value's default).
+    init(columns c: FieldColumns)
     func json(_ w: inout JSONWriter)
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext)
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure)
@@ -227,6 +250,10 @@ protocol FieldValue: Sendable {
 /// A value that is never NULL, and its optional form: none as `0`, a value as what
 /// ``writeSome(_:_:)`` writes (by default `1` and the value).
 protocol FieldScalar: FieldValue {
+    /// The value its columns hold, nil when NULL.
+    static func present(_ c: FieldColumns) -> Self?
+    /// What a NULL reads as where the field is not optional.
+    static var whenNull: Self { get }
     static func writeSome(_ value: Self, _ w: inout BinaryWriter, _ c: inout SnapshotFieldContext)
     /// Reads a present value whose first varint, `tag` (not 0), was read already.
     static func readSome(tag: UInt64, _ r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) -> Self
@@ -234,6 +261,7 @@ protocol FieldScalar: FieldValue {
 
 extension FieldScalar {
     static var nullable: Bool { false }
+    init(columns c: FieldColumns) { self = Self.present(c) ?? Self.whenNull }
 
     static func writeSome(_ value: Self, _ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) {
         w.varint(1)
@@ -250,7 +278,7 @@ extension Optional: FieldValue where Wrapped: FieldScalar {
     static var columnType: ColumnType { Wrapped.columnType }
     static var nullable: Bool { true }
     var column: DatabaseValue { self?.column ?? .null }
-    init(column: DatabaseValue) { self = column.isNull ? nil : Wrapped(column: column) }
+    init(columns c: FieldColumns) { self = Wrapped.present(c) }
     func json(_ w: inout JSONWriter) {
         if let self { self.json(&w) } else { w.null() }
     }
@@ -263,19 +291,17 @@ extension Optional: FieldValue where Wrapped: FieldScalar {
     }
 }
 
-/// A scalar GRDB converts: its column value is its own, and NULL reads as ``zero``.
-protocol ConvertibleScalar: FieldScalar, DatabaseValueConvertible {
-    static var zero: Self { get }
-}
+/// A scalar GRDB converts: its column value is its own.
+protocol ConvertibleScalar: FieldScalar, DatabaseValueConvertible {}
 
 extension ConvertibleScalar {
     var column: DatabaseValue { databaseValue }
-    init(column: DatabaseValue) { self = Self.fromDatabaseValue(column) ?? .zero }
 }
 
 extension String: ConvertibleScalar {
     static var columnType: ColumnType { .text }
-    static var zero: String { "" }
+    static var whenNull: String { "" }
+    static func present(_ c: FieldColumns) -> String? { c.string() }
     func json(_ w: inout JSONWriter) { w.value(self) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.lengthPrefixed(self) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.string() }
@@ -286,7 +312,8 @@ protocol IntegerField: ConvertibleScalar, FixedWidthInteger {}
 
 extension IntegerField {
     static var columnType: ColumnType { .integer }
-    static var zero: Self { 0 }
+    static var whenNull: Self { 0 }
+    static func present(_ c: FieldColumns) -> Self? { c.int64().map { Self(truncatingIfNeeded: $0) } }
     func json(_ w: inout JSONWriter) { w.value(Int64(truncatingIfNeeded: self)) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.zigzag(Int64(truncatingIfNeeded: self)) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
@@ -299,7 +326,8 @@ extension Int: IntegerField {}
 
 extension Double: ConvertibleScalar {
     static var columnType: ColumnType { .real }
-    static var zero: Double { 0 }
+    static var whenNull: Double { 0 }
+    static func present(_ c: FieldColumns) -> Double? { c.double() }
     func json(_ w: inout JSONWriter) { w.value(self) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.double(self) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.double() }
@@ -309,7 +337,8 @@ extension Double: ConvertibleScalar {
 /// bit of the record's flags in snapshots, or a varint where it stands alone.
 extension Bool: ConvertibleScalar {
     static var columnType: ColumnType { .boolean }
-    static var zero: Bool { false }
+    static var whenNull: Bool { false }
+    static func present(_ c: FieldColumns) -> Bool? { c.int64().map { $0 != 0 } }
     func json(_ w: inout JSONWriter) { w.value(self) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(self ? 1 : 0) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) { self = try r.varint() != 0 }
@@ -319,7 +348,8 @@ extension Timestamp: FieldScalar {
     /// Whole milliseconds, rounded down.
     static var columnType: ColumnType { .integer }
     var column: DatabaseValue { Projector.ms(self).databaseValue }
-    init(column: DatabaseValue) { self.init(millisecondsSinceEpoch: Int64.fromDatabaseValue(column) ?? 0) }
+    static var whenNull: Timestamp { Timestamp(millisecondsSinceEpoch: 0) }
+    static func present(_ c: FieldColumns) -> Timestamp? { c.int64().map { Timestamp(millisecondsSinceEpoch: $0) } }
     func json(_ w: inout JSONWriter) { w.value(description) }
 
     /// As the difference from the record's time before it (``SnapshotFieldContext``): a
@@ -356,7 +386,9 @@ protocol CodedField: FieldScalar, StoredCode, RawRepresentable<String> {
 extension CodedField {
     static var columnType: ColumnType { .text }
     var column: DatabaseValue { rawValue.databaseValue }
-    init(column: DatabaseValue) { self = String.fromDatabaseValue(column).flatMap(Self.init(rawValue:)) ?? .fallback }
+    static var whenNull: Self { fallback }
+    /// An unknown name reads as ``fallback`` too.
+    static func present(_ c: FieldColumns) -> Self? { c.string().map { Self(rawValue: $0) ?? fallback } }
     func json(_ w: inout JSONWriter) { w.value(rawValue) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.varint(UInt64(storedCode)) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
@@ -372,7 +404,8 @@ extension CancelReason: CodedField { static var fallback: CancelReason { .user }
 extension ContentVersion: FieldScalar {
     static var columnType: ColumnType { .text }
     var column: DatabaseValue { text.databaseValue }
-    init(column: DatabaseValue) { self = String.fromDatabaseValue(column).flatMap(ContentVersion.init) ?? ContentVersion("0")! }
+    static var whenNull: ContentVersion { ContentVersion("0")! }
+    static func present(_ c: FieldColumns) -> ContentVersion? { c.string().map { ContentVersion($0) ?? whenNull } }
     func json(_ w: inout JSONWriter) { w.value(text) }
     func snapshot(_ w: inout BinaryWriter, _ c: inout SnapshotFieldContext) { w.lengthPrefixed(text) }
     init(snapshot r: inout BinaryReader, _ c: inout SnapshotFieldContext) throws(BinaryReader.Failure) {
@@ -463,7 +496,7 @@ extension RecordField {
         RecordField(
             name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
             row: { (s: Source, values: inout [DatabaseValue]) in values.append(get(s.fields).column) },
-            read: { (fields: inout Fields, values: ArraySlice<DatabaseValue>) in set(&fields, V(column: values[values.startIndex])) },
+            read: { (fields: inout Fields, c: FieldColumns) in set(&fields, V(columns: c)) },
             json: member(json, presence) { get($0.fields) },
             snapshot: snapshot)
     }

@@ -75,7 +75,7 @@ extension Ledger {
         try readProjections { db in
             let rows = try StatementColumns.fetchAll(db, sql: "SELECT * FROM owned_content ORDER BY product, content") { c in
                 var o = OwnedContent.blank
-                OwnedContent.schema.read(&o, from: OwnedContent.schema.values(c))
+                OwnedContent.schema.read(&o, from: c)
                 return o
             }
             var owned: [OwnedContent] = []

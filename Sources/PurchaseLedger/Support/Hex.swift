@@ -12,6 +12,25 @@ package enum Hex {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// 16 bytes as a UUID's text, lowercase (`8-4-4-4-12` digits).
+    package static func uuid(_ bytes: UnsafeRawBufferPointer) -> String {
+        precondition(bytes.count == 16, "a UUID is 16 bytes")
+        var out: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+        return withUnsafeMutableBytes(of: &out) { text in
+            var at = 0
+            for i in 0..<16 {
+                if i == 4 || i == 6 || i == 8 || i == 10 {
+                    text[at] = UInt8(ascii: "-")
+                    at += 1
+                }
+                text[at] = digits[Int(bytes[i] >> 4)]
+                text[at + 1] = digits[Int(bytes[i] & 0x0F)]
+                at += 2
+            }
+            return String(decoding: UnsafeRawBufferPointer(rebasing: text[..<at]), as: UTF8.self)
+        }
+    }
+
     /// The bytes of an even number of hex digits (either case), or nil.
     package static func decode(_ text: String) -> [UInt8]? {
         let chars = Array(text.utf8)

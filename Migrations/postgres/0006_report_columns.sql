@@ -17,3 +17,11 @@ WHERE p.ledger_id = t.ledger_id AND p.product = t.product;
 -- The undelivered report asks which transactions have a download not copied out: a third or
 -- less of the downloads, found without reading the others.
 CREATE INDEX downloads_not_copied_out ON downloads (ledger_id, transaction_id) WHERE NOT copied_out;
+
+-- Revenue groups transactions by day, product, currency and price. Without statistics on those
+-- together the planner expects hundreds of thousands of groups where there are thousands, and
+-- aggregates in one process instead of in parallel (over 700,000 transactions: 0.34 s instead of
+-- 0.17 s). The day is the expression the revenue query writes (RevenueGroup.sql), to the letter.
+CREATE STATISTICS transactions_revenue_groups (ndistinct)
+    ON ((purchased_at_ms - (purchased_at_ms % 86400000 + 86400000) % 86400000) / 86400000), product, currency, price
+    FROM transactions;

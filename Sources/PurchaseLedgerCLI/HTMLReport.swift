@@ -79,7 +79,16 @@ struct HTMLReport {
 
     /// One row of the table.
     static func row(_ cells: [String]) -> String {
-        "<tr>" + cells.map { "<td>\(esc($0))</td>" }.joined() + "</tr>\n"
+        // Appended into one string: a string per cell, joined, was a tenth of a 100,000-row page.
+        var html = "<tr>"
+        html.reserveCapacity(cells.count * 24)
+        for cell in cells {
+            html.append("<td>")
+            html.append(esc(cell))
+            html.append("</td>")
+        }
+        html.append("</tr>\n")
+        return html
     }
 
     /// The table's end: its totals, how many rows it has, and whether `--limit` cut it.

@@ -158,12 +158,14 @@ struct ReportCommand: AsyncParsableCommand {
         do {
             var summary: HTMLReport.Summary?
             if format == .html {
-                let daily = try await fleet.revenue(from: from, to: to, groupBy: .day).map { line in
+                // The totals from the daily lines: one revenue query over the fleet, not two.
+                let days = try await fleet.revenue(from: from, to: to, groupBy: .day)
+                let daily = try days.map { line in
                     DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
                 }
                 let (ledgers, events) = try await fleet.shippedTotals()
                 summary = HTMLReport.Summary(
-                    revenue: try await fleet.revenue(from: from, to: to), daily: daily,
+                    revenue: RevenueLine.acrossPeriods(days), daily: daily,
                     counts: [("ledgers", String(ledgers)), ("events", String(events))],
                     source: "the fleet store \(fleet.address)")
             }
@@ -309,9 +311,9 @@ struct ReportCommand: AsyncParsableCommand {
         case .csv:
             // A view with totals marks each row in a first column: `row` (a product line) or `total`.
             let marked = table.totalsJSON != nil
-            console.printData(((marked ? ["kind"] : []) + table.columns).map(csvField).joined(separator: ","))
-            for row in table.rows { console.printData(((marked ? ["row"] : []) + row).map(csvField).joined(separator: ",")) }
-            for row in table.totals { console.printData((["total"] + row).map(csvField).joined(separator: ",")) }
+            console.printData(csvLine((marked ? ["kind"] : []) + table.columns))
+            for row in table.rows { console.printData(csvLine((marked ? ["row"] : []) + row)) }
+            for row in table.totals { console.printData(csvLine(["total"] + row)) }
         case .json:
             // One row per line, so a large report stays readable and diffable.
             func lines(_ rows: [String]) -> String { "[" + rows.joined(separator: ",\n") + "]" }
@@ -567,7 +569,7 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         self.html = html
         widths = columns.map(\.width)
         switch format {
-        case .csv: console.printData(columns.map(csvField).joined(separator: ","))
+        case .csv: console.printData(csvLine(columns))
         case .json: console.write("{\"rows\":[")
         case .html: console.write(html?.head() ?? "")
         case .table: break
@@ -584,7 +586,7 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
             firstTransactions.append(transaction)
         }
         switch format {
-        case .csv: console.printData(cells().map(csvField).joined(separator: ","))
+        case .csv: console.printData(csvLine(cells()))
         case .json: console.write((count == 1 ? "" : ",\n") + json())
         case .html: console.write(HTMLReport.row(cells()))
         case .table:
@@ -602,8 +604,16 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         block.removeAll(keepingCapacity: true)
     }
 
+    /// The row in one line, each cell but the last padded to its column's width.
     private func pad(_ row: [String]) -> String {
-        row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell.rightPad(widths[i]) }.joined(separator: "  ")
+        var line = ""
+        line.reserveCapacity(widths.reduce(0, +) + 2 * widths.count)
+        for (i, cell) in row.enumerated() {
+            line.append(cell)
+            guard i < row.count - 1 else { break }
+            line.append(String(repeating: " ", count: max(0, (i < widths.count ? widths[i] : 0) - cell.width) + 2))
+        }
+        return line
     }
 
     /// Ends the report: the row count, and a note when `--limit` cut it. `timelines` gives the

@@ -167,6 +167,7 @@ import ArgumentParser
         let daily = try ledger.revenue(groupBy: .day)
         #expect(daily.compactMap(\.period) == ["2024-03-01", "2024-03-02", "2024-03-03", "2024-03-04"])
         #expect(RevenueTotal.totals(of: daily) == totals, "grouping moves no money")
+        #expect(RevenueLine.acrossPeriods(daily) == (try ledger.revenue()), "the daily lines merged are the lines without periods")
         let weekly = try ledger.revenue(groupBy: .week)
         #expect(Set(weekly.compactMap(\.period)) == ["2024-W09", "2024-W10"])
         #expect(RevenueTotal.totals(of: weekly) == totals)

@@ -160,7 +160,13 @@ package struct RevenueGroup {
     package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect) -> String {
         let day =
             !byDay
-            ? "0" : dialect == .sqlite ? "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)" : "floor(t.purchased_at_ms / 86400000.0)::bigint"
+            ? "0"
+            : dialect == .sqlite
+                ? "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)"
+                // Floor division in integers (through numeric, `floor(ms / 86400000.0)`, a fifth of
+                // the query's time over 700,000 transactions). The fleet's migration 0006 keeps
+                // statistics on this expression, to the letter: change both together.
+                : "(t.purchased_at_ms - (t.purchased_at_ms % 86400000 + 86400000) % 86400000) / 86400000"
         let (low, high) = dialect == .sqlite ? ("?", "?") : ("$1", "$2")
         let int = dialect == .sqlite ? "" : "::bigint"
         // Without every environment the two columns are constants, and the groups fewer.
@@ -218,25 +224,45 @@ extension RevenueLine {
     /// then net revenue, largest first.
     package static func lines(_ groups: [RevenueGroup], groupBy: RevenuePeriod?) -> [RevenueLine] {
         var lines: [String: RevenueLine] = [:]
+        // A group's price as a Decimal, parsed once per distinct price.
+        var prices: [String: Decimal] = [:]
+        let posix = Locale(identifier: "en_US_POSIX")
         for group in groups {
             let period = groupBy?.label(ofDay: group.day)
-            let unitPrice = Decimal(string: group.price, locale: Locale(identifier: "en_US_POSIX")) ?? 0
-            let key = [
-                period ?? "", group.storefront ?? "", group.product, group.currency, group.price, group.environment.rawValue, group.ownership.rawValue,
-            ].joined(separator: "\u{0}")
-            var line =
-                lines[key]
-                ?? RevenueLine(
-                    period: period, storefront: group.storefront, product: group.product, currency: group.currency, price: group.price,
-                    environment: group.environment, ownership: group.ownership, purchases: 0, units: 0, refundedUnits: 0, gross: 0, refunds: 0)
-            line.purchases += group.purchases
-            line.units += group.units
-            line.refundedUnits += group.refundedUnits
-            line.gross += unitPrice * Decimal(group.units)
-            line.refunds += unitPrice * Decimal(group.refundedUnits)
-            lines[key] = line
+            let unitPrice = prices[group.price] ?? Decimal(string: group.price, locale: posix) ?? 0
+            prices[group.price] = unitPrice
+            var line = RevenueLine(
+                period: period, storefront: group.storefront, product: group.product, currency: group.currency, price: group.price,
+                environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
+                refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
+            if let before = lines[line.key] { line.add(before) }
+            lines[line.key] = line
         }
-        return lines.values.sorted { a, b in
+        return sorted(lines.values)
+    }
+
+    /// `lines` of several periods as the same report without periods gives them: one line per
+    /// storefront, product, currency, price and kind of money. An HTML page takes its totals from
+    /// its daily figures this way, with one query instead of two.
+    public static func acrossPeriods(_ lines: [RevenueLine]) -> [RevenueLine] {
+        var merged: [String: RevenueLine] = [:]
+        for var line in lines {
+            line.period = nil
+            if let before = merged[line.key] { line.add(before) }
+            merged[line.key] = line
+        }
+        return sorted(merged.values)
+    }
+
+    /// What makes a line: the same key, the same line.
+    private var key: String {
+        [period ?? "", storefront ?? "", product, currency, price, environment.rawValue, ownership.rawValue].joined(separator: "\u{0}")
+    }
+
+    /// Sorted by period, then what counts as revenue first, storefront, currency, then net
+    /// revenue, largest first.
+    private static func sorted(_ lines: some Sequence<RevenueLine>) -> [RevenueLine] {
+        lines.sorted { a, b in
             if (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") != (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "") {
                 return (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") < (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "")
             }

@@ -35,21 +35,25 @@ func cli(_ arguments: [String], stdin: String? = nil, environment: [String: Stri
     var env = ProcessInfo.processInfo.environment
     env.merge(environment) { $1 }
     process.environment = env
-    let out = Pipe(), err = Pipe(), input = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = input
+    // Files, not pipes: a process another test starts at the same moment (a PostgreSQL server)
+    // can inherit a pipe's end and hold it open, and reading to the end of a pipe then waits
+    // for that server to stop.
+    let dir = try TemporaryDirectory()
+    let input = dir.path("stdin"), output = dir.path("stdout"), errors = dir.path("stderr")
+    try Data((stdin ?? "").utf8).write(to: URL(fileURLWithPath: input))
+    for path in [output, errors] { FileManager.default.createFile(atPath: path, contents: nil) }
+    let handles = (
+        input: try FileHandle(forReadingFrom: URL(fileURLWithPath: input)), output: try FileHandle(forWritingTo: URL(fileURLWithPath: output)),
+        errors: try FileHandle(forWritingTo: URL(fileURLWithPath: errors))
+    )
+    process.standardInput = handles.input
+    process.standardOutput = handles.output
+    process.standardError = handles.errors
     try process.run()
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try input.fileHandleForWriting.close()
-    // Read both pipes while the process runs, so a large output never blocks it.
-    let group = DispatchGroup()
-    nonisolated(unsafe) var outData = Data(), errData = Data()
-    DispatchQueue.global().async(group: group) { outData = out.fileHandleForReading.readDataToEndOfFile() }
-    DispatchQueue.global().async(group: group) { errData = err.fileHandleForReading.readDataToEndOfFile() }
     process.waitUntilExit()
-    group.wait()
-    return CLIResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
+    for handle in [handles.input, handles.output, handles.errors] { try handle.close() }
+    let text = { (path: String) in String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self) }
+    return CLIResult(status: process.terminationStatus, stdout: try text(output), stderr: try text(errors))
 }
 
 func fileBytes(_ path: String) throws -> Data {

@@ -10,15 +10,14 @@ func inputReader(_ file: String?) throws -> JSONLinesReader {
 
 func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
     if json {
-        console.print(
-            JSONWriter.object { w in
-                w.field("stored", result.stored)
-                w.field("ignored", result.ignored)
-                w.field("anomalies", result.anomalies)
-                w.field("appendedByLedger", result.appendedByLedger)
-                w.field("firstSeq", result.firstSeq)
-                w.field("lastSeq", result.lastSeq)
-            })
+        console.printJSON { w in
+            w.field("stored", result.stored)
+            w.field("ignored", result.ignored)
+            w.field("anomalies", result.anomalies)
+            w.field("appendedByLedger", result.appendedByLedger)
+            w.field("firstSeq", result.firstSeq)
+            w.field("lastSeq", result.lastSeq)
+        }
         return
     }
     var line = "stored \(result.stored) event\(result.stored == 1 ? "" : "s")"

@@ -96,6 +96,11 @@ public final class Console: Sendable {
         write(text + "\n")
     }
 
+    /// One JSON object on a line of its own, its members written by `body`.
+    public func printJSON(_ body: (inout JSONWriter) -> Void) {
+        print(JSONWriter.object(body))
+    }
+
     /// A line of data (CSV) in which a carriage return is part of a quoted value: kept, with
     /// newline and tab; every other control character is escaped as `print` does.
     public func printData(_ text: String) {

@@ -52,19 +52,18 @@ struct ExtractCommand: ParsableCommand {
         let selection: ExtractSelection = user.map { .user($0) } ?? .transactions(transactions)
         let s = try ledger.extract(selection, to: path, redact: redact)
         if json {
-            console.print(
-                JSONWriter.object { w in
-                    w.field("output", s.path)
-                    w.field("keptEvents", s.keptEvents)
-                    w.field("totalEvents", s.totalEvents)
-                    w.key("transactions")
-                    w.array(s.transactions)
-                    w.key("addedTransactions")
-                    w.array(s.addedTransactions)
-                    w.field("downloads", s.downloads.count)
-                    w.field("restores", s.restores)
-                    w.field("redacted", redact)
-                })
+            console.printJSON { w in
+                w.field("output", s.path)
+                w.field("keptEvents", s.keptEvents)
+                w.field("totalEvents", s.totalEvents)
+                w.key("transactions")
+                w.array(s.transactions)
+                w.key("addedTransactions")
+                w.array(s.addedTransactions)
+                w.field("downloads", s.downloads.count)
+                w.field("restores", s.restores)
+                w.field("redacted", redact)
+            }
             return
         }
         var line = "wrote \(s.path): kept \(s.keptEvents) of \(s.totalEvents) events; "

@@ -47,11 +47,10 @@ struct ForgetCommand: AsyncParsableCommand {
         func report(_ fields: (inout JSONWriter) -> Void, _ text: String) {
             let seconds = Date().timeIntervalSince(start)
             if json {
-                console.print(
-                    JSONWriter.object { w in
-                        fields(&w)
-                        w.field("seconds", (seconds * 100).rounded() / 100)
-                    })
+                console.printJSON { w in
+                    fields(&w)
+                    w.field("seconds", (seconds * 100).rounded() / 100)
+                }
             } else {
                 console.print(text + ", in " + String(format: "%.2f", seconds) + " s")
             }

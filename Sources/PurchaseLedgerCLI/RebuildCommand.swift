@@ -35,17 +35,16 @@ struct RebuildCommand: ParsableCommand {
         console.endProgress()
         let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
         if json {
-            console.print(
-                JSONWriter.object { w in
-                    w.field("events", summary.events)
-                    w.field("rowsWritten", summary.rowsWritten)
-                    w.field("rowsDeleted", summary.rowsDeleted)
-                    w.field("rowsUnchanged", summary.rowsUnchanged)
-                    w.field("snapshotsTaken", summary.snapshotsTaken)
-                    w.field("full", full)
-                    w.key("seconds")
-                    w.raw(seconds)
-                })
+            console.printJSON { w in
+                w.field("events", summary.events)
+                w.field("rowsWritten", summary.rowsWritten)
+                w.field("rowsDeleted", summary.rowsDeleted)
+                w.field("rowsUnchanged", summary.rowsUnchanged)
+                w.field("snapshotsTaken", summary.snapshotsTaken)
+                w.field("full", full)
+                w.key("seconds")
+                w.raw(seconds)
+            }
             return
         }
         let rows =

@@ -317,17 +317,16 @@ struct ReportCommand: AsyncParsableCommand {
         case .json:
             // One row per line, so a large report stays readable and diffable.
             func lines(_ rows: [String]) -> String { "[" + rows.joined(separator: ",\n") + "]" }
-            console.print(
-                JSONWriter.object { w in
-                    w.key("rows")
-                    w.raw(lines(table.json))
-                    if let totals = table.totalsJSON {
-                        w.key("totals")
-                        w.raw(lines(totals))
-                    }
-                    // The views made of totals are never cut (the row views stream: RowStream).
-                    w.field("truncated", false)
-                })
+            console.printJSON { w in
+                w.key("rows")
+                w.raw(lines(table.json))
+                if let totals = table.totalsJSON {
+                    w.key("totals")
+                    w.raw(lines(totals))
+                }
+                // The views made of totals are never cut (the row views stream: RowStream).
+                w.field("truncated", false)
+            }
         case .html:
             console.print(try html())
         }

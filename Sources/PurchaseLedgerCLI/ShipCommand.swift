@@ -80,27 +80,26 @@ struct ShipCommand: AsyncParsableCommand {
         let events = shipped.reduce(0) { $0 + $1.shippedEvents }
         let failed = outcomes.filter { $0.error != nil }
         if json {
-            console.print(
-                JSONWriter.object { w in
-                    w.key("ledgers")
-                    w.array(outcomes) { w, o in
-                        w.object { w in
-                            w.field("path", o.path)
-                            if let r = o.result {
-                                w.field("ledger", r.ledgerID)
-                                w.field("shippedEvents", r.shippedEvents)
-                                w.field("alreadyShipped", r.alreadyShipped)
-                                w.field("lastSeq", r.lastSeq)
-                            } else {
-                                w.field("error", o.error ?? "")
-                            }
+            console.printJSON { w in
+                w.key("ledgers")
+                w.array(outcomes) { w, o in
+                    w.object { w in
+                        w.field("path", o.path)
+                        if let r = o.result {
+                            w.field("ledger", r.ledgerID)
+                            w.field("shippedEvents", r.shippedEvents)
+                            w.field("alreadyShipped", r.alreadyShipped)
+                            w.field("lastSeq", r.lastSeq)
+                        } else {
+                            w.field("error", o.error ?? "")
                         }
                     }
-                    w.field("shippedEvents", events)
-                    w.field("failed", failed.count)
-                    w.key("seconds")
-                    w.raw(String(format: "%.3f", seconds))
-                })
+                }
+                w.field("shippedEvents", events)
+                w.field("failed", failed.count)
+                w.key("seconds")
+                w.raw(String(format: "%.3f", seconds))
+            }
         } else {
             for o in outcomes {
                 if let r = o.result {

@@ -19,26 +19,25 @@ struct StatsCommand: ParsableCommand {
         let s = try options.open().statistics()
         if json {
             func fixed(_ x: Double, _ digits: Int) -> String { String(format: "%.\(digits)f", x) }
-            console.print(
-                JSONWriter.object { w in
-                    w.field("events", s.events)
-                    w.key("countsByType")
-                    w.object { w in for t in EventType.allCases { if let n = s.countsByType[t] { w.field(t.name, n) } } }
-                    w.field("anomalies", s.anomalies)
-                    w.key("anomaliesByRule")
-                    w.object { w in for r in Rule.all { if let n = s.anomaliesByRule[r] { w.field(r.name, n) } } }
-                    w.field("appendedByLedger", s.appendedByLedger)
-                    w.field("fileBytes", s.fileBytes)
-                    w.key("fileBytesPerEvent"); w.raw(fixed(s.fileBytesPerEvent, 1))
-                    w.key("logBytesPerEvent"); w.raw(fixed(s.logBytesPerEvent, 1))
-                    w.key("payloadBytesPerEvent"); w.raw(fixed(s.payloadBytesPerEvent, 1))
-                    w.key("compressionRatio"); w.raw(fixed(s.compressionRatio, 2))
-                    w.field("blocks", s.blocks)
-                    w.field("tailEvents", s.tailEvents)
-                    w.field("snapshots", s.snapshots)
-                    w.field("snapshotBytes", s.snapshotBytes)
-                    w.field("dictionaries", s.dictionaries)
-                })
+            console.printJSON { w in
+                w.field("events", s.events)
+                w.key("countsByType")
+                w.object { w in for t in EventType.allCases { if let n = s.countsByType[t] { w.field(t.name, n) } } }
+                w.field("anomalies", s.anomalies)
+                w.key("anomaliesByRule")
+                w.object { w in for r in Rule.all { if let n = s.anomaliesByRule[r] { w.field(r.name, n) } } }
+                w.field("appendedByLedger", s.appendedByLedger)
+                w.field("fileBytes", s.fileBytes)
+                w.key("fileBytesPerEvent"); w.raw(fixed(s.fileBytesPerEvent, 1))
+                w.key("logBytesPerEvent"); w.raw(fixed(s.logBytesPerEvent, 1))
+                w.key("payloadBytesPerEvent"); w.raw(fixed(s.payloadBytesPerEvent, 1))
+                w.key("compressionRatio"); w.raw(fixed(s.compressionRatio, 2))
+                w.field("blocks", s.blocks)
+                w.field("tailEvents", s.tailEvents)
+                w.field("snapshots", s.snapshots)
+                w.field("snapshotBytes", s.snapshotBytes)
+                w.field("dictionaries", s.dictionaries)
+            }
             return
         }
         console.print(console.bold("\(s.events) events") + ", \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies"), \(s.appendedByLedger) cancellations appended by the ledger")

@@ -24,15 +24,14 @@ struct TimelineCommand: ParsableCommand {
         let entries = try ledger.timeline(transaction: transaction)
         if json {
             for entry in entries {
-                console.print(
-                    JSONWriter.object { w in
-                        w.key("event")
-                        w.raw(entry.event.jsonLine)
-                        w.key("transaction")
-                        if let t = entry.transaction { StateJSON.write(t, to: &w) } else { w.null() }
-                        w.key("downloads")
-                        w.array(entry.downloads) { w, d in StateJSON.write(d, to: &w) }
-                    })
+                console.printJSON { w in
+                    w.key("event")
+                    w.raw(entry.event.jsonLine)
+                    w.key("transaction")
+                    if let t = entry.transaction { StateJSON.write(t, to: &w) } else { w.null() }
+                    w.key("downloads")
+                    w.array(entry.downloads) { w, d in StateJSON.write(d, to: &w) }
+                }
             }
             return
         }

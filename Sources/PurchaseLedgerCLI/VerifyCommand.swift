@@ -108,27 +108,26 @@ struct VerifyCommand: AsyncParsableCommand {
         let console = Console.current
         console.endProgress()
         if json {
-            console.print(
-                JSONWriter.object { w in
-                    w.field("valid", report.isValid)
-                    w.field("eventsChecked", report.eventsChecked)
-                    w.field("snapshotsChecked", report.snapshotsChecked)
-                    w.key("problems")
-                    w.array(report.problems) { w, p in
-                        w.object { w in
-                            w.field("kind", p.kind.rawValue)
-                            w.field("seq", p.seq)
-                            w.field("rule", p.rule?.name)
-                            w.field("message", p.message)
-                        }
+            console.printJSON { w in
+                w.field("valid", report.isValid)
+                w.field("eventsChecked", report.eventsChecked)
+                w.field("snapshotsChecked", report.snapshotsChecked)
+                w.key("problems")
+                w.array(report.problems) { w, p in
+                    w.object { w in
+                        w.field("kind", p.kind.rawValue)
+                        w.field("seq", p.seq)
+                        w.field("rule", p.rule?.name)
+                        w.field("message", p.message)
                     }
-                    w.key("anomalies")
-                    w.array(report.anomalies) { w, a in
-                        w.object { w in
-                            w.field("seq", a.seq); w.field("rule", a.rule.name)
-                        }
+                }
+                w.key("anomalies")
+                w.array(report.anomalies) { w, a in
+                    w.object { w in
+                        w.field("seq", a.seq); w.field("rule", a.rule.name)
                     }
-                })
+                }
+            }
         } else {
             for p in report.problems { console.print(console.red("problem: ") + p.description) }
             if report.isValid {

@@ -265,6 +265,8 @@ func esc(_ s: String) -> String {
 extension HTMLReport.Summary {
     /// A ledger's figures and charts (the timelines are added once the rows are known).
     init(ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
+        // The totals and the chart from one query, as the fleet's page does.
+        let days = try ledger.revenue(from: from, to: to, groupBy: .day)
         var counts = (transactions: 0, owned: 0, revoked: 0, failed: 0, lost: 0)
         for entry in try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max)) {
             counts.transactions += 1
@@ -274,7 +276,7 @@ extension HTMLReport.Summary {
             if entry.contentLost { counts.lost += 1 }
         }
         self.init(
-            revenue: try ledger.revenue(from: from, to: to), daily: try ledger.dailyRevenue(from: from, to: to),
+            revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
             counts: [
                 ("transactions", String(counts.transactions)), ("purchased or restored", String(counts.owned)),
                 ("revoked", String(counts.revoked)), ("failed", String(counts.failed)), ("with content lost", String(counts.lost)),

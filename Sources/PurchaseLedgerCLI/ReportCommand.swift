@@ -160,12 +160,9 @@ struct ReportCommand: AsyncParsableCommand {
             if format == .html {
                 // The totals from the daily lines: one revenue query over the fleet, not two.
                 let days = try await fleet.revenue(from: from, to: to, groupBy: .day)
-                let daily = try days.map { line in
-                    DailyRevenue(day: try Timestamp.parse(line.period! + "T00:00:00Z"), currency: line.currency, net: line.net)
-                }
                 let (ledgers, events) = try await fleet.shippedTotals()
                 summary = HTMLReport.Summary(
-                    revenue: RevenueLine.acrossPeriods(days), daily: daily,
+                    revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
                     counts: [("ledgers", String(ledgers)), ("events", String(events))],
                     source: "the fleet store \(fleet.address)")
             }

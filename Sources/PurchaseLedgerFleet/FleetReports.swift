@@ -215,18 +215,13 @@ extension FleetStore {
                 AND coalesce(purchased_at_ms, failed_at_ms) >= \(low) AND coalesce(purchased_at_ms, failed_at_ms) < \(high)
                 """
             ).first?["n"] ?? 0
-        return try await fetch(
+        let rows = try await fetch(
             """
             SELECT error_domain, error_code, min(error_message COLLATE "C") AS message, count(*) AS n FROM transactions
             WHERE state = 'failed' AND failed_at_ms >= \(low) AND failed_at_ms < \(high)
             GROUP BY error_domain, error_code ORDER BY n DESC, error_domain COLLATE "C", error_code
-            """
-        ).map { row in
-            let count: Int = row["n"]
-            return FailureRate(
-                domain: row["error_domain"], code: row["error_code"], message: row["message"], count: count,
-                share: total == 0 ? 0 : Double(count) / Double(total))
-        }
+            """)
+        return FailureRate.rates(rows, total: Int(total))
     }
 
     /// What the store holds of ledger `id` (nil when it never shipped): its last shipped seq, the

@@ -62,18 +62,7 @@ import Testing
     static let bob = Person(user: "u-bob-1204", name: "bob.jones", email: "bob.jones@example.org", card: "5555", n: 22, key: "b")
 
     static let catalog: [Event] = [
-        Event(
-            at: E.at(0),
-            .productRegistered(
-                ProductRegistration(
-                    product: "p-book", kind: .nonConsumable, price: "4.99", currency: "USD", downloadable: true,
-                    contents: [ContentSpec(content: "c-book", contentVersion: ContentVersion("1.0")!, contentLength: 1000)]))),
-        Event(
-            at: E.at(0),
-            .productRegistered(
-                ProductRegistration(
-                    product: "p-album", kind: .nonConsumable, price: "9.99", currency: "USD", downloadable: true,
-                    contents: [ContentSpec(content: "c-book", contentVersion: ContentVersion("1.0")!, contentLength: 1000)]))),
+        E.product("p-book", contents: [("c-book", "1.0")]), E.product("p-album", price: "9.99", contents: [("c-book", "1.0")]),
         E.product("p-coins", kind: .consumable),
     ]
 

@@ -12,6 +12,12 @@ import Testing
         }
     }
 
+    /// The projections are `live`'s, and the ledger verifies.
+    static func expectIntact(_ ledger: Ledger, _ path: String, _ live: [String: [Row]], sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(try dump(path) == live, sourceLocation: sourceLocation)
+        #expect(try ledger.verify().isValid, sourceLocation: sourceLocation)
+    }
+
     @Test func rebuildGivesTablesIdenticalToTheLiveOnes() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("p.ledger")
@@ -24,8 +30,7 @@ import Testing
         let live = try Self.dump(path)
         #expect(live["owned_content_history"]?.count == 2)
         try ledger.rebuildProjections()
-        #expect(try Self.dump(path) == live)
-        #expect(try ledger.verify().isValid)
+        try Self.expectIntact(ledger, path, live)
     }
 
     /// A download copied out again, in later appends and twice in one: the history's view gives
@@ -98,16 +103,14 @@ import Testing
         #expect(try !ledger.verify().isValid)
         let repaired = try ledger.rebuildProjections()
         #expect(repaired.rowsWritten == 5 && repaired.rowsDeleted == 1 && repaired.rowsUnchanged == rows - 5)
-        #expect(try Self.dump(path) == live)
-        #expect(try ledger.verify().isValid)
+        try Self.expectIntact(ledger, path, live)
 
         // An emptied table is written whole; rewritingEveryRow writes every row of every table.
         try DatabaseQueue(path: path).write { try $0.execute(sql: "DELETE FROM downloads") }
         #expect(try ledger.rebuildProjections().rowsWritten == live["downloads"]!.count)
         #expect(try Self.dump(path) == live)
         #expect(try ledger.rebuildProjections(rewritingEveryRow: true).rowsWritten == rows)
-        #expect(try Self.dump(path) == live)
-        #expect(try ledger.verify().isValid)
+        try Self.expectIntact(ledger, path, live)
     }
 
     @Test func lagging_or_stale_projections_are_caught_up_on_open() throws {

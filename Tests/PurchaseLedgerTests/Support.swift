@@ -47,12 +47,14 @@ func event(_ line: String) throws -> Event {
 enum E {
     static func at(_ second: Int) -> Timestamp { Timestamp(millisecondsSinceEpoch: 1_709_280_000_000 + Int64(second) * 1000) }
 
-    static func product(_ id: String, kind: ProductKind = .nonConsumable, contents: [(String, String)] = [], related: [String] = [], t: Int = 0) -> Event {
+    static func product(
+        _ id: String, kind: ProductKind = .nonConsumable, price: String = "4.99", contents: [(String, String)] = [], related: [String] = [], t: Int = 0
+    ) -> Event {
         Event(
             at: at(t),
             .productRegistered(
                 ProductRegistration(
-                    product: id, kind: kind, price: "4.99", currency: "USD", downloadable: !contents.isEmpty,
+                    product: id, kind: kind, price: price, currency: "USD", downloadable: !contents.isEmpty,
                     contents: contents.map { ContentSpec(content: $0.0, contentVersion: ContentVersion($0.1)!, contentLength: 1000) },
                     relatedProducts: related)))
     }

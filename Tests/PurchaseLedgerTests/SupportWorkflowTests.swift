@@ -142,12 +142,8 @@ import ArgumentParser
 
 /// Revenue totals per currency and revenue by period.
 @Suite struct RevenueTotalsTests {
-    func ledger(_ dir: TemporaryDirectory) throws -> (Ledger, String) {
-        let path = dir.path("r.ledger")
-        let ledger = try Ledger(path: path, configuration: testConfiguration())
-        try ledger.appendJSONLines(try JSONLinesInput(bytes: Array(ReportTests.log.utf8)))
-        return (ledger, path)
-    }
+    /// The report tests' ledger.
+    func ledger(_ dir: TemporaryDirectory) throws -> (Ledger, String) { try ReportTests().ledger(dir) }
 
     @Test func totalsArePerCurrencyAndFollowThePeriod() throws {
         let dir = try TemporaryDirectory()
@@ -168,6 +164,11 @@ import ArgumentParser
         #expect(daily.compactMap(\.period) == ["2024-03-01", "2024-03-02", "2024-03-03", "2024-03-04"])
         #expect(RevenueTotal.totals(of: daily) == totals, "grouping moves no money")
         #expect(RevenueLine.acrossPeriods(daily) == (try ledger.revenue()), "the daily lines merged are the lines without periods")
+        // The chart's figures: one per day and currency, in order, adding up to the net totals.
+        let chart = try ledger.dailyRevenue()
+        #expect(Set(chart.map { "\($0.day) \($0.currency)" }).count == chart.count && chart.count >= 4)
+        #expect(chart.map(\.day) == chart.map(\.day).sorted())
+        for total in totals { #expect(chart.filter { $0.currency == total.currency }.map(\.net).reduce(0, +) == total.net, "\(total.currency)") }
         let weekly = try ledger.revenue(groupBy: .week)
         #expect(Set(weekly.compactMap(\.period)) == ["2024-W09", "2024-W10"])
         #expect(RevenueTotal.totals(of: weekly) == totals)

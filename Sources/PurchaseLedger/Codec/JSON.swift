@@ -190,6 +190,38 @@ struct JSONParser {
         JSONParseError(message: message, offset: i)
     }
 
+    /// Opens the object or array at `i` (its token, whose end ``JSONTape/close(_:)`` marks).
+    @inline(__always) private mutating func open(_ kind: JSONTape.Kind, depth: Int, _ tape: inout JSONTape) throws(JSONParseError) -> Int {
+        guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
+        i += 1
+        return tape.append(JSONTape.Token(kind: kind))
+    }
+
+    /// Skips space; true, past it, when `closing` comes next (an empty object or array).
+    /// Either way what follows starts at `i`.
+    @inline(__always) private mutating func skipSpace(to closing: UInt8) -> Bool {
+        skipSpace()
+        guard i < bytes.count && bytes[i] == closing else { return false }
+        i += 1
+        return true
+    }
+
+    /// After a member or an element: true past a comma and the space after it (another follows
+    /// at `i`), false past `closing`.
+    @inline(__always) private mutating func next(in container: String, closedBy closing: UInt8) throws(JSONParseError) -> Bool {
+        skipSpace()
+        guard i < bytes.count else { throw fail("unexpected end of input in \(container)") }
+        let b = bytes[i]
+        i += 1
+        if b == UInt8(ascii: ",") {
+            skipSpace()
+            return true
+        }
+        if b == closing { return false }
+        i -= 1
+        throw fail("expected ',' or '\(Character(Unicode.Scalar(closing)))' in \(container)")
+    }
+
     fileprivate mutating func skipSpace() {
         while i < bytes.count {
             switch bytes[i] {
@@ -203,17 +235,10 @@ struct JSONParser {
         guard i < bytes.count else { throw fail("unexpected end of input") }
         switch bytes[i] {
         case UInt8(ascii: "{"):
-            guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
-            i += 1
-            let object = tape.append(JSONTape.Token(kind: .object))
+            let object = try open(.object, depth: depth, &tape)
             defer { tape.close(object) }
-            skipSpace()
-            if i < bytes.count && bytes[i] == UInt8(ascii: "}") {
-                i += 1
-                return
-            }
-            while true {
-                skipSpace()
+            if skipSpace(to: UInt8(ascii: "}")) { return }
+            repeat {
                 guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a quoted key") }
                 _ = tape.append(try string(&tape))
                 skipSpace()
@@ -221,31 +246,14 @@ struct JSONParser {
                 i += 1
                 skipSpace()
                 try value(depth: depth + 1, into: &tape)
-                skipSpace()
-                guard i < bytes.count else { throw fail("unexpected end of input in an object") }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "}") { i += 1; return }
-                throw fail("expected ',' or '}' in an object")
-            }
+            } while try next(in: "an object", closedBy: UInt8(ascii: "}"))
         case UInt8(ascii: "["):
-            guard depth < JSONParser.maxDepth else { throw fail("nested deeper than \(JSONParser.maxDepth) levels") }
-            i += 1
-            let array = tape.append(JSONTape.Token(kind: .array))
+            let array = try open(.array, depth: depth, &tape)
             defer { tape.close(array) }
-            skipSpace()
-            if i < bytes.count && bytes[i] == UInt8(ascii: "]") {
-                i += 1
-                return
-            }
-            while true {
-                skipSpace()
+            if skipSpace(to: UInt8(ascii: "]")) { return }
+            repeat {
                 try value(depth: depth + 1, into: &tape)
-                skipSpace()
-                guard i < bytes.count else { throw fail("unexpected end of input in an array") }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "]") { i += 1; return }
-                throw fail("expected ',' or ']' in an array")
-            }
+            } while try next(in: "an array", closedBy: UInt8(ascii: "]"))
         case UInt8(ascii: "\""):
             _ = tape.append(try string(&tape))
         case UInt8(ascii: "t"):

@@ -384,12 +384,13 @@ private struct Fields {
     /// The token of `key`'s value, of any kind; nil when absent or null.
     func optionalItem(_ key: String) throws(LedgerError) -> Int? { try get(key) }
 
-    func string(_ key: String) throws(LedgerError) -> String {
-        guard let v = try get(key) else { throw .malformed("missing field \(name(key))") }
-        guard let s = string(item: v) else { throw .malformed("field \(name(key)) must be a string") }
-        try InputLimits.check(s, key: key, name: name(key))
-        return s
+    /// A field that must be there, read by `read` (one of the `optional...` readers).
+    private func required<T>(_ key: String, _ read: (String) throws(LedgerError) -> T?) throws(LedgerError) -> T {
+        guard let v = try read(key) else { throw .malformed("missing field \(name(key))") }
+        return v
     }
+
+    func string(_ key: String) throws(LedgerError) -> String { try required(key, optionalString) }
 
     func optionalString(_ key: String) throws(LedgerError) -> String? {
         guard let v = try get(key) else { return nil }
@@ -403,10 +404,7 @@ private struct Fields {
         tape.tokens[item].kind == .string ? tape.string(item) : nil
     }
 
-    func bool(_ key: String) throws(LedgerError) -> Bool {
-        guard let v = try optionalBool(key) else { throw .malformed("missing field \(name(key))") }
-        return v
-    }
+    func bool(_ key: String) throws(LedgerError) -> Bool { try required(key, optionalBool) }
 
     func optionalBool(_ key: String) throws(LedgerError) -> Bool? {
         guard let v = try get(key) else { return nil }
@@ -426,22 +424,19 @@ private struct Fields {
     }
 
     func length(_ key: String) throws(LedgerError) -> Int64 {
-        guard let v = try optionalInt(key) else { throw .malformed("missing field \(name(key))") }
+        let v = try required(key, optionalInt)
         guard v >= 0 else { throw .malformed("field \(name(key)) must not be negative") }
         return v
     }
 
     /// `version`: an asset pack's version, a whole number in 0...2147483647.
     func packVersion() throws(LedgerError) -> Int {
-        guard let v = try optionalInt("version") else { throw .malformed("missing field \(name("version"))") }
+        let v = try required("version", optionalInt)
         guard (0...Int64(Int32.max)).contains(v) else { throw .malformed("field \(name("version")) must be a whole number in 0...2147483647") }
         return Int(v)
     }
 
-    func double(_ key: String) throws(LedgerError) -> Double {
-        guard let v = try optionalDouble(key) else { throw .malformed("missing field \(name(key))") }
-        return v
-    }
+    func double(_ key: String) throws(LedgerError) -> Double { try required(key, optionalDouble) }
 
     func optionalDouble(_ key: String) throws(LedgerError) -> Double? {
         guard let v = try get(key) else { return nil }

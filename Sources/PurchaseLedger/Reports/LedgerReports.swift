@@ -23,12 +23,15 @@ public struct FailureRate: Sendable, Hashable {
     /// Of all transactions that reached a final state (purchased or failed).
     public var share: Double
 
-    public init(domain: String, code: Int64, message: String, count: Int, share: Double) {
-        self.domain = domain
-        self.code = code
-        self.message = message
-        self.count = count
-        self.share = share
+    /// The failures `rows` count by error (columns `error_domain`, `error_code`, `message`, `n`),
+    /// each a share of `total` transactions in a final state: SQLite's rows and the fleet's.
+    package static func rates(_ rows: [Row], total: Int) -> [FailureRate] {
+        rows.map { row in
+            let count: Int = row["n"]
+            return FailureRate(
+                domain: row["error_domain"], code: row["error_code"], message: row["message"], count: count,
+                share: total == 0 ? 0 : Double(count) / Double(total))
+        }
     }
 }
 
@@ -38,10 +41,16 @@ public struct DailyRevenue: Sendable, Hashable {
     public var currency: String
     public var net: Decimal
 
-    public init(day: Timestamp, currency: String, net: Decimal) {
-        self.day = day
-        self.currency = currency
-        self.net = net
+    /// Revenue lines of days (``RevenuePeriod/day``) as one net figure per day and currency,
+    /// sorted by day, then currency: a ledger's ``Ledger/dailyRevenue(from:to:)``, or a fleet
+    /// store's from its revenue by day.
+    public static func perDay(_ lines: [RevenueLine]) -> [DailyRevenue] {
+        Dictionary(grouping: lines) { [$0.period ?? "", $0.currency] }
+            .compactMap { key, lines in
+                // Lines without a day (not grouped by day) have no place here.
+                (try? Timestamp.parse(key[0] + "T00:00:00Z")).map { DailyRevenue(day: $0, currency: key[1], net: lines.map(\.net).reduce(0, +)) }
+            }
+            .sorted { ($0.day, $0.currency) < ($1.day, $1.currency) }
     }
 }
 
@@ -139,43 +148,21 @@ extension Ledger {
                         SELECT count(*) FROM transactions WHERE state IN ('purchased', 'failed')
                         AND coalesce(purchased_at_ms, failed_at_ms) >= ? AND coalesce(purchased_at_ms, failed_at_ms) < ?
                         """, arguments: range) ?? 0
-            return try Row.fetchAll(
+            let rows = try Row.fetchAll(
                 db,
                 sql: """
                     SELECT error_domain, error_code, min(error_message) AS message, count(*) AS n FROM transactions
                     WHERE state = 'failed' AND failed_at_ms >= ? AND failed_at_ms < ?
                     GROUP BY error_domain, error_code ORDER BY n DESC, error_domain, error_code
-                    """, arguments: range
-            ).map { row in
-                FailureRate(domain: row[0], code: row[1], message: row[2], count: row[3], share: total == 0 ? 0 : Double(row[3] as Int) / Double(total))
-            }
+                    """, arguments: range)
+            return FailureRate.rates(rows, total: total)
         }
     }
 
     /// Net revenue per day and currency, for charts: production purchases their buyer paid for,
     /// at the prices fixed when they were made.
     public func dailyRevenue(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [DailyRevenue] {
-        try readProjections { db in
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0) AS day, t.currency, t.price,
-                           sum(CASE WHEN t.revoked THEN 0 ELSE t.quantity END) AS units
-                    FROM transactions t
-                    WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.environment IS NULL AND t.ownership IS NULL
-                      AND t.purchased_at_ms >= ? AND t.purchased_at_ms < ?
-                    GROUP BY day, t.currency, t.price ORDER BY day
-                    """, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
-            var totals: [String: DailyRevenue] = [:]
-            for row in rows {
-                let day: Int64 = row[0]
-                let currency: String = row[1]
-                let price = Decimal(string: row[2], locale: Locale(identifier: "en_US_POSIX")) ?? 0
-                let key = "\(day) \(currency)"
-                totals[key, default: DailyRevenue(day: Timestamp(millisecondsSinceEpoch: day * 86_400_000), currency: currency, net: 0)].net += price * Decimal(row[3] as Int)
-            }
-            return totals.values.sorted { ($0.day, $0.currency) < ($1.day, $1.currency) }
-        }
+        DailyRevenue.perDay(try revenue(from: from, to: to, groupBy: .day))
     }
 
     /// One transaction as a history entry.

@@ -385,7 +385,7 @@ private struct Fields {
     func optionalItem(_ key: String) throws(LedgerError) -> Int? { try get(key) }
 
     /// A field that must be there, read by `read` (one of the `optional...` readers).
-    private func required<T>(_ key: String, _ read: (String) throws(LedgerError) -> T?) throws(LedgerError) -> T {
+    @inline(__always) private func required<T>(_ key: String, _ read: (String) throws(LedgerError) -> T?) throws(LedgerError) -> T {
         guard let v = try read(key) else { throw .malformed("missing field \(name(key))") }
         return v
     }

@@ -235,8 +235,9 @@ extension RevenueLine {
                 period: period, storefront: group.storefront, product: group.product, currency: group.currency, price: group.price,
                 environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
                 refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
-            if let before = lines[line.key] { line.add(before) }
-            lines[line.key] = line
+            let key = line.key
+            if let before = lines[key] { line.add(before) }
+            lines[key] = line
         }
         return sorted(lines.values)
     }
@@ -248,8 +249,9 @@ extension RevenueLine {
         var merged: [String: RevenueLine] = [:]
         for var line in lines {
             line.period = nil
-            if let before = merged[line.key] { line.add(before) }
-            merged[line.key] = line
+            let key = line.key
+            if let before = merged[key] { line.add(before) }
+            merged[key] = line
         }
         return sorted(merged.values)
     }

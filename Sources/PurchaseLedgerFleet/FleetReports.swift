@@ -97,7 +97,8 @@ extension FleetStore {
         try await run {
             var current: (ledger: ByteBuffer, transaction: ByteBuffer?, columns: PostgresColumns, downloads: [DownloadRecord])?
             var layout: PostgresLayout?
-            var at: (ledger: Int, transaction: Int, download: Int, kind: Int?, price: Int?, currency: Int?)!
+            // Where the keys are, and the catalog's columns (``catalogColumns``: kind, price, currency).
+            var at: (ledger: Int, transaction: Int, download: Int, catalog: [Int?])!
             func emit() throws {
                 guard let c = current else { return }
                 // The downloads' ids given to the initializer: set through the record's key-path
@@ -107,8 +108,8 @@ extension FleetStore {
                     FleetHistoryEntry(
                         ledgerID: c.ledger.withUnsafeReadableBytes(Hex.uuid),
                         entry: PurchaseHistoryEntry(
-                            transaction: record, kind: at.kind.flatMap(c.columns.string(at:)).flatMap(ProductKind.init(rawValue:)),
-                            catalogPrice: at.price.flatMap(c.columns.string(at:)), catalogCurrency: at.currency.flatMap(c.columns.string(at:)),
+                            transaction: record, kind: at.catalog[0].flatMap(c.columns.string(at:)).flatMap(ProductKind.init(rawValue:)),
+                            catalogPrice: at.catalog[1].flatMap(c.columns.string(at:)), catalogCurrency: at.catalog[2].flatMap(c.columns.string(at:)),
                             downloads: c.downloads)))
             }
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
@@ -116,7 +117,7 @@ extension FleetStore {
                     let l = PostgresLayout(row)
                     guard let ledger = l.positions["ledger_id"], let transaction = l.positions["transaction_id"], let download = l.downloadPositions["download_id"]
                     else { throw FleetError(.server, "the history result lacks its key columns") }
-                    at = (ledger, transaction, download, l.positions["product_kind"], l.positions["product_price"], l.positions["product_currency"])
+                    at = (ledger, transaction, download, FleetStore.catalogColumns.map { l.positions[$0.column] })
                     layout = l
                 }
                 let columns = PostgresColumns(row: row, layout: layout!)

@@ -315,9 +315,7 @@ extension FleetStore {
             var columns = table.columns
             if table.name == Projector.Table.transactions.name {
                 columns += FleetStore.catalogColumns.map(\.column)
-                rows = zip(batches, rows).map { batch, transactions in
-                    (transactions.0, FleetStore.withCatalog(transactions.1, of: batch.shipment))
-                }
+                rows = zip(batches, rows).map { batch, ledgerRows in (ledgerRows.0, FleetStore.withCatalog(ledgerRows.1, of: batch.shipment)) }
             }
             let columnTypes = try columns.map { column in
                 guard let type = types[table.name]?[column] else {

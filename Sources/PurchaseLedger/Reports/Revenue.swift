@@ -223,42 +223,44 @@ extension RevenueLine {
     /// Lines from SQL's groups, merged per period when grouped, sorted by period, then currency,
     /// then net revenue, largest first.
     package static func lines(_ groups: [RevenueGroup], groupBy: RevenuePeriod?) -> [RevenueLine] {
-        var lines: [String: RevenueLine] = [:]
         // A group's price as a Decimal, parsed once per distinct price.
         var prices: [String: Decimal] = [:]
         let posix = Locale(identifier: "en_US_POSIX")
-        for group in groups {
-            let period = groupBy?.label(ofDay: group.day)
-            let unitPrice = prices[group.price] ?? Decimal(string: group.price, locale: posix) ?? 0
-            prices[group.price] = unitPrice
-            var line = RevenueLine(
-                period: period, storefront: group.storefront, product: group.product, currency: group.currency, price: group.price,
-                environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
-                refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
-            let key = line.key
-            if let before = lines[key] { line.add(before) }
-            lines[key] = line
-        }
-        return sorted(lines.values)
+        return merged(
+            groups.map { group in
+                let unitPrice = prices[group.price] ?? Decimal(string: group.price, locale: posix) ?? 0
+                prices[group.price] = unitPrice
+                return RevenueLine(
+                    period: groupBy?.label(ofDay: group.day), storefront: group.storefront, product: group.product, currency: group.currency,
+                    price: group.price, environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
+                    refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
+            })
     }
 
     /// `lines` of several periods as the same report without periods gives them: one line per
     /// storefront, product, currency, price and kind of money. An HTML page takes its totals from
     /// its daily figures this way, with one query instead of two.
     public static func acrossPeriods(_ lines: [RevenueLine]) -> [RevenueLine] {
+        merged(
+            lines.map { line in
+                var line = line
+                line.period = nil
+                return line
+            })
+    }
+
+    /// `lines` with the same period, storefront, product, currency, price and kind of money
+    /// added into one, sorted.
+    private static func merged(_ lines: [RevenueLine]) -> [RevenueLine] {
         var merged: [String: RevenueLine] = [:]
         for var line in lines {
-            line.period = nil
-            let key = line.key
+            let key = [
+                line.period ?? "", line.storefront ?? "", line.product, line.currency, line.price, line.environment.rawValue, line.ownership.rawValue,
+            ].joined(separator: "\u{0}")
             if let before = merged[key] { line.add(before) }
             merged[key] = line
         }
         return sorted(merged.values)
-    }
-
-    /// What makes a line: the same key, the same line.
-    private var key: String {
-        [period ?? "", storefront ?? "", product, currency, price, environment.rawValue, ownership.rawValue].joined(separator: "\u{0}")
     }
 
     /// Sorted by period, then what counts as revenue first, storefront, currency, then net

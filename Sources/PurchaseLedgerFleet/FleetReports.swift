@@ -85,39 +85,45 @@ extension FleetStore {
 
     /// The transactions `selection` picks (in its order), each with its downloads: one
     /// statement, its rows read as they come. A transaction's rows are consecutive (one per
-    /// download, or one with no download); download columns are prefixed `d__`.
+    /// download, or one with no download): the order ends with the transaction's key, so only
+    /// its own rows can tie. Download columns are prefixed `d__`. Its downloads are put in
+    /// order here, by position: ordering them in SQL sorted the whole result again (a fifth of
+    /// the server's time for 100,000 transactions), where the join already gives it in order.
     private func streamHistory(_ selection: String, order: String, binds: PostgresBindings, _ body: (FleetHistoryEntry) throws -> Void) async throws {
         let downloadColumns = Projector.Table.downloads.columns.map { "d.\($0) AS d__\($0)" }.joined(separator: ", ")
         let sql = """
             WITH t AS (\(selection))
             SELECT t.*, \(downloadColumns) FROM t
             LEFT JOIN downloads d ON d.ledger_id = t.ledger_id AND d.transaction_id = t.transaction_id
-            ORDER BY \(order) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id, d.position
+            ORDER BY \(order) NULLS FIRST, t.transaction_id COLLATE "C", t.ledger_id
             """
         try await run {
-            var current: (ledger: ByteBuffer, transaction: ByteBuffer?, columns: PostgresColumns, downloads: [DownloadRecord])?
+            var current: (ledger: ByteBuffer, transaction: ByteBuffer?, columns: PostgresColumns, downloads: [(position: Int64, record: DownloadRecord)])?
             var layout: PostgresLayout?
             // Where the keys are, and the catalog's columns (``catalogColumns``: kind, price, currency).
-            var at: (ledger: Int, transaction: Int, download: Int, catalog: [Int?])!
+            var at: (ledger: Int, transaction: Int, download: Int, position: Int, catalog: [Int?])!
             func emit() throws {
-                guard let c = current else { return }
+                guard var c = current else { return }
+                if c.downloads.count > 1 { c.downloads.sort { $0.position < $1.position } }
+                let downloads = c.downloads.map(\.record)
                 // The downloads' ids given to the initializer: set through the record's key-path
                 // subscript from this module, the key path was made anew for every row.
-                let record = TransactionRecord(columns: c.columns, downloads: c.downloads.map { $0.fields.download })
+                let record = TransactionRecord(columns: c.columns, downloads: downloads.map { $0.fields.download })
                 try body(
                     FleetHistoryEntry(
                         ledgerID: c.ledger.withUnsafeReadableBytes(Hex.uuid),
                         entry: PurchaseHistoryEntry(
                             transaction: record, kind: at.catalog[0].flatMap(c.columns.string(at:)).flatMap(ProductKind.init(rawValue:)),
                             catalogPrice: at.catalog[1].flatMap(c.columns.string(at:)), catalogCurrency: at.catalog[2].flatMap(c.columns.string(at:)),
-                            downloads: c.downloads)))
+                            downloads: downloads)))
             }
             for try await row in try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger) {
                 if layout == nil {
                     let l = PostgresLayout(row)
-                    guard let ledger = l.positions["ledger_id"], let transaction = l.positions["transaction_id"], let download = l.downloadPositions["download_id"]
+                    guard let ledger = l.positions["ledger_id"], let transaction = l.positions["transaction_id"], let download = l.downloadPositions["download_id"],
+                        let position = l.downloadPositions["position"]
                     else { throw FleetError(.server, "the history result lacks its key columns") }
-                    at = (ledger, transaction, download, FleetStore.catalogColumns.map { l.positions[$0.column] })
+                    at = (ledger, transaction, download, position, FleetStore.catalogColumns.map { l.positions[$0.column] })
                     layout = l
                 }
                 let columns = PostgresColumns(row: row, layout: layout!)
@@ -132,7 +138,7 @@ extension FleetStore {
                     current = (ledger, transaction, columns, [])
                 }
                 if !columns.isNull(at: at.download) {
-                    current!.downloads.append(DownloadRecord(columns: columns.download))
+                    current!.downloads.append((columns.int64(at: at.position) ?? 0, DownloadRecord(columns: columns.download)))
                 }
             }
             try emit()

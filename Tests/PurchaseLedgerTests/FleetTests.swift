@@ -132,6 +132,31 @@ struct FleetTests {
         await fleet.close()
     }
 
+    /// The fleet's history gives a transaction's downloads in their order (position), whatever
+    /// order the server keeps their rows in: ship stores them in id order, which an index scan
+    /// returns them in.
+    @Test func aTransactionsDownloadsComeInTheirOrderWhereverTheServerKeepsTheirRows() async throws {
+        let dir = try TemporaryDirectory()
+        let (_, url) = try FleetServer.database()
+        let ledger = try Ledger(path: dir.path("device.ledger"))
+        _ = try ledger.append(contentsOf: [
+            E.product("p1", contents: [("c1", "1.0")]), E.queued("t1", "p1"), E.purchased("t1", downloads: ["d2", "d1"]), E.start("d2"), E.start("d1"),
+        ])
+        let fleet = try await FleetStore.connect(url)
+        _ = try await fleet.ship(ledger)
+
+        let id = try #require(try ledger.identity()).id
+        let stored = try await fleet.fetch("SELECT download_id FROM downloads WHERE ledger_id = \(id)::uuid ORDER BY ctid")
+        #expect(stored.map { $0["download_id"] as String } == ["d1", "d2"], "the server keeps them out of their order")
+        let history = try await fleet.purchaseHistory()
+        #expect(history.first?.entry.downloads.map(\.download) == ["d2", "d1"])
+        #expect(history.first?.entry.transaction.downloads == ["d2", "d1"])
+        #expect(history.map(\.entry) == (try ledger.purchaseHistory()))
+        let undelivered = try await fleet.undelivered()
+        #expect(undelivered.map(\.entry) == (try ledger.undelivered()) && undelivered.count == 1)
+        await fleet.close()
+    }
+
     /// One store shared by tasks: their calls take turns on its connection, so two ships and a
     /// report started together each run whole (two transactions on one connection at once
     /// would interleave their statements).

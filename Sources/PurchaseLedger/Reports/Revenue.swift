@@ -223,15 +223,22 @@ extension RevenueLine {
     /// Lines from SQL's groups, merged per period when grouped, sorted by period, then currency,
     /// then net revenue, largest first.
     package static func lines(_ groups: [RevenueGroup], groupBy: RevenuePeriod?) -> [RevenueLine] {
-        // A group's price as a Decimal, parsed once per distinct price.
+        // A group's price as a Decimal, parsed once per distinct price, and its period's label
+        // made once per day (a fleet's page has thousands of groups over a hundred days).
         var prices: [String: Decimal] = [:]
+        var labels: [Int64: String] = [:]
         let posix = Locale(identifier: "en_US_POSIX")
         return merged(
             groups.map { group in
                 let unitPrice = prices[group.price] ?? Decimal(string: group.price, locale: posix) ?? 0
                 prices[group.price] = unitPrice
+                var period: String?
+                if let groupBy {
+                    period = labels[group.day] ?? groupBy.label(ofDay: group.day)
+                    labels[group.day] = period
+                }
                 return RevenueLine(
-                    period: groupBy?.label(ofDay: group.day), storefront: group.storefront, product: group.product, currency: group.currency,
+                    period: period, storefront: group.storefront, product: group.product, currency: group.currency,
                     price: group.price, environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
                     refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
             })
@@ -252,11 +259,17 @@ extension RevenueLine {
     /// `lines` with the same period, storefront, product, currency, price and kind of money
     /// added into one, sorted.
     private static func merged(_ lines: [RevenueLine]) -> [RevenueLine] {
-        var merged: [String: RevenueLine] = [:]
+        struct Key: Hashable {
+            var period, storefront: String?
+            var product, currency, price: String
+            var environment: StoreEnvironment
+            var ownership: Ownership
+        }
+        var merged: [Key: RevenueLine] = [:]
         for var line in lines {
-            let key = [
-                line.period ?? "", line.storefront ?? "", line.product, line.currency, line.price, line.environment.rawValue, line.ownership.rawValue,
-            ].joined(separator: "\u{0}")
+            let key = Key(
+                period: line.period, storefront: line.storefront, product: line.product, currency: line.currency, price: line.price,
+                environment: line.environment, ownership: line.ownership)
             if let before = merged[key] { line.add(before) }
             merged[key] = line
         }
@@ -264,14 +277,24 @@ extension RevenueLine {
     }
 
     /// Sorted by period, then what counts as revenue first, storefront, currency, then net
-    /// revenue, largest first.
+    /// revenue, largest first (then product, price and kind of money, so the order is total).
+    /// Indices are sorted, each line's net computed once: a fleet's page sorts thousands of
+    /// lines, and moving them and their `Decimal`s through tuples showed in its profile.
     private static func sorted(_ lines: some Sequence<RevenueLine>) -> [RevenueLine] {
-        lines.sorted { a, b in
-            if (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") != (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "") {
-                return (a.period ?? "", a.countsAsRevenue ? 0 : 1, a.storefront ?? "") < (b.period ?? "", b.countsAsRevenue ? 0 : 1, b.storefront ?? "")
-            }
-            return (a.currency, b.net, a.product, a.price, a.environment.rawValue, a.ownership.rawValue)
-                < (b.currency, a.net, b.product, b.price, b.environment.rawValue, b.ownership.rawValue)
+        let lines = Array(lines)
+        let nets = lines.map(\.net)
+        func precedes(_ i: Int, _ j: Int) -> Bool {
+            let (a, b) = (lines[i], lines[j])
+            if a.period != b.period { return (a.period ?? "") < (b.period ?? "") }
+            if a.countsAsRevenue != b.countsAsRevenue { return a.countsAsRevenue }
+            if a.storefront != b.storefront { return (a.storefront ?? "") < (b.storefront ?? "") }
+            if a.currency != b.currency { return a.currency < b.currency }
+            if nets[i] != nets[j] { return nets[i] > nets[j] }
+            if a.product != b.product { return a.product < b.product }
+            if a.price != b.price { return a.price < b.price }
+            if a.environment != b.environment { return a.environment.rawValue < b.environment.rawValue }
+            return a.ownership.rawValue < b.ownership.rawValue
         }
+        return lines.indices.sorted(by: precedes).map { lines[$0] }
     }
 }

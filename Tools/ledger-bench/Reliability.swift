@@ -356,8 +356,9 @@ final class RawSQLiteHandle {
 /// Starts a child process with posix_spawn (Foundation's Process does not reap a SIGKILLed child
 /// reliably on Linux).
 /// With `stdout`, the child's standard output is that file descriptor, and `closing` is closed in
-/// the child (the read end of a pipe whose write end is `stdout`).
-func spawn(_ arguments: [String], stdout: Int32? = nil, closing: Int32? = nil) throws -> pid_t {
+/// the child (the read end of a pipe whose write end is `stdout`). With `stderr`, its standard
+/// error is that file descriptor.
+func spawn(_ arguments: [String], stdout: Int32? = nil, stderr: Int32? = nil, closing: Int32? = nil) throws -> pid_t {
     var pid: pid_t = 0
     let argv = arguments.map { strdup($0) } + [nil]
     let env = ProcessInfo.processInfo.environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
@@ -365,10 +366,9 @@ func spawn(_ arguments: [String], stdout: Int32? = nil, closing: Int32? = nil) t
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    if let stdout {
-        posix_spawn_file_actions_adddup2(&actions, stdout, 1)
-        posix_spawn_file_actions_addclose(&actions, stdout)
-    }
+    if let stdout { posix_spawn_file_actions_adddup2(&actions, stdout, 1) }
+    if let stderr { posix_spawn_file_actions_adddup2(&actions, stderr, 2) }
+    for fd in Set([stdout, stderr].compactMap { $0 }) { posix_spawn_file_actions_addclose(&actions, fd) }
     if let closing { posix_spawn_file_actions_addclose(&actions, closing) }
     let result = posix_spawn(&pid, arguments[0], &actions, nil, argv, env)
     guard result == 0 else { throw LedgerError.make(.io, "cannot start \(arguments[0]): \(result)") }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+    @preconcurrency import Glibc  // stdout, set to line buffering below
+#endif
 import Foundation
 import GRDBSQLite
 import PurchaseLedger
@@ -20,8 +23,11 @@ import PurchaseLedgerTesting
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 //   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
-//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls]   ship N device ledgers into a PostgreSQL
-//                                                 started here (with --tls, also over TLS, same run)
+//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH]   ship N device ledgers
+//                                                 into a PostgreSQL started here (with --tls, also over TLS,
+//                                                 same run); reports over them, the CLI's undelivered one too
+//   ledger-bench fleet-report URL [--binary PATH] [--runs N]   the CLI's undelivered report in each format
+//                                                 over a fleet already shipped: wall time and peak memory
 
 struct Figure {
     var name: String
@@ -136,6 +142,12 @@ func importWorkload(_ workload: String, into path: String) throws -> ImportSumma
 /// process start and exit included. posix_spawn and waitpid, not Foundation's `Process`, whose
 /// `waitUntilExit` polls a run loop every 50 ms here: a 30 ms child measured 20 to 87 ms.
 func child(_ arguments: [String], executable: String = CommandLine.arguments[0]) throws -> (printed: Double, seconds: Double) {
+    let (printed, seconds) = try childText(arguments, executable: executable)
+    return (Double(printed) ?? 0, seconds)
+}
+
+/// ``child(_:executable:)``, returning what the child printed as text (trimmed).
+func childText(_ arguments: [String], executable: String = CommandLine.arguments[0]) throws -> (printed: String, seconds: Double) {
     var fds: [Int32] = [0, 0]
     guard pipe(&fds) == 0 else { throw BenchError("pipe failed: errno \(errno)") }
     let start = now()
@@ -156,7 +168,12 @@ func child(_ arguments: [String], executable: String = CommandLine.arguments[0])
     guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
         throw BenchError("\(executable) \(arguments.joined(separator: " ")) failed (wait status \(status))")
     }
-    return (Double(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0, seconds)
+    return (String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines), seconds)
+}
+
+/// The path of `name` in this tool's own folder (where `swift build` puts the CLI).
+func besideThisTool(_ name: String) -> String {
+    URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appending(path: name).path
 }
 
 struct BenchError: Error, CustomStringConvertible {
@@ -427,6 +444,8 @@ func appendAtScaleFigure(workload: String, count: Int = 1000, runs: Int, scratch
         name: "per-event append (FULL) at \(stored.lastSeq) events", unit: "events/s", samples: appends, ceiling: raws, target: ">= 90% of raw")
 }
 
+// A line at a time, also into a file: a run that stops part way keeps the figures it printed.
+setvbuf(stdout, nil, _IOLBF, 0)
 let args = Array(CommandLine.arguments.dropFirst())
 switch args.first {
 case "import-once":
@@ -604,8 +623,22 @@ case "crash", "flips", "fuzz":
 case "fleet":
     let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3
     let ledgers = args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000
+    // The CLI beside this tool, for the report figures (`--binary PATH` for another).
+    let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger")
     try fleetBenchmark(
-        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"))
+        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
+        binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil)
+case "fleet-report":
+    guard args.count > 1 else {
+        print("usage: ledger-bench fleet-report URL [--binary PATH] [--runs N]")
+        exit(2)
+    }
+    let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 5 } ?? 5
+    try fleetReportFigures(url: args[1], binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"), runs: runs)
+case "timed-run":
+    // Internal to fleet-report: runs the rest of the line, prints its wall seconds and peak KiB.
+    let run = try timedRun(Array(args.dropFirst()))
+    print("\(run.seconds) \(run.peakKiB)")
 case "fleet-crash":
     let kills = args.firstIndex(of: "--kills").map { Int(args[$0 + 1]) ?? 50 } ?? 50
     let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"

@@ -122,7 +122,6 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool =
             print(String(format: "run %d: ship over TLS (sslmode=require) %.0f ev/s (%.2f s), %.2fx of the plain ship", run, rate, tlsSeconds, rate / ship))
         }
     }
-    func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
     print(
         String(
             format: "ship: median %.0f ev/s (min %.0f, max %.0f); raw COPY median %.0f ev/s; ratio median %.2fx",
@@ -247,7 +246,6 @@ func fleetReportFigures(url: String, binary: String, runs: Int) throws {
         _ = try await fleet.fetch("VACUUM ANALYZE")
         await fleet.close()
     }
-    func median(_ v: [Double]) -> Double { let s = v.sorted(); return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2 }
     for format in ["csv", "json", "table", "html"] {
         var seconds: [Double] = [], peaks: [Double] = []
         for _ in 0..<runs {
@@ -282,9 +280,12 @@ func timedRun(_ arguments: [String]) throws -> (seconds: Double, peakKiB: Int) {
     var usage = rusage()
     while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
     let seconds = now() - start
-    // Exited normally with status 0 (WIFEXITED and WEXITSTATUS, which Swift does not import).
-    guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
-        throw BenchError("\(arguments.joined(separator: " ")) failed (wait status \(status))")
-    }
+    try checkExited(status, arguments)
     return (seconds, usage.ru_maxrss)
+}
+
+/// The median of `values` (of the middle two when their count is even).
+func median(_ values: [Double]) -> Double {
+    let s = values.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
 }

@@ -164,11 +164,16 @@ func childText(_ arguments: [String], executable: String = CommandLine.arguments
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     let seconds = now() - start
-    // Exited normally with status 0 (WIFEXITED and WEXITSTATUS, which Swift does not import).
-    guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
-        throw BenchError("\(executable) \(arguments.joined(separator: " ")) failed (wait status \(status))")
-    }
+    try checkExited(status, [executable] + arguments)
     return (String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines), seconds)
+}
+
+/// Throws unless wait status `status` says the child (`arguments`) exited normally with status 0
+/// (WIFEXITED and WEXITSTATUS, which Swift does not import).
+func checkExited(_ status: Int32, _ arguments: [String]) throws {
+    guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
+        throw BenchError("\(arguments.joined(separator: " ")) failed (wait status \(status))")
+    }
 }
 
 /// The path of `name` in this tool's own folder (where `swift build` puts the CLI).

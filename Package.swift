@@ -69,7 +69,6 @@ let package = Package(
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             plugins: ["EmbedMigrations"]
         ),
@@ -77,7 +76,10 @@ let package = Package(
         // used by the tests and ledger-bench, linked by no library product.
         .target(
             name: "PurchaseLedgerFleetTesting",
-            dependencies: ["PurchaseLedger", "PurchaseLedgerFleet", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "PurchaseLedger", "PurchaseLedgerFleet", .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
         ),
         // The entry points for fuzzing the decoders of untrusted bytes and for comparing the LZ4
         // codecs: used by ledger-bench and the tests, linked by no library product.

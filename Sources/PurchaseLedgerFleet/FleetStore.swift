@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import Logging
 import NIOCore
 import NIOSSL

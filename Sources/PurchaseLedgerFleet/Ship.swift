@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import NIOCore
 import PostgresNIO
 import PurchaseLedger
@@ -414,14 +413,14 @@ extension FleetStore {
 
     /// `transactions` (rows of ``Projector/Table/transactions``) each with its ``catalogColumns``,
     /// from the shipment's `products` rows.
-    static func withCatalog(_ transactions: [[DatabaseValue]], of shipment: Shipment) -> [[DatabaseValue]] {
+    static func withCatalog(_ transactions: [[ColumnValue]], of shipment: Shipment) -> [[ColumnValue]] {
         let products = Projector.Table.products.columns, productAt = Projector.Table.transactions.columns.firstIndex(of: "product")!
         let keyAt = products.firstIndex(of: "product")!, wanted = catalogColumns.map { products.firstIndex(of: $0.product)! }
-        var catalog: [DatabaseValue: [DatabaseValue]] = [:]
+        var catalog: [ColumnValue: [ColumnValue]] = [:]
         for row in shipment.projections.first(where: { $0.table.name == Projector.Table.products.name })?.rows ?? [] {
             catalog[row[keyAt]] = wanted.map { row[$0] }
         }
-        let none = [DatabaseValue](repeating: .null, count: catalogColumns.count)
+        let none = [ColumnValue](repeating: .null, count: catalogColumns.count)
         return transactions.map { $0 + (catalog[$0[productAt]] ?? none) }
     }
 
@@ -514,8 +513,8 @@ struct CopyBinary {
     /// A projection value (SQLite's storage classes) in the form of its PostgreSQL column type
     /// (booleans are stored in SQLite as 0 and 1); false, writing nothing, for a value the type
     /// cannot hold.
-    mutating func field(_ value: DatabaseValue, as type: ColumnType) -> Bool {
-        switch (value.storage, type) {
+    mutating func field(_ value: ColumnValue, as type: ColumnType) -> Bool {
+        switch (value, type) {
         case (.null, _): null()
         case (.int64(let n), .bigint): field(n)
         case (.int64(let n), .boolean): field(n != 0)
@@ -547,7 +546,7 @@ extension Shipment {
         for (table, rows) in projections {
             for row in rows {
                 for (i, value) in row.enumerated() {
-                    if case .string(let text) = value.storage, text.utf8.contains(0) { return "\(table.name).\(table.columns[i])" }
+                    if case .string(let text) = value, text.utf8.contains(0) { return "\(table.name).\(table.columns[i])" }
                 }
             }
         }

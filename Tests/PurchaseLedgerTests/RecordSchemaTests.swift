@@ -120,7 +120,7 @@ import PurchaseLedgerFleetTesting
             product: "p", content: "c", contentVersion: ContentVersion("2.1")!, destination: "/d", transaction: "t-1", download: "t-1.d1",
             copiedAt: Timestamp(millisecondsSinceEpoch: 1_700_000_004_000))
         let row = OwnedContent.schema.row(OwnedRow(fields: o, historySeq: 12))
-        #expect(row.count == Projector.Table.ownedContent.columns.count && row.last == 12.databaseValue)
+        #expect(row.count == Projector.Table.ownedContent.columns.count && row.last == 12.columnValue)
         var rowO = OwnedContent.blank
         OwnedContent.schema.read(&rowO, from: row)
         #expect(rowO == o)
@@ -169,7 +169,7 @@ import PurchaseLedgerFleetTesting
         #expect(RecordSchema(base).columnNames == ["id", "count"])
         #expect(added.columns.last == ProjectionColumn("storefront", .text, nullable: true))
         let sample = Sample(id: "a", count: 2, storefront: "USA")
-        #expect(added.row(sample) == ["a".databaseValue, 2.databaseValue, "USA".databaseValue])
+        #expect(added.row(sample) == ["a".columnValue, 2.columnValue, "USA".columnValue])
         var back = Sample()
         added.read(&back, from: added.row(sample))
         #expect(back == sample)

@@ -231,7 +231,7 @@ import PurchaseLedgerFleetTesting
         let path = dir.path("old.ledger")
         let old = try DatabaseQueue(path: path)
         try Migrations.migrator(upTo: 1).migrate(old)
-        try old.write { try $0.execute(sql: "PRAGMA application_id = \(Ledger.applicationID)") }
+        try old.write { try $0.execute(sql: "PRAGMA application_id = \(LedgerFile.applicationID)") }
         try old.close()
         let ledger = try Ledger(path: path, configuration: testConfiguration())
         try ledger.append(contentsOf: [E.product("p1"), E.queued("t1")])

@@ -165,32 +165,3 @@ public final class JSONLinesReader {
         }
     }
 }
-
-extension Ledger {
-    /// Checks a JSON Lines document against the rules without writing; errors name the input line.
-    public func checkJSONLines(_ input: JSONLinesInput) throws {
-        do {
-            _ = try check(input.events)
-        } catch var error as LedgerError {
-            if let index = error.batchIndex, index < input.lines.count {
-                error.line = input.lines[index]
-                error.batchIndex = nil
-            }
-            throw error
-        }
-    }
-
-    /// Appends a JSON Lines document in one atomic write; errors name the input line.
-    @discardableResult
-    public func appendJSONLines(_ input: JSONLinesInput, progress: ((Int, Int) -> Void)? = nil) throws -> AppendResult {
-        do {
-            return try append(contentsOf: input.events, progress: progress)
-        } catch var error as LedgerError {
-            if let index = error.batchIndex, index < input.lines.count {
-                error.line = input.lines[index]
-                error.batchIndex = nil
-            }
-            throw error
-        }
-    }
-}

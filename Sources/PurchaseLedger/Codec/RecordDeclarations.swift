@@ -1,5 +1,3 @@
-import GRDB
-
 // Each persisted record's fields, declared once (``RecordSchema``): the projection table's
 // columns and rows, the decoding of those rows (SQLite's and the fleet's), the JSON of
 // `replay --json`, and the snapshot record all come from these lists. Adding a field is a line
@@ -186,7 +184,7 @@ extension RecordField where Source == OwnedRow {
     /// In the JSON only: the state decides it when the JSON is written.
     static var updateAvailable: RecordField {
         RecordField(
-            name: "updateAvailable", columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil,
+            name: "updateAvailable", columns: [], row: { (_: Source, _: inout [ColumnValue]) in }, read: nil,
             json: { (o: Source, w: inout JSONWriter) in w.field("updateAvailable", o.updateAvailable) }, snapshot: .none)
     }
 }
@@ -199,11 +197,11 @@ extension RecordField {
     static func error(json: String?, get: @escaping @Sendable (Fields) -> StoreError?, set: @escaping @Sendable (inout Fields, StoreError?) -> Void)
         -> RecordField
     {
-        let row = { @Sendable (s: Source, values: inout [DatabaseValue]) in
+        let row = { @Sendable (s: Source, values: inout [ColumnValue]) in
             let e = get(s.fields)
-            values.append((e?.domain).databaseValue)
-            values.append((e?.code).databaseValue)
-            values.append((e?.message).databaseValue)
+            values.append((e?.domain).columnValue)
+            values.append((e?.code).columnValue)
+            values.append((e?.message).columnValue)
         }
         let read = { @Sendable (fields: inout Fields, c: FieldColumns) in
             guard let domain = c.string(0) else {
@@ -249,7 +247,7 @@ extension RecordField where Source == TransactionRow {
     /// id when it starts with it (``SnapshotFieldContext/key``).
     static var downloads: RecordField {
         RecordField(
-            name: "downloads", columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil,
+            name: "downloads", columns: [], row: { (_: Source, _: inout [ColumnValue]) in }, read: nil,
             json: { (t: Source, w: inout JSONWriter) in
                 w.key("downloads"); w.beginArray()
                 for d in t.fields.downloads { w.value(d) }
@@ -277,16 +275,16 @@ extension RecordField where Source == TransactionRow {
             columns: ["price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type", "offer_id"].map {
                 ProjectionColumn($0, .text, nullable: true)
             },
-            row: { (t: Source, values: inout [DatabaseValue]) in
+            row: { (t: Source, values: inout [ColumnValue]) in
                 let p = t.fields.paid
-                values.append(p.price.databaseValue)
-                values.append(p.currency.databaseValue)
-                values.append(p.priceSource == .event ? PriceSource.event.rawValue.databaseValue : .null)
-                values.append(p.storefront.databaseValue)
-                values.append(p.environment == .production ? .null : p.environment.rawValue.databaseValue)
-                values.append(p.ownership == .purchased ? .null : p.ownership.rawValue.databaseValue)
-                values.append(p.offer?.type.rawValue.databaseValue ?? .null)
-                values.append((p.offer?.id).databaseValue)
+                values.append(p.price.columnValue)
+                values.append(p.currency.columnValue)
+                values.append(p.priceSource == .event ? PriceSource.event.rawValue.columnValue : .null)
+                values.append(p.storefront.columnValue)
+                values.append(p.environment == .production ? .null : p.environment.rawValue.columnValue)
+                values.append(p.ownership == .purchased ? .null : p.ownership.rawValue.columnValue)
+                values.append(p.offer?.type.rawValue.columnValue ?? .null)
+                values.append((p.offer?.id).columnValue)
             },
             read: { (t: inout Fields, c: FieldColumns) in
                 var p = PaidTerms()
@@ -360,7 +358,7 @@ extension RecordField where Source == DownloadRow {
     static var contentURL: RecordField {
         RecordField(
             name: "contentURL", columns: [ProjectionColumn("content_url", .text, nullable: true)],
-            row: { (d: Source, values: inout [DatabaseValue]) in values.append(d.contentURL.databaseValue) },
+            row: { (d: Source, values: inout [ColumnValue]) in values.append(d.contentURL.columnValue) },
             read: { (d: inout Fields, c: FieldColumns) in d.contentURL = c.string() },
             json: { (d: Source, w: inout JSONWriter) in w.field("contentURL", d.contentURL) },
             snapshot: .value(

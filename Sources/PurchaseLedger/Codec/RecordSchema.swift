@@ -1,27 +1,7 @@
-import GRDB
-
-/// How a projection column holds its values, in SQLite and in the fleet's PostgreSQL.
+/// How a projection column holds its values. Each store names the type in its own dialect
+/// (`ColumnType.sqlite` in `Persistence/Projections`, `.postgres` in the fleet module).
 package enum ColumnType: Sendable, Hashable {
     case text, integer, boolean, real
-
-    /// The type a SQLite migration declares (`PRAGMA table_info`'s `type`).
-    package var sqlite: String {
-        switch self {
-        case .text: "TEXT"
-        case .integer, .boolean: "INTEGER"
-        case .real: "REAL"
-        }
-    }
-
-    /// The type a fleet migration declares (`information_schema.columns.data_type`).
-    package var postgres: String {
-        switch self {
-        case .text: "text"
-        case .integer: "bigint"
-        case .boolean: "boolean"
-        case .real: "double precision"
-        }
-    }
 }
 
 /// One column of a projection table.
@@ -68,12 +48,12 @@ package final class FieldColumns {
 /// A row of values in ``RecordSchema/columns`` order, as ``RecordSchema/row(_:)`` makes it.
 struct ValueColumns: ProjectionColumns {
     let names: [String]
-    let values: [DatabaseValue]
+    let values: [ColumnValue]
 
     func position(_ column: String) -> Int? { names.firstIndex(of: column) }
-    func string(at i: Int) -> String? { String.fromDatabaseValue(values[i]) }
-    func int64(at i: Int) -> Int64? { Int64.fromDatabaseValue(values[i]) }
-    func double(at i: Int) -> Double? { Double.fromDatabaseValue(values[i]) }
+    func string(at i: Int) -> String? { values[i].string }
+    func int64(at i: Int) -> Int64? { values[i].int64 }
+    func double(at i: Int) -> Double? { values[i].double }
     var positionCache: PositionCache? { nil }
 }
 
@@ -104,7 +84,7 @@ package struct RecordField<Source: RecordSource>: Sendable {
     }
 
     init(
-        name: String, columns: [ProjectionColumn], row: @escaping @Sendable (Source, inout [DatabaseValue]) -> Void,
+        name: String, columns: [ProjectionColumn], row: @escaping @Sendable (Source, inout [ColumnValue]) -> Void,
         read: (@Sendable (inout Fields, FieldColumns) -> Void)?, json: (@Sendable (Source, inout JSONWriter) -> Void)?,
         snapshot: Snapshot
     ) {
@@ -119,7 +99,7 @@ package struct RecordField<Source: RecordSource>: Sendable {
     package let name: String
     package let columns: [ProjectionColumn]
     /// Appends the field's values, one per column.
-    let row: @Sendable (Source, inout [DatabaseValue]) -> Void
+    let row: @Sendable (Source, inout [ColumnValue]) -> Void
     /// Sets the field from its columns in a row (nil: the row does not give it back).
     let read: (@Sendable (inout Fields, FieldColumns) -> Void)?
     /// Writes the field's members into the record's JSON object (nil: not in the JSON).
@@ -140,7 +120,7 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
 
     // Each form's closures, taken out of the fields once: a record is written or read by
     // calling them in turn, without copying each field's other closures.
-    private let rowWriters: ContiguousArray<@Sendable (Source, inout [DatabaseValue]) -> Void>
+    private let rowWriters: ContiguousArray<@Sendable (Source, inout [ColumnValue]) -> Void>
     /// Each field a row gives back, with where its columns are in ``columns``.
     private let rowReaders: ContiguousArray<(read: @Sendable (inout Fields, FieldColumns) -> Void, start: Int)>
     private let jsonWriters: ContiguousArray<@Sendable (Source, inout JSONWriter) -> Void>
@@ -184,8 +164,8 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
     package var columnNames: [String] { columns.map(\.name) }
 
     /// The projection row of `source`, one value per column.
-    package func row(_ source: Source) -> [DatabaseValue] {
-        var values: [DatabaseValue] = []
+    package func row(_ source: Source) -> [ColumnValue] {
+        var values: [ColumnValue] = []
         values.reserveCapacity(columns.count)
         for write in rowWriters { write(source, &values) }
         return values
@@ -202,7 +182,7 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
     }
 
     /// Sets every field a row of ``row(_:)``'s values gives back.
-    func read(_ fields: inout Fields, from values: [DatabaseValue]) {
+    func read(_ fields: inout Fields, from values: [ColumnValue]) {
         read(&fields, from: ValueColumns(names: columnNames, values: values))
     }
 
@@ -239,7 +219,7 @@ package struct RecordSchema<Source: RecordSource>: Sendable {
 protocol FieldValue: Sendable {
     static var columnType: ColumnType { get }
     static var nullable: Bool { get }
-    var column: DatabaseValue { get }
+    var column: ColumnValue { get }
     /// The value its columns hold back (NULL or a missing column: the value's default).
     init(columns c: FieldColumns)
     func json(_ w: inout JSONWriter)
@@ -277,7 +257,7 @@ extension FieldScalar {
 extension Optional: FieldValue where Wrapped: FieldScalar {
     static var columnType: ColumnType { Wrapped.columnType }
     static var nullable: Bool { true }
-    var column: DatabaseValue { self?.column ?? .null }
+    var column: ColumnValue { self?.column ?? .null }
     init(columns c: FieldColumns) { self = Wrapped.present(c) }
     func json(_ w: inout JSONWriter) {
         if let self { self.json(&w) } else { w.null() }
@@ -292,10 +272,10 @@ extension Optional: FieldValue where Wrapped: FieldScalar {
 }
 
 /// A scalar GRDB converts: its column value is its own.
-protocol ConvertibleScalar: FieldScalar, DatabaseValueConvertible {}
+protocol ConvertibleScalar: FieldScalar, ColumnConvertible {}
 
 extension ConvertibleScalar {
-    var column: DatabaseValue { databaseValue }
+    var column: ColumnValue { columnValue }
 }
 
 extension String: ConvertibleScalar {
@@ -347,7 +327,7 @@ extension Bool: ConvertibleScalar {
 extension Timestamp: FieldScalar {
     /// Whole milliseconds, rounded down.
     static var columnType: ColumnType { .integer }
-    var column: DatabaseValue { Projector.ms(self).databaseValue }
+    var column: ColumnValue { Projector.ms(self).columnValue }
     static var whenNull: Timestamp { Timestamp(millisecondsSinceEpoch: 0) }
     static func present(_ c: FieldColumns) -> Timestamp? { c.int64().map { Timestamp(millisecondsSinceEpoch: $0) } }
     func json(_ w: inout JSONWriter) { w.value(description) }
@@ -385,7 +365,7 @@ protocol CodedField: FieldScalar, StoredCode, RawRepresentable<String> {
 
 extension CodedField {
     static var columnType: ColumnType { .text }
-    var column: DatabaseValue { rawValue.databaseValue }
+    var column: ColumnValue { rawValue.columnValue }
     static var whenNull: Self { fallback }
     /// An unknown name reads as ``fallback`` too.
     static func present(_ c: FieldColumns) -> Self? { c.string().map { Self(rawValue: $0) ?? fallback } }
@@ -403,7 +383,7 @@ extension CancelReason: CodedField { static var fallback: CancelReason { .user }
 
 extension ContentVersion: FieldScalar {
     static var columnType: ColumnType { .text }
-    var column: DatabaseValue { text.databaseValue }
+    var column: ColumnValue { text.columnValue }
     static var whenNull: ContentVersion { ContentVersion("0")! }
     static func present(_ c: FieldColumns) -> ContentVersion? { c.string().map { ContentVersion($0) ?? whenNull } }
     func json(_ w: inout JSONWriter) { w.value(text) }
@@ -438,7 +418,7 @@ extension RecordField {
         -> RecordField
     {
         RecordField(
-            name: name, columns: [], row: { (_: Source, _: inout [DatabaseValue]) in }, read: nil, json: nil,
+            name: name, columns: [], row: { (_: Source, _: inout [ColumnValue]) in }, read: nil, json: nil,
             snapshot: value(get: get, set: set))
     }
 
@@ -458,7 +438,7 @@ extension RecordField {
     @inline(__always) static func derived<V: FieldValue>(_ name: String, column: String, json: String? = nil, _ value: @escaping @Sendable (Source) -> V) -> RecordField {
         RecordField(
             name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
-            row: { (s: Source, values: inout [DatabaseValue]) in values.append(value(s).column) }, read: nil,
+            row: { (s: Source, values: inout [ColumnValue]) in values.append(value(s).column) }, read: nil,
             json: member(json, .always, value), snapshot: .none)
     }
 
@@ -495,7 +475,7 @@ extension RecordField {
     ) -> RecordField {
         RecordField(
             name: name, columns: [ProjectionColumn(column, V.columnType, nullable: V.nullable)],
-            row: { (s: Source, values: inout [DatabaseValue]) in values.append(get(s.fields).column) },
+            row: { (s: Source, values: inout [ColumnValue]) in values.append(get(s.fields).column) },
             read: { (fields: inout Fields, c: FieldColumns) in set(&fields, V(columns: c)) },
             json: member(json, presence) { get($0.fields) },
             snapshot: snapshot)

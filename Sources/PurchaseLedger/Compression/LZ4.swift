@@ -226,3 +226,30 @@ package enum LZ4 {
         }
     #endif
 }
+
+extension LZ4 {
+    // The one place an LZ4 result becomes a ledger error: what is stored is compressed, and
+    // what is read back decompressed, only through these two.
+
+    /// Compresses bytes about to be stored (`what` names them: "events 1...1024", "a snapshot
+    /// page"). A failure (liblz4 refusing its input, never seen) is a `storage` error.
+    static func compressForStorage(_ raw: [UInt8], dictionary: [UInt8]? = nil, _ what: @autoclosure () -> String) throws(LedgerError) -> [UInt8] {
+        do {
+            return try compress(raw, dictionary: dictionary)
+        } catch {
+            throw LedgerError.storage("compressing \(what()) failed: \(error)")
+        }
+    }
+
+    /// Decompresses stored bytes (`what` names them: "the block of events 1...1024", "a snapshot
+    /// page"). Bytes that do not decode are `corruptData`, at `seq` when known.
+    static func decompressStored(
+        _ input: [UInt8], originalSize: Int, dictionary: [UInt8]? = nil, _ what: @autoclosure () -> String, seq: Int64? = nil
+    ) throws(LedgerError) -> [UInt8] {
+        do {
+            return try input.withUnsafeBytes { bytes in try decompress(bytes, originalSize: originalSize, dictionary: dictionary) }
+        } catch {
+            throw LedgerError.corrupt("\(what()) does not decompress (\(error))", seq: seq)
+        }
+    }
+}

@@ -25,12 +25,12 @@ public struct FailureRate: Sendable, Hashable {
 
     /// The failures `rows` count by error (columns `error_domain`, `error_code`, `message`, `n`),
     /// each a share of `total` transactions in a final state: SQLite's rows and the fleet's.
-    package static func rates(_ rows: [Row], total: Int) -> [FailureRate] {
+    package static func rates(_ rows: [some ProjectionColumns], total: Int) -> [FailureRate] {
         rows.map { row in
-            let count: Int = row["n"]
+            let count = row.int("n") ?? 0
             return FailureRate(
-                domain: row["error_domain"], code: row["error_code"], message: row["message"], count: count,
-                share: total == 0 ? 0 : Double(count) / Double(total))
+                domain: row.string("error_domain") ?? "", code: row.int64("error_code") ?? 0, message: row.string("message") ?? "",
+                count: count, share: total == 0 ? 0 : Double(count) / Double(total))
         }
     }
 }
@@ -155,7 +155,7 @@ extension Ledger {
                     WHERE state = 'failed' AND failed_at_ms >= ? AND failed_at_ms < ?
                     GROUP BY error_domain, error_code ORDER BY n DESC, error_domain, error_code
                     """, arguments: range)
-            return FailureRate.rates(rows, total: total)
+            return FailureRate.rates(rows.map(RowColumns.init), total: total)
         }
     }
 

@@ -144,7 +144,7 @@ extension Ledger {
         let rows = try readProjections { db in
             try Row.fetchAll(db, sql: sql, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
-        return RevenueLine.lines(rows.map(RevenueGroup.init(row:)), groupBy: groupBy)
+        return RevenueLine.lines(rows.map { RevenueGroup(columns: RowColumns($0)) }, groupBy: groupBy)
     }
 }
 
@@ -152,23 +152,31 @@ extension Ledger {
 /// a price, a storefront, an environment and an ownership; the Swift side makes
 /// ``RevenueLine``s of them.
 package struct RevenueGroup {
-    package enum Dialect { case sqlite, postgres }
+    /// What differs between the stores' SQL for ``sql(byDay:byStorefront:allEnvironments:dialect:)``:
+    /// each store gives its own (``sqlite`` here, the fleet's PostgreSQL in its own module).
+    package struct Dialect: Sendable {
+        /// The purchase's day (floor division of `t.purchased_at_ms` by 86,400,000).
+        package var day: String
+        /// The two parameters bounding the purchase time.
+        package var low: String, high: String
+        /// What follows a count or a sum to make it a 64-bit integer.
+        package var integerCast: String
+
+        package init(day: String, low: String, high: String, integerCast: String) {
+            (self.day, self.low, self.high, self.integerCast) = (day, low, high, integerCast)
+        }
+
+        /// SQLite's: `?` parameters, and integer sums as they are.
+        package static let sqlite = Dialect(
+            day: "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)", low: "?", high: "?", integerCast: "")
+    }
 
     /// The one query both stores sum purchases with, from each transaction's own fixed price
     /// (no catalog join: a registration made later never changes it). Its two parameters bound
-    /// the purchase time, in ms (`?` in SQLite, `$1`, `$2` in PostgreSQL).
+    /// the purchase time, in ms.
     package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect) -> String {
-        let day =
-            !byDay
-            ? "0"
-            : dialect == .sqlite
-                ? "t.purchased_at_ms / 86400000 - (t.purchased_at_ms % 86400000 < 0)"
-                // Floor division in integers (through numeric, `floor(ms / 86400000.0)`, a fifth of
-                // the query's time over 700,000 transactions). The fleet's migration 0006 keeps
-                // statistics on this expression, to the letter: change both together.
-                : "(t.purchased_at_ms - (t.purchased_at_ms % 86400000 + 86400000) % 86400000) / 86400000"
-        let (low, high) = dialect == .sqlite ? ("?", "?") : ("$1", "$2")
-        let int = dialect == .sqlite ? "" : "::bigint"
+        let day = byDay ? dialect.day : "0"
+        let (low, high, int) = (dialect.low, dialect.high, dialect.integerCast)
         // Without every environment the two columns are constants, and the groups fewer.
         let (environment, ownership, marks) =
             allEnvironments
@@ -198,14 +206,16 @@ package struct RevenueGroup {
     package var refundedUnits: Int
 
     /// A group as both stores' revenue queries return it, in SQLite and in PostgreSQL (columns
-    /// day, product, currency, price, purchases, units, refunded).
-    package init(row: Row) {
+    /// day, storefront, product, currency, price, environment, ownership, purchases, units,
+    /// refunded).
+    package init(columns row: some ProjectionColumns) {
         self.init(
-            day: row["day"], product: row["product"], currency: row["currency"], price: row["price"],
-            purchases: row["purchases"], units: row["units"], refundedUnits: row["refunded"])
-        storefront = row["storefront"]
-        environment = (row["environment"] as String?).flatMap(StoreEnvironment.init(rawValue:)) ?? .production
-        ownership = (row["ownership"] as String?).flatMap(Ownership.init(rawValue:)) ?? .purchased
+            day: row.int64("day") ?? 0, product: row.string("product") ?? "", currency: row.string("currency") ?? "",
+            price: row.string("price") ?? "", purchases: row.int("purchases") ?? 0, units: row.int("units") ?? 0,
+            refundedUnits: row.int("refunded") ?? 0)
+        storefront = row.string("storefront")
+        environment = row.string("environment").flatMap(StoreEnvironment.init(rawValue:)) ?? .production
+        ownership = row.string("ownership").flatMap(Ownership.init(rawValue:)) ?? .purchased
     }
 
     package init(day: Int64, product: String, currency: String, price: String, purchases: Int, units: Int, refundedUnits: Int) {

@@ -54,7 +54,7 @@ extension Ledger {
                 current?.lastCommit = nil
                 var erased: Writer!
                 try writeQueue().writeWithoutTransaction { db in
-                    try Ledger.immediateTransaction(db, PreparedStatements()) {
+                    try LedgerFile.immediateTransaction(db, PreparedStatements()) {
                         (summary, erased) = try erase(user, db)
                     }
                     PersonalValues.invalidate(db)
@@ -67,7 +67,7 @@ extension Ledger {
                 current = erased
             }
         } catch {
-            throw Ledger.wrap(error, "erasing a user")
+            throw LedgerFile.wrap(error, "erasing a user")
         }
         noteCommit()
         return summary
@@ -121,11 +121,12 @@ extension Ledger {
 
         // The erasure event, after the log as replayed.
         var w = Writer(state: replayed, lastLink: try EventStore.lastLink(db))
-        w.erasures = try Ledger.erasures(db)
-        var session = try AppendSession(
+        w.erasures = try LedgerFile.erasures(db)
+        let batch = try AppendBatch(
             db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: nil, emptyLedger: false, cache: pageCache)
-        try session.record(Event(at: configuration.clock(), .personalDataErased(refs: refs)), into: &w, db)
-        _ = try session.write(&w, db, markProjections: true)
+        var session = AppendSession(batch, configuration: configuration)
+        try session.record(Event(at: configuration.clock(), .personalDataErased(refs: refs)), into: &w)
+        _ = try session.commit(&w, markProjections: true)
         let seq = w.state.seq
 
         // The projection rows that held the values, and a snapshot of the state without them

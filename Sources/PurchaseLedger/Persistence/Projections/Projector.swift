@@ -148,22 +148,22 @@ package enum Projector {
             }
             if let before {
                 // Before `supersede`, while the owner row still points to the copy it replaces.
-                let values = [before.databaseValue, o.product.databaseValue, o.content.databaseValue, o.download.databaseValue]
+                let values = [before.columnValue, o.product.columnValue, o.content.columnValue, o.download.columnValue]
                 try statements(keepOwnerDestination, db).execute(values: values, db)
                 if db.changesCount == 0 {
-                    try statements(keepDestination, db).execute(values: [before.databaseValue, o.download.databaseValue], db)
+                    try statements(keepDestination, db).execute(values: [before.columnValue, o.download.columnValue], db)
                 }
             }
             copied[o.download] = o.destination
-            try statements(supersede, db).execute(values: [ms(o.copiedAt).databaseValue, o.product.databaseValue, o.content.databaseValue], db)
+            try statements(supersede, db).execute(values: [ms(o.copiedAt).columnValue, o.product.columnValue, o.content.columnValue], db)
             try insert(into: Table.ownedContentHistory, historyRow(entry, latest: true), db, statements, upsert: false)
             try insert(into: Table.ownedContent, ownedRow(o, historySeq: entry.seq), db, statements)
         case .deleted(let product, let at):
-            try statements(markDeleted, db).execute(values: [ms(at).databaseValue, product.databaseValue], db)
-            try statements(deleteOwned, db).execute(values: [product.databaseValue], db)
+            try statements(markDeleted, db).execute(values: [ms(at).columnValue, product.columnValue], db)
+            try statements(deleteOwned, db).execute(values: [product.columnValue], db)
         case .removed(let key, let at):
-            try statements(markRemoved, db).execute(values: [ms(at).databaseValue, key.product.databaseValue, key.content.databaseValue], db)
-            try statements(deleteOneOwned, db).execute(values: [key.product.databaseValue, key.content.databaseValue], db)
+            try statements(markRemoved, db).execute(values: [ms(at).columnValue, key.product.columnValue, key.content.columnValue], db)
+            try statements(deleteOneOwned, db).execute(values: [key.product.columnValue, key.content.columnValue], db)
         }
     }
 
@@ -264,7 +264,7 @@ package enum Projector {
         let builders = rowBuilders(state: state, history: history, ordered: false)
         let pipeline = Pipeline(
             builders.map { builder in
-                { () -> (rows: [[DatabaseValue]], hashes: [Int]) in
+                { () -> (rows: [[ColumnValue]], hashes: [Int]) in
                     let rows = builder.build()
                     return (rows, rows.map { RowHash($0, from: builder.table.keyColumns).finalize() })
                 }
@@ -307,7 +307,7 @@ package enum Projector {
 
     /// Deletes every row of `table`, then inserts `rows` (in key order) with the table's
     /// secondary indexes dropped, and builds them again.
-    private static func replaceAll(_ table: Table, with rows: [[DatabaseValue]], _ db: Database) throws {
+    private static func replaceAll(_ table: Table, with rows: [[ColumnValue]], _ db: Database) throws {
         try replaceAll(table, db) { insert in
             for row in rows { try insert(row) }
         }
@@ -322,7 +322,7 @@ package enum Projector {
     /// empty (1.8 MB of the transactions of a 1,000,000-event ledger). So its rows go to a
     /// temporary table first, and are copied over with `INSERT INTO ... SELECT *`, which SQLite
     /// carries out as a transfer of whole records into full pages, as VACUUM does.
-    private static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([DatabaseValue]) throws -> Void) throws -> Void) throws {
+    private static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([ColumnValue]) throws -> Void) throws -> Void) throws {
         let indexes = try Row.fetchAll(
             db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]
         ).map { (name: $0[0] as String, sql: $0[1] as String) }
@@ -365,11 +365,11 @@ package enum Projector {
     }
 
     private static func replaceAll<Record: Sendable>(
-        _ table: Table, inChunks records: [Record], _ db: Database, row: @escaping @Sendable (Record) -> [DatabaseValue]
+        _ table: Table, inChunks records: [Record], _ db: Database, row: @escaping @Sendable (Record) -> [ColumnValue]
     ) throws {
         let chunk = 1024
         let jobs = stride(from: 0, to: records.count, by: chunk).map { start in
-            { @Sendable () -> [[DatabaseValue]] in records[start..<min(start + chunk, records.count)].map(row) }
+            { @Sendable () -> [[ColumnValue]] in records[start..<min(start + chunk, records.count)].map(row) }
         }
         let pipeline = Pipeline(jobs, width: 2, ahead: 2)
         try replaceAll(table, db) { insert in
@@ -416,7 +416,7 @@ package enum Projector {
         guard let rows = productRows(product, state: state) else { return }
         try statements(Table.products.preparedUpsertIfChanged, db).execute(values: rows.product, db)
         if related {
-            try statements(deleteRelated, db).execute(values: [product.databaseValue], db)
+            try statements(deleteRelated, db).execute(values: [product.columnValue], db)
             for row in rows.related { try insert(into: Table.relatedProducts, row, db, statements) }
         }
         let contents = try statements(Table.productContents.preparedUpsertIfChanged, db)
@@ -424,7 +424,7 @@ package enum Projector {
     }
 
     private static func insert(
-        into table: Table, _ row: [DatabaseValue], _ db: Database, _ statements: PreparedStatements, upsert: Bool = true
+        into table: Table, _ row: [ColumnValue], _ db: Database, _ statements: PreparedStatements, upsert: Bool = true
     ) throws {
         try statements(upsert ? table.preparedUpsert : table.preparedInsert, db).execute(values: row, db)
     }
@@ -509,15 +509,15 @@ package enum Projector {
         package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
 
         /// `rows` sorted as SQLite orders this table's primary key (integers, then text by bytes).
-        func inKeyOrder(_ rows: [[DatabaseValue]]) -> [[DatabaseValue]] {
+        func inKeyOrder(_ rows: [[ColumnValue]]) -> [[ColumnValue]] {
             // Rows built from a record map or the history usually come in this order already.
             if zip(rows, rows.dropFirst()).allSatisfy({ !keyLess($1, $0) }) { return rows }
             return rows.sorted(by: keyLess)
         }
 
-        func keyLess(_ a: [DatabaseValue], _ b: [DatabaseValue]) -> Bool {
+        func keyLess(_ a: [ColumnValue], _ b: [ColumnValue]) -> Bool {
             for i in 0..<keyColumns {
-                switch (a[i].storage, b[i].storage) {
+                switch (a[i], b[i]) {
                 case (.int64(let x), .int64(let y)) where x != y: return x < y
                 case (.string(let x), .string(let y)) where x != y: return Projector.keyOrder(x, y)
                 case (.int64, .string): return true
@@ -532,18 +532,18 @@ package enum Projector {
     /// A product's row, its related products' rows and its contents' rows.
     /// `published`: the product's published versions, when the caller has grouped them already.
     package static func productRows(_ product: String, state: LedgerState, published: [(key: ContentKey, value: ContentVersion)]? = nil)
-        -> (product: [DatabaseValue], related: [[DatabaseValue]], contents: [[DatabaseValue]])?
+        -> (product: [ColumnValue], related: [[ColumnValue]], contents: [[ColumnValue]])?
     {
         guard let record = state.products[product] else { return nil }
         let r = record.registration
-        let row: [DatabaseValue] = [
-            r.product.databaseValue, r.kind.rawValue.databaseValue, r.price.databaseValue, r.currency.databaseValue,
-            r.downloadable.databaseValue, r.title.databaseValue, ms(record.registeredAt).databaseValue,
+        let row: [ColumnValue] = [
+            r.product.columnValue, r.kind.rawValue.columnValue, r.price.columnValue, r.currency.columnValue,
+            r.downloadable.columnValue, r.title.columnValue, ms(record.registeredAt).columnValue,
         ]
-        let related = Set(r.relatedProducts).sorted().map { [product.databaseValue, $0.databaseValue] }
+        let related = Set(r.relatedProducts).sorted().map { [product.columnValue, $0.columnValue] }
         let contents = (published ?? state.publishedVersions.filter { $0.key.product == product }.map { ($0.key, $0.value) })
             .sorted { $0.key.content < $1.key.content }
-            .map { [$0.key.product.databaseValue, $0.key.content.databaseValue, $0.value.text.databaseValue] }
+            .map { [$0.key.product.columnValue, $0.key.content.columnValue, $0.value.text.columnValue] }
         return (row, related, contents)
     }
 
@@ -551,36 +551,36 @@ package enum Projector {
     // boxes: they run for every row of a rebuild and of a ship.
 
     /// A transaction's row, as its declaration (``TransactionRecord/schema``) gives it.
-    package static func transactionRow(_ t: TransactionRecord) -> [DatabaseValue] {
+    package static func transactionRow(_ t: TransactionRecord) -> [ColumnValue] {
         TransactionRecord.schema.row(TransactionRow(record: t))
     }
 
     /// A download's row, as its declaration (``DownloadRecord/schema``) gives it.
-    package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [DatabaseValue] {
+    package static func downloadRow(_ d: DownloadRecord, state: LedgerState) -> [ColumnValue] {
         DownloadRecord.schema.row(DownloadRow(d, state: state))
     }
 
     /// A history row. The download's `latest` copy-out holds no destination: it is the
     /// download's own (`downloads.destination`; `owned_content_history_view` puts it back).
-    package static func historyRow(_ entry: OwnedContentHistoryEntry, latest: Bool) -> [DatabaseValue] {
+    package static func historyRow(_ entry: OwnedContentHistoryEntry, latest: Bool) -> [ColumnValue] {
         let o = entry.owned
         return [
-            entry.seq.databaseValue,
-            o.download.databaseValue,
-            latest ? .null : o.destination.databaseValue,
-            ms(o.copiedAt).databaseValue,
-            ms(entry.supersededAt).databaseValue,
-            ms(entry.deletedAt).databaseValue,
+            entry.seq.columnValue,
+            o.download.columnValue,
+            latest ? .null : o.destination.columnValue,
+            ms(o.copiedAt).columnValue,
+            ms(entry.supersededAt).columnValue,
+            ms(entry.deletedAt).columnValue,
         ]
     }
 
-    package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [DatabaseValue] {
+    package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [ColumnValue] {
         OwnedContent.schema.row(OwnedRow(fields: o, historySeq: historySeq))
     }
 
     /// Every projection row of `state` (with the owned-content `history` its replay collected),
     /// table by table, for a store elsewhere.
-    package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[DatabaseValue]])] {
+    package static func rows(state: LedgerState, history: HistoryCollector) -> [(table: Table, rows: [[ColumnValue]])] {
         rowBuilders(state: state, history: history, ordered: true).map { ($0.table, $0.build()) }
     }
 
@@ -590,9 +590,9 @@ package enum Projector {
     /// `latestDestinationOmitted`: history rows as migration 0004 stores them (false: as a ledger
     /// still waiting for it, opened read-only, does, every row with its destination).
     static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool, latestDestinationOmitted: Bool = true) -> [(
-        table: Table, build: @Sendable () -> [[DatabaseValue]]
+        table: Table, build: @Sendable () -> [[ColumnValue]]
     )] {
-        var products: [[DatabaseValue]] = [], related: [[DatabaseValue]] = [], contents: [[DatabaseValue]] = []
+        var products: [[ColumnValue]] = [], related: [[ColumnValue]] = [], contents: [[ColumnValue]] = []
         let published = Dictionary(grouping: state.publishedVersions.map { (key: $0.key, value: $0.value) }) { $0.key.product }
         for product in state.products.keys.sorted() {
             guard let r = productRows(product, state: state, published: published[product] ?? []) else { continue }
@@ -607,7 +607,7 @@ package enum Projector {
                 Table.transactions,
                 {
                     guard !ordered else { return state.transactions.values.map(transactionRow) }
-                    var rows: [[DatabaseValue]] = []
+                    var rows: [[ColumnValue]] = []
                     rows.reserveCapacity(state.transactions.count)
                     state.transactions.forEachUnordered { rows.append(transactionRow($1)) }
                     return rows
@@ -617,7 +617,7 @@ package enum Projector {
                 Table.downloads,
                 {
                     guard !ordered else { return state.downloads.values.map { downloadRow($0, state: state) } }
-                    var rows: [[DatabaseValue]] = []
+                    var rows: [[ColumnValue]] = []
                     rows.reserveCapacity(state.downloads.count)
                     state.downloads.forEachUnordered { rows.append(downloadRow($1, state: state)) }
                     return rows

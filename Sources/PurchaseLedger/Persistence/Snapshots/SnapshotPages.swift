@@ -42,7 +42,7 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
                 // writer (the codec's tests guard it), not damage, and there is no state to give.
                 let records: [(key: String, value: Value)]
                 do {
-                    let raw = try compressed.withUnsafeBytes { try LZ4.decompress($0, originalSize: rawSize) }
+                    let raw = try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page")
                     records = try raw.withUnsafeBytes { try decode($0) }
                 } catch {
                     preconditionFailure("a snapshot page that matched its SHA-256 does not decode (\(error)); please report this")

@@ -13,12 +13,12 @@ extension Projector {
 
         init() {}
 
-        init(_ row: [DatabaseValue], from start: Int) {
+        init(_ row: [ColumnValue], from start: Int) {
             for value in row[start...] { add(value) }
         }
 
-        mutating func add(_ value: DatabaseValue) {
-            switch value.storage {
+        mutating func add(_ value: ColumnValue) {
+            switch value {
             case .null: mix(0)
             case .int64(let n): integer(n)
             case .double(let d): double(d)
@@ -108,16 +108,16 @@ extension Projector {
     }
 
     /// Column `column` of the statement's current row.
-    private static func value(_ statement: SQLiteStatement, _ column: Int32) -> DatabaseValue {
+    private static func value(_ statement: SQLiteStatement, _ column: Int32) -> ColumnValue {
         switch sqlite3_column_type(statement, column) {
-        case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).databaseValue
-        case SQLITE_FLOAT: return sqlite3_column_double(statement, column).databaseValue
+        case SQLITE_INTEGER: return sqlite3_column_int64(statement, column).columnValue
+        case SQLITE_FLOAT: return sqlite3_column_double(statement, column).columnValue
         case SQLITE_TEXT:
             let text = sqlite3_column_text(statement, column)
-            return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self).databaseValue
+            return String(decoding: UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column))), as: UTF8.self).columnValue
         case SQLITE_BLOB:
             let blob = sqlite3_column_blob(statement, column)
-            return Data(UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column)))).databaseValue
+            return Data(UnsafeRawBufferPointer(start: blob, count: Int(sqlite3_column_bytes(statement, column)))).columnValue
         default: return .null
         }
     }
@@ -128,20 +128,20 @@ extension Projector {
     struct RowsByKey<Value: Sendable>: Sendable {
         private var text: [RecordKey: Value] = [:]
         private var integer: [Int64: Value] = [:]
-        private var other: [[DatabaseValue]: Value] = [:]
+        private var other: [[ColumnValue]: Value] = [:]
 
         init() {}
 
         var count: Int { text.count + integer.count + other.count }
 
-        var keys: [[DatabaseValue]] {
-            text.keys.map { [$0.id.databaseValue] } + integer.keys.map { [$0.databaseValue] } + Array(other.keys)
+        var keys: [[ColumnValue]] {
+            text.keys.map { [$0.id.columnValue] } + integer.keys.map { [$0.columnValue] } + Array(other.keys)
         }
 
-        subscript(key: ArraySlice<DatabaseValue>) -> Value? {
+        subscript(key: ArraySlice<ColumnValue>) -> Value? {
             get {
                 if key.count == 1 {
-                    switch key[key.startIndex].storage {
+                    switch key[key.startIndex] {
                     case .string(let id): return text[RecordKey(id)]
                     case .int64(let n): return integer[n]
                     case .null, .double, .blob: break
@@ -151,7 +151,7 @@ extension Projector {
             }
             set {
                 if key.count == 1 {
-                    switch key[key.startIndex].storage {
+                    switch key[key.startIndex] {
                     case .string(let id): text[RecordKey(id)] = newValue; return
                     case .int64(let n): integer[n] = newValue; return
                     case .null, .double, .blob: break
@@ -162,7 +162,7 @@ extension Projector {
         }
 
         /// The value under `key`, taken out.
-        mutating func take(_ key: ArraySlice<DatabaseValue>) -> Value? {
+        mutating func take(_ key: ArraySlice<ColumnValue>) -> Value? {
             defer { self[key] = nil }
             return self[key]
         }
@@ -175,12 +175,12 @@ extension Projector {
     /// key order, and how many rows are stored. The table is read once, in storage order, each
     /// stored row found among the expected ones by its key; nothing is copied into memory but
     /// the keys of the expected rows. `verify` runs this on every table.
-    static func differences(_ table: Table, expected: [[DatabaseValue]], _ db: Database) throws -> (stored: Int, keys: [[DatabaseValue]]) {
+    static func differences(_ table: Table, expected: [[ColumnValue]], _ db: Database) throws -> (stored: Int, keys: [[ColumnValue]]) {
         let keyColumns = table.keyColumns
         var index = RowsByKey<Int>()
         for (i, row) in expected.enumerated() { index[row[..<keyColumns]] = i }
         var matched = [Bool](repeating: false, count: expected.count)
-        var keys: [[DatabaseValue]] = []
+        var keys: [[ColumnValue]] = []
         var stored = 0
         let columns = Int32(table.columns.count)
         try scan(table, db) { statement in
@@ -199,9 +199,9 @@ extension Projector {
     }
 
     /// Whether column `column` of the statement's current row holds `value`.
-    private static func column(_ statement: SQLiteStatement, _ column: Int32, equals value: DatabaseValue) -> Bool {
+    private static func column(_ statement: SQLiteStatement, _ column: Int32, equals value: ColumnValue) -> Bool {
         let type = sqlite3_column_type(statement, column)
-        switch value.storage {
+        switch value {
         case .null:
             return type == SQLITE_NULL
         case .int64(let n):

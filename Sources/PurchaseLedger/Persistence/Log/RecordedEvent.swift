@@ -74,9 +74,21 @@ package enum BlockLayout: Int, Sendable, CaseIterable {
 ///   deltas from the previous event; the first bytes of the event's chain link follow it or the
 ///   block's last frame (``BlockLayout``).
 package enum FrameCodec {
+    /// The payload of `body`, its personal values inline (as versions before migration 0007
+    /// stored them, and as exports and the fleet's rows carry them).
     package static func payload(_ body: EventBody) -> [UInt8] {
         var w = BinaryWriter()
         PayloadCodec.encode(body, into: &w)
+        return w.bytes
+    }
+
+    /// The payload of `body` as the log stores it: its personal values as the refs `personal`
+    /// prepared for this event (``PersonalEncoder/prepare(_:in:_:)``), followed by the
+    /// introductions of the refs new in it (docs/format.md, "Personal fields are refs").
+    static func payload(_ body: EventBody, refs personal: PersonalEncoder) -> [UInt8] {
+        var w = BinaryWriter()
+        PayloadCodec.encode(body, into: &w, personal: personal)
+        personal.writeIntroductions(&w)
         return w.bytes
     }
 

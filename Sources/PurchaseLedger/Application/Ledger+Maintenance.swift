@@ -54,7 +54,7 @@ extension Ledger {
                 return summary
             }
         } catch {
-            throw Ledger.wrap(error, "rebuilding projections")
+            throw LedgerFile.wrap(error, "rebuilding projections")
         }
     }
 
@@ -80,7 +80,7 @@ extension Ledger {
         do {
             try writeQueue().writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {
-            throw Ledger.wrap(error, "checkpointing")
+            throw LedgerFile.wrap(error, "checkpointing")
         }
     }
 

@@ -5,14 +5,14 @@ import GRDBSQLite
 extension Statement {
     /// Runs this statement with `values` bound straight through SQLite's C API: no
     /// `StatementArguments`, no boxing of each value on the projection and rebuild paths.
-    func execute(values: [DatabaseValue], _ db: Database) throws {
+    func execute(values: [ColumnValue], _ db: Database) throws {
         let statement = sqliteStatement
         sqlite3_reset(statement)
         sqlite3_clear_bindings(statement)
         for (i, value) in values.enumerated() {
             let index = Int32(i + 1)
             let code: Int32
-            switch value.storage {
+            switch value {
             case .null: code = sqlite3_bind_null(statement, index)
             case .int64(let n): code = sqlite3_bind_int64(statement, index, n)
             case .double(let d): code = sqlite3_bind_double(statement, index, d)

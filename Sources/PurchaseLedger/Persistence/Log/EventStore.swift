@@ -416,14 +416,10 @@ package enum EventStore {
         let first = frames.first!, last = frames.last!
         let raw = rawBlock(frames, layout: layout)
         let data: [UInt8]
-        do {
-            switch codec {
-            case .raw: data = raw
-            case .lz4: data = try LZ4.compress(raw)
-            case .lz4Dictionary: data = try LZ4.compress(raw, dictionary: dictionary!.bytes)
-            }
-        } catch {
-            throw LedgerError.storage("compressing events \(first.seq)...\(last.seq) failed: \(error)")
+        switch codec {
+        case .raw: data = raw
+        case .lz4: data = try LZ4.compressForStorage(raw, "events \(first.seq)...\(last.seq)")
+        case .lz4Dictionary: data = try LZ4.compressForStorage(raw, dictionary: dictionary!.bytes, "events \(first.seq)...\(last.seq)")
         }
         return SealedRow(
             first: first.seq, last: last.seq, codec: codec, layout: layout, dictionaryID: codec == .lz4Dictionary ? dictionary!.id : nil,
@@ -576,15 +572,13 @@ package enum EventStore {
     /// The block's frames, decompressed.
     private static func decompress(_ block: SealedBlock) throws -> [UInt8] {
         if let failure = block.failure { throw failure }
-        do {
-            switch block.codec {
-            case .raw:
-                return block.data
-            case .lz4, .lz4Dictionary:
-                return try block.data.withUnsafeBytes { try LZ4.decompress($0, originalSize: block.rawSize, dictionary: block.dictionary) }
-            }
-        } catch let error as LZ4.Failure {
-            throw LedgerError.corrupt("the block of events \(block.first)...\(block.last) does not decompress (\(error.description))", seq: block.first)
+        switch block.codec {
+        case .raw:
+            return block.data
+        case .lz4, .lz4Dictionary:
+            return try LZ4.decompressStored(
+                block.data, originalSize: block.rawSize, dictionary: block.dictionary, "the block of events \(block.first)...\(block.last)",
+                seq: block.first)
         }
     }
 

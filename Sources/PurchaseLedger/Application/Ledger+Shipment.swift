@@ -16,7 +16,7 @@ package struct Shipment: Sendable {
     package var events: [ChainedEvent]
     package var lastSeq: Int64
     package var lastLink: [UInt8]
-    package var projections: [(table: Projector.Table, rows: [[DatabaseValue]])]
+    package var projections: [(table: Projector.Table, rows: [[ColumnValue]])]
 
     /// The chain link before the first event: what a store holds for a ledger it has no event of.
     package static var genesis: [UInt8] { HashChain.genesis }
@@ -122,8 +122,8 @@ package enum ErasedRows {
     /// transaction whose user is a key of `users` (its value: the user id's marker), and the
     /// downloads, owned content and history of those transactions.
     static func mask(
-        _ rows: [[DatabaseValue]], of table: Projector.Table, users: [String: String], transactions: Set<String>, downloads: Set<String>
-    ) -> [[DatabaseValue]] {
+        _ rows: [[ColumnValue]], of table: Projector.Table, users: [String: String], transactions: Set<String>, downloads: Set<String>
+    ) -> [[ColumnValue]] {
         guard let personal = personalColumns[table.name], !transactions.isEmpty else { return rows }
         let key: (String, Set<String>) =
             switch table.name {
@@ -134,13 +134,13 @@ package enum ErasedRows {
         let indexes = personal.compactMap { table.columns.firstIndex(of: $0) }
         let userIndex = table.columns.firstIndex(of: "user_id")
         return rows.map { row in
-            guard let id = String.fromDatabaseValue(row[keyIndex]), key.1.contains(id) else { return row }
+            guard let id = row[keyIndex].string, key.1.contains(id) else { return row }
             var masked = row
             for i in indexes where !row[i].isNull {
-                if i == userIndex, let user = String.fromDatabaseValue(row[i]) {
-                    masked[i] = (users[user] ?? valueMarker).databaseValue
+                if i == userIndex, let user = row[i].string {
+                    masked[i] = (users[user] ?? valueMarker).columnValue
                 } else {
-                    masked[i] = valueMarker.databaseValue
+                    masked[i] = valueMarker.columnValue
                 }
             }
             return masked

@@ -5,7 +5,7 @@ extension Ledger {
     /// The state after the event at `seq`, rebuilt from the log and snapshots in memory; the
     /// projection tables are not read.
     public func state(atSeq seq: Int64) throws -> LedgerState {
-        try read { db in try Ledger.loadState(db, upTo: max(0, seq), cache: pageCache, chain: chain).0 }
+        try read { db in try file.load(db, upTo: max(0, seq)).state }
     }
 
     /// The state after `seq`, replayed from the first event without using snapshots: the

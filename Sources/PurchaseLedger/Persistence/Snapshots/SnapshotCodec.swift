@@ -232,12 +232,7 @@ enum SnapshotCodec {
     }
 
     private static func store(_ raw: [UInt8]) throws -> StoredPage {
-        let data: [UInt8]
-        do {
-            data = try LZ4.compress(raw)
-        } catch {
-            throw LedgerError.storage("compressing a snapshot page failed: \(error)")
-        }
+        let data = try LZ4.compressForStorage(raw, "a snapshot page")
         return StoredPage(address: address(of: data), rawSize: raw.count, data: data)
     }
 
@@ -533,7 +528,7 @@ enum SnapshotCodec {
             }
             guard !base.pages.isEmpty else { throw Failure(message: "an overlay without pages") }
             for (index, chunk) in chunks.enumerated() {
-                let raw = try load(chunk.address).withUnsafeBytes { try LZ4.decompress($0, originalSize: chunk.rawSize) }
+                let raw = try LZ4.decompressStored(try load(chunk.address), originalSize: chunk.rawSize, "a snapshot overlay chunk")
                 try raw.withUnsafeBytes { buffer in
                     var r = BinaryReader(buffer)
                     let changed = try r.int(max: buffer.count)
@@ -566,7 +561,7 @@ enum SnapshotCodec {
             case .registeredURLs: s.registeredURLs = try pagedKind(kind, decodeURLs, keyedURL) { _, load in try load() }
             default:
                 for entry in entries {
-                    let raw = try load(entry.address).withUnsafeBytes { try LZ4.decompress($0, originalSize: entry.rawSize) }
+                    let raw = try LZ4.decompressStored(try load(entry.address), originalSize: entry.rawSize, "a snapshot page")
                     try raw.withUnsafeBytes { buffer in
                         var r = BinaryReader(buffer)
                         let count = try r.int(max: buffer.count)

@@ -1,4 +1,3 @@
-import Foundation
 import GRDB
 
 /// What ``Ledger/importJSONLines(from:progress:)`` stored: counts, not the events, so a large
@@ -18,6 +17,16 @@ public struct ImportSummary: Sendable, Hashable {
     public var appendedByLedger: Int
     /// Lines an export marked `appendedByLedger`, left for the ledger to append again.
     public var skippedLedgerAppended: Int
+}
+
+/// What an append stored.
+public struct AppendResult: Sendable {
+    /// The stored events, in order, with their seq (including automatic cancellations).
+    public var events: [RecordedEvent]
+    /// Input events accepted without storing anything (identical repeats of a command).
+    public var ignored: Int
+    /// The last seq of the ledger after the append.
+    public var lastSeq: Int64
 }
 
 /// How far a streaming import has got.
@@ -95,7 +104,7 @@ extension Ledger {
         var decided = 0
         var summary: ImportSummary
         do {
-            summary = try withWriterCache(Ledger.bulkCacheKiB) {
+            summary = try withWriterCache(LedgerFile.bulkCacheKiB) {
                 try appendSession(keepEvents: nil) {
                     guard let item = try ahead.next() else { return nil }
                     decided += 1
@@ -153,7 +162,7 @@ extension Ledger {
                 return try writeQueue().writeWithoutTransaction { db in
                     var summary: ImportSummary!
                     var tail: Int?
-                    try Ledger.immediateTransaction(db, w.statements) {
+                    try LedgerFile.immediateTransaction(db, w.statements) {
                         // Nothing committed to the file since this writer's last commit: its state
                         // and the tail it left are the file's, and the projections are marked.
                         let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
@@ -162,13 +171,14 @@ extension Ledger {
                             // Another connection may have recorded personal values: start from the table.
                             try w.personal.sync(db)
                         }
-                        var session = try AppendSession(
+                        let batch = try AppendBatch(
                             db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
                             emptyLedger: w.state.seq == 0, cache: pageCache)
+                        var session = AppendSession(batch, configuration: configuration)
                         while let (event, position) = try next() {
-                            try session.decide(event, at: position, into: &w, db, mutated: &mutated, keep: keepEvents)
+                            try session.decide(event, at: position, into: &w, mutated: &mutated, keep: keepEvents)
                         }
-                        tail = try session.write(&w, db, markProjections: known == nil) ?? known?.tail
+                        tail = try session.commit(&w, markProjections: known == nil) ?? known?.tail
                         summary = session.summary(lastSeq: w.state.seq)
                     }
                     if let version = EventStore.dataVersion(db), let tail {
@@ -186,7 +196,7 @@ extension Ledger {
                         w.stale = true
                     }
                 }
-                throw Ledger.wrap(error, "appending")
+                throw LedgerFile.wrap(error, "appending")
             }
         }
         if summary.stored > 0 {
@@ -195,185 +205,21 @@ extension Ledger {
         return summary
     }
 
-    private static let begin = PreparedSQL("BEGIN IMMEDIATE")
-    private static let commit = PreparedSQL("COMMIT")
-    private static let rollback = PreparedSQL("ROLLBACK")
-
-    /// Runs `body` in a `BEGIN IMMEDIATE` transaction on the write connection, and commits, or
-    /// rolls back when it throws. GRDB's `inTransaction` does the same, but prepares its `BEGIN`
-    /// and `COMMIT` again each time and runs its observer bookkeeping around them; on a one-event
-    /// append that showed in the profile.
-    static func immediateTransaction(_ db: Database, _ statements: PreparedStatements, _ body: () throws -> Void) throws {
-        try statements(begin, db).executeWithoutArguments(db)
-        do {
-            try body()
-            try statements(commit, db).executeWithoutArguments(db)
-        } catch {
-            if db.isInsideTransaction { try? statements(rollback, db).executeWithoutArguments(db) }
-            throw error
-        }
-    }
-
     /// Applies events another process appended since this one last wrote.
     private func catchUp(_ w: inout Writer, _ db: Database) throws -> Bool {
         let last = try EventStore.lastSeq(db)
-        let erasures = try Ledger.erasures(db)
+        let erasures = try LedgerFile.erasures(db)
         guard last != w.state.seq || erasures != w.erasures else { return false }
         // A log cut back, or a user erased by another connection (the state in memory still holds
         // the values, and projection rows written from it would bring them back): load it again.
         if last < w.state.seq || erasures != w.erasures {
-            (w.state, w.lastLink) = try Ledger.loadState(db, upTo: .max, cache: pageCache, chain: chain)
+            let loaded = try file.load(db, upTo: .max)
+            (w.state, w.lastLink) = (loaded.state, loaded.lastLink)
             w.erasures = erasures
             return true
         }
         try LogReplay.advance(&w.state, db)
         w.lastLink = try EventStore.lastLink(db)
         return true
-    }
-}
-
-/// One append, in two steps. ``decide(_:at:into:_:mutated:keep:)`` runs the rules on each input
-/// event and turns what is stored into frames, chain links, sealed blocks and snapshots, spooled,
-/// writing nothing; ``write(_:_:)`` then stores all of it. Between them the caller holds the
-/// write lock, so a refusal at any input event leaves nothing to undo.
-struct AppendSession {
-    private let configuration: LedgerConfiguration
-    private let cache: SnapshotPageCache
-    private let spool = Spool()
-    private var blocks: EventStore.BlockWriter
-    private var snapshots: [Snapshots.Pending] = []
-    private var spooledPages: Set<[UInt8]> = []
-    private var changes: [Projector.OwnedChange] = []
-    /// Whether the ledger was empty when the append began: every projection row is then new,
-    /// and the tables are written in bulk from the state reached and `history`.
-    private let bulk: Bool
-    private let chain: HashChain
-    private var history = Projector.HistoryCollector()
-    private var dirty = Projector.Dirty()
-    private var stored = 0, ignored = 0, anomalies = 0, appendedByLedger = 0
-    private var firstSeq: Int64?
-
-    /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
-    /// whether the ledger holds no event yet.
-    init(
-        _ db: Database, configuration: LedgerConfiguration, chain: HashChain, lastLink: [UInt8], storedTail: Int?,
-        emptyLedger: Bool, cache: SnapshotPageCache
-    ) throws {
-        self.configuration = configuration
-        self.cache = cache
-        self.chain = chain
-        bulk = emptyLedger
-        blocks = try EventStore.BlockWriter(
-            db, blockSize: configuration.blockSize, codec: configuration.blockCodec, layout: configuration.blockLayout, chain: chain,
-            lastLink: lastLink, storedTail: storedTail)
-    }
-
-    /// Runs the rules on one input event (and on what the ledger appends before it), advancing
-    /// the writer's state, seq and chain link. Throws the refusal placed at the input's position.
-    mutating func decide(
-        _ given: Event, at position: LedgerError.Position, into w: inout Ledger.Writer, _ db: Database, mutated: inout Bool,
-        keep: ((RecordedEvent) -> Void)?
-    ) throws {
-        let input = given.normalizingIDs()
-        // The state is taken out of the writer for the rules, and put back whatever happens.
-        var state = LedgerState()
-        swap(&state, &w.state)
-        defer { swap(&state, &w.state) }
-        try Reducer.take(input, at: position, &state) { event, outcome, state, byLedger in
-            mutated = true
-            try store(event, outcome, &state, byLedger: byLedger, &w.personal, db, keep: keep)
-        }
-    }
-
-    /// Stores an event the ledger records itself, outside the rules (an erasure), as the next
-    /// event of the log.
-    mutating func record(_ event: Event, into w: inout Ledger.Writer, _ db: Database) throws {
-        var state = LedgerState()
-        swap(&state, &w.state)
-        defer { swap(&state, &w.state) }
-        let outcome = try Reducer.reduce(&state, event)
-        try store(event, outcome, &state, byLedger: true, &w.personal, db, keep: nil)
-    }
-
-    /// Turns one decided event into its frame (personal values as refs), its projection changes
-    /// and, at the interval, a snapshot; counts it.
-    private mutating func store(
-        _ event: Event, _ outcome: Outcome, _ state: inout LedgerState, byLedger: Bool, _ personal: inout PersonalEncoder, _ db: Database,
-        keep: ((RecordedEvent) -> Void)?
-    ) throws {
-        guard outcome.isStored else {
-            ignored += 1
-            return
-        }
-        let seq = state.seq + 1
-        let version = state.recordStreamEvent(event.body)
-        state.seq = seq
-        let recorded = RecordedEvent(
-            seq: seq, version: version, event: event, recordedAt: configuration.clock(),
-            anomaly: outcome.anomaly, appendedByLedger: byLedger)
-        // Personal values as refs into `personal_values` (docs/storage.md, "Erasure").
-        var payload = BinaryWriter()
-        if !configuration.writesPersonalValuesInline, try personal.prepare(event.body, in: state, db) {
-            PayloadCodec.encode(event.body, into: &payload, personal: personal)
-            personal.writeIntroductions(&payload)
-        } else {
-            PayloadCodec.encode(event.body, into: &payload)
-        }
-        // Linked into the chain by the block writer, off this thread.
-        try blocks.add(EventStore.Frame(recorded, payload: payload.bytes), db)
-        if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
-            if bulk { history.apply(change) } else { changes.append(change) }
-        }
-        // A bulk write builds every row from the final state: no need to track what changed.
-        if !bulk { dirty.touch(event, state: state) }
-        stored += 1
-        if firstSeq == nil { firstSeq = seq }
-        if recorded.anomaly != nil { anomalies += 1 }
-        if recorded.appendedByLedger { appendedByLedger += 1 }
-        keep?(recorded)
-        if configuration.snapshotInterval > 0, seq % Int64(configuration.snapshotInterval) == 0 {
-            // At exact multiples of the interval, whatever the batch sizes.
-            let snapshot: Snapshots.Pending
-            (state, snapshot) = try Snapshots.encode(
-                state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool,
-                personalRefs: configuration.writesPersonalValuesInline ? nil : personal.assignedRefs)
-            snapshots.append(snapshot)
-        }
-    }
-
-    /// Stores everything decided: the log's blocks and tail rows, the snapshots, the owned-content
-    /// history in order, and the projection rows of what changed, at the state `w` reached; and,
-    /// when `markProjections`, that the projections are in step with the log. Returns the rows
-    /// the log's open tail then holds, or nil when nothing was stored.
-    mutating func write(_ w: inout Ledger.Writer, _ db: Database, markProjections: Bool) throws -> Int? {
-        guard stored > 0 else { return nil }
-        let tail: Int
-        (w.lastLink, tail) = try blocks.write(db, w.statements)
-        try w.personal.write(db)
-        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
-        if bulk {
-            try Projector.writeAll(state: w.state, history: history, db)
-        } else {
-            var copied: [String: String] = [:]
-            for change in changes {
-                try Projector.apply(change, copied: &copied, db, w.statements)
-            }
-            try Projector.flush(dirty, state: w.state, db, w.statements)
-            if markProjections { try Projector.markInStep(db) }
-        }
-        // Measured against the whole file: the projection rows are written by now.
-        if !snapshots.isEmpty { try Snapshots.keepWithin(share: configuration.maxSnapshotShare, db) }
-        // The state now continues from the last snapshot's pages: keep them for later time
-        // travel. Not those of every snapshot of a long import: a page superseded by a later
-        // snapshot of the same append is rarely read again, and 1,000,000 events held 32 MB of
-        // them (ledger-bench import-once: peak RSS 219 against 187 MB).
-        if !snapshots.isEmpty { cache.remember(w.state) }
-        return tail
-    }
-
-    func summary(lastSeq: Int64) -> ImportSummary {
-        ImportSummary(
-            stored: stored, firstSeq: firstSeq, lastSeq: lastSeq, ignored: ignored, anomalies: anomalies,
-            appendedByLedger: appendedByLedger, skippedLedgerAppended: 0)
     }
 }

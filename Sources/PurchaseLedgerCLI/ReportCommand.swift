@@ -14,7 +14,7 @@ struct ReportTable {
     /// Each row as a JSON object (docs/json.md), written when asked for: only `--format json`
     /// prints it, and writing it for every row took a sixth of a 100,000-row report's time.
     var json: [String] { makeJSON() }
-    private let makeJSON: () -> [String]
+    let makeJSON: () -> [String]
     /// Transactions whose timelines the HTML page draws.
     var transactions: [String]
     /// Total rows (the revenue view's per-currency totals), shown after the rows, with their JSON.
@@ -153,7 +153,7 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     /// Streams the row views (nil data); fetches the aggregate ones, with the HTML summary.
-    private func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?) {
+    func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?) {
         let fleet = try await FleetStore.connect(options.ledger)
         do {
             var summary: HTMLReport.Summary?
@@ -502,143 +502,5 @@ struct ReportCommand: AsyncParsableCommand {
             if d.discarded { summary += " discarded" }
         }
         return summary
-    }
-}
-
-/// Runs work on a thread of its own, in the order it was given, while the caller goes on: a
-/// fleet report reads and decodes the next rows while the ones before are formatted and written
-/// (each about half of a 100,000-row report's time). Work goes in batches of 256; at most 16
-/// batches wait, so memory stays flat however many rows come. Used from one task at a time.
-final class OrderedWriter: @unchecked Sendable {  // unchecked: `batch` is touched by the one task that adds; the queue runs only what it is handed
-    private struct Batch: @unchecked Sendable {  // Run on the writer's queue only.
-        var work: [() -> Void] = []
-    }
-
-    private let queue = DispatchQueue(label: "purchase-ledger.report-writer")
-    private let slots = DispatchSemaphore(value: 16)
-    private var batch = Batch()
-
-    func add(_ work: @escaping () -> Void) {
-        batch.work.append(work)
-        if batch.work.count == 256 { flush() }
-    }
-
-    private func flush() {
-        guard !batch.work.isEmpty else { return }
-        let ready = batch
-        batch = Batch()
-        slots.wait()
-        queue.async { [slots] in
-            for work in ready.work { work() }
-            slots.signal()
-        }
-    }
-
-    /// Runs what is left and waits for all of it.
-    func finish() {
-        flush()
-        queue.sync {}
-    }
-}
-
-/// Writes a report's rows as they come, in any format, so that memory stays flat in the number of
-/// rows: a CSV line, a JSON object, an HTML row at a time; a table in blocks of 1,000 rows whose
-/// columns are as wide as the widest cell so far. It takes one row more than `--limit` to know
-/// whether the limit cut the report, and writes at most `--limit`.
-final class RowStream: @unchecked Sendable {  // Used by one command, from one task at a time.
-    let format: ReportCommand.Format
-    let columns: [String]
-    let limit: Int
-    let console = Console.current
-    let html: HTMLReport?
-    private(set) var count = 0
-    private(set) var truncated = false
-    /// The first transactions, whose timelines an HTML page draws.
-    private(set) var firstTransactions: [String] = []
-    private var block: [[String]] = []
-    private var widths: [Int]
-
-    init(_ command: ReportCommand, columns: [String], html: HTMLReport?) {
-        format = command.format
-        self.columns = columns
-        limit = command.limit
-        self.html = html
-        widths = columns.map(\.width)
-        switch format {
-        case .csv: console.printData(csvLine(columns))
-        case .json: console.write("{\"rows\":[")
-        case .html: console.write(html?.head() ?? "")
-        case .table: break
-        }
-    }
-
-    func add(_ cells: @autoclosure () -> [String], json: @autoclosure () -> String, transaction: String?) {
-        guard count < limit else {
-            truncated = true
-            return
-        }
-        count += 1
-        if let transaction, firstTransactions.count < HTMLReport.maxTimelines, !firstTransactions.contains(transaction) {
-            firstTransactions.append(transaction)
-        }
-        switch format {
-        case .csv: console.printData(csvLine(cells()))
-        case .json: console.write((count == 1 ? "" : ",\n") + json())
-        case .html: console.write(HTMLReport.row(cells()))
-        case .table:
-            block.append(cells())
-            if block.count == 1000 { flushBlock() }
-        }
-    }
-
-    private func flushBlock() {
-        // Each cell's width once, for the columns' widths and for its padding.
-        let cellWidths = block.map { $0.map(\.width) }
-        for row in cellWidths { for (i, width) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], width) } }
-        var text: [UInt8] = []
-        if count <= block.count {
-            var header: [UInt8] = []
-            appendPadded(columns, widths: columns.map(\.width), to: &header)
-            text.append(contentsOf: console.bold(String(decoding: header, as: UTF8.self)).utf8)
-        }
-        // The block's lines as bytes, in one string: a string appended to cell by cell (a cell,
-        // then its spaces) was a quarter of a 100,000-row table's time.
-        text.reserveCapacity(text.count + block.count * (widths.reduce(0, +) + 2 * widths.count + 1))
-        for (row, rowWidths) in zip(block, cellWidths) {
-            if !text.isEmpty { text.append(0x0A) }
-            appendPadded(row, widths: rowWidths, to: &text)
-        }
-        if !text.isEmpty { console.print(String(decoding: text, as: UTF8.self)) }
-        block.removeAll(keepingCapacity: true)
-    }
-
-    /// Appends the row's line (no line break): each cell but the last padded to its column's
-    /// width, two spaces apart. `cellWidths` are the cells' own widths.
-    private func appendPadded(_ row: [String], widths cellWidths: [Int], to line: inout [UInt8]) {
-        for (i, cell) in row.enumerated() {
-            line.append(contentsOf: cell.utf8)
-            guard i < row.count - 1 else { break }
-            line.append(contentsOf: repeatElement(UInt8(ascii: " "), count: max(0, (i < widths.count ? widths[i] : 0) - cellWidths[i]) + 2))
-        }
-    }
-
-    /// Ends the report: the row count, and a note when `--limit` cut it. `timelines` gives the
-    /// HTML page the timelines of its first transactions.
-    func finish(timelines: ([String]) throws -> [String: [Ledger.TimelineEntry]]) rethrows {
-        let note = "note: the report stops at --limit \(limit) rows; more rows match (raise --limit to see them)"
-        switch format {
-        case .csv:
-            if truncated { console.error(note) }
-        case .json:
-            console.print("],\"truncated\":\(truncated)" + (truncated ? ",\"limit\":\(limit)" : "") + "}")
-        case .html:
-            guard var html else { return }
-            html.summary.timelines = try timelines(firstTransactions)
-            console.print(html.foot(rows: count, truncatedAt: truncated ? limit : nil, totals: []) + html.timelines(firstTransactions, of: count) + HTMLReport.end)
-        case .table:
-            flushBlock()
-            console.print("\(count) row\(count == 1 ? "" : "s")" + (truncated ? " (cut by --limit)" : ""))
-            if truncated { console.error(note) }
-        }
     }
 }

@@ -5,39 +5,65 @@ import NIOSSL
 import PostgresNIO
 import PurchaseLedger
 
-/// Why the fleet store failed. Every case has a message that names the server, the ledger or the
-/// seq concerned; the CLI prints it and exits with status 3.
+/// Why the fleet store failed. Every error has a message that names the server, the ledger or
+/// the seq concerned (never a password); the CLI prints it and exits with status 3.
+///
+/// ```swift
+/// do {
+///     _ = try await FleetStore.connect("postgres://ledger@db.internal:5432/fleet")
+/// } catch let error as FleetError where error.code == .authentication {
+///     print("check the credentials:", error.message)
+/// }
+/// ```
 public struct FleetError: Error, Sendable, CustomStringConvertible {
-    public enum Code: String, Sendable {
+    /// What kind of failure this is. New codes may be added; existing ones never change meaning
+    /// (a struct, not an enum, so a new code breaks no caller's `switch`).
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+
+        private init(_ name: String) { self.name = name }
+
+        /// The code's name, as in `unreachable`.
+        public var description: String { name }
+
         /// The server cannot be reached (refused, unknown host, timed out).
-        case unreachable
+        public static let unreachable = Code("unreachable")
         /// The server refused the user name or password.
-        case authentication
+        public static let authentication = Code("authentication")
         /// The database does not exist, or holds tables that are not a fleet store.
-        case notAFleetStore
+        public static let notAFleetStore = Code("notAFleetStore")
         /// The database was migrated by a newer purchase-ledger.
-        case schemaTooNew
+        public static let schemaTooNew = Code("schemaTooNew")
         /// The connection string is not a `postgres://` URL.
-        case badURL
+        public static let badURL = Code("badURL")
         /// TLS was required and could not be had: the server offers none, its certificate did
         /// not verify, or the handshake failed.
-        case tls
+        public static let tls = Code("tls")
         /// The role lacks a privilege the operation needs (docs/fleet.md lists the GRANTs).
-        case permission
+        public static let permission = Code("permission")
         /// The fleet schema is missing or older than this version: run `purchase-ledger migrate`.
-        case notMigrated
+        public static let notMigrated = Code("notMigrated")
         /// Any other error the server reported.
-        case server
+        public static let server = Code("server")
     }
 
+    /// What kind of failure this is.
     public var code: Code
+    /// What failed, naming the server, ledger or seq; safe to print and log.
     public var message: String
+    /// The error this one was made from, when there was one (PostgresNIO's `PSQLError`, a TLS
+    /// error), for callers that need more than the message. It is not printed: a server's error
+    /// may quote the values of a statement.
+    public var underlying: (any Error)?
 
-    public init(_ code: Code, _ message: String) {
+    /// An error of `code` saying `message`, made from `underlying` when given.
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
         self.code = code
         self.message = message
+        self.underlying = underlying
     }
 
+    /// The message.
     public var description: String { message }
 }
 
@@ -73,14 +99,17 @@ public final class FleetStore: Sendable {
     }
 
     /// Connects to the fleet store at `url`. Runs no DDL: the database must already hold this
-    /// version's schema (``FleetError/Code-swift.enum/notMigrated`` says to run
+    /// version's schema (``FleetError/Code-swift.struct/notMigrated`` says to run
     /// `purchase-ledger migrate`), so a role with the shipping or reporting rights of
     /// docs/fleet.md is enough. With `migrate`, pending migrations are applied first
     /// (``migrate(_:)``, the owner's rights). Throws ``FleetError``.
-    public static func connect(_ url: String, migrate: Bool = false) async throws -> FleetStore {
+    ///
+    /// `logger` receives PostgresNIO's log of the connection (queries at `debug`, with their
+    /// bound values: give a level above it in production). By default nothing is logged.
+    public static func connect(_ url: String, migrate: Bool = false, logger: Logger = FleetStore.silentLogger) async throws -> FleetStore {
         let address = try FleetAddress(url)
-        if migrate { _ = try await FleetStore.migrate(address: address) }
-        return try await connect(address: address)
+        if migrate { _ = try await FleetStore.migrate(address: address, logger: logger) }
+        return try await connect(address: address, logger: logger)
     }
 
     /// Creates or upgrades the fleet schema at `url`: makes an empty database a fleet store, or
@@ -89,12 +118,12 @@ public final class FleetStore: Sendable {
     /// Returns the migrations applied (none when it was up to date). Refuses a database that
     /// holds other tables, or one migrated by a newer version.
     @discardableResult
-    public static func migrate(_ url: String) async throws -> [String] {
-        try await migrate(address: try FleetAddress(url))
+    public static func migrate(_ url: String, logger: Logger = FleetStore.silentLogger) async throws -> [String] {
+        try await migrate(address: try FleetAddress(url), logger: logger)
     }
 
-    static func migrate(address: FleetAddress) async throws -> [String] {
-        let store = try await open(address)
+    static func migrate(address: FleetAddress, logger: Logger) async throws -> [String] {
+        let store = try await open(address, logger: logger)
         do {
             let applied = try await store.run { try await store.applyMigrations() }
             await store.close()
@@ -105,8 +134,8 @@ public final class FleetStore: Sendable {
         }
     }
 
-    static func connect(address: FleetAddress) async throws -> FleetStore {
-        let store = try await open(address)
+    static func connect(address: FleetAddress, logger: Logger) async throws -> FleetStore {
+        let store = try await open(address, logger: logger)
         do {
             try await store.run { try await store.checkSchema() }
         } catch {
@@ -116,9 +145,10 @@ public final class FleetStore: Sendable {
         return store
     }
 
-    private static func open(_ address: FleetAddress) async throws -> FleetStore {
-        var logger = Logger(label: "purchase-ledger.fleet")
-        logger.logLevel = .critical
+    /// A logger that drops everything: a store logs nothing unless given a logger.
+    public static let silentLogger = Logger(label: "purchase-ledger.fleet", factory: { _ in SwiftLogNoOpLogHandler() })
+
+    private static func open(_ address: FleetAddress, logger: Logger) async throws -> FleetStore {
         let connection: PostgresConnection
         do {
             connection = try await PostgresConnection.connect(configuration: try address.configuration(), id: 1, logger: logger)
@@ -253,6 +283,13 @@ public final class FleetStore: Sendable {
     }
 
     static func describe(_ error: any Error, address: FleetAddress) -> FleetError {
+        var described = classify(error, address: address)
+        described.underlying = error
+        return described
+    }
+
+    /// The code and message of `error`, met talking to `address`.
+    private static func classify(_ error: any Error, address: FleetAddress) -> FleetError {
         if isTLSError(error) {
             return FleetError(.tls, "TLS with \(address) failed (sslmode=\(address.tlsMode.rawValue)): \(tlsReason(error))")
         }

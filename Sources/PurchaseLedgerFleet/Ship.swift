@@ -54,7 +54,7 @@ extension FleetStore {
         var stores = [self]
         do {
             for _ in 1..<max(1, min(connections, batches.count)) {
-                stores.append(try await FleetStore.connect(address: address))
+                stores.append(try await FleetStore.connect(address: address, logger: logger))
             }
         } catch {
             for store in stores.dropFirst() { await store.close() }

@@ -41,7 +41,7 @@ func cli(_ arguments: [String], stdin: String? = nil, environment: [String: Stri
     let dir = try TemporaryDirectory()
     let input = dir.path("stdin"), output = dir.path("stdout"), errors = dir.path("stderr")
     try Data((stdin ?? "").utf8).write(to: URL(fileURLWithPath: input))
-    for path in [output, errors] { FileManager.default.createFile(atPath: path, contents: nil) }
+    for path in [output, errors] { _ = FileManager.default.createFile(atPath: path, contents: nil) }
     let handles = (
         input: try FileHandle(forReadingFrom: URL(fileURLWithPath: input)), output: try FileHandle(forWritingTo: URL(fileURLWithPath: output)),
         errors: try FileHandle(forWritingTo: URL(fileURLWithPath: errors))

@@ -39,7 +39,7 @@ struct ExtractTests {
         var state = LedgerState()
         var cancelled: String?, restored: String?, anomalous: String?, plain: String?, restoringUser: String?
         try ledger.forEachEvent { e in
-            Reducer.replay(&state, e.event, seq: e.seq)
+            LogReplay.step(&state, e.event, seq: e.seq)
             let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
             if e.appendedByLedger, cancelled == nil { cancelled = owner }
             if case .transactionRestored(let t, _, _, let u, _, _, _) = e.event.body, restored == nil { restored = t; restoringUser = u }
@@ -71,7 +71,7 @@ struct ExtractTests {
         let chosen = repros.map { (Set($0.0.transactions), Set($0.0.downloads)) }
         var failures = 0
         try ledger.forEachEvent { e in
-            Reducer.replay(&original, e.event, seq: e.seq)
+            LogReplay.step(&original, e.event, seq: e.seq)
             for i in repros.indices {
                 let summary = repros[i].0
                 let kept = cursors[i] < summary.originalSeqs.count && summary.originalSeqs[cursors[i]] == e.seq
@@ -80,7 +80,7 @@ struct ExtractTests {
                     #expect(
                         copy.event == e.event && copy.appendedByLedger == e.appendedByLedger && copy.anomaly == e.anomaly,
                         "repro seq \(copy.seq) differs from original seq \(e.seq)")
-                    Reducer.replay(&states[i], copy.event, seq: copy.seq)
+                    LogReplay.step(&states[i], copy.event, seq: copy.seq)
                     cursors[i] += 1
                 }
                 let names = e.event.body.transactionID.map(chosen[i].0.contains) == true || e.event.body.downloadID.map(chosen[i].1.contains) == true

@@ -109,7 +109,7 @@ import Testing
             // What each transaction was paid when it was purchased or restored: never changed after.
             var fixed: [String: PaidTerms] = [:]
             for e in try ledger.events(limit: 100_000) {
-                Reducer.replay(&folded, e.event, seq: e.seq)
+                LogReplay.step(&folded, e.event, seq: e.seq)
                 for t in folded.transactions.values where t.purchasedAt != nil {
                     if let paid = fixed[t.transaction] {
                         #expect(t.paid == paid, "the price of \(t.transaction) changed at seq \(e.seq)")

@@ -128,7 +128,7 @@ import Testing
         #expect(second - first <= 5, "the second snapshot wrote \(second - first) new pages next to \(first)")
         let log = try ledger.events(limit: 20_000)
         var folded = LedgerState()
-        for e in log { Reducer.replay(&folded, e.event, seq: e.seq) }
+        for e in log { LogReplay.step(&folded, e.event, seq: e.seq) }
         #expect(try ledger.state(atSeq: Int64(log.count)) == folded)
         #expect(ledger.currentState == folded)
         // The pages the writer just wrote are remembered: the state at that snapshot reads none.
@@ -141,7 +141,7 @@ import Testing
         let earlier = try reopened.state(atSeq: 6002)
         #expect(shared(earlier, reopened.currentState) >= first - 5, "pages shared with the open state")
         var foldedEarlier = LedgerState()
-        for e in log.prefix(6002) { Reducer.replay(&foldedEarlier, e.event, seq: e.seq) }
+        for e in log.prefix(6002) { LogReplay.step(&foldedEarlier, e.event, seq: e.seq) }
         #expect(earlier == foldedEarlier)
     }
 
@@ -180,7 +180,7 @@ import Testing
         let targets = Set(snapshotSeqs.flatMap { [$0, $0 + 1, $0 + 250] }).filter { $0 <= Int64(log.count) }
         var folded = LedgerState()
         for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             if targets.contains(e.seq) {
                 let fresh = try Ledger(path: path, configuration: c).state(atSeq: e.seq)
                 #expect(fresh == folded, "state at seq \(e.seq), loaded from its snapshot")
@@ -289,7 +289,7 @@ import Testing
         let reopened = try Ledger(path: path, configuration: c)
         var folded = LedgerState()
         for e in try reopened.events(limit: 20_000) {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             if e.seq % 97 == 0 { #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "seq \(e.seq)") }
         }
         #expect(try reopened.verify(everySnapshot: true).isValid)
@@ -371,7 +371,7 @@ import Testing
         let snapshotSeqs = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
         var folded = LedgerState()
         for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             if snapshotSeqs.contains(e.seq) {
                 #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "state at seq \(e.seq), loaded from its snapshot")
             }

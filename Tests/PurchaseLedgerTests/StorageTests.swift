@@ -312,7 +312,7 @@ import PurchaseLedgerFleetTesting
         let log = try Ledger(path: path, configuration: readOnly).events(limit: 1000)
         var folded = LedgerState()
         for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             #expect(try Ledger(path: path, configuration: readOnly).state(atSeq: e.seq) == folded, "seq \(e.seq)")
         }
         // The log, the chain and the snapshots verify; the projections an older version wrote are
@@ -536,7 +536,7 @@ import PurchaseLedgerFleetTesting
         let log = try ledger.events(limit: 1000)
         var folded = LedgerState()
         for e in log {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             #expect(try ledger.state(atSeq: e.seq) == folded, "seq \(e.seq)")
         }
         // A stale snapshot (another reducer version) and a damaged one are ignored.
@@ -615,7 +615,7 @@ import PurchaseLedgerFleetTesting
         #expect(seqs.last == 81, "the latest is always kept")
         for seq in [Int64(1), 30, 60, 81] {
             var folded = LedgerState()
-            for e in try ledger.events(limit: Int(seq)) { Reducer.replay(&folded, e.event, seq: e.seq) }
+            for e in try ledger.events(limit: Int(seq)) { LogReplay.step(&folded, e.event, seq: e.seq) }
             #expect(try ledger.state(atSeq: seq) == folded)
         }
     }
@@ -659,7 +659,7 @@ import PurchaseLedgerFleetTesting
         #expect(bounded.seqs.count < all.seqs.count && bounded.seqs.count >= 1)
         var folded = LedgerState()
         for e in try ledger.events(limit: 1000) {
-            Reducer.replay(&folded, e.event, seq: e.seq)
+            LogReplay.step(&folded, e.event, seq: e.seq)
             #expect(try ledger.state(atSeq: e.seq) == folded, "seq \(e.seq)")
         }
         let report = try ledger.verify(all: true, everySnapshot: true)

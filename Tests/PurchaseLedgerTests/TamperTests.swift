@@ -29,7 +29,7 @@ import PurchaseLedgerFleet
 
     static func keyFile(_ dir: TemporaryDirectory) throws -> String {
         let path = dir.path("chain.key")
-        FileManager.default.createFile(atPath: path, contents: Data(key), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: path, contents: Data(key), attributes: [.posixPermissions: 0o600])
         return path
     }
 

@@ -249,43 +249,6 @@ public struct LedgerState: Sendable, Hashable {
 
     public init() {}
 
-    /// Counts one more stored event in the stream of `body`, and returns its version there.
-    mutating func recordStreamEvent(_ body: EventBody) -> Int64 {
-        if let t = body.transactionID {
-            if orphanStreamEvents.isEmpty, let version = transactions.update(t, { $0.recordEvent(adopting: nil) }) { return version }
-            guard transactions.contains(t) else { return orphan("transaction:" + t) }
-            let adopted = orphanStreamEvents.removeValue(forKey: "transaction:" + t)
-            return transactions.update(t) { $0.recordEvent(adopting: adopted) }!
-        }
-        if let d = body.downloadID {
-            if orphanStreamEvents.isEmpty, let version = downloads.update(d, { $0.recordEvent(adopting: nil) }) { return version }
-            guard downloads.contains(d) else { return orphan("download:" + d) }
-            let adopted = orphanStreamEvents.removeValue(forKey: "download:" + d)
-            return downloads.update(d) { $0.recordEvent(adopting: adopted) }!
-        }
-        if case .restore = body.subject {
-            restoreEvents += 1
-            return restoreEvents
-        }
-        catalogEvents += 1
-        return catalogEvents
-    }
-
-    /// Events stored so far in the stream of `body`.
-    func streamVersion(of body: EventBody) -> Int64 {
-        if let t = body.transactionID { return transactions[t]?.events ?? orphanStreamEvents["transaction:" + t] ?? 0 }
-        if let d = body.downloadID { return downloads[d]?.events ?? orphanStreamEvents["download:" + d] ?? 0 }
-        switch body.subject {
-        case .transaction, .download, .catalog: return catalogEvents
-        case .restore: return restoreEvents
-        }
-    }
-
-    private mutating func orphan(_ stream: String) -> Int64 {
-        orphanStreamEvents[stream, default: 0] += 1
-        return orphanStreamEvents[stream]!
-    }
-
     /// Whether a purchased or restored, not revoked transaction grants `product`, itself or
     /// through a related product (declared on either side, not transitively).
     public func owns(product: String) -> Bool {

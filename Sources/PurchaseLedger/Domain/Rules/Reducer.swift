@@ -99,9 +99,10 @@ public enum Reducer {
     /// Applies a stored event during a replay; never fails, whatever the log holds. A stored
     /// command that the rules now reject (a ledger written by an older, laxer app) comes back as an
     /// anomaly, and a stored event that does not even fit the state (a damaged or edited log) as
-    /// `refused`; both leave the state unchanged. `verify` reports them.
+    /// `refused`; both leave the state unchanged. `verify` reports them. The log's own
+    /// bookkeeping (the seq, the stream versions) is ``LogReplay/step(_:_:seq:)``'s.
     @discardableResult
-    static func replay(_ state: inout LedgerState, _ event: Event, seq: Int64) -> Replayed {
+    static func replay(_ state: inout LedgerState, _ event: Event) -> Replayed {
         let result: Replayed
         do {
             result = .outcome(try reduce(&state, event))
@@ -111,8 +112,6 @@ public enum Reducer {
         } catch {
             result = .refused(error)
         }
-        state.seq = seq
-        _ = state.recordStreamEvent(event.body)
         return result
     }
 

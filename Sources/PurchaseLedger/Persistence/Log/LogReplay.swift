@@ -83,7 +83,7 @@ struct LogReplay {
             let step = Step(entry: entry)
             guard try before(step, &state) else { return true }
             let e = entry.event
-            let replayed = Reducer.replay(&state, e.event, seq: e.seq)
+            let replayed = LogReplay.step(&state, e.event, seq: e.seq)
             if history != nil, case .outcome(let outcome) = replayed,
                 let change = Projector.ownedChange(e, outcome: outcome, state: state)
             {
@@ -91,5 +91,16 @@ struct LogReplay {
             }
             return try after(step, replayed, &state)
         }
+    }
+
+    /// One stored event folded into `state`: through the rules (``Reducer/replay(_:_:)``, which
+    /// never fails), then numbered as the log numbers it: the state's seq, and the event's
+    /// version in its stream.
+    @discardableResult
+    static func step(_ state: inout LedgerState, _ event: Event, seq: Int64) -> Reducer.Replayed {
+        let replayed = Reducer.replay(&state, event)
+        state.seq = seq
+        _ = state.recordStreamEvent(event.body)
+        return replayed
     }
 }

@@ -148,7 +148,7 @@ enum SnapshotCodec {
     }
 
     /// The records of a small kind, each with its key and how to write it.
-    private static func records(of kind: Kind, _ s: LedgerState) -> [(key: String, write: (inout BinaryWriter) -> Void)] {
+    static func records(of kind: Kind, _ s: LedgerState) -> [(key: String, write: (inout BinaryWriter) -> Void)] {
         var records: [(key: String, write: (inout BinaryWriter) -> Void)]
         switch kind {
         case .products:
@@ -206,7 +206,7 @@ enum SnapshotCodec {
 
     /// Cuts sorted records into raw pages (`count` varint, then the records), closing a page after
     /// a key whose hash says so, or when it grows past `maxPageBytes`.
-    private static func cut<R>(_ records: [R], key: (R) -> String, write: (R, inout BinaryWriter) -> Void) -> [(raw: [UInt8], count: Int, firstKey: String)] {
+    static func cut<R>(_ records: [R], key: (R) -> String, write: (R, inout BinaryWriter) -> Void) -> [(raw: [UInt8], count: Int, firstKey: String)] {
         var pages: [(raw: [UInt8], count: Int, firstKey: String)] = []
         var page = BinaryWriter(capacity: 8192)
         var count = 0
@@ -231,7 +231,7 @@ enum SnapshotCodec {
         return pages
     }
 
-    private static func store(_ raw: [UInt8]) throws -> StoredPage {
+    static func store(_ raw: [UInt8]) throws -> StoredPage {
         let data = try LZ4.compressForStorage(raw, "a snapshot page")
         return StoredPage(address: address(of: data), rawSize: raw.count, data: data)
     }
@@ -244,7 +244,7 @@ enum SnapshotCodec {
     /// chunk holds the records changed since; when more than half of the kept chunks' records are
     /// out of date, when a chunk holds a record that is gone, or past ``maxChunks``, the whole
     /// overlay is written as one chunk.
-    private static func paged<V>(
+    static func paged<V>(
         _ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64,
         stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
     ) throws -> (pages: [StoredRecordPage<V>], overlay: RecordMap<V>.Overlay, stored: StoredOverlay<V>) {
@@ -388,218 +388,5 @@ enum SnapshotCodec {
             for id in toWrite.removed { result.entries[RecordKey(id)] = (index, nil) }
         }
         return (out, overlay, result)
-    }
-
-    static let decodeTransactions: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: TransactionRecord)] = { buffer in
-        try decodePage(buffer, keyedTransaction)
-    }
-
-    static let decodeDownloads: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: DownloadRecord)] = { buffer in
-        try decodePage(buffer, keyedDownload)
-    }
-
-    private static func keyedTransaction(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: TransactionRecord) {
-        let t = try TransactionRecord(snapshot: &r)
-        return (t.transaction, t)
-    }
-
-    static let decodeURLs: @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: String)] = { buffer in
-        try decodePage(buffer, keyedURL)
-    }
-
-    /// A registered URL and the download it names.
-    private static func keyedURL(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: String) {
-        (try r.string(), try r.string())
-    }
-
-    private static func keyedDownload(_ r: inout BinaryReader) throws(Failure) -> (key: String, value: DownloadRecord) {
-        let d = try DownloadRecord(snapshot: &r)
-        return (d.download, d)
-    }
-
-    /// The records of one raw page, each with its id.
-    private static func decodePage<V>(
-        _ buffer: UnsafeRawBufferPointer,
-        _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V)
-    ) throws(Failure) -> [(key: String, value: V)] {
-        var r = BinaryReader(buffer)
-        let count = try r.int(max: buffer.count)
-        var records: [(key: String, value: V)] = []
-        records.reserveCapacity(count)
-        for _ in 0..<count { records.append(try record(&r)) }
-        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
-        return records
-    }
-
-    /// A manifest's scalars, page entries per kind, and the overlay of each paged kind: the count
-    /// of its records not in any page, and its chunks, oldest first.
-    static func parse(_ manifest: [UInt8]) throws -> (
-        scalars: [UInt8], kinds: [[PageEntry]], overlays: [Kind: (added: Int, chunks: [OverlayChunk])]
-    ) {
-        try manifest.withUnsafeBytes { buffer in
-            var r = BinaryReader(buffer)
-            let scalars = try r.bytes()
-            var kinds: [[PageEntry]] = []
-            var overlays: [Kind: (added: Int, chunks: [OverlayChunk])] = [:]
-            func address() throws(Failure) -> [UInt8] {
-                guard r.end - r.offset >= addressSize else { throw Failure(message: "truncated manifest") }
-                defer { r.offset += addressSize }
-                return Array(buffer[r.offset..<(r.offset + addressSize)])
-            }
-            for kind in Kind.allCases {
-                let paged = kind.isPaged
-                let count = try r.int(max: buffer.count / addressSize)
-                var entries: [PageEntry] = []
-                entries.reserveCapacity(count)
-                for _ in 0..<count {
-                    entries.append(
-                        PageEntry(
-                            address: try address(), rawSize: try r.int(max: 1 << 30), count: try r.int(max: 1 << 30),
-                            firstKey: try r.string(), generation: paged ? Int64(try r.int(max: Int(Int64.max))) : 0))
-                }
-                kinds.append(entries)
-                if paged {
-                    let added = try r.int(max: 1 << 30)
-                    let chunkCount = try r.int(max: buffer.count / addressSize)
-                    var chunks: [OverlayChunk] = []
-                    for _ in 0..<chunkCount {
-                        chunks.append(
-                            OverlayChunk(
-                                address: try address(), rawSize: try r.int(max: 1 << 30), generation: Int64(try r.int(max: Int(Int64.max))),
-                                records: try r.int(max: 1 << 30)))
-                    }
-                    overlays[kind] = (added, chunks)
-                }
-            }
-            guard r.isAtEnd else { throw Failure(message: "trailing bytes in the manifest") }
-            return (scalars, kinds, overlays)
-        }
-    }
-
-    /// Rebuilds a state from a manifest. `fetch` gives a page's stored bytes by address; every
-    /// page is checked against its address here, and transaction and download pages are kept
-    /// encoded until read.
-    static func decode(manifest: [UInt8], cache: SnapshotPageCache, fetch: ([UInt8]) throws -> [UInt8]?) throws -> LedgerState {
-        let (scalars, kinds, overlays) = try parse(manifest)
-        var s = LedgerState()
-        try scalars.withUnsafeBytes { buffer in
-            var r = BinaryReader(buffer)
-            s.seq = Int64(try r.int(max: Int(Int64.max)))
-            s.restoreInProgress = try r.varint() == 1
-            s.anomalies = try r.int(max: Int.max)
-            s.catalogEvents = Int64(try r.int(max: Int(Int64.max)))
-            s.restoreEvents = Int64(try r.int(max: Int(Int64.max)))
-        }
-        func load(_ address: [UInt8]) throws -> [UInt8] {
-            guard let data = try fetch(address) else { throw Failure(message: "missing page") }
-            guard SnapshotCodec.address(of: data) == address else { throw Failure(message: "page does not match its hash") }
-            return data
-        }
-        /// A paged kind's pages: from the cache, or read, checked and kept encoded. (`cached` is
-        /// escaping only so that it may be called with a closure reading the non-escaping `fetch`.)
-        func pages<V>(
-            _ entries: [PageEntry], _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-            _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>
-        ) throws -> RecordPages<V> {
-            RecordPages(
-                try entries.map { e in
-                    let page = try cached(e.address) {
-                        StoredRecordPage(address: e.address, rawSize: e.rawSize, firstID: e.firstKey, count: e.count, storage: .encoded(try load(e.address), decode))
-                    }
-                    guard page.count == e.count, page.firstID == e.firstKey else { throw Failure(message: "page differs from the manifest") }
-                    return page.page
-                })
-        }
-        /// A paged kind: its pages, and its overlay, read and checked now (it is small). A chunk's
-        /// record applies only where the chunk is newer than the page holding its key, and a later
-        /// chunk's over an earlier one's.
-        func pagedKind<V>(
-            _ kind: Kind, _ decode: @escaping @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: V)],
-            _ record: (inout BinaryReader) throws(Failure) -> (key: String, value: V),
-            _ cached: @escaping ([UInt8], () throws -> StoredRecordPage<V>) throws -> StoredRecordPage<V>
-        ) throws -> RecordMap<V> {
-            let entries = kinds[kind.rawValue]
-            let base = try pages(entries, decode, cached)
-            let (added, chunks) = overlays[kind] ?? (0, [])
-            var stored = StoredOverlay<V>(generations: entries.map(\.generation), chunks: chunks)
-            guard !chunks.isEmpty else {
-                guard added == 0 else { throw Failure(message: "bad overlay") }
-                return RecordMap(base: base, overlay: RecordMap<V>.Overlay(), stored: stored)
-            }
-            guard !base.pages.isEmpty else { throw Failure(message: "an overlay without pages") }
-            for (index, chunk) in chunks.enumerated() {
-                let raw = try LZ4.decompressStored(try load(chunk.address), originalSize: chunk.rawSize, "a snapshot overlay chunk")
-                try raw.withUnsafeBytes { buffer in
-                    var r = BinaryReader(buffer)
-                    let changed = try r.int(max: buffer.count)
-                    for _ in 0..<changed {
-                        let (key, value) = try record(&r)
-                        if chunk.generation > stored.generations[base.pageIndex(for: key)] { stored.entries[RecordKey(key)] = (index, value) }
-                    }
-                    let removed = try r.int(max: buffer.count)
-                    for _ in 0..<removed {
-                        let key = try r.string()
-                        if chunk.generation > stored.generations[base.pageIndex(for: key)] { stored.entries[RecordKey(key)] = (index, nil) }
-                    }
-                    guard r.isAtEnd, changed + removed == chunk.records else { throw Failure(message: "bad overlay chunk") }
-                }
-            }
-            var o = RecordMap<V>.Overlay()
-            o.added = added
-            for (key, e) in stored.entries {
-                if let value = e.value { o.changed.append((key.id, value)) } else { o.removed.append(key.id) }
-            }
-            guard o.added <= o.changed.count, o.removed.count <= base.count else { throw Failure(message: "bad overlay") }
-            return RecordMap(base: base, overlay: o, stored: stored)
-        }
-        for kind in Kind.allCases {
-            let entries = kinds[kind.rawValue]
-            switch kind {
-            case .transactions: s.transactions = try pagedKind(kind, decodeTransactions, keyedTransaction, cache.transactionPage)
-            case .downloads: s.downloads = try pagedKind(kind, decodeDownloads, keyedDownload, cache.downloadPage)
-            // Few and small: not kept in the page cache.
-            case .registeredURLs: s.registeredURLs = try pagedKind(kind, decodeURLs, keyedURL) { _, load in try load() }
-            default:
-                for entry in entries {
-                    let raw = try LZ4.decompressStored(try load(entry.address), originalSize: entry.rawSize, "a snapshot page")
-                    try raw.withUnsafeBytes { buffer in
-                        var r = BinaryReader(buffer)
-                        let count = try r.int(max: buffer.count)
-                        guard count == entry.count else { throw Failure(message: "page count differs from the manifest") }
-                        for _ in 0..<count { try decodeRecord(kind, &r, into: &s) }
-                        guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
-                    }
-                }
-            }
-        }
-        return s
-    }
-
-    private static func decodeRecord(_ kind: Kind, _ r: inout BinaryReader, into s: inout LedgerState) throws {
-        switch kind {
-        case .products:
-            var inner = try r.message()
-            let body = try PayloadCodec.decode(.productRegistered, &inner, personal: .empty)
-            guard case .productRegistered(let registration) = body else { throw Failure(message: "bad product") }
-            s.products[registration.product] = ProductRecord(registration: registration, registeredAt: Timestamp(nanosecondsSinceEpoch: try r.zigzag()))
-        case .publishedVersions:
-            let key = ContentKey(product: try r.string(), content: try r.string())
-            s.publishedVersions[key] = try version(&r)
-        case .copiedContent:
-            var o = OwnedContent.blank
-            try OwnedContent.schema.readSnapshot(into: &o, &r)
-            s.copiedContent[ContentKey(product: o.product, content: o.content)] = o
-        case .owners:
-            s.owners[try r.string()] = Int(try r.zigzag())
-        case .orphanStreams:
-            s.orphanStreamEvents[try r.string()] = Int64(try r.int(max: Int(Int64.max)))
-        case .transactions, .downloads, .registeredURLs:
-            throw Failure(message: "paged records in a small kind")
-        }
-    }
-
-    private static func version(_ r: inout BinaryReader) throws(Failure) -> ContentVersion {
-        guard let v = ContentVersion(try r.string()) else { throw Failure(message: "bad version") }
-        return v
     }
 }

@@ -1,6 +1,16 @@
 // swift-tools-version: 6.0
 import PackageDescription
 
+// The strictness the anchors use (swift-subprocess, swift-log), for every target of this
+// package: each existential spelled `any`; a member visible only where its own module is
+// imported; and imports internal unless a file says `public import` (or `package import`), so a
+// dependency such as GRDB is not part of the API an app sees.
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
 let package = Package(
     name: "purchase-ledger",
     // The floors are what the code needs (docs/platforms.md): Swift's Duration, Clock-based
@@ -51,14 +61,15 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
+            swiftSettings: strict,
             plugins: ["EmbedMigrations"]
         ),
         // Migrations/NNNN_name.sql are compiled into the library as string constants.
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        .executableTarget(name: "embed-migrations", path: "Plugins/EmbedMigrationsTool"),
+        .executableTarget(name: "embed-migrations", path: "Plugins/EmbedMigrationsTool", swiftSettings: strict),
         // The mapping from StoreKit to events is platform-neutral (tested on Linux); only
         // Sources/PurchaseLedgerStoreKit/Apple imports StoreKit, behind #if canImport(StoreKit).
-        .target(name: "PurchaseLedgerStoreKit", dependencies: ["PurchaseLedger"]),
+        .target(name: "PurchaseLedgerStoreKit", dependencies: ["PurchaseLedger"], swiftSettings: strict),
         // The fleet store: PostgreSQL tables distributable by ledger id (Migrations/postgres).
         .target(
             name: "PurchaseLedgerFleet",
@@ -70,6 +81,7 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: strict,
             plugins: ["EmbedMigrations"]
         ),
         // Test and benchmark machinery (a PostgreSQL launcher, the ship killer, the device split):
@@ -79,7 +91,8 @@ let package = Package(
             dependencies: [
                 "PurchaseLedger", "PurchaseLedgerFleet", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         // The entry points for fuzzing the decoders of untrusted bytes and for comparing the LZ4
         // codecs: used by ledger-bench and the tests, linked by no library product.
@@ -87,7 +100,8 @@ let package = Package(
             name: "PurchaseLedgerTesting",
             dependencies: [
                 "PurchaseLedger", .target(name: "CLZ4", condition: .when(platforms: [.linux])), .product(name: "GRDB", package: "GRDB.swift"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "PurchaseLedgerCLI",
@@ -95,16 +109,18 @@ let package = Package(
                 "PurchaseLedger",
                 "PurchaseLedgerFleet",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            swiftSettings: strict
         ),
-        .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"]),
+        .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"], swiftSettings: strict),
         .executableTarget(
             name: "ledger-bench",
             dependencies: [
                 "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", "PurchaseLedgerTesting",
-                .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
-            path: "Tools/ledger-bench"
+            path: "Tools/ledger-bench",
+            swiftSettings: strict
         ),
         .testTarget(
             name: "PurchaseLedgerTests",
@@ -119,7 +135,8 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "CustomDump", package: "swift-custom-dump"),
                 .product(name: "IssueReportingTestSupport", package: "xctest-dynamic-overlay"),
-            ]
+            ],
+            swiftSettings: strict
         ),
     ],
     swiftLanguageModes: [.v6]

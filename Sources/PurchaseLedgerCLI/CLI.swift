@@ -1,12 +1,14 @@
 import ArgumentParser
 import Foundation
-import PurchaseLedger
+public import PurchaseLedger
 import PurchaseLedgerFleet
 
 /// The `purchase-ledger` command line, as a library: `main` parses, runs and maps every failure
 /// to the contract's exit status (0 success; 1 a rule rejected the input or verify found a
 /// problem; 2 malformed input or bad usage; 3 storage or I/O failure).
 public enum PurchaseLedgerCLI {
+    /// Runs the command line `arguments` (without the program name: `["verify", "app.ledger"]`),
+    /// writing to ``Console/current``, and returns the exit status above (0...3).
     public static func main(_ arguments: [String]) async -> Int32 {
         let console = Console.current
         // Passwords given on the command line or in PGPASSWORD never reach the output, whatever
@@ -58,12 +60,14 @@ struct CommandExit: Error {
 /// Where commands write. Buffered stdout, unbuffered stderr; in tests a capturing console is set
 /// with `Console.$current.withValue`.
 ///
-/// Everything written is made safe for a terminal (``TerminalText/escape(_:keepingColours:)``):
-/// control characters, C1 controls and bidirectional overrides in ids, titles or messages are
-/// shown as `\u001b` and the like, so a ledger's data can neither retitle, clear nor rewrite the
-/// reader's terminal; the only escape sequences left are this console's own colours. Any
-/// ``secrets`` (passwords) are replaced by `***`.
+/// Everything written is made safe for a terminal
+/// (``TerminalText/escape(_:keepingColours:keepingCarriageReturns:)``): control characters, C1
+/// controls and bidirectional overrides in ids, titles or messages are shown as `\u001b` and the
+/// like, so a ledger's data can neither retitle, clear nor rewrite the reader's terminal; the only
+/// escape sequences left are this console's own colours. Any `secrets` (passwords) are replaced
+/// by `***`.
 public final class Console: Sendable {
+    /// The console commands write to: the process's stdout and stderr, unless a task sets another.
     @TaskLocal public static var current = Console()
 
     /// Text that must never be printed: replaced by `***` in every line written.
@@ -71,7 +75,10 @@ public final class Console: Sendable {
 
     private let sink: (@Sendable (_ text: String, _ toError: Bool) -> Void)?
     private let buffer = Locked<[UInt8]>([])
+    /// Whether stdout is a terminal; false for a console with a sink.
     public let stdoutIsTerminal: Bool
+    /// Whether stderr is a terminal (progress lines are shown only then); false for a console with a
+    /// sink.
     public let stderrIsTerminal: Bool
     /// Colours only on a terminal, and never with NO_COLOR set.
     public let colours: Bool
@@ -92,6 +99,7 @@ public final class Console: Sendable {
         colours = false
     }
 
+    /// Writes `text` and a newline to stdout (or the sink), made safe for a terminal.
     public func print(_ text: String) {
         write(text + "\n")
     }
@@ -107,6 +115,8 @@ public final class Console: Sendable {
         write(text + "\n", keepingCarriageReturns: true)
     }
 
+    /// Writes `text` to stdout (or the sink) with no newline added, made safe for a terminal.
+    /// Buffered: see ``flush()``.
     public func write(_ text: String) {
         write(text, keepingCarriageReturns: false)
     }
@@ -121,6 +131,8 @@ public final class Console: Sendable {
         if full { flush() }
     }
 
+    /// Writes `text` and a newline to stderr (or the sink), made safe for a terminal, after
+    /// flushing stdout.
     public func error(_ text: String) {
         let text = safe(text)
         if let sink { return sink(text + "\n", true) }
@@ -128,6 +140,8 @@ public final class Console: Sendable {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
 
+    /// Writes out what stdout's buffer holds (it is also written whenever it reaches 64 KiB); a
+    /// console with a sink buffers nothing.
     public func flush() {
         let bytes = buffer.withLock { bytes -> [UInt8] in
             defer { bytes.removeAll(keepingCapacity: true) }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// Text from a ledger made safe to print: on a terminal, in a log, in a spreadsheet.
 public enum TerminalText {

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import NIOSSL
 import PostgresNIO
 
@@ -33,17 +33,30 @@ public struct FleetAddress: Sendable, CustomStringConvertible {
         case verifyFull = "verify-full"
     }
 
+    /// The server's host name or IP address: the URL's, else `host=` (when not a directory), else
+    /// `localhost`.
     public var host: String
+    /// The server's TCP port (and the socket's number); 5432 when the URL gives none.
     public var port: Int
+    /// The database user: the URL's, else `user=`, else `PGUSER`, else `postgres`.
     public var user: String
+    /// The password: the URL's, else `password=`, else `PGPASSWORD`; nil when none is given. Never
+    /// printed.
     public var password: String?
+    /// The database name: the URL's path, else `dbname=`, else the user name.
     public var database: String
+    /// The directory of the Unix socket to connect through (`host=/DIR`); nil: connect over TCP.
     public var socketDirectory: String?
+    /// How the connection uses TLS: `sslmode`, else `PGSSLMODE`, else the default described above
+    /// (`require` with `sslrootcert` is `verify-ca`).
     public var tlsMode: TLSMode
     /// The PEM file of trusted authorities (`sslrootcert`); nil: the system's.
     public var rootCertificates: String?
+    /// Seconds to wait for a connection (`connect_timeout`, 1...3600); 10 by default.
     public var connectTimeout: Int64 = 10
 
+    /// Parses `url`, filling what it leaves out from `environment` (`PGUSER`, `PGPASSWORD`, `PGSSLMODE`,
+    /// `PGSSLROOTCERT`). Throws ``FleetError`` (`badURL`) naming what is wrong, the password hidden.
     public init(_ url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         let shown = FleetAddress.redacted(url)
         func bad(_ why: String) -> FleetError {

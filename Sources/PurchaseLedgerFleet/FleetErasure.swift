@@ -124,7 +124,7 @@ extension FleetStore {
             }
         }
         // The old row versions are dead but still in the table files until VACUUM.
-        try await run {
+        _ = try await run {
             try await connection.query("VACUUM transactions, downloads, owned_content, owned_content_history", logger: logger)
         }
         return erasure

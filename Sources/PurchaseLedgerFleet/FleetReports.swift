@@ -1,24 +1,30 @@
 import Foundation
 import NIOCore
 import NIOFoundationCompat
-import PostgresNIO
-import PurchaseLedger
+package import PostgresNIO
+public import PurchaseLedger
 
 /// A purchase-history entry of the fleet: the entry and the ledger (device) it came from.
 public struct FleetHistoryEntry: Sendable, Hashable {
+    /// The id of the ledger (device) the entry comes from (``LedgerIdentity/id``).
     public var ledgerID: String
+    /// The entry, as that ledger's own history gives it.
     public var entry: PurchaseHistoryEntry
 }
 
 /// A download of the fleet, with its ledger.
 public struct FleetDownload: Sendable, Hashable {
+    /// The id of the ledger (device) the download comes from.
     public var ledgerID: String
+    /// The download, as last shipped.
     public var download: DownloadRecord
 }
 
 /// A transaction of the fleet, with its ledger.
 public struct FleetTransaction: Sendable, Hashable {
+    /// The id of the ledger (device) the transaction comes from.
     public var ledgerID: String
+    /// The transaction, as last shipped.
     public var transaction: TransactionRecord
 }
 
@@ -144,8 +150,9 @@ extension FleetStore {
         }
     }
 
-    /// Revenue per product and currency over the fleet (``Ledger/revenue(from:to:groupBy:)``):
-    /// summed per day, product and price in SQL, made into lines by the same Swift code.
+    /// Revenue per product and currency over the fleet
+    /// (``Ledger/revenue(from:to:groupBy:byStorefront:allEnvironments:)``): summed per day, product
+    /// and price in SQL, made into lines by the same Swift code.
     public func revenue(
         from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false
     ) async throws -> [RevenueLine] {
@@ -425,7 +432,9 @@ struct PostgresColumns: ProjectionColumns {
 
 /// What a fleet store holds of one ledger's history (``FleetStore/shippedHead(ofLedger:)``).
 public struct ShippedHead: Sendable, Equatable {
+    /// The ledger's last shipped seq.
     public var seq: Int64
+    /// The hash chain's link at ``seq``, as shipped.
     public var link: [UInt8]
     /// The raw public identity key the id is held by; nil when last shipped before keys were kept.
     public var publicKey: [UInt8]?

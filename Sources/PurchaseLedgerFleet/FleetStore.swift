@@ -1,5 +1,5 @@
 import Foundation
-import Logging
+public import Logging
 import NIOCore
 import NIOSSL
 import PostgresNIO
@@ -68,8 +68,9 @@ public struct FleetError: Error, Sendable, CustomStringConvertible {
 }
 
 /// A PostgreSQL database holding many ledgers: their logs, their projections (each row keyed by
-/// the ledger's id) and a shared catalog. Ship ledgers into it with ``ship(_:progress:)``; ask
-/// fleet questions with the report functions (``purchaseHistory(_:)``, ``revenue(from:to:groupBy:)``...).
+/// the ledger's id) and a shared catalog. Ship ledgers into it with ``ship(_:)``; ask
+/// fleet questions with the report functions (``purchaseHistory(_:)``,
+/// ``revenue(from:to:groupBy:byStorefront:allEnvironments:)``...).
 ///
 /// ```swift
 /// let fleet = try await FleetStore.connect("postgres://ledger@db.internal:5432/fleet")
@@ -83,7 +84,45 @@ public struct FleetError: Error, Sendable, CustomStringConvertible {
 /// tasks, and its calls take turns, one at a time, in the order they arrive (each call's
 /// statements and transaction never interleave with another's). Open several stores for
 /// parallel work; ``ship(paths:configuration:batchSize:connections:progress:)`` does.
+///
+/// ## Topics
+///
+/// ### Connecting
+/// - ``connect(_:migrate:logger:)``
+/// - ``address``
+/// - ``silentLogger``
+/// - ``close()``
+///
+/// ### Schema
+/// - ``migrate(_:logger:)``
+/// - ``migrationNames``
+///
+/// ### Shipping ledgers
+/// - ``ship(_:)``
+/// - ``ship(paths:configuration:batchSize:connections:progress:)``
+/// - ``ShipOutcome``
+///
+/// ### Reports over the fleet
+/// - ``purchaseHistory(_:)``
+/// - ``forEachHistoryEntry(_:_:)``
+/// - ``undelivered(limit:)``
+/// - ``forEachUndelivered(limit:_:)``
+/// - ``stuckDownloads(idle:asOf:)``
+/// - ``forEachStuckDownload(idle:asOf:limit:_:)``
+/// - ``unfinishedTransactions()``
+/// - ``forEachUnfinishedTransaction(limit:_:)``
+/// - ``failureRates(from:to:)``
+/// - ``revenue(from:to:groupBy:byStorefront:allEnvironments:)``
+///
+/// ### Each ledger's history
+/// - ``shippedHead(ofLedger:)``
+/// - ``shippedTotals()``
+/// - ``counts()``
+///
+/// ### Privacy
+/// - ``forget(user:)``
 public final class FleetStore: Sendable {
+    /// Where the store is; printing it never shows the password.
     public let address: FleetAddress
     let connection: PostgresConnection
     /// Whose turn it is on ``connection``.
@@ -102,7 +141,7 @@ public final class FleetStore: Sendable {
     /// version's schema (``FleetError/Code-swift.struct/notMigrated`` says to run
     /// `purchase-ledger migrate`), so a role with the shipping or reporting rights of
     /// docs/fleet.md is enough. With `migrate`, pending migrations are applied first
-    /// (``migrate(_:)``, the owner's rights). Throws ``FleetError``.
+    /// (``migrate(_:logger:)``, the owner's rights). Throws ``FleetError``.
     ///
     /// `logger` receives PostgresNIO's log of the connection (queries at `debug`, with their
     /// bound values: give a level above it in production). By default nothing is logged.

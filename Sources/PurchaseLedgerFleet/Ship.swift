@@ -1,11 +1,13 @@
 import Foundation
 import NIOCore
 import PostgresNIO
-import PurchaseLedger
+public import PurchaseLedger
 
 /// What shipping one ledger did.
 public struct ShipResult: Sendable, Hashable {
+    /// The ledger's id (``LedgerIdentity/id``), which keys its rows on the server.
     public var ledgerID: String
+    /// The path of the ledger file shipped.
     public var path: String
     /// Events the server did not hold before, now stored.
     public var shippedEvents: Int
@@ -32,7 +34,9 @@ extension FleetStore {
 
     /// What shipping one ledger of several gave: its result, or why it was refused.
     public struct ShipOutcome: Sendable {
+        /// The ledger file's path, as given in `paths`.
         public var path: String
+        /// What shipping it did, or the ``LedgerError`` that refused it (tampered, rewritten, unreadable).
         public var result: Result<ShipResult, LedgerError>
     }
 

@@ -1,4 +1,4 @@
-import PurchaseLedger
+package import PurchaseLedger
 
 /// Splits one workload (the shared generator's: every user in one log) into per-device logs, as a
 /// fleet would hold them: each user's transactions on their device, a quarter of the users with a

@@ -1,5 +1,5 @@
-import GRDB
-import PostgresNIO
+package import GRDB
+package import PostgresNIO
 import PurchaseLedger
 import PurchaseLedgerFleet
 

@@ -1,7 +1,8 @@
 import Foundation
 import GRDB
-import PurchaseLedger
+package import PurchaseLedger
 import PurchaseLedgerFleet
+import PostgresNIO
 
 /// The kill-and-reship check, for the test suite (short) and `ledger-bench fleet-crash` (long):
 /// `purchase-ledger ship` killed with SIGKILL at random moments, then run to the end; every event

@@ -1,5 +1,5 @@
-import Foundation
-import PurchaseLedger
+public import Foundation
+public import PurchaseLedger
 
 /// Turns StoreKit's callbacks into ledger events, and puts the ledger's rules in front of the
 /// app's own calls: a start, pause, resume, cancel, copy-out or finish that breaks a rule throws
@@ -21,7 +21,57 @@ import PurchaseLedger
 /// - StoreKit 2 transactions are `sk2-<id>`.
 ///
 /// StoreKit's callbacks cannot throw: what the ledger refuses there goes to `onError`.
+///
+/// On Apple platforms the recorder also has methods that take StoreKit's own types:
+/// `startStoreKit2()`, `purchase(_:options:)`, `finish(_:)` and `register(_:)` for StoreKit 2, and
+/// `recordAssetPackUpdates(from:)`, `remove(assetPackWithID:from:)` and
+/// `checkForAssetPackUpdates(with:)` for Background Assets.
+///
+/// ## Topics
+///
+/// ### Creating a recorder
+/// - ``init(ledger:onError:clock:)``
+/// - ``ledger``
+///
+/// ### Products
+/// - ``register(_:)``
+///
+/// ### StoreKit 1: the app's calls
+/// - ``addPayment(productIdentifier:quantity:applicationUsername:transactionID:)``
+/// - ``start(_:)``
+/// - ``pause(_:)``
+/// - ``resume(_:)``
+/// - ``cancel(_:)``
+/// - ``copyContent(of:to:)``
+/// - ``finish(_:discardContent:)``
+/// - ``restoreStarted(applicationUsername:)``
+///
+/// ### StoreKit 1: what the queue reports
+/// - ``updatedTransactions(_:)``
+/// - ``updatedDownloads(_:)``
+/// - ``removedTransactions(_:)``
+/// - ``storePaymentPromoted(productIdentifier:accepted:)``
+/// - ``restoreCompleted()``
+/// - ``restoreFailed(_:)``
+/// - ``revokedEntitlements(productIdentifiers:)``
+///
+/// ### StoreKit 2
+/// - ``record(_:from:)``
+/// - ``StoreKit2Source``
+/// - ``unverified(storeKit2:product:purchaseDate:error:)``
+/// - ``finish(storeKit2:)``
+///
+/// ### Asset packs
+/// - ``assetPackPublished(id:version:unlockedBy:)``
+/// - ``assetPackStatusUpdate(_:)``
+/// - ``assetPackRemoved(id:)``
+/// - ``openAssetPack(id:version:)``
+///
+/// ### Ids in the ledger
+/// - ``downloadID(transaction:content:)``
+/// - ``transactionID(storeKit2:)``
 public final class StoreKitRecorder: Sendable {
+    /// The ledger the events are appended to.
     public let ledger: Ledger
     private let onError: @Sendable (LedgerError) -> Void
     private let clock: @Sendable () -> Timestamp
@@ -94,14 +144,21 @@ public final class StoreKitRecorder: Sendable {
         try command(downloads) { .downloadStarted(download: $0) }
     }
 
+    /// Records the pause of these downloads; throws (`illegalDownloadTransition`,
+    /// `downloadAfterFinish`...) and records nothing when one may not pause.
     public func pause(_ downloads: [DownloadValue]) throws {
         try command(downloads) { .downloadPaused(download: $0) }
     }
 
+    /// Records the resumption of these downloads; throws (`illegalDownloadTransition`,
+    /// `downloadAfterFinish`...) and records nothing when one may not resume.
     public func resume(_ downloads: [DownloadValue]) throws {
         try command(downloads) { .downloadResumed(download: $0) }
     }
 
+    /// Records the user's cancellation of these downloads (reason `user`); throws
+    /// (`illegalDownloadTransition`, `downloadAfterFinish`...) and records nothing when one may not be
+    /// cancelled.
     public func cancel(_ downloads: [DownloadValue]) throws {
         try command(downloads) { .downloadCancelled(download: $0, reason: .user) }
     }

@@ -1,5 +1,5 @@
-import Foundation
-import PurchaseLedger
+public import Foundation
+public import PurchaseLedger
 
 // Small value types that mirror the StoreKit properties the recorder reads. The Apple-only layer
 // (Apple/) copies StoreKit's objects into them; everything else, the whole mapping to ledger
@@ -29,10 +29,13 @@ public struct PaymentTransactionValue: Sendable, Hashable {
     /// The identity of the StoreKit object for as long as it lives (the Apple layer uses its
     /// `ObjectIdentifier`): the same object is reported again with each state change.
     public var handle: Int
+    /// `transactionState`: what the callback reports.
     public var state: PaymentTransactionState
     /// `payment.productIdentifier`, `payment.quantity`, `payment.applicationUsername`.
     public var productIdentifier: String
+    /// `payment.quantity`: units asked for.
     public var quantity: Int
+    /// `payment.applicationUsername`: recorded as the transaction's user; nil when the payment set none.
     public var applicationUsername: String?
     /// Set in `purchased` and `restored` only.
     public var transactionIdentifier: String?
@@ -48,6 +51,7 @@ public struct PaymentTransactionValue: Sendable, Hashable {
     /// `SKPaymentQueue.storefront?.countryCode` (ISO 3166-1 alpha-3) when the callback came.
     public var storefront: String?
 
+    /// A transaction's values; the Apple layer copies them from an `SKPaymentTransaction`.
     public init(
         handle: Int, state: PaymentTransactionState, productIdentifier: String, quantity: Int = 1,
         applicationUsername: String? = nil, transactionIdentifier: String? = nil,
@@ -72,10 +76,15 @@ public struct PaymentTransactionValue: Sendable, Hashable {
 public struct DownloadValue: Sendable, Hashable {
     /// The `handle` of the download's transaction.
     public var transactionHandle: Int
+    /// `contentIdentifier`: the content id, and with the transaction id the download id
+    /// (``StoreKitRecorder/downloadID(transaction:content:)``).
     public var contentIdentifier: String
+    /// `contentVersion`: dotted integers; a purchase whose download says otherwise is not recorded
+    /// (`malformedInput`, reported to `onError`).
     public var contentVersion: String
     /// `expectedContentLength`.
     public var contentLength: Int64
+    /// `state`: what the callback reports.
     public var state: DownloadState
     /// 0...1; completion is the state `finished`, never a progress of 1.
     public var progress: Double
@@ -83,8 +92,10 @@ public struct DownloadValue: Sendable, Hashable {
     public var timeRemaining: Double
     /// Set in `finished` only: a file URL of a directory.
     public var contentURL: URL?
+    /// `error`, set in `failed`.
     public var error: StoreError?
 
+    /// A download's values; the Apple layer copies them from an `SKDownload`.
     public init(
         transactionHandle: Int, contentIdentifier: String, contentVersion: String, contentLength: Int64,
         state: DownloadState = .waiting, progress: Double = 0, timeRemaining: Double = -1,
@@ -104,19 +115,25 @@ public struct DownloadValue: Sendable, Hashable {
 
 /// What the recorder reads of an `SKProduct` or a StoreKit 2 `Product`, to register it.
 public struct ProductValue: Sendable, Hashable {
+    /// `productIdentifier` (StoreKit 2: `id`): the ledger's product id.
     public var productIdentifier: String
+    /// Its kind: StoreKit 2's `type`; StoreKit 1 does not say, so the app gives it.
     public var kind: ProductKind
     /// The price in currency units, as the store gave it (`SKProduct.price`, `Product.price`).
     public var price: Decimal
     /// ISO 4217 (`priceLocale.currency?.identifier`, `priceFormatStyle.currencyCode`).
     public var currencyCode: String
+    /// `isDownloadable`: whether it has hosted content (StoreKit 1).
     public var isDownloadable: Bool
     /// `downloadContentVersion` and `downloadContentLengths`: one entry per hosted file, named
     /// after the product.
     public var contentVersion: String?
+    /// `downloadContentLengths`: each hosted file's size in bytes.
     public var contentLengths: [Int64]
+    /// `localizedTitle` (StoreKit 2: `displayName`), when there is one.
     public var title: String?
 
+    /// A product's values; the Apple layer copies them from an `SKProduct` or a `Product`.
     public init(
         productIdentifier: String, kind: ProductKind, price: Decimal, currencyCode: String,
         isDownloadable: Bool = false, contentVersion: String? = nil, contentLengths: [Int64] = [], title: String? = nil
@@ -140,16 +157,26 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
         case renewal
     }
 
+    /// `Transaction.id`: the ledger records the transaction as `sk2-<id>`, with this store id.
     public var id: UInt64
+    /// `Transaction.originalID`: ``id`` for a first purchase, another for a restore or a renewal.
     public var originalID: UInt64
+    /// `Transaction.productID`.
     public var productID: String
+    /// `Transaction.productType`; nil for a type the contract does not have.
     public var productKind: ProductKind?
+    /// `Transaction.purchasedQuantity`; its payment records it within 1...10.
     public var purchasedQuantity: Int
+    /// `Transaction.purchaseDate`: the time of its purchase or restore event.
     public var purchaseDate: Date
+    /// `Transaction.appAccountToken`, recorded (lowercased) as the transaction's user; nil when the
+    /// purchase set none.
     public var appAccountToken: UUID?
+    /// `Transaction.revocationDate`: when set, the transaction is recorded as revoked at that time.
     public var revocationDate: Date?
     /// `revocationReason`: "developerIssue", "other"...
     public var revocationReason: String?
+    /// `Transaction.reason` (iOS 17+); nil before.
     public var reason: Reason?
     /// `Transaction.price`: the total paid for `purchasedQuantity`, after any offer, in units of
     /// `currency` (iOS 15+); nil when StoreKit does not say.
@@ -165,6 +192,7 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     /// `Transaction.offer` (iOS 17.2+; `offerType` and `offerID` before).
     public var offer: Offer?
 
+    /// A transaction's values; the Apple layer copies them from a verified `Transaction`.
     public init(
         id: UInt64, originalID: UInt64, productID: String, productKind: ProductKind? = nil, purchasedQuantity: Int = 1,
         purchaseDate: Date, appAccountToken: UUID? = nil, revocationDate: Date? = nil, revocationReason: String? = nil,

@@ -1,6 +1,6 @@
 import Foundation
 import GRDB
-import PurchaseLedger
+public import PurchaseLedger
 
 #if canImport(CLZ4)
     import CLZ4

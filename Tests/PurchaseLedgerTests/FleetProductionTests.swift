@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PostgresNIO
 import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet

@@ -1,5 +1,6 @@
 import Foundation
 import PurchaseLedger
+import PostgresNIO
 import PurchaseLedgerFleet
 import PurchaseLedgerFleetTesting
 

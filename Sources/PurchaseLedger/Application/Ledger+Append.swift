@@ -33,8 +33,9 @@ public struct AppendResult: Sendable {
 public struct ImportProgress: Sendable, Hashable {
     /// Input events decided so far.
     public var events: Int
-    /// Input bytes read so far, and the input's size when it is a file.
+    /// Input bytes read so far.
     public var bytesRead: Int
+    /// The input's size in bytes when it is a regular file or bytes in memory; nil for a pipe.
     public var totalBytes: Int?
 }
 

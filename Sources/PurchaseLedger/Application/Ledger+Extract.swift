@@ -2,7 +2,9 @@ import Foundation
 
 /// Which records a minimal repro keeps: some transactions, or every transaction of one user.
 public enum ExtractSelection: Sendable, Hashable {
+    /// These transaction ids.
     case transactions([String])
+    /// Every transaction of this user id.
     case user(String)
 }
 
@@ -10,8 +12,9 @@ public enum ExtractSelection: Sendable, Hashable {
 public struct ExtractSummary: Sendable, Hashable {
     /// The new ledger's path.
     public var path: String
-    /// Events stored in the new ledger, and in the original.
+    /// Events stored in the new ledger.
     public var keptEvents: Int
+    /// Events stored in the original ledger (its last seq when extracted).
     public var totalEvents: Int64
     /// The transactions kept, sorted: the ones chosen, and any that share a download id with them
     /// (``addedTransactions``).

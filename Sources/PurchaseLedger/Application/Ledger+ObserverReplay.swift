@@ -19,16 +19,23 @@ public protocol PaymentQueueReplayObserver: AnyObject {
 }
 
 extension PaymentQueueReplayObserver {
+    /// Does nothing; implement it to receive transaction updates.
     public func updatedTransactions(_ transactions: [TransactionRecord], step: ReplayStep) {}
+    /// Does nothing; implement it to receive download updates.
     public func updatedDownloads(_ downloads: [DownloadRecord], step: ReplayStep) {}
+    /// Does nothing; implement it to receive finished transactions.
     public func removedTransactions(_ transactions: [TransactionRecord], step: ReplayStep) {}
+    /// Does nothing; implement it to receive completed restores.
     public func restoreCompletedTransactionsFinished(step: ReplayStep) {}
+    /// Does nothing; implement it to receive failed restores.
     public func restoreCompletedTransactionsFailed(error: StoreError, step: ReplayStep) {}
 }
 
 /// Where a replay is: the stored event behind a callback, and the whole state right after it.
 public struct ReplayStep: Sendable {
+    /// The stored event behind the callback, with its seq.
     public var event: RecordedEvent
+    /// The whole state right after that event.
     public var state: LedgerState
 }
 

@@ -127,7 +127,10 @@ extension Ledger {
 
     /// One step of a transaction's life: the event and the state right after it.
     public struct TimelineEntry: Sendable {
+        /// The stored event, with its seq.
         public var event: RecordedEvent
+        /// The transaction right after the event; nil while the ledger holds no record of it (an event
+        /// stored as an anomaly, such as an unverified purchase, creates none).
         public var transaction: TransactionRecord?
         /// The transaction's downloads after the event, in delivery order.
         public var downloads: [DownloadRecord]

@@ -3,9 +3,13 @@ import GRDB
 
 /// Counts and sizes of a ledger, as `stats` shows them.
 public struct LedgerStatistics: Sendable {
+    /// Events stored, anomalies and the ledger's own events included.
     public var events: Int64 = 0
+    /// Events stored, per type.
     public var countsByType: [EventType: Int64] = [:]
+    /// Events stored as anomalies, per rule they broke.
     public var anomaliesByRule: [Rule: Int64] = [:]
+    /// Events the ledger appended itself: cancellations of an early finish, records of an erasure.
     public var appendedByLedger: Int64 = 0
     /// The whole SQLite file (plus its WAL, if any), in bytes.
     public var fileBytes: Int64 = 0
@@ -15,16 +19,26 @@ public struct LedgerStatistics: Sendable {
     public var logBytes: Int64 = 0
     /// Uncompressed size of what the sealed blocks hold.
     public var sealedRawBytes: Int64 = 0
+    /// Stored (compressed) size of the sealed blocks.
     public var sealedStoredBytes: Int64 = 0
+    /// Sealed blocks of events (`event_blocks` rows).
     public var blocks: Int64 = 0
+    /// Events in the log's open tail, not yet sealed into a block (`events` rows).
     public var tailEvents: Int64 = 0
+    /// Snapshots of the state stored.
     public var snapshots: Int64 = 0
+    /// Bytes the snapshots take: their manifests and pages.
     public var snapshotBytes: Int64 = 0
+    /// Compression dictionaries stored for the blocks (`dictionaries` rows).
     public var dictionaries: Int64 = 0
 
+    /// Events stored as anomalies, all rules together.
     public var anomalies: Int64 { anomaliesByRule.values.reduce(0, +) }
+    /// ``fileBytes`` per event; 0 for an empty ledger.
     public var fileBytesPerEvent: Double { events == 0 ? 0 : Double(fileBytes) / Double(events) }
+    /// ``logBytes`` per event; 0 for an empty ledger.
     public var logBytesPerEvent: Double { events == 0 ? 0 : Double(logBytes) / Double(events) }
+    /// ``payloadBytes`` per event; 0 for an empty ledger.
     public var payloadBytesPerEvent: Double { events == 0 ? 0 : Double(payloadBytes) / Double(events) }
     /// Uncompressed over stored size of the sealed blocks.
     public var compressionRatio: Double { sealedStoredBytes == 0 ? 1 : Double(sealedRawBytes) / Double(sealedStoredBytes) }

@@ -1,4 +1,4 @@
-import GRDB
+package import GRDB
 
 /// An event-sourced ledger of in-app purchases and their downloads, in one SQLite file.
 ///
@@ -17,11 +17,82 @@ import GRDB
 /// at the same time: it waits for the lock (``LedgerConfiguration/busyTimeout``) and nothing is lost.
 ///
 /// ## Topics
-/// - ``append(_:)``, ``append(contentsOf:)``
-/// - ``transactions(user:)``, ``downloads(transaction:)``, ``ownedContent()``, ``owns(product:)``
-/// - ``contentURL(for:)``, ``updateAvailable(product:content:)``, ``download(forURL:)``
-/// - ``state(atSeq:)``, ``state(at:)``, ``observe(from:pollInterval:)``
-/// - ``verify(all:progress:)``, ``rebuildProjections(rewritingEveryRow:progress:)``, ``checkpoint()``
+///
+/// ### Opening
+/// - ``init(path:configuration:)``
+/// - ``path``
+/// - ``configuration``
+/// - ``identity()``
+///
+/// ### Appending
+/// - ``append(_:)``
+/// - ``append(contentsOf:)``
+/// - ``append(contentsOf:progress:)``
+/// - ``check(_:)``
+/// - ``importJSONLines(from:progress:)``
+/// - ``appendJSONLines(_:progress:)``
+/// - ``checkJSONLines(_:)``
+///
+/// ### Reading current state
+/// - ``currentState``
+/// - ``transactions(user:)``
+/// - ``transaction(_:)``
+/// - ``downloads(transaction:)``
+/// - ``owns(product:)``
+/// - ``ownedContent()``
+/// - ``contentURL(for:)``
+/// - ``updateAvailable(product:content:)``
+/// - ``download(forURL:)``
+/// - ``projectionsAreCurrent()``
+///
+/// ### Reading the log
+/// - ``lastSeq()``
+/// - ``events(from:limit:)``
+/// - ``events(inStream:)``
+/// - ``forEachEvent(from:through:_:)``
+/// - ``forEachEvent(ofTransaction:from:_:)``
+/// - ``forEachEvent(ofDownload:from:_:)``
+/// - ``observe(from:pollInterval:)``
+///
+/// ### Time travel
+/// - ``state(atSeq:)``
+/// - ``state(at:)``
+/// - ``select(_:in:)``
+/// - ``replayFromLog(through:)``
+/// - ``firstSeq(where:)``
+/// - ``firstSeq(involvingTransaction:where:)``
+/// - ``firstSeq(involvingDownload:where:)``
+/// - ``timeline(transaction:)``
+/// - ``timelines(transactions:)``
+/// - ``TimelineEntry``
+/// - ``replay(into:through:)``
+///
+/// ### Reports
+/// - ``purchaseHistory(_:)``
+/// - ``purchaseHistory(transactionID:)``
+/// - ``userSummary(_:)``
+/// - ``undelivered(limit:)``
+/// - ``stuckDownloads(idle:asOf:)``
+/// - ``unfinishedTransactions()``
+/// - ``failureRates(from:to:)``
+/// - ``revenue(from:to:groupBy:byStorefront:allEnvironments:)``
+/// - ``dailyRevenue(from:to:)``
+/// - ``statistics()``
+///
+/// ### Integrity
+/// - ``verify(all:everySnapshot:progress:)``
+/// - ``checkpoint(signingKey:at:)``
+/// - ``verify(against:publicKey:)``
+///
+/// ### Maintenance
+/// - ``rebuildProjections(rewritingEveryRow:progress:)``
+/// - ``checkpoint()``
+///
+/// ### Privacy and bug reports
+/// - ``forget(user:)``
+/// - ``redactor()``
+/// - ``extract(_:to:redact:configuration:)``
+/// - ``extractedEvents(_:)``
 public final class Ledger: Sendable {
     /// The ledger file's path.
     public let path: String

@@ -12,6 +12,7 @@ public struct LedgerConfiguration: Sendable {
         case normal = "NORMAL"
     }
 
+    /// How hard each commit waits for the disk; ``Durability/full`` by default.
     public var durability: Durability = .full
     /// How long an append waits for another process's write before failing with `storage`.
     public var busyTimeout: Duration = .seconds(10)
@@ -19,6 +20,8 @@ public struct LedgerConfiguration: Sendable {
     public var chainKey: [UInt8]?
     /// Events per sealed, compressed block.
     public var blockSize: Int = 1024
+    /// How the blocks this writer seals are compressed: LZ4 with the ledger's dictionary by default.
+    /// Each block records its codec, so a ledger may mix them.
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
     /// replays at most this many events from the snapshot before; fewer snapshots keep the file
@@ -49,6 +52,8 @@ public struct LedgerConfiguration: Sendable {
     /// Open without writing anything (no migration, no catch-up).
     public var readOnly: Bool = false
 
+    /// The defaults: durable commits, compressed blocks of 1,024 events, a snapshot every 15,000
+    /// events, writable.
     public init() {}
 }
 

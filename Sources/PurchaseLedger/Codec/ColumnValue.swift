@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// One value of a projection row, as either store holds it: what ``RecordSchema/row(_:)`` makes,
 /// what SQLite binds (`Persistence/RawBind.swift`) and what the fleet copies into PostgreSQL.

@@ -9,8 +9,11 @@
 /// | free text (title, destination, content URL, error domain and message, reason, checksum) | 4,096 bytes |
 /// | one JSON Lines line | 1 MiB |
 public enum InputLimits {
+    /// The most UTF-8 bytes an id may hold: 1,024.
     public static let idBytes = 1024
+    /// The most UTF-8 bytes a free-text field may hold: 4,096.
     public static let textBytes = 4096
+    /// The most bytes one JSON Lines line may hold: 1 MiB, refused before the rest of it is read.
     public static let lineBytes = 1 << 20
 
     /// The JSON keys whose values are ids.

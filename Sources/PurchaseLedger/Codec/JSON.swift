@@ -446,9 +446,11 @@ struct JSONParseError: Error {
 /// // {"valid":false,"problems":[{"seq":42,"message":"..."}]}
 /// ```
 public struct JSONWriter: Sendable {
+    /// The UTF-8 text written so far.
     public private(set) var bytes: [UInt8] = []
     private var needsComma: [Bool] = []
 
+    /// An empty writer.
     public init() { bytes.reserveCapacity(256) }
 
     /// The text written so far.
@@ -498,12 +500,21 @@ public struct JSONWriter: Sendable {
         needsComma[needsComma.count - 1] = true
     }
 
+    /// A string value, its quotes, backslashes and control characters escaped.
     public mutating func value(_ s: String) { separate(); quote(s) }
+    /// A string value, or `null` for nil.
     public mutating func value(_ s: String?) { if let s { value(s) } else { null() } }
+    /// `true` or `false`.
     public mutating func value(_ b: Bool) { separate(); bytes.append(contentsOf: (b ? "true" : "false").utf8) }
+    /// An integer value.
     public mutating func value(_ n: Int64) { separate(); digits(n) }
+    /// An integer value.
     public mutating func value(_ n: Int) { value(Int64(n)) }
+    /// An integer value, or `null` for nil.
     public mutating func value(_ n: Int64?) { if let n { value(n) } else { null() } }
+    /// A number: a whole number below 1e15 as `N.0` (`1.0`), any other as the shortest decimal that
+    /// reads back to the same double (`0.37`, `1e-05`). NaN and infinities have no JSON form: do not
+    /// pass them.
     public mutating func value(_ d: Double) {
         separate()
         if d == d.rounded(), abs(d) < 1e15 {
@@ -513,6 +524,7 @@ public struct JSONWriter: Sendable {
             bytes.append(contentsOf: "\(d)".utf8)
         }
     }
+    /// A `null` value.
     public mutating func null() { separate(); bytes.append(contentsOf: "null".utf8) }
 
     /// `n` in decimal, straight into ``bytes``.
@@ -531,12 +543,19 @@ public struct JSONWriter: Sendable {
     /// written as it is.
     public mutating func raw(_ json: String) { separate(); bytes.append(contentsOf: json.utf8) }
 
+    /// A member `k` with a string value.
     public mutating func field(_ k: String, _ s: String) { key(k); value(s) }
+    /// A member `k` with a string value, or `null` for nil.
     public mutating func field(_ k: String, _ s: String?) { key(k); value(s) }
+    /// A member `k` with an integer value.
     public mutating func field(_ k: String, _ n: Int64) { key(k); value(n) }
+    /// A member `k` with an integer value.
     public mutating func field(_ k: String, _ n: Int) { key(k); value(n) }
+    /// A member `k` with `true` or `false`.
     public mutating func field(_ k: String, _ b: Bool) { key(k); value(b) }
+    /// A member `k` with a number, written as `value(_ d: Double)` writes it.
     public mutating func field(_ k: String, _ d: Double) { key(k); value(d) }
+    /// A member `k` with an integer value, or `null` for nil.
     public mutating func field(_ k: String, _ n: Int64?) { key(k); value(n) }
 
     private mutating func quote(_ s: String) {

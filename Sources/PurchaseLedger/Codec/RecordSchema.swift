@@ -59,10 +59,20 @@ struct ValueColumns: ProjectionColumns {
 
 /// What a projection row and the JSON of a record are made from: the record's fields, and what
 /// only the state knows of it (a download's position in its transaction, its content URL).
-package protocol RecordSource {
-    associatedtype Fields: Sendable
-    var fields: Fields { get }
-}
+///
+/// Its metatype is sendable (from Swift 6.2, where that is said): the declarations' `@Sendable`
+/// closures name `Source` and may run on any thread.
+#if compiler(>=6.2)
+    package protocol RecordSource: SendableMetatype {
+        associatedtype Fields: Sendable
+        var fields: Fields { get }
+    }
+#else
+    package protocol RecordSource {
+        associatedtype Fields: Sendable
+        var fields: Fields { get }
+    }
+#endif
 
 /// One field of a persisted record, declared once: its projection columns (name, type, whether
 /// NULL), the values its row holds, how a row sets it again, its key and value in the JSON of
@@ -108,7 +118,7 @@ package struct RecordField<Source: RecordSource>: Sendable {
 }
 
 /// A record's fields in declaration order: the one place a persisted field is described.
-/// ``columns``, ``row(_:)``, ``read(_:from:)-(_,ProjectionColumns)``, ``writeJSON(_:to:)`` and the snapshot codec
+/// ``columns``, ``row(_:)``, `read(_:from:)`, ``writeJSON(_:to:)`` and the snapshot codec
 /// all walk the same list.
 package struct RecordSchema<Source: RecordSource>: Sendable {
     package typealias Fields = Source.Fields

@@ -95,11 +95,15 @@ public struct Redactor: Sendable {
         return Hex.encode(Array(mac.prefix(8)))
     }
 
+    /// A user id: `user-<digest>` (16 hex digits).
     public func pseudonym(user: String) -> String { "user-" + digest("user", user) }
+    /// A copy-out destination: `redacted/<digest>`.
     public func pseudonym(destination: String) -> String { "redacted/" + digest("destination", destination) }
     /// A content or registered URL: `redacted://<digest>/` (still a URL, never a path).
     public func pseudonym(url: String) -> String { "redacted://" + digest("url", url) + "/" }
+    /// A store transaction id: `store-<digest>`.
     public func pseudonym(storeTransaction id: String) -> String { "store-" + digest("store", id) }
+    /// A restore's original transaction id: `original-<digest>`.
     public func pseudonym(transaction id: String) -> String { "original-" + digest("original", id) }
     /// Free text, replaced whole.
     public func pseudonym(text: String) -> String { "[redacted " + digest("text", text) + "]" }

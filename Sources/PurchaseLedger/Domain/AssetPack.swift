@@ -13,10 +13,13 @@
 ///
 /// Ids that start with `assetpack:` are reserved: other events may not use them.
 public enum AssetPacks {
+    /// The reserved prefix of asset pack content and download ids.
     public static let prefix = "assetpack:"
 
+    /// The content id of `pack`: `assetpack:<pack>`.
     public static func contentID(pack: String) -> String { prefix + pack }
 
+    /// The download id of `pack` at `version`: `assetpack:<pack>@<version>`.
     public static func downloadID(pack: String, version: Int) -> String { prefix + pack + "@" + String(version) }
 
     static func key(pack: String) -> ContentKey { ContentKey(product: "", content: contentID(pack: pack)) }
@@ -26,6 +29,7 @@ public enum AssetPacks {
 
 /// What the ledger knows of one asset pack (``LedgerState/assetPack(_:)``).
 public struct AssetPackStatus: Sendable, Hashable {
+    /// The pack's id, as Background Assets names it (`pack` in events).
     public var pack: String
     /// The newest version the catalog published; nil when never published.
     public var publishedVersion: Int?

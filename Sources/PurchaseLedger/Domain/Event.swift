@@ -5,19 +5,91 @@
 /// let event = Event(at: try Timestamp.parse("2024-03-01T09:15:02.137Z"),
 ///                   .paymentQueued(transaction: "t1", product: "com.example.book1", quantity: 1, user: "u1"))
 /// ```
+///
+/// ## Topics
+///
+/// ### Creating an event
+/// - ``init(at:_:)``
+///
+/// ### What happened, and when
+/// - ``at``
+/// - ``body``
+/// - ``type``
 public struct Event: Sendable, Hashable {
+    /// When it happened, as the device or store recorded it (`at`); never assumed to be in order.
     public var at: Timestamp
+    /// What happened: its type and fields.
     public var body: EventBody
 
+    /// The event `body`, happened at `at`.
     public init(at: Timestamp, _ body: EventBody) {
         self.at = at
         self.body = body
     }
 
+    /// The event's type (`type`), with its stable code.
     public var type: EventType { body.type }
 }
 
 /// The events of the ledger contract. Each case's fields are the contract's fields.
+///
+/// A command (the app's decision) that breaks a rule is refused; an observation (what the store
+/// reported) that makes no sense is stored all the same, flagged as an anomaly
+/// (``EventType/isCommand``, docs/rules.md).
+///
+/// ## Topics
+///
+/// ### Catalog
+/// - ``productRegistered(_:)``
+/// - ``contentVersionPublished(product:content:contentVersion:)``
+///
+/// ### Payments and transactions
+/// - ``paymentQueued(transaction:product:quantity:user:)``
+/// - ``transactionDeferred(transaction:)``
+/// - ``transactionPurchased(transaction:product:user:storeTransactionId:downloads:terms:)``
+/// - ``transactionFailed(transaction:error:)``
+/// - ``transactionRestored(transaction:originalTransaction:product:user:storeTransactionId:downloads:terms:)``
+/// - ``transactionRevoked(transaction:reason:)``
+/// - ``transactionFinished(transaction:discardContent:)``
+/// - ``storePaymentPromoted(product:accepted:)``
+///
+/// ### Downloads and content
+/// - ``downloadStarted(download:)``
+/// - ``downloadProgressed(download:progress:bytesWritten:timeRemaining:)``
+/// - ``downloadPaused(download:)``
+/// - ``downloadResumed(download:)``
+/// - ``downloadCancelled(download:reason:)``
+/// - ``downloadFinished(download:contentURL:)``
+/// - ``downloadFailed(download:error:)``
+/// - ``contentCopiedOut(download:destination:checksum:bytesCopied:)``
+/// - ``contentDeleted(product:)``
+/// - ``contentRegistered(url:download:contentLength:)``
+///
+/// ### Restores
+/// - ``restoreStarted(user:)``
+/// - ``restoreCompleted``
+/// - ``restoreFailed(error:)``
+///
+/// ### Asset packs
+/// - ``assetPackPublished(pack:version:unlockedBy:)``
+/// - ``assetPackBegan(pack:version:)``
+/// - ``assetPackProgressed(pack:version:progress:)``
+/// - ``assetPackPaused(pack:version:)``
+/// - ``assetPackFinished(pack:version:)``
+/// - ``assetPackFailed(pack:version:error:)``
+/// - ``assetPackRemoved(pack:)``
+/// - ``assetPackOpened(pack:version:)``
+///
+/// ### Privacy
+/// - ``personalDataErased(refs:)``
+///
+/// ### What an event is about
+/// - ``type``
+/// - ``subject``
+/// - ``Subject``
+/// - ``stream``
+/// - ``transactionID``
+/// - ``downloadID``
 public enum EventBody: Sendable, Hashable {
     case productRegistered(ProductRegistration)
     case contentVersionPublished(product: String, content: String, contentVersion: ContentVersion)
@@ -69,6 +141,7 @@ public enum EventBody: Sendable, Hashable {
     /// were erased. It names no user, and no value (docs/storage.md, "Erasure").
     case personalDataErased(refs: [Int64])
 
+    /// The type of this case (`type` in JSON).
     public var type: EventType {
         switch self {
         case .productRegistered: .productRegistered
@@ -258,8 +331,10 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         }
     }
 
+    /// The contract's name (``name``).
     public var description: String { name }
 
+    /// The type named `name` in the contract (`paymentQueued`); nil for an unknown name.
     public init?(name: String) {
         guard let match = EventType.byName[name] else { return nil }
         self = match

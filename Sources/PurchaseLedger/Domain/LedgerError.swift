@@ -11,6 +11,28 @@
 ///     print("copy these out first:", error.downloads)
 /// }
 /// ```
+///
+/// ## Topics
+///
+/// ### What failed
+/// - ``code``
+/// - ``Code``
+/// - ``rule``
+/// - ``message``
+/// - ``description``
+///
+/// ### What it is about
+/// - ``event``
+/// - ``downloads``
+/// - ``underlying``
+///
+/// ### Where in the log or the input
+/// - ``seq``
+/// - ``line``
+/// - ``batchIndex``
+///
+/// ### Errors for tools built on the library
+/// - ``make(_:_:seq:line:)``
 public struct LedgerError: Error, Sendable, CustomStringConvertible {
     /// What kind of failure this is. New codes may be added; existing ones never change meaning.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
@@ -63,9 +85,12 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         /// before migration 0007 hold their personal values inside it.
         public static let notErasable = Code(kind: .notErasable)
 
+        /// The code's stable name (`corruptData`, `keyMismatch`...), which ``LedgerError/description``
+        /// shows for an error that names no rule.
         public var description: String { kind.rawValue }
     }
 
+    /// What kind of failure this is: switch on it (and, for rule violations, on ``rule``).
     public let code: Code
     /// The broken rule, for rule violations and anomalies.
     public let rule: Rule?

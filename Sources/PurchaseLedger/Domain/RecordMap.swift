@@ -23,6 +23,7 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     /// the snapshot layer's note (`Persistence/Snapshots/StoredOverlay.swift`), never read here.
     var stored: StoredOverlay<Value>? = nil
 
+    /// An empty map.
     public init() {}
 
     /// The number of records.
@@ -31,6 +32,7 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
         return base.count - removed.count + added
     }
 
+    /// Whether the map holds no record.
     public var isEmpty: Bool { count == 0 }
 
     /// The record for `id`, or nil. Setting nil removes it.
@@ -121,22 +123,27 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
 }
 
 extension RecordMap: Sequence {
+    /// Iterates over `(key: id, value: record)` pairs in id order (every record, sorted first).
     public func makeIterator() -> IndexingIterator<[(key: String, value: Value)]> {
         sortedElements.makeIterator()
     }
 
+    /// The number of records: exact, not an estimate.
     public var underestimatedCount: Int { count }
 }
 
 // Reflects as a dictionary in id order, whether its records are in snapshot pages or changed
 // since: two equal maps look the same in a debugger, in `dump` and in a test's diff.
 extension RecordMap: CustomReflectable {
+    /// A dictionary in id order, whether the records are in snapshot pages or changed since.
     public var customMirror: Mirror {
         Mirror(self, unlabeledChildren: sortedElements.map { (key: $0.key, value: $0.value) }, displayStyle: .dictionary)
     }
 }
 
 extension RecordMap: Hashable {
+    /// Whether both maps hold equal records under the same ids, wherever each keeps them (snapshot
+    /// pages or changes since).
     public static func == (a: RecordMap, b: RecordMap) -> Bool {
         guard a.count == b.count else { return false }
         if a.base === b.base && a.removed == b.removed && a.changes == b.changes { return true }
@@ -147,18 +154,21 @@ extension RecordMap: Hashable {
         return equal
     }
 
+    /// Hashes the number of records only, so hashing never decodes a snapshot's pages.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(count)
     }
 }
 
 extension RecordMap: ExpressibleByDictionaryLiteral {
+    /// A map of the given ids and records; an id given twice keeps its last record.
     public init(dictionaryLiteral elements: (String, Value)...) {
         for (id, value) in elements { changes[RecordKey(id)] = value }
     }
 }
 
 extension RecordMap: CustomStringConvertible {
+    /// The records in id order, as `[id: record, ...]`.
     public var description: String {
         "[" + sortedElements.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + "]"
     }

@@ -3,6 +3,7 @@
 /// Names appear in errors, in `verify` output and in the anomaly flags of stored observations; they
 /// never change. Each rule also has a small stable number used on disk.
 public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The stable name (`finishBeforeCopyOut`), as errors, `verify` output and anomaly flags show it.
     public let name: String
     /// The on-disk number of the rule (1...). Never reused.
     public let code: UInt8
@@ -12,6 +13,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         self.code = code
     }
 
+    /// The rule's ``name``.
     public var description: String { name }
 
     /// `paymentQueued`, `contentDeleted` or an observation names a product never registered.
@@ -63,6 +65,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction, .assetPackVersionDown, .assetPackNotReady,
     ]
 
+    /// The rule named `name`; nil for a name no rule has.
     public init?(name: String) {
         guard let rule = Rule.all.first(where: { $0.name == name }) else { return nil }
         self = rule
@@ -73,6 +76,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         self = Rule.all[Int(code) - 1]
     }
 
+    /// Decodes a rule from its name; throws `DecodingError` for a name no rule has.
     public init(from decoder: any Decoder) throws {
         let name = try decoder.singleValueContainer().decode(String.self)
         guard let rule = Rule(name: name) else {
@@ -81,6 +85,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         self = rule
     }
 
+    /// Encodes the rule as its ``name``.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(name)

@@ -7,10 +7,15 @@
 /// let mine = focus.select(in: try ledger.state(atSeq: 120))   // u1's transactions, downloads, content
 /// ```
 public struct StateFocus: Sendable, Hashable {
+    /// Transaction ids chosen (`replay --transaction`).
     public var transactions: [String]
+    /// User ids whose transactions are chosen (`replay --user`).
     public var users: [String]
+    /// Download ids chosen, with their transactions (`replay --download`).
     public var downloads: [String]
 
+    /// A focus on these ids, each normalized to NFC as the ledger stores ids. Nothing chosen: the whole
+    /// state.
     public init(transactions: [String] = [], users: [String] = [], downloads: [String] = []) {
         self.transactions = transactions.map(Identifier.normalize)
         self.users = users.map(Identifier.normalize)
@@ -33,6 +38,7 @@ public struct StateFocus: Sendable, Hashable {
         public var missing: [String]
     }
 
+    /// The records of `state` this focus chooses, and the chosen ids `state` does not hold.
     public func select(in state: LedgerState) -> Selection {
         select(in: state, userTransactions: nil)
     }

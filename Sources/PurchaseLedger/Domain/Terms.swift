@@ -17,10 +17,12 @@ public enum OfferType: String, Sendable, Hashable, Codable, CaseIterable {
 /// The offer a transaction was bought with: a free trial or introductory price, a promotional
 /// offer, an offer code, a win-back offer. Its price is the transaction's own `price`.
 public struct Offer: Sendable, Hashable, Codable {
+    /// Introductory, promotional, offer code or win-back (`offer.type`).
     public var type: OfferType
     /// The offer's identifier, when it has one (introductory offers have none).
     public var id: String?
 
+    /// An offer of `type`, with its identifier when it has one.
     public init(type: OfferType, id: String? = nil) {
         self.type = type
         self.id = id
@@ -78,14 +80,17 @@ public struct PurchaseTerms: Sendable, Hashable {
         get { box?.fields.storefront }
         set { fields.storefront = newValue }
     }
+    /// Production, sandbox or Xcode; nil means production.
     public var environment: StoreEnvironment? {
         get { box?.fields.environment }
         set { fields.environment = newValue }
     }
+    /// Purchased or family-shared; nil means purchased.
     public var ownership: Ownership? {
         get { box?.fields.ownership }
         set { fields.ownership = newValue }
     }
+    /// The offer the transaction was bought with, if any.
     public var offer: Offer? {
         get { box?.fields.offer }
         set { fields.offer = newValue }
@@ -98,6 +103,7 @@ public struct PurchaseTerms: Sendable, Hashable {
         set { fields.unverified = newValue }
     }
 
+    /// Terms with the given fields; nil leaves a field out. ``problem`` says whether they are valid.
     public init(
         price: String? = nil, currency: String? = nil, storefront: String? = nil, environment: StoreEnvironment? = nil,
         ownership: Ownership? = nil, offer: Offer? = nil, unverified: String? = nil
@@ -107,12 +113,15 @@ public struct PurchaseTerms: Sendable, Hashable {
             unverified: unverified)
     }
 
+    /// Whether both have the same fields, every field compared.
     public static func == (a: PurchaseTerms, b: PurchaseTerms) -> Bool { a.box === b.box || a.fields == b.fields }
+    /// Hashes every field.
     public func hash(into hasher: inout Hasher) { hasher.combine(fields) }
 
     /// No terms: the v1 form of a purchase.
     public static let none = PurchaseTerms()
 
+    /// Whether no field is given (``none``).
     public var isEmpty: Bool { box == nil }
 
     /// Why these terms break the contract's rules, naming the field; nil when they do not.
@@ -142,15 +151,23 @@ public struct PurchaseTerms: Sendable, Hashable {
 /// event's own, else the product's registration in force then; nil when neither existed), and
 /// where and by whom. Never changed by a later registration of the product.
 public struct PaidTerms: Sendable, Hashable {
+    /// The unit price paid, a decimal string in `currency` units; nil when neither the event nor a
+    /// registration gave one.
     public var price: String?
+    /// ISO 4217 (`USD`) of ``price``; nil with it.
     public var currency: String?
+    /// ISO 3166-1 alpha-3 (`FRA`), when the store said it.
     public var storefront: String?
+    /// Production unless the store said sandbox or Xcode.
     public var environment: StoreEnvironment = .production
+    /// Purchased unless the store said family-shared.
     public var ownership: Ownership = .purchased
+    /// The offer it was bought with, when the store said one.
     public var offer: Offer?
     /// Where `price` came from: `event` (the store reported it) or `catalog` (the registration in force).
     public var priceSource: PriceSource?
 
+    /// No price, production, purchased, no offer: what a transaction holds before it is purchased.
     public init() {}
 
     /// Whether revenue totals count it: production, and owned by the one who paid.

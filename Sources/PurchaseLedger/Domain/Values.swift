@@ -2,16 +2,21 @@
 ///
 /// Times are kept exactly as recorded; device clocks jump, so nothing assumes they are ordered.
 public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringConvertible {
+    /// Nanoseconds since 1970-01-01T00:00:00Z (negative before it).
     public var nanosecondsSinceEpoch: Int64
 
+    /// The time `nanosecondsSinceEpoch` ns after 1970-01-01T00:00:00Z.
     public init(nanosecondsSinceEpoch: Int64) {
         self.nanosecondsSinceEpoch = nanosecondsSinceEpoch
     }
 
+    /// The time `millisecondsSinceEpoch` ms after 1970-01-01T00:00:00Z. A value outside the range a
+    /// `Timestamp` holds (1677...2262) wraps around instead of trapping.
     public init(millisecondsSinceEpoch: Int64) {
         self.nanosecondsSinceEpoch = millisecondsSinceEpoch &* 1_000_000
     }
 
+    /// Earlier first, by nanoseconds since 1970.
     public static func < (lhs: Timestamp, rhs: Timestamp) -> Bool {
         lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch
     }
@@ -19,6 +24,8 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
     /// RFC 3339 in UTC: at least millisecond precision, more digits only when the value has them.
     public var description: String { RFC3339.format(self) }
 
+    /// Decodes an RFC 3339 UTC string (`2024-03-01T09:15:02.137Z`); throws `DecodingError` for
+    /// anything else.
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let value = RFC3339.parse(Array(text.utf8)) else {
@@ -27,6 +34,7 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
         self = value
     }
 
+    /// Encodes as its RFC 3339 UTC string (``description``).
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)
@@ -38,6 +46,7 @@ public struct Timestamp: Sendable, Hashable, Comparable, Codable, CustomStringCo
 /// Two versions compare part by part as numbers, missing parts counting as zero, so `1.10` is newer
 /// than `1.9` and `1` equals `1.0` when compared. The text is kept as written.
 public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// The version exactly as written (`1.10`, `2.0.13`).
     public let text: String
 
     /// Fails unless `text` is dotted integers.
@@ -46,6 +55,7 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
         self.text = text
     }
 
+    /// The version as written (``text``).
     public var description: String { text }
 
     /// A whole-number version (an asset pack's).
@@ -75,6 +85,7 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
         return a.withUTF8 { x in b.withUTF8 { y in ContentVersion.compare(x, y) } }
     }
 
+    /// Whether `self` is a later version than `other`, compared part by part as numbers (``compare(_:)``).
     public func isNewer(than other: ContentVersion) -> Bool { compare(other) > 0 }
 
     private static func compare(_ x: UnsafeBufferPointer<UInt8>, _ y: UnsafeBufferPointer<UInt8>) -> Int {
@@ -97,6 +108,7 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
         return 0
     }
 
+    /// Decodes a dotted-integers string; throws `DecodingError` for anything else.
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let value = ContentVersion(text) else {
@@ -105,6 +117,7 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
         self = value
     }
 
+    /// Encodes as its ``text``.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(text)
@@ -113,10 +126,14 @@ public struct ContentVersion: Sendable, Hashable, Codable, CustomStringConvertib
 
 /// An error the store reported (`SKErrorDomain` 2, "The payment was cancelled.").
 public struct StoreError: Sendable, Hashable, Codable {
+    /// The error's domain, such as `SKErrorDomain` (the `NSError` domain StoreKit gave).
     public var domain: String
+    /// The error's code in its domain.
     public var code: Int64
+    /// The store's description of the error, as reported.
     public var message: String
 
+    /// An error with the domain, code and message the store reported.
     public init(domain: String, code: Int64, message: String) {
         self.domain = domain
         self.code = code
@@ -131,10 +148,14 @@ public enum ProductKind: String, Sendable, Hashable, Codable, CaseIterable {
 
 /// One file of hosted content a product delivers.
 public struct ContentSpec: Sendable, Hashable, Codable {
+    /// The content id (`content`).
     public var content: String
+    /// The version of the content the product delivers (`contentVersion`).
     public var contentVersion: ContentVersion
+    /// The content's size in bytes (`contentLength`).
     public var contentLength: Int64
 
+    /// A content file of `contentLength` bytes at `contentVersion`.
     public init(content: String, contentVersion: ContentVersion, contentLength: Int64) {
         self.content = content
         self.contentVersion = contentVersion
@@ -144,11 +165,16 @@ public struct ContentSpec: Sendable, Hashable, Codable {
 
 /// One download the store attached to a purchased or restored transaction.
 public struct DownloadSpec: Sendable, Hashable, Codable {
+    /// The download's id (`download`), unique in the ledger.
     public var download: String
+    /// The content id it delivers (`content`).
     public var content: String
+    /// The version of that content (`contentVersion`).
     public var contentVersion: ContentVersion
+    /// The content's size in bytes (`contentLength`).
     public var contentLength: Int64
 
+    /// The download `download` of `content` at `contentVersion`, `contentLength` bytes.
     public init(download: String, content: String, contentVersion: ContentVersion, contentLength: Int64) {
         self.download = download
         self.content = content
@@ -164,16 +190,25 @@ public enum CancelReason: String, Sendable, Hashable, Codable, CaseIterable {
 
 /// A product as the store registered it.
 public struct ProductRegistration: Sendable, Hashable, Codable {
+    /// The product id (`product`).
     public var product: String
+    /// Consumable, non-consumable, auto-renewable or non-renewing (`kind`).
     public var kind: ProductKind
     /// The price as the store gave it, a decimal string in `currency` units ("4.99"), never a float.
     public var price: String
+    /// The ISO 4217 code of ``price`` (`USD`).
     public var currency: String
+    /// Whether the product has hosted content to download (StoreKit's `isDownloadable`).
     public var downloadable: Bool
+    /// The content files it delivers; registering publishes their versions.
     public var contents: [ContentSpec]
+    /// Products related to this one: owning either grants the other, not transitively
+    /// (``LedgerState/owns(product:)``).
     public var relatedProducts: [String]
+    /// The product's display name, when the store gave one.
     public var title: String?
 
+    /// A registration as `productRegistered` carries it (docs/json.md).
     public init(
         product: String, kind: ProductKind, price: String, currency: String, downloadable: Bool,
         contents: [ContentSpec] = [], relatedProducts: [String] = [], title: String? = nil

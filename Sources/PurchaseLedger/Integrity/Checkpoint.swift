@@ -10,6 +10,7 @@ import GRDB
 public struct CheckpointSigningKey: Sendable {
     /// The 32-byte seed (Crypto's key types are not `Sendable`; they are made from it on use).
     let seed: [UInt8]
+    /// The public half, for whoever checks the checkpoints it signs.
     public let publicKey: CheckpointPublicKey
 
     /// A new random key.
@@ -35,6 +36,8 @@ public struct CheckpointSigningKey: Sendable {
         }
     }
 
+    /// Its file form: one line, `purchase-ledger signing key ed25519 <base64 of the seed>`, and a
+    /// newline. Whoever reads it can sign: keep it secret.
     public var fileText: String { KeyFile.encode(seed, kind: "signing key") }
 
     func signature(for message: [UInt8]) throws -> [UInt8] {
@@ -51,6 +54,7 @@ public struct CheckpointPublicKey: Sendable, Hashable {
         self.raw = raw
     }
 
+    /// A key from its file form; throws `malformedInput` for anything else.
     public init(fileText: String) throws(LedgerError) {
         try self.init(raw: KeyFile.decode(fileText, kind: "public key"))
     }
@@ -62,6 +66,7 @@ public struct CheckpointPublicKey: Sendable, Hashable {
         self.raw = raw
     }
 
+    /// Its file form: one line, `purchase-ledger public key ed25519 <base64 of 32 bytes>`, and a newline.
     public var fileText: String { KeyFile.encode(raw, kind: "public key") }
 
     /// The key's 32 bytes.
@@ -104,12 +109,19 @@ private enum KeyFile {
 /// UUID, "seq": N, "link": hex, "at": RFC 3339, "publicKey": base64, "signature": base64}`. The
 /// signature is over the UTF-8 bytes of ``signedText``.
 public struct Checkpoint: Sendable, Equatable {
+    /// The format's name: the first line of ``signedText`` and the JSON's `checkpoint` field.
     public static let version = "purchase-ledger checkpoint v1"
+    /// The id of the ledger signed (``LedgerIdentity/id``; `ledger` in JSON).
     public var ledgerID: String
+    /// The ledger's last seq when signed: the history covered (`seq`).
     public var seq: Int64
+    /// The hash chain's 32-byte link at ``seq`` (`link`, 64 hex digits in JSON).
     public var link: [UInt8]
+    /// When it was signed (`at`).
     public var at: Timestamp
+    /// The public key of the key that signed it (`publicKey`, base64 in JSON).
     public var publicKey: CheckpointPublicKey
+    /// The 64-byte Ed25519 signature over ``signedText`` (`signature`, base64 in JSON).
     public var signature: [UInt8]
 
     /// What is signed: `purchase-ledger checkpoint v1`, then `ledger`, `seq`, `link` (hex) and `at`
@@ -118,6 +130,7 @@ public struct Checkpoint: Sendable, Equatable {
         "\(Self.version)\nledger \(ledgerID)\nseq \(seq)\nlink \(Hex.encode(link))\nat \(at)\n"
     }
 
+    /// Its JSON form, one object with the fields above (docs/format.md).
     public var json: String {
         JSONWriter.object { w in
             w.field("checkpoint", Self.version)
@@ -174,7 +187,9 @@ public struct Checkpoint: Sendable, Equatable {
 public struct CheckpointMismatch: Error, Sendable, CustomStringConvertible {
     /// The seq concerned: where the file ends, or the checkpoint's seq.
     public var seq: Int64?
+    /// What does not match, in a sentence.
     public var message: String
+    /// The message, after `seq N: ` when it names a seq.
     public var description: String { (seq.map { "seq \($0): " } ?? "") + message }
 }
 

@@ -3,6 +3,7 @@ import GRDB
 
 /// One problem `verify` found.
 public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
+    /// What part of the ledger the problem is in; the raw value is the `kind` of `verify --json`.
     public enum Kind: String, Sendable, Hashable {
         /// SQLite's own `integrity_check` failed.
         case sqliteIntegrity
@@ -27,12 +28,16 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
         case personalValues
     }
 
+    /// What part of the ledger the problem is in.
     public var kind: Kind
     /// The first seq concerned, when the problem has one.
     public var seq: Int64?
+    /// For a ``Kind/rules`` problem, the rule concerned.
     public var rule: Rule?
+    /// What is wrong, in a sentence.
     public var message: String
 
+    /// `seq N: kind: rule: message`, leaving out what the problem does not have.
     public var description: String {
         (seq.map { "seq \($0): " } ?? "") + "\(kind.rawValue): " + (rule.map { "\($0.name): " } ?? "") + message
     }
@@ -41,12 +46,15 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
 /// What `verify` found: problems (a ledger with any is broken) and anomalies (observations the
 /// app recorded in a state where they made no sense: normal, but worth a look).
 public struct VerificationReport: Sendable {
+    /// What is broken, in the order found; only the first unless `verify` was asked for all.
     public var problems: [VerificationProblem] = []
     /// The stored anomalies, in order.
     public var anomalies: [(seq: Int64, rule: Rule)] = []
+    /// Events read from the log and checked.
     public var eventsChecked: Int64 = 0
     /// Snapshots compared with the log replayed to their seq.
     public var snapshotsChecked = 0
+    /// Whether no problem was found (anomalies do not count).
     public var isValid: Bool { problems.isEmpty }
 }
 

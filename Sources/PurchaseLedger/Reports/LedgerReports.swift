@@ -1,8 +1,9 @@
-import Foundation
+public import Foundation
 import GRDB
 
 /// What one user has: owned products and content, and what they paid.
 public struct UserSummary: Sendable {
+    /// The user id asked about (normalized to NFC).
     public var user: String
     /// Products a purchased or restored, not revoked transaction grants (related products count).
     public var ownedProducts: [String]
@@ -11,14 +12,19 @@ public struct UserSummary: Sendable {
     /// Paid per currency (purchases at the prices fixed when they were made; restores, sandbox,
     /// Xcode and family-shared purchases excluded), refunds deducted.
     public var netSpent: [String: Decimal]
+    /// Refunded per currency: revoked purchases among those ``netSpent`` counts, at the prices paid.
     public var refunded: [String: Decimal]
 }
 
 /// Payment failures of one error code.
 public struct FailureRate: Sendable, Hashable {
+    /// The error's domain (`SKErrorDomain`).
     public var domain: String
+    /// The error's code in its domain.
     public var code: Int64
+    /// One message recorded with this domain and code (failures of one code may word it differently).
     public var message: String
+    /// Transactions that failed with this domain and code in the period asked.
     public var count: Int
     /// Of all transactions that reached a final state (purchased or failed).
     public var share: Double
@@ -37,8 +43,11 @@ public struct FailureRate: Sendable, Hashable {
 
 /// Revenue of one day in one currency.
 public struct DailyRevenue: Sendable, Hashable {
+    /// The day, at 00:00 UTC.
     public var day: Timestamp
+    /// The ISO 4217 code of ``net``.
     public var currency: String
+    /// Gross minus refunds that day, in currency units.
     public var net: Decimal
 
     /// Revenue lines of days (``RevenuePeriod/day``) as one net figure per day and currency,

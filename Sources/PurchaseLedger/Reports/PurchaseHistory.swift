@@ -3,17 +3,22 @@ import GRDB
 /// Which transactions a purchase-history report covers. Every filter reaches SQL as a bound
 /// parameter, never as spliced text.
 public struct PurchaseHistoryQuery: Sendable, Hashable {
+    /// Only this user's transactions (`report --user`); nil: every user's.
     public var user: String?
+    /// Only transactions of this product id; nil: every product's.
     public var product: String?
     /// Purchased (or queued, if never purchased) at or after this time.
     public var from: Timestamp?
     /// ... and before this time.
     public var to: Timestamp?
+    /// Only products of these kinds; empty: every kind.
     public var kinds: [ProductKind] = []
     /// Page size and offset, for large ledgers.
     public var limit: Int = 1000
+    /// Entries to skip before the first returned.
     public var offset: Int = 0
 
+    /// A query with these filters; the defaults select everything, 1,000 entries at a time.
     public init(
         user: String? = nil, product: String? = nil, from: Timestamp? = nil, to: Timestamp? = nil,
         kinds: [ProductKind] = [], limit: Int = 1000, offset: Int = 0
@@ -30,15 +35,20 @@ public struct PurchaseHistoryQuery: Sendable, Hashable {
 
 /// One transaction of a purchase history, with what the user paid and what they received.
 public struct PurchaseHistoryEntry: Sendable, Hashable {
+    /// The transaction, as it is now.
     public var transaction: TransactionRecord
+    /// Its product's kind, from the registration; nil when the ledger holds none.
     public var kind: ProductKind?
     /// The unit price, a decimal string in `currency` units (see `quantity`): as fixed when it was
     /// purchased or restored (`transaction.paid`, contract 5.1); for a transaction never
     /// purchased, the product's registration as it is now.
     public var price: String?
+    /// The ISO 4217 code of ``price``; nil with it.
     public var currency: String?
+    /// Its downloads, in delivery order.
     public var downloads: [DownloadRecord]
 
+    /// An entry with these values.
     public init(transaction: TransactionRecord, kind: ProductKind?, price: String?, currency: String?, downloads: [DownloadRecord]) {
         self.transaction = transaction
         self.kind = kind
@@ -61,6 +71,7 @@ public struct PurchaseHistoryEntry: Sendable, Hashable {
         transaction.revoked ? "revoked" : transaction.state.rawValue
     }
 
+    /// Whether it is a restore (state `restored`), not a purchase.
     public var isRestore: Bool { transaction.state == .restored }
     /// Some of its hosted content will never arrive: a download was cancelled by an early finish.
     public var contentLost: Bool { downloads.contains { $0.lost } }

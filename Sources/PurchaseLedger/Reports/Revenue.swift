@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import GRDB
 
 /// Revenue of one product at one price over a period: the price each purchase was paid, fixed
@@ -8,7 +8,9 @@ public struct RevenueLine: Sendable, Hashable {
     public var period: String?
     /// The storefront, when split by storefront (`""` for purchases that did not say); nil otherwise.
     public var storefront: String?
+    /// The product id.
     public var product: String
+    /// The ISO 4217 code of ``price`` and the amounts.
     public var currency: String
     /// The unit price paid, a decimal string in currency units ("0" for a free trial).
     public var price: String
@@ -16,13 +18,17 @@ public struct RevenueLine: Sendable, Hashable {
     /// (`allEnvironments`): then sandbox, Xcode and family-shared purchases have lines of their
     /// own, which ``countsAsRevenue`` says are not revenue.
     public var environment: StoreEnvironment = .production
+    /// Purchased, unless the report includes every environment; see ``environment``.
     public var ownership: Ownership = .purchased
     /// Purchases (restores are not payments), and units sold (quantities summed).
     public var purchases: Int
+    /// Units sold: the purchases' quantities summed.
     public var units: Int
     /// Units of purchases later revoked (refunds, family-sharing revocations...).
     public var refundedUnits: Int
+    /// ``price`` times ``units``, in currency units.
     public var gross: Decimal
+    /// ``price`` times ``refundedUnits``, in currency units.
     public var refunds: Decimal
 }
 
@@ -30,13 +36,21 @@ public struct RevenueLine: Sendable, Hashable {
 /// (sandbox, Xcode, family-shared) are summed apart, into totals of their own environment and
 /// ownership, never into the revenue's.
 public struct RevenueTotal: Sendable, Hashable {
+    /// The ISO 4217 code of the amounts.
     public var currency: String
+    /// The environment of the lines it sums (production for the revenue's own total).
     public var environment: StoreEnvironment = .production
+    /// The ownership of the lines it sums (purchased for the revenue's own total).
     public var ownership: Ownership = .purchased
+    /// Purchases summed over the lines (restores are not payments).
     public var purchases: Int
+    /// Units sold, summed over the lines.
     public var units: Int
+    /// Units of purchases later revoked, summed over the lines.
     public var refundedUnits: Int
+    /// The lines' gross amounts summed, in currency units.
     public var gross: Decimal
+    /// The lines' refunds summed, in currency units.
     public var refunds: Decimal
 
     /// One total per currency, sorted by currency: the revenue first, then the totals of lines
@@ -75,6 +89,7 @@ public protocol RevenueAmounts {
 }
 
 extension RevenueAmounts {
+    /// ``gross`` minus ``refunds``, in currency units.
     public var net: Decimal { gross - refunds }
 
     /// Whether totals add it: production purchases their buyer paid for.

@@ -3,7 +3,7 @@
 // update checks; what they become in the ledger is decided in StoreKitRecorder, tested on Linux.
 // Parsed on Linux (swiftc -parse); compiled where Background Assets has asset packs (not watchOS).
 #if canImport(BackgroundAssets) && !os(watchOS)
-    import BackgroundAssets
+    public import BackgroundAssets
     import Foundation
     import PurchaseLedger
 

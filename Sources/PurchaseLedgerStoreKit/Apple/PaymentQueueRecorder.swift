@@ -6,9 +6,9 @@
 // `paymentQueue(_:updatedDownloads:)` are API_UNAVAILABLE (on watchOS they exist from 6.2,
 // deprecated from 9.0, like everywhere else).
 #if canImport(StoreKit) && !os(visionOS)
-    import Foundation
-    import PurchaseLedger
-    import StoreKit
+    public import Foundation
+    public import PurchaseLedger
+    public import StoreKit
 
     /// The payment queue, recorded in a ledger: add it as the queue's observer at launch, and make the
     /// app's payment, download, copy-out, finish and restore calls through it.
@@ -20,12 +20,16 @@
     /// try recorder.finish(transaction)                     // refused while content is not copied out
     /// ```
     public final class PaymentQueueRecorder: NSObject, SKPaymentTransactionObserver, @unchecked Sendable {  // unchecked: immutable lets; SKPaymentQueue is thread-safe
+        /// The platform-neutral recorder the calls and callbacks go through.
         public let recorder: StoreKitRecorder
+        /// The payment queue observed, and given the app's calls once the ledger took them.
         public let queue: SKPaymentQueue
 
         /// Whether a purchase promoted on the App Store continues now (`paymentQueue(_:shouldAddStorePayment:for:)`).
         public let shouldAddStorePayment: @Sendable (SKPayment, SKProduct) -> Bool
 
+        /// A recorder of `queue` into `ledger`. `onError` gets each callback the ledger could not record;
+        /// `shouldAddStorePayment` answers promoted purchases (default: continue now). Call ``install()``.
         public init(
             ledger: Ledger, queue: SKPaymentQueue = .default(), onError: @escaping @Sendable (LedgerError) -> Void = { _ in },
             shouldAddStorePayment: @escaping @Sendable (SKPayment, SKProduct) -> Bool = { _, _ in true }
@@ -59,21 +63,29 @@
             return id
         }
 
+        /// Records the start of these downloads, then starts them; a refusal throws and StoreKit starts
+        /// nothing.
         public func start(_ downloads: [SKDownload]) throws {
             try recorder.start(downloads.map(DownloadValue.init))
             queue.start(downloads)
         }
 
+        /// Records the pause of these downloads, then pauses them; a refusal throws and StoreKit pauses
+        /// nothing.
         public func pause(_ downloads: [SKDownload]) throws {
             try recorder.pause(downloads.map(DownloadValue.init))
             queue.pause(downloads)
         }
 
+        /// Records the resumption of these downloads, then resumes them; a refusal throws and StoreKit
+        /// resumes nothing.
         public func resume(_ downloads: [SKDownload]) throws {
             try recorder.resume(downloads.map(DownloadValue.init))
             queue.resume(downloads)
         }
 
+        /// Records the user's cancellation of these downloads, then cancels them; a refusal throws and
+        /// StoreKit cancels nothing.
         public func cancel(_ downloads: [SKDownload]) throws {
             try recorder.cancel(downloads.map(DownloadValue.init))
             queue.cancel(downloads)
@@ -92,6 +104,8 @@
             queue.finishTransaction(transaction)
         }
 
+        /// Records the start of a restore, then asks the queue to restore (with `applicationUsername` when
+        /// given); throws `restoreInProgress`, and restores nothing, while one runs.
         public func restoreCompletedTransactions(applicationUsername: String? = nil) throws {
             try recorder.restoreStarted(applicationUsername: applicationUsername)
             if let applicationUsername {
@@ -103,6 +117,7 @@
 
         // MARK: - SKPaymentTransactionObserver
 
+        /// Records what the queue reports of these transactions, with the queue's storefront.
         public func paymentQueue(_ queue: SKPaymentQueue, updatedTransactions transactions: [SKPaymentTransaction]) {
             let storefront = queue.storefront?.countryCode
             recorder.updatedTransactions(transactions.map { PaymentTransactionValue($0, storefront: storefront) })
@@ -123,19 +138,24 @@
             }
         #endif
 
+        /// Records the finish of these transactions when the app finished them without the recorder (a
+        /// finish made through ``finish(_:discardContent:)`` is recorded already).
         public func paymentQueue(_ queue: SKPaymentQueue, removedTransactions transactions: [SKPaymentTransaction]) {
             recorder.removedTransactions(transactions.map(PaymentTransactionValue.init))
         }
 
+        /// Records what the queue reports of these downloads.
         public func paymentQueue(_ queue: SKPaymentQueue, updatedDownloads downloads: [SKDownload]) {
             recorder.updatedDownloads(downloads.map(DownloadValue.init))
         }
 
+        /// Records that the restore completed.
         public func paymentQueueRestoreCompletedTransactionsFinished(_ queue: SKPaymentQueue) {
             recorder.restoreCompleted()
         }
 
-        public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: Error) {
+        /// Records that the restore failed, with StoreKit's error.
+        public func paymentQueue(_ queue: SKPaymentQueue, restoreCompletedTransactionsFailedWithError error: any Error) {
             recorder.restoreFailed(StoreError(error))
         }
     }
@@ -165,6 +185,7 @@
     }
 
     extension ProductValue {
+        /// What the recorder reads of a product; StoreKit 1 does not say its `kind`, so the app gives it.
         public init(_ p: SKProduct, kind: ProductKind) {
             self.init(
                 productIdentifier: p.productIdentifier, kind: kind, price: p.price.decimalValue,

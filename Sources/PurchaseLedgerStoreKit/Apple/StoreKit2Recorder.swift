@@ -3,10 +3,10 @@
 // on Linux. This file is parsed there (swiftc -parse) but compiled only where StoreKit exists.
 #if canImport(StoreKit)
     import Foundation
-    import PurchaseLedger
-    import StoreKit
+    public import PurchaseLedger
+    public import StoreKit
     #if os(visionOS)
-        import UIKit
+        public import UIKit
     #endif
 
     extension StoreKitRecorder {
@@ -123,6 +123,7 @@
     }
 
     extension ProductValue {
+        /// What the recorder reads of a product: its id, type, price, currency and display name.
         public init(_ p: Product) {
             self.init(
                 productIdentifier: p.id, kind: ProductKind(p.type) ?? .nonConsumable, price: p.price,

@@ -12,6 +12,7 @@ public enum BlockCodec: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// LZ4 over the whole block, with a dictionary stored in the ledger.
     case lz4Dictionary = 2
 
+    /// `raw`, `lz4` or `lz4+dictionary`.
     public var description: String {
         switch self {
         case .raw: "raw"

@@ -4,14 +4,18 @@ public struct RecordedEvent: Sendable, Hashable {
     public var seq: Int64
     /// Position within its stream, from 1.
     public var version: Int64
+    /// The event itself: when it happened, its type and fields.
     public var event: Event
     /// When the ledger stored it (from the ledger's clock).
     public var recordedAt: Timestamp
     /// The rule this observation broke, when it was stored as an anomaly.
     public var anomaly: Rule?
-    /// True for the cancellations the ledger appended itself before an early finish.
+    /// True for what the ledger appended itself, never given: the cancellations before an early
+    /// finish, and the `personalDataErased` record of a `forget`.
     public var appendedByLedger: Bool
 
+    /// A stored event with these values. The ledger makes its own when it stores events; this is for
+    /// tools and tests.
     public init(seq: Int64, version: Int64, event: Event, recordedAt: Timestamp, anomaly: Rule? = nil, appendedByLedger: Bool = false) {
         self.seq = seq
         self.version = version

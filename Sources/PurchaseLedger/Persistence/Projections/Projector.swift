@@ -5,8 +5,11 @@ import GRDB
 public struct OwnedContentHistoryEntry: Sendable, Hashable {
     /// The seq of the `contentCopiedOut` event.
     public var seq: Int64
+    /// The version copied out (for an asset pack, the version that finished).
     public var owned: OwnedContent
+    /// When a later copy-out of the same product and content replaced it; nil while none has.
     public var supersededAt: Timestamp?
+    /// When `contentDeleted` (for an asset pack, `assetPackRemoved`) took it away; nil while neither has.
     public var deletedAt: Timestamp?
 }
 

@@ -1,4 +1,4 @@
-import GRDB
+package import GRDB
 import GRDBSQLite
 
 /// A GRDB row's columns, decoded as GRDB decodes them.

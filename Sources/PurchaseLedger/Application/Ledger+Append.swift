@@ -160,33 +160,30 @@ extension Ledger {
             let lastCommit = w.lastCommit
             w.lastCommit = nil
             do {
-                return try writeQueue().writeWithoutTransaction { db in
-                    var summary: ImportSummary!
-                    var tail: Int?
-                    try LedgerFile.immediateTransaction(db, w.statements) {
-                        // Nothing committed to the file since this writer's last commit: its state
-                        // and the tail it left are the file's, and the projections are marked.
-                        let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
-                        if known == nil {
-                            mutated = try catchUp(&w, db)
-                            // Another connection may have recorded personal values: start from the table.
-                            try w.personal.sync(db)
-                        }
-                        let batch = try AppendBatch(
-                            db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
-                            emptyLedger: w.state.seq == 0, cache: pageCache)
-                        var session = AppendSession(batch, configuration: configuration)
-                        while let (event, position) = try next() {
-                            try session.decide(event, at: position, into: &w, mutated: &mutated, keep: keepEvents)
-                        }
-                        tail = try session.commit(&w, markProjections: known == nil) ?? known?.tail
-                        summary = session.summary(lastSeq: w.state.seq)
+                var tail: Int?
+                let (summary, version) = try file.transaction(w.statements) { db in
+                    // Nothing committed to the file since this writer's last commit: its state
+                    // and the tail it left are the file's, and the projections are marked.
+                    let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
+                    if known == nil {
+                        mutated = try catchUp(&w, db)
+                        // Another connection may have recorded personal values: start from the table.
+                        try w.personal.sync(db)
                     }
-                    if let version = EventStore.dataVersion(db), let tail {
-                        w.lastCommit = LastCommit(dataVersion: version, tail: tail)
+                    let batch = try AppendBatch(
+                        db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,
+                        emptyLedger: w.state.seq == 0, cache: pageCache)
+                    var session = AppendSession(batch, configuration: configuration)
+                    while let (event, position) = try next() {
+                        try session.decide(event, at: position, into: &w, mutated: &mutated, keep: keepEvents)
                     }
-                    return summary
+                    tail = try session.commit(&w, markProjections: known == nil) ?? known?.tail
+                    return session.summary(lastSeq: w.state.seq)
                 }
+                if let version, let tail {
+                    w.lastCommit = LastCommit(dataVersion: version, tail: tail)
+                }
+                return summary
             } catch {
                 // The transaction rolled back: the in-memory state is ahead of the file. Reload it
                 // now, or, if that fails too, before the next append.

@@ -338,6 +338,18 @@ final class LedgerFile: Sendable {
     private static let commit = PreparedSQL("COMMIT")
     private static let rollback = PreparedSQL("ROLLBACK")
 
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction on the writing connection and commits it,
+    /// or rolls it back when `body` throws: what an append commits its batch in. Returns what
+    /// `body` returned and SQLite's data version of the connection right after the commit (it
+    /// changes with every later commit to the file, this connection's or another's).
+    func transaction<T>(_ statements: PreparedStatements, _ body: (Database) throws -> T) throws -> (T, dataVersion: UInt32?) {
+        try writeQueue().writeWithoutTransaction { db in
+            var result: T?
+            try LedgerFile.immediateTransaction(db, statements) { result = try body(db) }
+            return (result!, EventStore.dataVersion(db))
+        }
+    }
+
     /// Runs `body` in a `BEGIN IMMEDIATE` transaction on the write connection, and commits, or
     /// rolls back when it throws. GRDB's `inTransaction` does the same, but prepares its `BEGIN`
     /// and `COMMIT` again each time and runs its observer bookkeeping around them; on a one-event

@@ -280,3 +280,28 @@ extension StoreError {
         self.init(domain: e.domain, code: Int64(e.code), message: e.localizedDescription)
     }
 }
+
+extension OfferType {
+    /// The offer type of StoreKit 2's `Transaction.OfferType` by its raw value (1 introductory,
+    /// 2 promotional, 3 offer code, 4 win-back, as the App Store Server API numbers them); nil for
+    /// a kind the ledger's contract does not know. By value, not by the type's description, which
+    /// names no case (`OfferType(rawValue: 4)`).
+    public init?(storeKit2RawValue rawValue: Int) {
+        switch rawValue {
+        case 1: self = .introductory
+        case 2: self = .promotional
+        case 3: self = .code
+        case 4: self = .winBack
+        default: return nil
+        }
+    }
+}
+
+extension StoreKit2TransactionValue {
+    /// The storefront a transaction records: `Transaction.storefront.countryCode` where the OS has
+    /// it (iOS 17, macOS 14, tvOS 17, watchOS 10, visionOS 1), else the older
+    /// `storefrontCountryCode` (iOS 16, macOS 13, tvOS 16, watchOS 9; not on visionOS).
+    public static func storefront(current: String?, older: String?) -> String? {
+        current ?? older
+    }
+}

@@ -1,8 +1,11 @@
 // Background Assets (asset packs, iOS/macOS/tvOS/visionOS 26): the Apple-only layer. It copies
 // `AssetPackManager`'s status updates into AssetPackStatusUpdateValue and forwards removals and
 // update checks; what they become in the ledger is decided in StoreKitRecorder, tested on Linux.
-// Parsed on Linux (swiftc -parse); compiled where Background Assets has asset packs (not watchOS).
-#if canImport(BackgroundAssets) && !os(watchOS)
+// Type-checked on Linux against stand-ins (Tools/storekit-check.sh); compiled where Background Assets
+// has asset packs (not watchOS).
+// `AssetPackManager` is in the SDKs of iOS, macOS, tvOS and visionOS 26, which come with Swift 6.2;
+// Background Assets itself exists since iOS 16.1, so `canImport` alone is true with older SDKs.
+#if compiler(>=6.2) && canImport(BackgroundAssets) && !os(watchOS)
     public import BackgroundAssets
     import Foundation
     import PurchaseLedger
@@ -10,16 +13,22 @@
     @available(iOS 26, macOS 26, tvOS 26, visionOS 26, *)
     extension StoreKitRecorder {
         /// Records every asset pack's download status until the calling task is cancelled (the
-        /// sequence never ends). Start it at launch, before asking for any pack:
+        /// sequence never ends). Start it at launch, before asking for any pack.
+        ///
+        /// The manager is the app's to give: the first reference to `AssetPackManager.shared` opts
+        /// the app into the system's management of its asset packs, which also needs the matching
+        /// downloader extension (`StoreDownloaderExtension` for Apple-hosted packs), so this layer
+        /// never touches it on its own.
         ///
         /// ```swift
-        /// Task { await recorder.recordAssetPackUpdates() }
+        /// let packs = AssetPackManager.shared   // the app opts in here, with its downloader extension
+        /// Task { await recorder.recordAssetPackUpdates(from: packs) }
         /// try recorder.assetPackPublished(id: "levels", version: pack.version, unlockedBy: ["com.example.levels"])
-        /// try await AssetPackManager.shared.ensureLocalAvailability(of: pack)
+        /// try await packs.ensureLocalAvailability(of: pack)
         /// try recorder.openAssetPack(id: "levels", version: pack.version)   // refused when not usable
         /// ```
-        public func recordAssetPackUpdates(from manager: AssetPackManager = .shared) async {
-            for await update in manager.statusUpdates {
+        public func recordAssetPackUpdates(from manager: AssetPackManager) async {
+            for await update in await manager.statusUpdates {
                 if Task.isCancelled { return }
                 if let value = AssetPackStatusUpdateValue(update) {
                     assetPackStatusUpdate(value)
@@ -30,7 +39,7 @@
         }
 
         /// `remove(assetPackWithID:)`, recorded once it returns.
-        public func remove(assetPackWithID id: String, from manager: AssetPackManager = .shared) async throws {
+        public func remove(assetPackWithID id: String, from manager: AssetPackManager) async throws {
             try await manager.remove(assetPackWithID: id)
             assetPackRemoved(id: id)
         }
@@ -38,7 +47,7 @@
         /// `checkForUpdates()`; the packs it removed are recorded as removed (the updates it starts
         /// arrive through `statusUpdates`).
         @discardableResult
-        public func checkForAssetPackUpdates(with manager: AssetPackManager = .shared) async throws -> (updatingIDs: Set<String>, removedIDs: Set<String>) {
+        public func checkForAssetPackUpdates(with manager: AssetPackManager) async throws -> (updatingIDs: Set<String>, removedIDs: Set<String>) {
             let result = try await manager.checkForUpdates()
             for id in result.removedIDs.sorted() { assetPackRemoved(id: id) }
             return result

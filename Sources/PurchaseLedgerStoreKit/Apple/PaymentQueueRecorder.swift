@@ -1,8 +1,8 @@
 // StoreKit 1 (SKPaymentQueue, SKDownload): the Apple-only layer. It copies StoreKit's objects into
 // the recorder's value types and forwards the app's calls to the queue only after the ledger took
-// them. Everything it decides is in StoreKitRecorder, tested on Linux; this file is parsed there
-// (swiftc -parse) but compiled only where StoreKit exists and has SKDownload: every declared
-// platform but visionOS, where SKDownload, the queue's start/pause/resume/cancel and
+// them. Everything it decides is in StoreKitRecorder, tested on Linux; this file is type-checked
+// there against stand-ins (Tools/storekit-check.sh), and compiled only where StoreKit has
+// SKDownload: every declared platform but visionOS, where SKDownload, the queue's start/pause/resume/cancel and
 // `paymentQueue(_:updatedDownloads:)` are API_UNAVAILABLE (on watchOS they exist from 6.2,
 // deprecated from 9.0, like everywhere else).
 #if canImport(StoreKit) && !os(visionOS)
@@ -11,7 +11,8 @@
     public import StoreKit
 
     /// The payment queue, recorded in a ledger: add it as the queue's observer at launch, and make the
-    /// app's payment, download, copy-out, finish and restore calls through it.
+    /// app's payment, download, copy-out, finish and restore calls through it. Keep it for the app's
+    /// whole life (a static or an app-delegate property): the queue does not retain its observers.
     ///
     /// ```swift
     /// let recorder = PaymentQueueRecorder(ledger: ledger)
@@ -123,12 +124,11 @@
             recorder.updatedTransactions(transactions.map { PaymentTransactionValue($0, storefront: storefront) })
         }
 
-        #if !os(tvOS)
-            /// Family Sharing (or a refund) took products away: their transactions are recorded as revoked.
-            public func paymentQueue(_ queue: SKPaymentQueue, didRevokeEntitlementsForProductIdentifiers productIdentifiers: [String]) {
-                recorder.revokedEntitlements(productIdentifiers: productIdentifiers)
-            }
-        #endif
+        /// Family Sharing (or a refund) took products away: their transactions are recorded as revoked.
+        /// Declared for iOS 14, macOS 11, tvOS 14, watchOS 7: every platform this layer builds for.
+        public func paymentQueue(_ queue: SKPaymentQueue, didRevokeEntitlementsForProductIdentifiers productIdentifiers: [String]) {
+            recorder.revokedEntitlements(productIdentifiers: productIdentifiers)
+        }
 
         #if !os(watchOS)
             /// A promoted purchase started on the App Store: recorded with the answer of
@@ -141,7 +141,7 @@
         /// Records the finish of these transactions when the app finished them without the recorder (a
         /// finish made through ``finish(_:discardContent:)`` is recorded already).
         public func paymentQueue(_ queue: SKPaymentQueue, removedTransactions transactions: [SKPaymentTransaction]) {
-            recorder.removedTransactions(transactions.map(PaymentTransactionValue.init))
+            recorder.removedTransactions(transactions.map { PaymentTransactionValue($0) })
         }
 
         /// Records what the queue reports of these downloads.

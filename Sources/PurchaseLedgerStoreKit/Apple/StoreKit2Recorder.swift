@@ -1,9 +1,10 @@
 // StoreKit 2 (Transaction, Product): the Apple-only layer. It copies verified transactions into
 // StoreKit2TransactionValue; what they become in the ledger is decided in StoreKitRecorder, tested
-// on Linux. This file is parsed there (swiftc -parse) but compiled only where StoreKit exists.
+// on Linux. This file is type-checked there against stand-ins (Tools/storekit-check.sh), and
+// compiled where StoreKit exists.
 #if canImport(StoreKit)
     import Foundation
-    public import PurchaseLedger
+    import PurchaseLedger
     public import StoreKit
     #if os(visionOS)
         public import UIKit
@@ -99,6 +100,11 @@
             }
             if #available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *) {
                 storefront = t.storefront.countryCode
+            } else {
+                #if !os(visionOS)
+                    // iOS 16 and its peers: the field that `storefront` replaced in iOS 17.
+                    storefront = Self.storefront(current: nil, older: t.storefrontCountryCode)
+                #endif
             }
             if #available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *) {
                 offer = t.offer.flatMap { o in OfferType(o.type).map { Offer(type: $0, id: o.id) } }
@@ -110,15 +116,7 @@
 
     extension OfferType {
         init?(_ type: Transaction.OfferType) {
-            switch type {
-            case .introductory: self = .introductory
-            case .promotional: self = .promotional
-            case .code: self = .code
-            default:
-                // `.winBack` exists from iOS 18; any other kind is not the contract's.
-                guard String(describing: type).lowercased().contains("winback") else { return nil }
-                self = .winBack
-            }
+            self.init(storeKit2RawValue: type.rawValue)
         }
     }
 

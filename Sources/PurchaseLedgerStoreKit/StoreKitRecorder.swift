@@ -588,6 +588,37 @@ public final class StoreKitRecorder: Sendable {
     public func finish(storeKit2 id: UInt64) throws {
         try ledger.append(Event(at: clock(), .transactionFinished(transaction: Self.transactionID(storeKit2: id), discardContent: false)))
     }
+
+    /// Whether the app has to act on this StoreKit 2 transaction: deliver what it bought and finish
+    /// it (one the ledger holds as purchased or restored, neither finished nor revoked), or only
+    /// finish it (one whose signature did not verify, kept as an `unverifiedTransaction` anomaly).
+    /// The Apple layer hands such transactions from `Transaction.updates` and
+    /// `Transaction.unfinished` to the app's `deliver` handler (``startStoreKit2(deliver:)``).
+    public func awaitsFinish(storeKit2 id: UInt64) -> Bool {
+        let transaction = Self.transactionID(storeKit2: id)
+        if let t = ledger.currentState.transactions[transaction] {
+            return !t.finished && !t.revoked && (t.state == .purchased || t.state == .restored)
+        }
+        return isUnverified(transaction)
+    }
+
+    /// Allows finishing a StoreKit 2 transaction whose signature did not verify, so StoreKit stops
+    /// delivering it at every launch. The ledger keeps it as the `unverifiedTransaction` anomaly
+    /// it was recorded as (never a purchase: it grants nothing and counts in no revenue), so there
+    /// is nothing to record; throws `malformedInput` for a transaction never recorded as
+    /// unverified, and then the app must not call `finish()`.
+    public func finishUnverified(storeKit2 id: UInt64) throws {
+        let transaction = Self.transactionID(storeKit2: id)
+        guard ledger.currentState.transactions[transaction] == nil, isUnverified(transaction) else {
+            throw LedgerError.make(
+                .malformedInput, "transaction \(transaction) was not recorded as unverified: finish it with finish(storeKit2:)")
+        }
+    }
+
+    /// Whether the ledger holds `transaction` as an unverified purchase.
+    private func isUnverified(_ transaction: String) -> Bool {
+        (try? ledger.events(inStream: "transaction:" + transaction).contains { $0.anomaly == .unverifiedTransaction }) ?? false
+    }
 }
 
 extension Timestamp {

@@ -282,6 +282,35 @@ import Testing
         #expect(ledger.currentState.transactions[id]?.discardedContent == true, "recorded as discarded: StoreKit deleted it")
     }
 
+    @Test func transactionsFromUpdatesAwaitTheAppsFinishAndUnverifiedOnesCanBeFinished() throws {
+        let r = try recorder()
+        let approved = StoreKit2TransactionValue(
+            id: 9301, originalID: 9301, productID: "com.example.book", productKind: .nonConsumable,
+            purchasedQuantity: 1, purchaseDate: Date(timeIntervalSince1970: 1_709_280_000), reason: .purchase)
+        #expect(!r.awaitsFinish(storeKit2: 9301), "unknown to the ledger")
+        // An Ask to Buy approval arrives through Transaction.updates: recorded, then the app's to deliver.
+        r.record([approved], from: .updates)
+        #expect(r.awaitsFinish(storeKit2: 9301))
+        try r.finish(storeKit2: 9301)
+        #expect(!r.awaitsFinish(storeKit2: 9301), "finished")
+
+        var refunded = approved
+        refunded.id = 9302
+        refunded.originalID = 9302
+        refunded.revocationDate = Date(timeIntervalSince1970: 1_709_366_400)
+        r.record([refunded], from: .updates)
+        #expect(!r.awaitsFinish(storeKit2: 9302), "revoked: nothing to deliver")
+
+        // An unverified transaction: only finishing it is left, and the ledger allows that.
+        r.unverified(storeKit2: 9303, product: "com.example.book", error: StoreError(domain: "StoreKit.VerificationError", code: 4, message: "invalid signature"))
+        #expect(r.awaitsFinish(storeKit2: 9303))
+        let seq = try ledger.lastSeq()
+        try r.finishUnverified(storeKit2: 9303)
+        #expect(try ledger.lastSeq() == seq, "nothing recorded: the ledger keeps it as an anomaly")
+        #expect(throws: LedgerError.self) { try r.finishUnverified(storeKit2: 9301) }
+        #expect(throws: LedgerError.self) { try r.finishUnverified(storeKit2: 9999) }
+    }
+
     @Test func storeKit2PurchasesLaunchSweepsRefundsRenewalsAndRestores() throws {
         let r = try recorder()
         let token = UUID()

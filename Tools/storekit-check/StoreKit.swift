@@ -142,6 +142,13 @@ public enum VerificationResult<SignedType: Sendable>: Sendable {
     case unverified(SignedType, VerificationError)
     case verified(SignedType)
 
+    // verificationresult/unsafepayloadvalue: `var unsafePayloadValue: SignedType { get }`.
+    public var unsafePayloadValue: SignedType {
+        switch self {
+        case .unverified(let value, _), .verified(let value): value
+        }
+    }
+
     // verificationresult/verificationerror: `enum VerificationError : Error`.
     public enum VerificationError: Error, Sendable {
         case revokedCertificate, invalidCertificateChain, invalidDeviceVerification, invalidEncoding, invalidSignature, missingRequiredProperties

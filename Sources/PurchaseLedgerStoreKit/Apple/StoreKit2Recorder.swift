@@ -17,12 +17,32 @@
         /// (refunds and revocations made while the app was closed). Runs for as long as the
         /// returned task does. An unverified result is kept as an `unverifiedTransaction` anomaly
         /// with StoreKit's verification error, never as a purchase.
-        public func startStoreKit2() -> Task<Void, Never> {
+        ///
+        /// `deliver` gets each transaction of `updates` and `unfinished` the app still has to act
+        /// on (``awaitsFinish(storeKit2:)``), once it is recorded: Ask to Buy approvals, offer
+        /// codes, purchases made on another device, and those left unfinished last time. Deliver a
+        /// verified one's content, then ``finish(_:)`` it; an unverified one can only be finished
+        /// (``finish(unverified:)``).
+        ///
+        /// ```swift
+        /// let storeKit = recorder.startStoreKit2 { result in
+        ///     switch result {
+        ///     case .verified(let transaction):
+        ///         await library.unlock(transaction.productID)
+        ///         try? await recorder.finish(transaction)
+        ///     case .unverified(let transaction, _):
+        ///         try? await recorder.finish(unverified: transaction)
+        ///     }
+        /// }
+        /// ```
+        public func startStoreKit2(
+            deliver: @escaping @Sendable (VerificationResult<Transaction>) async -> Void = { _ in }
+        ) -> Task<Void, Never> {
             let updates = Task.detached(priority: .utility) { [self] in
-                for await result in Transaction.updates { take(result, from: .updates) }
+                for await result in Transaction.updates { await take(result, from: .updates, deliver: deliver) }
             }
             return Task.detached(priority: .utility) { [self] in
-                for await result in Transaction.unfinished { take(result, from: .unfinished) }
+                for await result in Transaction.unfinished { await take(result, from: .unfinished, deliver: deliver) }
                 for await result in Transaction.currentEntitlements { take(result, from: .currentEntitlements) }
                 for await result in Transaction.all { take(result, from: .reconcile) }
                 await withTaskCancellationHandler {
@@ -31,6 +51,15 @@
                     updates.cancel()
                 }
             }
+        }
+
+        /// Records `result`, then hands it to `deliver` when the app has to act on it.
+        private func take(
+            _ result: VerificationResult<Transaction>, from source: StoreKit2Source,
+            deliver: @Sendable (VerificationResult<Transaction>) async -> Void
+        ) async {
+            take(result, from: source)
+            if awaitsFinish(storeKit2: result.unsafePayloadValue.id) { await deliver(result) }
         }
 
         private func take(_ result: VerificationResult<Transaction>, from source: StoreKit2Source) {
@@ -65,6 +94,14 @@
         /// Finishes the transaction if the ledger allows it; a refusal throws before `finish()`.
         public func finish(_ transaction: Transaction) async throws {
             try finish(storeKit2: transaction.id)
+            await transaction.finish()
+        }
+
+        /// Finishes a transaction whose signature did not verify, so StoreKit stops delivering it;
+        /// the ledger keeps it as an anomaly (``finishUnverified(storeKit2:)``). Throws, before
+        /// `finish()`, for one never recorded as unverified.
+        public func finish(unverified transaction: Transaction) async throws {
+            try finishUnverified(storeKit2: transaction.id)
             await transaction.finish()
         }
 

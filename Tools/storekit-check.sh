@@ -3,8 +3,10 @@
 # against stand-in StoreKit, Background Assets and UIKit modules written from Apple's declarations
 # (Tools/storekit-check/), in Swift 6 mode with the package's strictness settings, once per
 # platform branch of the target's `#if os(...)` conditions: iOS, macOS, tvOS, watchOS and visionOS
-# forced in turn. Warnings are errors. Run by Tools/test.sh after the build (it needs the
-# PurchaseLedger module of `swift build`); no Apple SDK is needed.
+# forced in turn. Warnings are errors. Then the StoreKit snippets of README.md and the DocC guide,
+# as an app would hold them, against the iOS branch (Tools/storekit-check/snippets.py). Run by
+# Tools/test.sh after the build (it needs the PurchaseLedger module of `swift build`); no Apple SDK
+# is needed.
 #
 # What it cannot see: availability (`@available`, `#available`, API_UNAVAILABLE) and deprecation,
 # which stand-ins cannot model per platform. docs/platforms.md lists each Apple API used, its
@@ -35,7 +37,7 @@ mkdir -p "$work/standins"
 # With library evolution, as Apple's frameworks are: their enums are not frozen, so a switch over
 # one needs `@unknown default` here as on a device. (Foundation on Linux is built without it, which
 # swiftc notes once per module.)
-for module in UIKit BackgroundAssets StoreKit; do
+for module in UIKit SwiftUI BackgroundAssets StoreKit; do
   swiftc -emit-module -parse-as-library -enable-library-evolution -module-name "$module" "${flags[@]}" \
     -I "$work/standins" "Tools/storekit-check/$module.swift" -emit-module-path "$work/standins/$module.swiftmodule" 2> "$work/$module.log" || {
     cat "$work/$module.log" >&2
@@ -60,6 +62,26 @@ for platform in iOS macOS tvOS watchOS visionOS; do
     failed+=("$platform")
   fi
 done
+# The StoreKit snippets of README.md and the DocC guide, as a user pastes them into an iOS app:
+# compiled against the layer (its iOS branch, built from the stand-ins) and the stand-ins. Names a
+# snippet takes from its surroundings (`product`, `transaction`...) are declared in a prelude.
+mkdir -p "$work/mods" "$work/snippets"
+ios_files=()
+while IFS= read -r source; do ios_files+=("$work/iOS/$source"); done < <(find Sources/PurchaseLedgerStoreKit -name '*.swift' | sort)
+if swiftc -emit-module -module-name PurchaseLedgerStoreKit -package-name "$package_name" "${flags[@]}" "${cmodules[@]}" -D STANDIN_OS_iOS \
+  -I "$work/standins" -I "$modules" "${ios_files[@]}" -emit-module-path "$work/mods/PurchaseLedgerStoreKit.swiftmodule" 2> "$work/module.log"; then
+  python3 Tools/storekit-check/snippets.py "$work/snippets" README.md Sources/PurchaseLedgerStoreKit/PurchaseLedgerStoreKit.docc/*.md
+  if swiftc -typecheck -parse-as-library -swift-version 6 -module-name Snippets "${cmodules[@]}" -I "$work/standins" -I "$work/mods" -I "$modules" \
+    "$work"/snippets/*.swift 2> "$work/snippets.log"; then
+    echo "storekit-check: the StoreKit snippets of README.md and the DocC guide compile ($(ls "$work"/snippets/snippet-*.swift | wc -l) blocks)"
+  else
+    sed "s#$work/snippets/##g" "$work/snippets.log" >&2
+    failed+=("the snippets")
+  fi
+else
+  cat "$work/module.log" >&2
+  failed+=("iOS (module)")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "storekit-check: the StoreKit layer does not compile for: ${failed[*]}" >&2
   exit 1

@@ -42,6 +42,10 @@ public actor AssetPackManager {
     // assetpackmanager/remove(assetpackwithid:): `func remove(assetPackWithID assetPackID: String) async throws`.
     public func remove(assetPackWithID assetPackID: String) async throws {}
 
+    // assetpackmanager/ensurelocalavailability(of:): `func ensureLocalAvailability(of assetPack:
+    // AssetPack) async throws` (iOS 26.0 to 26.4; later with `requireLatestVersion:`, defaulted).
+    public func ensureLocalAvailability(of assetPack: AssetPack) async throws {}
+
     // assetpackmanager/checkforupdates(): `@discardableResult func checkForUpdates() async throws
     // -> (updatingIDs: Set<String>, removedIDs: Set<String>)`.
     @discardableResult

@@ -15,7 +15,8 @@ import Testing
         var api: String
         var since: [String: String?]
         var file: String
-        var guardText: String
+        /// The guards it is used under (one, or one per branch).
+        var guards: [String]
     }
 
     static func rows() throws -> [Row] {
@@ -29,7 +30,7 @@ import Testing
             guard cells.count == 8 else { continue }
             var since: [String: String?] = [:]
             for (i, platform) in platforms.enumerated() { since[platform] = cells[1 + i] == "-" ? nil : cells[1 + i] }
-            rows.append(Row(api: cells[0], since: since, file: cells[6], guardText: cells[7]))
+            rows.append(Row(api: cells[0], since: since, file: cells[6], guards: cells[7].components(separatedBy: "`, `")))
         }
         return rows
     }
@@ -126,7 +127,7 @@ import Testing
             for i in hits {
                 used[row.file, default: []].append((row, i))
                 // The guard the docs name is the guard in the source.
-                #expect(conditions[i].joined(separator: " && ") == row.guardText, "\(row.file):\(i + 1) \(row.api)")
+                #expect(row.guards.contains(conditions[i].joined(separator: " && ")), "\(row.file):\(i + 1) \(row.api)")
                 for platform in Self.platforms where Self.compiled(conditions[i], on: platform) {
                     #expect(row.since[platform]! != nil, "\(row.file):\(i + 1): \(row.api) is compiled for \(platform), which lacks it")
                 }
@@ -146,6 +147,30 @@ import Testing
                 }
             }
         }
+    }
+
+    /// Swift warns that an `#available` check at or below the deployment floor is unnecessary: every
+    /// version the Apple layer checks for is above the package's floor for that platform.
+    @Test func noAvailabilityCheckAtOrBelowTheFloors() throws {
+        let floors = ["iOS": 16.0, "macOS": 13.0, "tvOS": 16.0, "watchOS": 9.0, "visionOS": 1.0]
+        let folder = packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple")
+        var checked = 0
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasSuffix(".swift") {
+            let text = try String(contentsOf: folder.appending(path: file), encoding: .utf8)
+            for line in text.split(separator: "\n") where line.contains("#available(") && !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+                let list = line.split(separator: "#available(")[1].prefix { $0 != ")" }
+                for entry in list.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where entry != "*" {
+                    let parts = entry.split(separator: " ")
+                    guard parts.count == 2, let floor = floors[String(parts[0])], let version = Double(parts[1]) else {
+                        Issue.record("\(file): an availability entry this test cannot read: \(entry)")
+                        continue
+                    }
+                    checked += 1
+                    #expect(version > floor, "\(file): `#available(... \(entry) ...)` is at or below the \(parts[0]) floor \(floor): unnecessary")
+                }
+            }
+        }
+        #expect(checked > 0)
     }
 
     @Test func offerTypesAreReadByValue() {

@@ -556,7 +556,7 @@ import Testing
                 ["macOS", "iOS", "tvOS", "watchOS", "visionOS"],
                 ["visionOS"],  // UIKit, for the UIScene a purchase confirms in
                 ["visionOS"],  // Product.purchase(confirmIn:options:) (its #else: purchase(options:), every other)
-                ["macOS", "iOS", "tvOS", "watchOS"],  // Transaction.storefrontCountryCode, before `storefront`
+                ["visionOS"],  // Transaction.reason and .storefront as they are (its #else: #available, storefrontCountryCode before)
             ],
             "AssetPackRecorder.swift": [["macOS", "iOS", "tvOS", "visionOS"]],  // AssetPackManager
         ]

@@ -113,11 +113,11 @@
 
     extension StoreKit2TransactionValue {
         /// What the recorder reads of a verified transaction.
+        ///
+        /// No `#available` check at or below the package's floors (iOS 16, macOS 13, tvOS 16,
+        /// watchOS 9, visionOS 1): Swift warns that such a check is unnecessary. visionOS has every
+        /// field from its first release, so it takes them directly, in a branch of its own.
         public init(_ t: Transaction) {
-            var reason: Reason?
-            if #available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *) {
-                reason = t.reason == .renewal ? .renewal : .purchase
-            }
             var revocationReason: String?
             if let r = t.revocationReason {
                 revocationReason = r == .developerIssue ? "developerIssue" : "other"
@@ -125,24 +125,27 @@
             self.init(
                 id: t.id, originalID: t.originalID, productID: t.productID, productKind: ProductKind(t.productType),
                 purchasedQuantity: t.purchasedQuantity, purchaseDate: t.purchaseDate, appAccountToken: t.appAccountToken,
-                revocationDate: t.revocationDate, revocationReason: revocationReason, reason: reason, price: t.price,
+                revocationDate: t.revocationDate, revocationReason: revocationReason, reason: nil, price: t.price,
                 ownership: t.ownershipType == .familyShared ? .familyShared : .purchased)
-            if #available(iOS 16.0, macOS 13.0, tvOS 16.0, watchOS 9.0, visionOS 1.0, *) {
-                currency = t.currency?.identifier
-                switch t.environment {
-                case .sandbox: environment = .sandbox
-                case .xcode: environment = .xcode
-                default: environment = .production
-                }
+            // `currency` and `environment`: iOS 16, macOS 13, tvOS 16, watchOS 9, the floors.
+            currency = t.currency?.identifier
+            switch t.environment {
+            case .sandbox: environment = .sandbox
+            case .xcode: environment = .xcode
+            default: environment = .production
             }
-            if #available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, visionOS 1.0, *) {
+            #if os(visionOS)
+                reason = t.reason == .renewal ? .renewal : .purchase
                 storefront = t.storefront.countryCode
-            } else {
-                #if !os(visionOS)
-                    // iOS 16 and its peers: the field that `storefront` replaced in iOS 17.
+            #else
+                if #available(iOS 17.0, macOS 14.0, tvOS 17.0, watchOS 10.0, *) {
+                    reason = t.reason == .renewal ? .renewal : .purchase
+                    storefront = t.storefront.countryCode
+                } else {
+                    // iOS 16 and its peers: the field that `storefront` replaced in the 17 releases.
                     storefront = Self.storefront(current: nil, older: t.storefrontCountryCode)
-                #endif
-            }
+                }
+            #endif
             if #available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *) {
                 offer = t.offer.flatMap { o in OfferType(o.type).map { Offer(type: $0, id: o.id) } }
             } else {

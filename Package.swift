@@ -113,6 +113,9 @@ let package = Package(
             swiftSettings: strict
         ),
         .executableTarget(name: "purchase-ledger", dependencies: ["PurchaseLedgerCLI"], swiftSettings: strict),
+        // README.md's library snippets as written (Tools/snippets/readme.py makes main.swift; the
+        // tests check it matches the README and run it). A user's code: no strictness of ours.
+        .executableTarget(name: "readme-snippets", dependencies: ["PurchaseLedger"], path: "Tools/readme-snippets"),
         .executableTarget(
             name: "ledger-bench",
             dependencies: [

@@ -8,6 +8,7 @@ Tools/format.sh --check
 # The CLI and reliability tests run the built binaries, so build them first.
 swift build --product purchase-ledger
 swift build --product ledger-bench
+swift build --product readme-snippets
 # The Apple-only StoreKit layer, type-checked for every platform branch against stand-in SDK modules.
 Tools/storekit-check.sh
 swift test "$@"

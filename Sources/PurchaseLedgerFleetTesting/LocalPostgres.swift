@@ -107,11 +107,12 @@ package final class LocalPostgres: Sendable {
         return try LocalPostgres.run(bin + "/" + tool, arguments)
     }
 
-    /// Runs a program and waits for it, its output (stdout and stderr) through a file. With
+    /// Runs a program and waits for it, its output (stdout and stderr) through a file; throws, with
+    /// that output, when it fails. With
     /// posix_spawn and waitpid rather than Foundation's Process: `pg_ctl start` leaves a server
     /// running that inherits the descriptors Process watches, and Process would wait for it.
     @discardableResult
-    private static func run(_ executable: String, _ arguments: [String]) throws -> String {
+    package static func run(_ executable: String, _ arguments: [String]) throws -> String {
         let outputPath = NSTemporaryDirectory() + "purchase-ledger-pg-output-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
         #if canImport(Glibc)

@@ -158,6 +158,34 @@ struct FleetProductionTests {
         #expect(try cli(["report", url + "?sslmode=disable", "--view", "revenue"]).status == 0)
     }
 
+    /// Tools/fleet-up.sh, as a newcomer runs it: a local fleet store whose owner is no superuser,
+    /// the documented roles made with docs/fleet.md's blocks as written, and URLs that ship and
+    /// report; `stop` removes it all.
+    @Test func fleetUpStartsAStoreThatShipsAndReportsUnderTheDocumentedRoles() throws {
+        let script = packageRoot.appending(path: "Tools/fleet-up.sh").path
+        // The script runs the CLI this test runs (without it, it would build one).
+        setenv("PURCHASE_LEDGER_BIN", binary, 1)
+        // Through posix_spawn, not Process: the server the script starts keeps its descriptors.
+        let up = try LocalPostgres.run("/bin/bash", [script])
+        let lines = up.split(separator: "\n")
+        func url(_ label: String) throws -> String {
+            let line = try #require(lines.first { $0.contains(label) }, "\(up)")
+            return String(try #require(line.split(separator: " ").last))
+        }
+        let folder = String(try #require(lines.last?.split(separator: " ").last))
+        defer { _ = try? LocalPostgres.run("/bin/bash", [script, "stop", folder]) }
+        #expect(try url("owner (migrate, forget)").hasPrefix("postgres://fleet_owner:"))
+        let dir = try TemporaryDirectory()
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let shipped = try cli(["ship", path, "--to", try url("shipping (ship)")])
+        #expect(shipped.status == 0, "\(shipped.stderr)")
+        let report = try cli(["report", try url("reporting (report)"), "--format", "csv"])
+        #expect(report.status == 0 && report.stdout.split(separator: "\n").count > 1, "\(report.stderr)")
+        let stopped = try LocalPostgres.run("/bin/bash", [script, "stop", folder])
+        #expect(stopped.contains("stopped") && !FileManager.default.fileExists(atPath: folder), "\(stopped)")
+    }
+
     /// The GRANTs of docs/fleet.md, run as written: shipping and reporting work under them, and
     /// neither role can do more.
     @Test func shipAndReportRunUnderTheDocumentedLeastPrivilegeRoles() throws {
@@ -166,6 +194,7 @@ struct FleetProductionTests {
         // Role names are per cluster: give this test's its own.
         let suffix = "_" + database.suffix(8)
         try server.psql(try Self.documentedSQL("roles.sql", suffix: suffix), database: database)
+        try server.psql(try Self.documentedSQL("grants.sql", suffix: suffix), database: database)
         let shipURL = server.url(database: database, password: "change-me", user: "ledger_ship" + suffix)
         let reportURL = server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix)
 
@@ -208,6 +237,7 @@ struct FleetProductionTests {
         let database = String(url.split(separator: "/").last!)
         let suffix = "_" + database.suffix(8)
         try server.psql(try Self.documentedSQL("roles.sql", suffix: suffix), database: database)
+        try server.psql(try Self.documentedSQL("grants.sql", suffix: suffix), database: database)
         try server.psql(try Self.documentedSQL("rls.sql", suffix: suffix), database: database)
         let shipURL = server.url(database: database, password: "change-me", user: "ledger_ship" + suffix)
         let reportURL = server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix)

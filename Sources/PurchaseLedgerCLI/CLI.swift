@@ -190,8 +190,9 @@ struct Root: AsyncParsableCommand {
             A ledger is one SQLite file holding every payment, download-state change and finish call as an \
             event. Start with `purchase-ledger demo` to see what the tool shows.
 
-            Exit status: 0 success; 1 a rule rejected the input, or verify found a problem; 2 malformed \
-            input or bad usage; 3 storage or I/O failure.
+            Exit status: 0 success; 1 a rule rejected the input, verify found a problem, or forget cannot \
+            erase without breaking the chain; 2 malformed input, bad usage, or a transaction, download or \
+            user the ledger never held (asked for by id); 3 storage or I/O failure.
             """,
         subcommands: [
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,

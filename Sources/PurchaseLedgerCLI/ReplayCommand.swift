@@ -62,6 +62,11 @@ struct ReplayCommand: ParsableCommand {
             state = try ledger.state(atSeq: seq)
         } else if let when {
             let condition = try Condition(when)
+            // An id the ledger never held is a usage error, as in every command (README, exit 2).
+            let head = try ledger.state(atSeq: .max)
+            if condition.isTransaction ? head.transactions[condition.id] == nil : head.downloads[condition.id] == nil {
+                throw LedgerError.make(.malformedInput, "\(condition.isTransaction ? "transaction" : "download") \(condition.id) is not in this ledger")
+            }
             // Replayed from the snapshot before the record's first event: it cannot hold earlier.
             let found =
                 condition.isTransaction
@@ -76,7 +81,16 @@ struct ReplayCommand: ParsableCommand {
             state = try ledger.state(atSeq: .max)
         }
         let selection = focus.isEmpty ? nil : try ledger.select(focus, in: state)
-        for id in selection?.missing ?? [] { console.error("note: \(id) is not in the state after seq \(state.seq)") }
+        if let missing = selection?.missing, !missing.isEmpty {
+            // Never held by the ledger: a usage error (exit 2). Held, but not yet at this seq: a note.
+            let lastSeq = try ledger.lastSeq()
+            let never = state.seq == lastSeq ? missing : try ledger.select(focus, in: try ledger.state(atSeq: .max)).missing
+            if let id = never.first {
+                throw LedgerError.make(
+                    .malformedInput, id.hasPrefix("user ") ? "no transaction in this ledger names the user given with --user" : "\(id) is not in this ledger")
+            }
+            for id in missing { console.error("note: \(id) is not in the state after seq \(state.seq)") }
+        }
         if json {
             console.print(selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state))
         } else {

@@ -115,6 +115,11 @@ struct ReportCommand: AsyncParsableCommand {
             return try await runFleet(from: fromTime, to: toTime)
         }
         let ledger = try options.open()
+        // A user the ledger never held is a usage error (exit 2), as in every command; one with no
+        // row in the period or view asked is an answer.
+        if let user, try ledger.transactions(user: user).isEmpty {
+            throw LedgerError.make(.malformedInput, "no transaction in this ledger names the user given with --user")
+        }
         if streamsRows {
             try streamRows(ledger, from: fromTime, to: toTime)
             return try printUserSummary(ledger)
@@ -156,6 +161,9 @@ struct ReportCommand: AsyncParsableCommand {
     func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?) {
         let fleet = try await FleetStore.connect(options.ledger)
         do {
+            if let user, try await fleet.purchaseHistory(PurchaseHistoryQuery(user: user, limit: 1)).isEmpty {
+                throw LedgerError.make(.malformedInput, "no transaction in this fleet store names the user given with --user")
+            }
             var summary: HTMLReport.Summary?
             if format == .html {
                 // The totals from the daily lines: one revenue query over the fleet, not two.

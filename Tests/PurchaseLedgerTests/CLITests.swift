@@ -307,7 +307,16 @@ let sampleLog = """
         #expect(entries.first?["price"] as? String == "4.99")
         let html = try cli(["report", ledger, "--format", "html"])
         #expect(html.stdout.hasPrefix("<!doctype html>") && !html.stdout.contains("<script"))
-        #expect(try cli(["report", ledger, "--user", "nobody' OR '1'='1"]).stdout.contains("0 rows"))
+        let nobody = try cli(["report", ledger, "--user", "nobody' OR '1'='1"])
+        #expect(nobody.status == 2 && nobody.stdout.isEmpty && !nobody.stderr.contains("nobody"), "\(nobody.stderr)")
+        // One rule for an id the ledger never held, in every command: exit 2, named (a user id never echoed).
+        for arguments in [
+            ["replay", ledger, "--user", "nobody"], ["replay", ledger, "--transaction", "nope"], ["replay", ledger, "--when", "download:nope:failed"],
+            ["timeline", ledger, "--transaction", "nope"], ["events", ledger, "--transaction", "nope"], ["forget", ledger, "--user", "nobody"],
+        ] {
+            let result = try cli(arguments)
+            #expect(result.status == 2 && !result.stderr.contains("nobody"), "\(arguments): \(result.stderr)")
+        }
     }
 
     @Test func exportRedactImportRoundTrip() throws {

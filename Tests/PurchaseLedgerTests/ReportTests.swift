@@ -172,7 +172,9 @@ import Testing
         #expect(table.contains("SKErrorDomain") && table.contains("20.00%"))
         // Filters reach SQL as bound parameters: injection attempts find nothing.
         for attack in ["' OR '1'='1", "alice'; DROP TABLE transactions; --", "%", "alice\" OR 1=1 --"] {
-            #expect(try cli(["report", path, "--user", attack, "--format", "json"]).stdout == "{\"rows\":[],\"truncated\":false}\n")
+            // A user no transaction names: exit 2, nothing printed (README, exit status).
+            let byUser = try cli(["report", path, "--user", attack, "--format", "json"])
+            #expect(byUser.status == 2 && byUser.stdout.isEmpty && byUser.stderr.contains("names the user given with --user"), "\(byUser.stderr)")
             #expect(try cli(["report", path, "--product", attack, "--format", "csv"]).stdout.split(separator: "\n").count == 1)
         }
         #expect(try cli(["verify", path]).status == 0, "nothing was dropped")

@@ -53,7 +53,8 @@ struct ReportCommand: AsyncParsableCommand {
             refunds, net, units); --group-by day, week or month splits it by purchase date, --group-by storefront by \
             storefront. Only production purchases their buyer paid for count; --all-environments adds sandbox, \
             Xcode and family-shared purchases on lines of their own, totalled apart. undelivered: paid, not refunded, hosted \
-            content never copied out. stuck: started downloads with no progress for --idle seconds. \
+            content never copied out. stuck: started downloads with no progress for --idle seconds, as of \
+            --as-of (default: the latest download activity of the ledger, or of the whole fleet). \
             unfinished: transactions the store keeps redelivering. failures: payment failures by error code. \
             Prices are per unit, in the currency's units, as paid: fixed when the transaction was purchased or \
             restored (its own price, else the product's registration then), never changed by a later registration.
@@ -79,6 +80,10 @@ struct ReportCommand: AsyncParsableCommand {
     @Option(help: "Purchased before this RFC 3339 time.") var to: String?
     @Option(parsing: .upToNextOption, help: "Only these product kinds (history).") var kind: [ProductKind] = []
     @Option(help: "Seconds without progress that make a download stuck.") var idle: Int = 3600
+    @Option(
+        name: .customLong("as-of"),
+        help: "stuck: idle as of this RFC 3339 time (default: the latest download activity of the ledger, or of the whole fleet).")
+    var asOf: String?
     @Option(help: "table, csv, json or html.") var format: Format = .table
     @Option(help: "At most this many rows.") var limit: Int = 100_000
     @Option(
@@ -100,6 +105,9 @@ struct ReportCommand: AsyncParsableCommand {
         if grouping != nil && view != .revenue {
             throw ValidationError("--group-by applies to the revenue view only (add --view revenue)")
         }
+        if asOf != nil && view != .stuck {
+            throw ValidationError("--as-of applies to the stuck view only (add --view stuck)")
+        }
         if allEnvironments && view != .revenue {
             throw ValidationError("--all-environments applies to the revenue view only (add --view revenue)")
         }
@@ -114,6 +122,7 @@ struct ReportCommand: AsyncParsableCommand {
         if FleetAddress.isURL(options.ledger) {
             return try await runFleet(from: fromTime, to: toTime)
         }
+        if view == .stuck && format == .table { Console.current.print(rowTitle) }
         let ledger = try options.open()
         // A user the ledger never held is a usage error (exit 2), as in every command; one with no
         // row in the period or view asked is an answer.
@@ -149,6 +158,7 @@ struct ReportCommand: AsyncParsableCommand {
     /// The same views over a fleet store, computed by PostgreSQL; rows of several devices say
     /// which ledger they come from (the `device` column).
     func runFleet(from: Timestamp?, to: Timestamp?) async throws {
+        if view == .stuck && format == .table { Console.current.print(rowTitle) }
         let (data, summary) = try await fleetData(from: from, to: to)
         guard let data else { return }
         let table = makeTable(data)
@@ -190,7 +200,7 @@ struct ReportCommand: AsyncParsableCommand {
                     case .history: try await fleet.forEachHistoryEntry(historyQuery(from: from, to: to), add)
                     case .undelivered: try await fleet.forEachUndelivered(limit: limit + 1, add)
                     case .stuck:
-                        try await fleet.forEachStuckDownload(idle: .seconds(idle), limit: limit + 1) { d in
+                        try await fleet.forEachStuckDownload(idle: .seconds(idle), asOf: try asOf.map(Timestamp.parse), limit: limit + 1) { d in
                             writer.add {
                                 stream.add(stuckCells(d.download, device: d.ledgerID), json: stuckJSON(d.download, device: d.ledgerID), transaction: d.download.transaction)
                             }
@@ -243,7 +253,7 @@ struct ReportCommand: AsyncParsableCommand {
                 stream.add(historyCells(e, device: nil), json: historyJSON(e, device: nil), transaction: e.transaction.transaction)
             }
         case .stuck:
-            for d in try ledger.stuckDownloads(idle: .seconds(idle)).prefix(limit + 1) {
+            for d in try ledger.stuckDownloads(idle: .seconds(idle), asOf: try asOf.map(Timestamp.parse)).prefix(limit + 1) {
                 stream.add(stuckCells(d, device: nil), json: stuckJSON(d, device: nil), transaction: d.transaction)
             }
         case .unfinished:
@@ -259,7 +269,10 @@ struct ReportCommand: AsyncParsableCommand {
         switch view {
         case .history: "Purchase history"
         case .undelivered: "Paid but never delivered"
-        case .stuck: "Stuck downloads"
+        case .stuck:
+            // What "idle" is measured against, which differs between a file and a fleet by default.
+            "Stuck downloads: no progress for \(idle) s as of "
+                + (asOf ?? (FleetAddress.isURL(options.ledger) ? "the latest download activity of the whole fleet" : "the ledger's latest download activity"))
         case .unfinished: "Never finished (redelivered at every launch)"
         case .revenue, .failures: ""
         }

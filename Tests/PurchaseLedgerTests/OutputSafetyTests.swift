@@ -95,9 +95,13 @@ struct OutputSafetyTests {
         }
         #expect(try cli(["report", path, "--format", "html", "--limit", "1"]).stdout.contains("stops at --limit 1 rows"))
         #expect(try cli(["report", path, "--view", "undelivered", "--format", "json", "--limit", "1"]).status == 0)
-        // An empty table: its header once, then "0 rows".
+        // An empty table: its title (what "stuck" is measured against), its header once, then "0 rows".
         let empty = try cli(["report", path, "--view", "stuck"]).stdout
-        #expect(empty.components(separatedBy: "download").count == 2 && empty.hasSuffix("0 rows\n"), "\(empty)")
+        #expect(empty.hasPrefix("Stuck downloads: no progress for 3600 s as of the ledger's latest download activity\n"), "\(empty)")
+        #expect(empty.components(separatedBy: "download  transaction").count == 2 && empty.hasSuffix("0 rows\n"), "\(empty)")
+        let asOf = try cli(["report", path, "--view", "stuck", "--as-of", "2030-01-01T00:00:00Z"])
+        #expect(asOf.status == 0 && asOf.stdout.hasPrefix("Stuck downloads: no progress for 3600 s as of 2030-01-01T00:00:00Z\n"), "\(asOf.stderr)")
+        #expect(try cli(["report", path, "--as-of", "2030-01-01T00:00:00Z"]).status == 2, "--as-of is the stuck view's")
     }
 
     @Test func numbersOutOfRangeAreUsageErrorsNotTraps() throws {

@@ -49,11 +49,14 @@ struct RebuildCommand: ParsableCommand {
         }
         let rows =
             full
-            ? "\(summary.rowsWritten) rows rewritten"
-            : "\(summary.rowsWritten) rows written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
+            ? "\(rows(summary.rowsWritten)) rewritten"
+            : "\(rows(summary.rowsWritten)) written, \(summary.rowsDeleted) deleted, \(summary.rowsUnchanged) already matched the log"
         console.print("rebuilt the projections from \(summary.events) events in \(seconds) s: \(rows)")
         if summary.snapshotsTaken > 0 {
             console.print("took \(summary.snapshotsTaken) snapshots again: the stored ones were written by an earlier version and could not be read")
         }
     }
 }
+
+/// `1 row`, `2 rows`.
+func rows(_ n: Int) -> String { n == 1 ? "1 row" : "\(n) rows" }

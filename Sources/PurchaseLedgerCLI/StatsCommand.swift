@@ -52,6 +52,10 @@ struct StatsCommand: ParsableCommand {
         }
         console.print("")
         console.print("file: \(s.fileBytes) bytes, \(String(format: "%.1f", s.fileBytesPerEvent)) bytes/event (log, projections, snapshots, indexes)")
+        if s.events < 10_000 {
+            // A small file is mostly its fixed part (schema, indexes, identity, the first pages).
+            console.print("  (a ledger of few events is mostly fixed overhead: per-event figures settle at about 100 bytes from tens of thousands of events)")
+        }
         console.print(
             "log: \(String(format: "%.1f", s.logBytesPerEvent)) bytes/event stored, \(String(format: "%.1f", s.payloadBytesPerEvent)) bytes/event of binary payload; \(s.blocks) sealed blocks compressed \(String(format: "%.2f", s.compressionRatio))x, \(s.tailEvents) events in the open tail"
         )

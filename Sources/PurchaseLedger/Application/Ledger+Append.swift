@@ -103,21 +103,30 @@ extension Ledger {
             return (event, line, reader.bytesRead)
         }
         var decided = 0
+        var first: Event?
         var summary: ImportSummary
         do {
             summary = try withWriterCache(LedgerFile.bulkCacheKiB) {
                 try appendSession(keepEvents: nil) {
                     guard let item = try ahead.next() else { return nil }
                     decided += 1
+                    if first == nil { first = item.event }
                     if let progress, decided % 10_000 == 0 {
                         progress(ImportProgress(events: decided, bytesRead: item.bytesRead, totalBytes: reader.totalBytes))
                     }
                     return (item.event, .line(item.line))
                 }
             }
+        } catch let error as LedgerError where error.code == .ruleViolation && first != nil {
+            // A refusal: report it now, even if the input is a pipe the reading thread is still
+            // waiting on; and say so when the input starts with this ledger's own first event (an
+            // export imported again, which the rules refuse somewhere past its start).
+            ahead.stop(waiting: false)
+            guard let stored = try? events(limit: 1).first, stored.event == first!.normalizingIDs() else { throw error }
+            throw error.adding(
+                hint: " (the input's first event is already this ledger's first: an export of it imported again? Import it into a new ledger file)")
         } catch {
-            // A refusal or a malformed line: report it now, even if the input is a pipe the
-            // reading thread is still waiting on.
+            // A malformed line, or a failure: report it now, as above.
             ahead.stop(waiting: false)
             throw error
         }

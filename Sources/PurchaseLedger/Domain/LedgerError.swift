@@ -123,6 +123,14 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         self.line = line
     }
 
+    /// The same error, its message followed by `hint`.
+    func adding(hint: String) -> LedgerError {
+        var hinted = LedgerError(code, rule: rule, message + hint, event: event, downloads: downloads, seq: seq, line: line)
+        hinted.batchIndex = batchIndex
+        hinted.underlying = underlying
+        return hinted
+    }
+
     /// An error with a code and a message, for tools built on the library.
     public static func make(_ code: Code, _ message: String, seq: Int64? = nil, line: Int? = nil) -> LedgerError {
         LedgerError(code, message, seq: seq, line: line)

@@ -108,6 +108,8 @@ struct ReportCommand: AsyncParsableCommand {
         if asOf != nil && view != .stuck {
             throw ValidationError("--as-of applies to the stuck view only (add --view stuck)")
         }
+        // Checked before anything is printed: the stuck table's title names it.
+        if let asOf { _ = try Timestamp.parse(asOf) }
         if allEnvironments && view != .revenue {
             throw ValidationError("--all-environments applies to the revenue view only (add --view revenue)")
         }

@@ -562,20 +562,8 @@ import Testing
         ]
         for (file, platforms) in expected {
             let text = try String(contentsOf: packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple/\(file)"), encoding: .utf8)
-            // The conditions these files use: `canImport(StoreKit)` (true on every Apple platform),
-            // `canImport(BackgroundAssets)` (every one but watchOS), `os(X)` and `!os(X)`, joined
-            // by `&&`.
-            func holds(_ condition: Substring, on platform: String) -> Bool {
-                condition.components(separatedBy: "&&").allSatisfy { term in
-                    let t = term.trimmingCharacters(in: .whitespaces)
-                    if t == "canImport(StoreKit)" || t == "compiler(>=6.2)" { return true }
-                    if t == "canImport(BackgroundAssets)" { return platform != "watchOS" }
-                    if t.hasPrefix("!os("), t.hasSuffix(")") { return String(t.dropFirst(4).dropLast()) != platform }
-                    if t.hasPrefix("os("), t.hasSuffix(")") { return String(t.dropFirst(3).dropLast()) == platform }
-                    Issue.record("\(file): a condition this test cannot read: \(t)")
-                    return false
-                }
-            }
+            // The conditions these files use, read as the platform table's test reads them.
+            func holds(_ condition: Substring, on platform: String) -> Bool { StoreKitPlatformTests.holds(String(condition), on: platform) }
             var enclosing: [Substring] = []
             var seen: [Set<String>] = []
             for line in text.split(separator: "\n").map({ $0.trimmingCharacters(in: .whitespaces)[...] }) {

@@ -16,7 +16,7 @@ let ledger = try Ledger(path: "purchases.ledger")          // creates it (mode 0
 try ledger.append(contentsOf: [                             // a product must be registered first
     try JSONLines.decode(#"{"type":"productRegistered","at":"2024-03-01T09:00:00Z","product":"com.example.book1","kind":"nonConsumable","price":"4.99","currency":"USD","downloadable":true,"title":"Book 1"}"#),
     try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-01T09:01:00Z","transaction":"t1","product":"com.example.book1","user":"u1"}"#),
-])                                                          // run again: identical repeats are ignored
+])                                                          // again: no change (repeats ignored or kept as unchanged)
 do {
     try ledger.append(Event(at: .now, .transactionFinished(transaction: "t1", discardContent: false)))
 } catch let error as LedgerError where error.rule == .finishWhilePurchasing {

@@ -73,8 +73,8 @@ struct AppendSession {
     /// chain link on. Returns the rows the log's open tail then holds, or nil when nothing was
     /// stored.
     mutating func commit(_ w: inout Ledger.Writer, markProjections: Bool) throws -> Int? {
-        guard let written = try batch.commit(w.state, personal: &w.personal, statements: w.statements, markProjections: markProjections)
-        else { return nil }
+        guard stored > 0 else { return nil }
+        let written = try batch.commit(w.state, personal: &w.personal, statements: w.statements, markProjections: markProjections)
         w.lastLink = written.lastLink
         return written.tail
     }

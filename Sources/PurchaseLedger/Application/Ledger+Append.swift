@@ -117,23 +117,26 @@ extension Ledger {
                     return (item.event, .line(item.line))
                 }
             }
-        } catch let error as LedgerError where error.code == .ruleViolation && first != nil {
-            // A refusal: report it now, even if the input is a pipe the reading thread is still
-            // waiting on; and say so when the input starts with this ledger's own first event (an
-            // export imported again, which the rules refuse somewhere past its start).
-            ahead.stop(waiting: false)
-            guard let stored = try? events(limit: 1).first, stored.event == first!.normalizingIDs() else { throw error }
-            throw error.adding(
-                hint: " (the input's first event is already this ledger's first: an export of it imported again? Import it into a new ledger file)")
         } catch {
-            // A malformed line, or a failure: report it now, as above.
+            // A refusal or a malformed line: report it now, even if the input is a pipe the
+            // reading thread is still waiting on.
             ahead.stop(waiting: false)
-            throw error
+            throw reimported(error, first: first)
         }
         // The reading thread gave its last line, so this returns at once.
         ahead.stop()
         summary.skippedLedgerAppended = reader.skippedLedgerAppended
         return summary
+    }
+
+    /// `error`, saying so when a refused input starts with this ledger's own first event (an
+    /// export imported again, which the rules refuse somewhere past its start).
+    private func reimported(_ error: any Error, first: Event?) -> any Error {
+        guard let error = error as? LedgerError, error.code == .ruleViolation, let first,
+            let stored = try? events(limit: 1).first, stored.event == first.normalizingIDs()
+        else { return error }
+        return error.adding(
+            hint: " (the input's first event is already this ledger's first: an export of it imported again? Import it into a new ledger file)")
     }
 
     /// Checks events against the rules without writing anything: throws the error `append` would

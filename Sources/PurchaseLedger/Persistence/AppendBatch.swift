@@ -25,8 +25,6 @@ struct AppendBatch {
     private let bulk: Bool
     private var history = Projector.HistoryCollector()
     private var dirty = Projector.Dirty()
-    /// Whether any event was added.
-    private(set) var isEmpty = true
 
     /// A batch appended after `lastLink`, inside the write transaction open on `db`.
     /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
@@ -63,7 +61,6 @@ struct AppendBatch {
         }
         // A bulk write builds every row from the final state: no need to track what changed.
         if !bulk { dirty.touch(recorded.event, state: state) }
-        isEmpty = false
     }
 
     /// Adds a snapshot of `state` (the state after its last event), sharing the pages of the
@@ -80,11 +77,10 @@ struct AppendBatch {
     /// snapshots, the owned-content history in order, and the projection rows of what changed,
     /// at `state` (the state the batch reached); and, when `markProjections`, that the
     /// projections are in step with the log. Returns the chain link of the last event and the
-    /// rows the log's open tail then holds, or nil when nothing was added.
+    /// rows the log's open tail then holds. Called only when an event was added.
     mutating func commit(
         _ state: LedgerState, personal: inout PersonalEncoder, statements: PreparedStatements, markProjections: Bool
-    ) throws -> (lastLink: [UInt8], tail: Int)? {
-        guard !isEmpty else { return nil }
+    ) throws -> (lastLink: [UInt8], tail: Int) {
         let written = try blocks.write(db, statements)
         try personal.write(db)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)

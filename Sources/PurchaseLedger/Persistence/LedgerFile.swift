@@ -286,12 +286,11 @@ final class LedgerFile: Sendable {
     }
 
     /// The state after `target` (or the end), from the newest valid snapshot at or before it plus
-    /// the events after it. With `collectingDamage`, stored bytes that do not decode are stepped
-    /// over and the first such damage comes back in ``Loaded/damage``; without it they throw.
-    static func load(
-        _ db: Database, upTo target: Int64, cache: SnapshotPageCache, chain: HashChain, collectingDamage: Bool = false
-    ) throws -> Loaded {
-        let snapshot = try Snapshots.latestWithRefs(db, atOrBefore: target, cache: cache, chain: chain)
+    /// the events after it, through this file's page cache. With `collectingDamage`, stored bytes
+    /// that do not decode are stepped over and the first such damage comes back in
+    /// ``Loaded/damage``; without it they throw.
+    func load(_ db: Database, upTo target: Int64, collectingDamage: Bool = false) throws -> Loaded {
+        let snapshot = try Snapshots.latestWithRefs(db, atOrBefore: target, cache: pageCache, chain: chain)
         var state = snapshot?.state ?? LedgerState()
         // The events after a snapshot need only the user ids' rows and those assigned since.
         let personal = try snapshot?.personalRefs.map { refs in
@@ -306,11 +305,6 @@ final class LedgerFile: Sendable {
             &state, db, through: target, personal: personal,
             onCorrupt: collectingDamage ? { error in if damage == nil { damage = error } } : nil)
         return Loaded(state: state, lastLink: target == .max ? try EventStore.lastLink(db) : [], damage: damage)
-    }
-
-    /// ``load(_:upTo:cache:chain:collectingDamage:)`` through this file's page cache.
-    func load(_ db: Database, upTo target: Int64, collectingDamage: Bool = false) throws -> Loaded {
-        try LedgerFile.load(db, upTo: target, cache: pageCache, chain: chain, collectingDamage: collectingDamage)
     }
 
     /// The state after the last stored event, with the damage found on the way, and how many

@@ -8,8 +8,11 @@
 # Tools/test.sh after the build (it needs the PurchaseLedger module of `swift build`); no Apple SDK
 # is needed.
 #
-# What it cannot see: availability (`@available`, `#available`, API_UNAVAILABLE) and deprecation,
-# which stand-ins cannot model per platform. docs/platforms.md lists each Apple API used, its
+# Deprecation is modelled: the stand-ins mark what Apple deprecated at the package's floors (or
+# later) `@available(*, deprecated)`, and `#available` conditions become run-time ones so their
+# `else` branches are checked too; a use the layer does not confine on purpose is an error.
+# What it cannot see: availability (`@available`, `#available`, API_UNAVAILABLE), which stand-ins
+# cannot model per platform. docs/platforms.md lists each Apple API used, its
 # availability per platform and the guard that covers it, and StoreKitPlatformTests checks that
 # table against the sources.
 set -euo pipefail
@@ -34,6 +37,8 @@ while IFS= read -r map; do cmodules+=(-Xcc "-fmodule-map-file=$map"); done < <(
   { echo Sources/CLZ4/module.modulemap; find .build/checkouts/GRDB.swift/Sources/GRDBSQLite -name module.modulemap
     find "$(dirname "$modules")" -maxdepth 2 -name module.modulemap; } | sort -u)
 mkdir -p "$work/standins"
+printf '%s\n' '/// Stands for an `#available` check: unknown until run time, so both branches are checked.' \
+  'func standInSystemIsNewer() -> Bool { Int.random(in: 0...1) == 1 }' > "$work/StandInChecks.swift"
 # With library evolution, as Apple's frameworks are: their enums are not frozen, so a switch over
 # one needs `@unknown default` here as on a device. (Foundation on Linux is built without it, which
 # swiftc notes once per module.)
@@ -51,9 +56,12 @@ for platform in iOS macOS tvOS watchOS visionOS; do
   while IFS= read -r source; do
     copy="$work/$platform/$source"
     mkdir -p "$(dirname "$copy")"
-    sed -E 's/os\((iOS|macOS|tvOS|watchOS|visionOS)\)/STANDIN_OS_\1/g' "$source" > "$copy"
+    # `#available(...)` is always true on Linux, so Swift would not look at its `else` branch: a
+    # condition it cannot evaluate (StandInChecks.swift) makes it check both, as on an older device.
+    sed -E -e 's/os\((iOS|macOS|tvOS|watchOS|visionOS)\)/STANDIN_OS_\1/g' -e 's/#available\([^)]*\)/standInSystemIsNewer()/g' "$source" > "$copy"
     files+=("$copy")
   done < <(find Sources/PurchaseLedgerStoreKit -name '*.swift' | sort)
+  files+=("$work/StandInChecks.swift")
   if swiftc -typecheck -module-name PurchaseLedgerStoreKit -package-name "$package_name" "${flags[@]}" -warnings-as-errors "${cmodules[@]}" -D "STANDIN_OS_$platform" \
     -I "$work/standins" -I "$modules" "${files[@]}" 2> "$work/$platform.log"; then
     echo "storekit-check: $platform branch type-checks"
@@ -68,6 +76,7 @@ done
 mkdir -p "$work/mods" "$work/snippets"
 ios_files=()
 while IFS= read -r source; do ios_files+=("$work/iOS/$source"); done < <(find Sources/PurchaseLedgerStoreKit -name '*.swift' | sort)
+ios_files+=("$work/StandInChecks.swift")
 if swiftc -emit-module -module-name PurchaseLedgerStoreKit -package-name "$package_name" "${flags[@]}" "${cmodules[@]}" -D STANDIN_OS_iOS \
   -I "$work/standins" -I "$modules" "${ios_files[@]}" -emit-module-path "$work/mods/PurchaseLedgerStoreKit.swiftmodule" 2> "$work/module.log"; then
   python3 Tools/storekit-check/snippets.py "$work/snippets" README.md Sources/PurchaseLedgerStoreKit/PurchaseLedgerStoreKit.docc/*.md

@@ -4,6 +4,11 @@
 // named beside it (StoreKit 1's from SKPaymentQueue.h, SKPaymentTransaction.h, SKPayment.h,
 // SKDownload.h, SKProduct.h, SKStorefront.h). Availability cannot be modelled here:
 // docs/platforms.md keeps it, per platform, checked by a test against the sources' guards.
+// Deprecation can: every declaration Apple deprecated at or below the package's floors (all of
+// hosted content at iOS 16, macOS 13, tvOS 16, watchOS 9, the floors themselves) or in a later
+// release the layer still supports (`storefrontCountryCode`, `offerType`, `offerID`) is marked
+// `@available(*, deprecated)` here, so the check (warnings are errors) fails on any use the layer
+// does not silence on purpose.
 public import Foundation
 public import UIKit
 
@@ -19,6 +24,7 @@ public enum SKPaymentTransactionState: Int, Sendable {
 }
 
 // skdownloadstate: `enum SKDownloadState : Int` (deprecated iOS 16, macOS 13, tvOS 16, watchOS 9).
+@available(*, deprecated, message: "Hosted content is no longer supported")
 public enum SKDownloadState: Int, Sendable {
     case waiting = 0
     case active = 1
@@ -42,8 +48,11 @@ open class SKProduct: NSObject {
     open var price: NSDecimalNumber { NSDecimalNumber(value: 0) }
     open var priceLocale: Locale { Locale(identifier: "en_US") }
     open var localizedTitle: String { "" }
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open var isDownloadable: Bool { false }
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open var downloadContentVersion: String { "" }
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open var downloadContentLengths: [NSNumber] { [] }
 }
 
@@ -64,6 +73,7 @@ open class SKPaymentTransaction: NSObject {
     open var error: (any Error)? { nil }
     open var original: SKPaymentTransaction? { nil }
     open var payment: SKPayment { SKPayment() }
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open var downloads: [SKDownload] { [] }
     open var transactionDate: Date? { nil }
     open var transactionIdentifier: String? { nil }
@@ -75,6 +85,7 @@ open class SKPaymentTransaction: NSObject {
 // `var contentIdentifier: String`, `var contentURL: URL?`, `var contentVersion: String`,
 // `var error: (any Error)?`, `var progress: Float`, `var timeRemaining: TimeInterval`,
 // `var transaction: SKPaymentTransaction`.
+@available(*, deprecated, message: "Hosted content is no longer supported")
 open class SKDownload: NSObject {
     open var state: SKDownloadState { .waiting }
     open var expectedContentLength: Int64 { 0 }
@@ -109,9 +120,13 @@ open class SKPaymentQueue: NSObject {
     open func restoreCompletedTransactions() {}
     open func restoreCompletedTransactions(withApplicationUsername username: String?) {}
     open var storefront: SKStorefront? { nil }
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open func start(_ downloads: [SKDownload]) {}
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open func pause(_ downloads: [SKDownload]) {}
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open func resume(_ downloads: [SKDownload]) {}
+    @available(*, deprecated, message: "Hosted content is no longer supported")
     open func cancel(_ downloads: [SKDownload]) {}
 }
 
@@ -218,11 +233,14 @@ public struct Transaction: Identifiable, Hashable, Sendable {
     public let storefront: Storefront
     // transaction/storefrontcountrycode (iOS 16, macOS 13, tvOS 16, watchOS 9, deprecated in the 17
     // releases; unavailable on visionOS).
+    @available(*, deprecated, message: "Use storefront")
     public let storefrontCountryCode: String
     // transaction/offer (iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1).
     public let offer: Offer?
     // transaction/offertype, transaction/offerid (deprecated iOS 17.2 for `offer`).
+    @available(*, deprecated, message: "Use offer")
     public let offerType: OfferType?
+    @available(*, deprecated, message: "Use offer")
     public let offerID: String?
 
     // transaction/finish(): `func finish() async`.

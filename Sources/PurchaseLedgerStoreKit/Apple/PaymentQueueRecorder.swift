@@ -1,10 +1,8 @@
 // StoreKit 1 (SKPaymentQueue, SKDownload): the Apple-only layer. It copies StoreKit's objects into
 // the recorder's value types and forwards the app's calls to the queue only after the ledger took
-// them. Everything it decides is in StoreKitRecorder, tested on Linux; this file is type-checked
-// there against stand-ins (Tools/storekit-check.sh), and compiled only where StoreKit has
-// SKDownload: every declared platform but visionOS, where SKDownload, the queue's start/pause/resume/cancel and
-// `paymentQueue(_:updatedDownloads:)` are API_UNAVAILABLE (on watchOS they exist from 6.2,
-// deprecated from 9.0, like everywhere else).
+// them; StoreKitRecorder decides, tested on Linux. Type-checked there against stand-ins
+// (Tools/storekit-check.sh). Not on visionOS, where SKDownload and the queue's download calls are
+// API_UNAVAILABLE. Hosted content is deprecated: why its API is too, see DeprecatedStoreKit.swift.
 #if canImport(StoreKit) && !os(visionOS)
     public import Foundation
     public import PurchaseLedger
@@ -64,29 +62,29 @@
             return id
         }
 
-        /// Records the start of these downloads, then starts them; a refusal throws and StoreKit starts
-        /// nothing.
+        /// Records the start of these downloads, then starts them (a refusal throws: nothing starts).
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func start(_ downloads: [SKDownload]) throws {
             try recorder.start(downloads.map(DownloadValue.init))
             queue.start(downloads)
         }
 
-        /// Records the pause of these downloads, then pauses them; a refusal throws and StoreKit pauses
-        /// nothing.
+        /// Records the pause of these downloads, then pauses them (a refusal throws: nothing pauses).
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func pause(_ downloads: [SKDownload]) throws {
             try recorder.pause(downloads.map(DownloadValue.init))
             queue.pause(downloads)
         }
 
-        /// Records the resumption of these downloads, then resumes them; a refusal throws and StoreKit
-        /// resumes nothing.
+        /// Records the resumption of these downloads, then resumes them (a refusal throws: none resumes).
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func resume(_ downloads: [SKDownload]) throws {
             try recorder.resume(downloads.map(DownloadValue.init))
             queue.resume(downloads)
         }
 
-        /// Records the user's cancellation of these downloads, then cancels them; a refusal throws and
-        /// StoreKit cancels nothing.
+        /// Records the user's cancellation of these downloads, then cancels them (a refusal throws).
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func cancel(_ downloads: [SKDownload]) throws {
             try recorder.cancel(downloads.map(DownloadValue.init))
             queue.cancel(downloads)
@@ -94,6 +92,7 @@
 
         /// Copies a finished download's content out of StoreKit's cache, and records it.
         @discardableResult
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func copyContent(of download: SKDownload, to destination: URL) throws -> Int64 {
             try recorder.copyContent(of: DownloadValue(download), to: destination)
         }
@@ -145,6 +144,7 @@
         }
 
         /// Records what the queue reports of these downloads.
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public func paymentQueue(_ queue: SKPaymentQueue, updatedDownloads downloads: [SKDownload]) {
             recorder.updatedDownloads(downloads.map(DownloadValue.init))
         }
@@ -169,12 +169,13 @@
                 productIdentifier: t.payment.productIdentifier, quantity: t.payment.quantity,
                 applicationUsername: t.payment.applicationUsername, transactionIdentifier: t.transactionIdentifier,
                 originalTransactionIdentifier: t.original?.transactionIdentifier, error: t.error.map(StoreError.init),
-                downloads: t.downloads.map(DownloadValue.init), transactionDate: t.transactionDate, storefront: storefront)
+                downloads: deprecatedStoreKit.downloads(of: t), transactionDate: t.transactionDate, storefront: storefront)
         }
     }
 
     extension DownloadValue {
         /// What the recorder reads of a download.
+        @available(*, deprecated, message: "StoreKit deprecated hosted content (SKDownload) in iOS 16, macOS 13, tvOS 16 and watchOS 9; the ledger still records it")
         public init(_ d: SKDownload) {
             self.init(
                 transactionHandle: Int(bitPattern: ObjectIdentifier(d.transaction)), contentIdentifier: d.contentIdentifier,
@@ -187,11 +188,11 @@
     extension ProductValue {
         /// What the recorder reads of a product; StoreKit 1 does not say its `kind`, so the app gives it.
         public init(_ p: SKProduct, kind: ProductKind) {
+            let content = deprecatedStoreKit.hostedContent(of: p)
             self.init(
                 productIdentifier: p.productIdentifier, kind: kind, price: p.price.decimalValue,
-                currencyCode: p.priceLocale.currency?.identifier ?? "XXX", isDownloadable: p.isDownloadable,
-                contentVersion: p.downloadContentVersion, contentLengths: p.downloadContentLengths.map(\.int64Value),
-                title: p.localizedTitle)
+                currencyCode: p.priceLocale.currency?.identifier ?? "XXX", isDownloadable: content.isDownloadable,
+                contentVersion: content.version, contentLengths: content.lengths, title: p.localizedTitle)
         }
     }
 #endif

@@ -143,13 +143,13 @@
                     storefront = t.storefront.countryCode
                 } else {
                     // iOS 16 and its peers: the field that `storefront` replaced in the 17 releases.
-                    storefront = Self.storefront(current: nil, older: t.storefrontCountryCode)
+                    storefront = Self.storefront(current: nil, older: deprecatedStoreKit.storefrontCountryCode(of: t))
                 }
             #endif
             if #available(iOS 17.2, macOS 14.2, tvOS 17.2, watchOS 10.2, visionOS 1.1, *) {
                 offer = t.offer.flatMap { o in OfferType(o.type).map { Offer(type: $0, id: o.id) } }
             } else {
-                offer = t.offerType.flatMap { type in OfferType(type).map { Offer(type: $0, id: t.offerID) } }
+                offer = deprecatedStoreKit.offer(of: t)
             }
         }
     }

@@ -134,6 +134,7 @@ let package = Package(
                 "PurchaseLedgerFleet",
                 "PurchaseLedgerFleetTesting",
                 "PurchaseLedgerTesting",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
                 .product(name: "CustomDump", package: "swift-custom-dump"),

@@ -40,7 +40,8 @@ struct AppendCommand: ParsableCommand {
             append and leaves the ledger exactly as it was; the error names the line and the rule.
 
             Example:
-              echo '{"type":"restoreStarted","at":"2024-03-01T09:15:02Z","user":"u1"}' | purchase-ledger append my.ledger
+              echo '{"type":"restoreStarted","at":"2024-03-01T09:15:02Z","user":"u1"}' \\
+                  | purchase-ledger append my.ledger
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -63,7 +64,8 @@ struct ImportCommand: ParsableCommand {
             "appendedByLedger" are appended again by the ledger itself, at the same place.
 
             Example:
-              purchase-ledger export user.ledger > user.jsonl && purchase-ledger import copy.ledger user.jsonl
+              purchase-ledger export user.ledger > user.jsonl
+              purchase-ledger import copy.ledger user.jsonl
             """)
 
     @OptionGroup var options: LedgerOptions

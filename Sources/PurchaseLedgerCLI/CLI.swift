@@ -15,8 +15,11 @@ public enum PurchaseLedgerCLI {
         // path prints them (an error quoting an argument, a URL that does not parse).
         console.secrets.withLock { $0 = FleetAddress.secrets(in: arguments) }
         defer { console.flush() }
+        // The command parsed, once it is: a usage error its run throws shows its own usage.
+        var parsed: (any ParsableCommand.Type)?
         do {
             var command = try Root.parseAsRoot(arguments)
+            parsed = type(of: command)
             if var async = command as? any AsyncParsableCommand {
                 try await async.run()
             } else {
@@ -31,6 +34,14 @@ public enum PurchaseLedgerCLI {
         } catch let error as FleetError {
             console.error(error.description)
             return 3
+        } catch let error as ValidationError where parsed != nil && parsed != Root.self {
+            // Thrown by a subcommand's run, after parsing: ArgumentParser would show the
+            // top-level usage, as if the subcommand were unknown.
+            let usage = Root.usageString(for: parsed!)
+            // The command's path ("purchase-ledger checkpoint create"): the usage's leading words.
+            let path = usage.split(separator: " ").prefix { !["<", "[", "-"].contains($0.first) }.joined(separator: " ")
+            console.error("Error: \(error.message)\nUsage: \(usage)\n  See '\(path) --help' for more information.")
+            return 2
         } catch {
             let code = Root.exitCode(for: error)
             let message = Root.fullMessage(for: error)
@@ -189,6 +200,13 @@ struct Root: AsyncParsableCommand {
         discussion: """
             A ledger is one SQLite file holding every payment, download-state change and finish call as an \
             event. Start with `purchase-ledger demo` to see what the tool shows.
+
+            Examples:
+              purchase-ledger demo                      # writes ./demo.ledger
+              purchase-ledger replay demo.ledger --first-anomaly
+              purchase-ledger timeline demo.ledger --transaction t1
+              purchase-ledger report demo.ledger --view undelivered
+              purchase-ledger verify demo.ledger --all
 
             Exit status: 0 success; 1 a rule rejected the input, verify found a problem, or forget cannot \
             erase without breaking the chain; 2 malformed input, bad usage, or a transaction, download or \

@@ -45,7 +45,8 @@ struct CheckpointCommand: ParsableCommand {
             not. Nothing in the ledger changes.
 
             Example:
-              purchase-ledger checkpoint user.ledger --signing-key support.key -o user.checkpoint.json
+              purchase-ledger checkpoint user.ledger --signing-key support.key \\
+                  -o user.checkpoint.json
             """)
 
     @OptionGroup var options: LedgerOptions

@@ -12,7 +12,8 @@ struct EventsCommand: ParsableCommand {
 
             Examples:
               purchase-ledger events user.ledger --transaction t1
-              purchase-ledger events user.ledger --type downloadFailed --json | jq -r .download
+              purchase-ledger events user.ledger --type downloadFailed --json \\
+                  | jq -r .download
             """)
 
     @OptionGroup var options: LedgerOptions

@@ -1,13 +1,22 @@
 import Foundation
 import PurchaseLedger
 
-/// A report as one self-contained HTML page: no network, no scripts. Summary figures, revenue over
-/// time as an SVG chart, the report's table, and each transaction's life drawn as an SVG timeline.
+/// A report as one self-contained HTML page: no network, no scripts. It leads with its own subject:
+/// the view's title, how many rows it has and what they are. Only the revenue view adds figures
+/// (one group per currency) and charts of net revenue per day. Then the table, with a sticky
+/// header, and each listed transaction's life drawn as an SVG timeline.
+///
+/// The table fits a 1280-pixel page: ids, times and amounts never break (an id split across lines
+/// misreads), only long text cells wrap; the history views fold related columns under one heading
+/// (a transaction's store and original ids under it, a price with its currency and terms, an
+/// outcome with its times), and a column empty in every row is left out, named under the table.
 struct HTMLReport {
     let table: ReportTable
     let from: Timestamp?
     let to: Timestamp?
     var summary: Summary
+    /// What the rows are, for the line under the title.
+    var subject = Subject(one: "row", many: "rows", about: "")
     /// Timelines drawn at most (each needs the transaction's events).
     static let maxTimelines = 40
 
@@ -15,89 +24,158 @@ struct HTMLReport {
     struct Summary {
         var revenue: [RevenueLine]
         var daily: [DailyRevenue]
-        var counts: [(String, String)]
         var timelines: [String: [Ledger.TimelineEntry]] = [:]
         var source: String
     }
 
-    init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?) throws {
-        var summary = try Summary(ledger: ledger, from: from, to: to)
-        summary.timelines = try ledger.timelines(transactions: Set(table.transactions.prefix(Self.maxTimelines)))
-        self.init(table: table, from: from, to: to, summary: summary)
+    /// The rows a view lists: "2,429 transactions: paid, not refunded, ...".
+    struct Subject {
+        var one: String
+        var many: String
+        var about: String
+        /// The revenue view: figures per currency and charts lead the page.
+        var revenue = false
+        /// Rows with amounts: the subtitle says what they are.
+        var money = false
+
+        func count(_ n: Int) -> String {
+            n.formatted(.number.grouping(.automatic).locale(Locale(identifier: "en_US"))) + " " + (n == 1 ? one : many)
+        }
     }
 
-    init(table: ReportTable, from: Timestamp?, to: Timestamp?, summary: Summary) {
+    init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?, subject: Subject) throws {
+        var summary = try Summary(ledger: ledger, from: from, to: to)
+        summary.timelines = try ledger.timelines(transactions: Set(table.transactions.prefix(Self.maxTimelines)))
+        self.init(table: table, from: from, to: to, summary: summary, subject: subject)
+    }
+
+    init(table: ReportTable, from: Timestamp?, to: Timestamp?, summary: Summary, subject: Subject) {
         self.table = table
         self.from = from
         self.to = to
         self.summary = summary
+        self.subject = subject
     }
 
+    /// The whole page of a table held in memory (the views made of totals).
     func render() throws -> String {
-        var html = head()
-        for row in table.rows { html += Self.row(row) }
-        html += foot(rows: table.rows.count, truncatedAt: nil, totals: table.totals)
-        html += timelines(Array(table.transactions.prefix(Self.maxTimelines)), of: table.transactions.count)
-        return html + Self.end
+        let layout = Layout(table.columns)
+        var rows = ""
+        var filled = Array(repeating: false, count: table.columns.count)
+        for row in table.rows { rows += layout.row(row, filled: &filled) }
+        return page(rows: rows, count: table.rows.count, filled: filled, truncatedAt: nil)
     }
 
-    /// The page up to the table's first row: figures, charts, the table's title and header.
-    func head() -> String {
-        let revenue = summary.revenue, daily = summary.daily
-        let totals = RevenueTotal.totals(of: revenue)
-        var figures = summary.counts
-        for total in totals { figures += Self.figures(total) }
+    /// The page, its rows' HTML given: head, figures, the table, its foot and the timelines.
+    /// `filled` says which columns hold a value in some row (the others are left out).
+    func page(rows: String, count: Int, filled: [Bool], truncatedAt: Int?) -> String {
+        pageHead(count: count, filled: filled) + rows + pageTail(count: count, filled: filled, truncatedAt: truncatedAt)
+    }
 
+    /// The page up to its first row.
+    func pageHead(count: Int, filled: [Bool]) -> String {
+        let layout = Layout(table.columns)
+        return head(count: count, hidden: hidden(layout, count: count, filled: filled), layout: layout)
+    }
+
+    /// The page after its last row.
+    func pageTail(count: Int, filled: [Bool], truncatedAt: Int?) -> String {
+        let layout = Layout(table.columns)
+        let hidden = hidden(layout, count: count, filled: filled).map { layout.groups[$0].title }
+        return foot(count: count, truncatedAt: truncatedAt, hidden: hidden, layout: layout)
+            + timelines(Array((table.transactions.isEmpty ? firstTransactions : table.transactions).prefix(Self.maxTimelines)), of: count)
+            + Self.end
+    }
+
+    /// The groups of columns empty in every row (none when there is no row: the header stays).
+    private func hidden(_ layout: Layout, count: Int, filled: [Bool]) -> [Int] {
+        guard count > 0 else { return [] }
+        return layout.groups.indices.filter { !layout.groups[$0].columns.contains { filled.indices.contains($0) && filled[$0] } }
+    }
+
+    /// Transactions whose timelines a streamed page draws (set by the stream).
+    var firstTransactions: [String] = []
+
+    /// The page up to the table's first row.
+    private func head(count: Int, hidden: [Int], layout: Layout) -> String {
         var html = """
             <!doctype html>
-            <html lang="en"><head><meta charset="utf-8"><title>\(esc(table.title))</title>
+            <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+            <title>\(esc(table.title))</title>
             <style>
-            body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px 32px;color:#1d1d1f;background:#fff}
-            h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px}.sub{color:#666;margin:0 0 16px}
-            .figures{display:flex;flex-wrap:wrap;gap:12px}.figure{border:1px solid #e2e2e2;border-radius:8px;padding:10px 14px;min-width:120px}
-            .figure b{display:block;font-size:22px}.figure span{color:#666;font-size:12px}
-            table{border-collapse:collapse;font-size:12px;width:100%}th,td{padding:4px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-            th{background:#f6f6f6;position:sticky;top:0}tfoot th{position:static;border-top:2px solid #bbb}.charts{display:flex;flex-wrap:wrap;gap:16px}
+            body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:20px 24px;color:#1d1d1f;background:#fff}
+            h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 8px}
+            .lead{font-size:15px;margin:0 0 2px}.lead b{font-size:17px}.sub{color:#666;margin:0 0 14px;font-size:12px}
+            .currencies{display:flex;flex-wrap:wrap;gap:10px;margin:0 0 12px}.currency{border:1px solid #e2e2e2;border-radius:8px;padding:8px 14px}
+            .currency h3{margin:0 0 4px;font-size:13px}.currency dl{display:grid;grid-template-columns:auto auto;gap:0 14px;margin:0}
+            .currency dt{color:#666}.currency dd{margin:0;text-align:right;font-weight:600;font-variant-numeric:tabular-nums;white-space:nowrap}
+            .charts{display:flex;flex-wrap:wrap;gap:8px 16px;margin:0 0 8px}
+            table{border-collapse:collapse;font-size:12px;width:100%}
+            th,td{padding:3px 5px;border-bottom:1px solid #eee;text-align:left;vertical-align:top;white-space:nowrap}
+            thead th{background:#f3f3f3;position:sticky;top:0;z-index:1;white-space:normal}tfoot th{border-top:2px solid #bbb;background:#fafafa}
+            .num{text-align:right;font-variant-numeric:tabular-nums}td.text{white-space:normal;min-width:9em;max-width:32em;overflow-wrap:normal}
+            td .x{color:#666;font-size:11px}.x span{color:#999}.t{white-space:normal}.nw{white-space:nowrap}
             .timeline{margin:10px 0 18px}.timeline h3{font-size:13px;margin:0 0 4px}.note{background:#fff4d6;border:1px solid #f0c36d;padding:6px 10px}
             .legend span{display:inline-block;margin-right:14px;font-size:12px}.legend i{display:inline-block;width:12px;height:10px;margin-right:4px;vertical-align:middle}
-            </style></head><body>
-            <h1>\(esc(table.title))</h1>
-            <p class="sub">\(esc(rangeText())) · generated from \(esc(summary.source)); prices are registered prices in currency units</p>
-            <div class="figures">\(figures.map { "<div class=\"figure\"><b>\(esc($0.1))</b><span>\(esc($0.0))</span></div>" }.joined())</div>
 
             """
-        html += "<h2>Revenue over time</h2>\n<div class=\"charts\">\n"
-        let currencies = Array(Set(daily.map(\.currency))).sorted()
-        if currencies.isEmpty { html += "<p>No purchases in this period.</p>\n" }
-        for currency in currencies { html += revenueChart(daily.filter { $0.currency == currency }, currency: currency) }
-        html += "</div>\n"
-        html += "<h2>\(esc(table.title))</h2>\n"
-        html += "<table><thead><tr>"
-        html += table.columns.map { "<th>\(esc($0))</th>" }.joined() + "</tr></thead><tbody>\n"
+        // Columns empty in every row: left out (named under the table).
+        for group in hidden { html += "table.rows tr>:nth-child(\(group + 1)){display:none}\n" }
+        html += """
+            </style></head><body>
+            <h1>\(esc(table.title))</h1>
+            <p class="lead"><b>\(esc(subject.count(count)))</b>\(subject.about.isEmpty ? "" : ": " + esc(subject.about))</p>
+            <p class="sub">\(esc(subtitle()))</p>
+
+            """
+        if subject.revenue { html += revenueFigures() }
+        html += "<table class=\"rows\"><thead><tr>"
+        html += layout.groups.map { "<th\($0.numeric ? " class=\"num\"" : "")>\(esc($0.title))</th>" }.joined() + "</tr></thead><tbody>\n"
         return html
     }
 
-    /// One row of the table.
-    static func row(_ cells: [String]) -> String {
-        // Appended into one string: a string per cell, joined, was a tenth of a 100,000-row page.
-        var html = "<tr>"
-        html.reserveCapacity(cells.count * 24)
-        for cell in cells {
-            html.append("<td>")
-            appendEscaped(cell, to: &html)
-            html.append("</td>")
+    /// Where the rows come from, the period, and what the amounts are.
+    private func subtitle() -> String {
+        var parts = [rangeText(), "from \(summary.source)"]
+        if subject.money { parts.append("amounts are what each purchase was paid, per unit, in its own currency") }
+        if subject.revenue {
+            parts.append("revenue counts production purchases owned by who paid them, refunds deducted; currencies are never added together")
         }
-        html.append("</tr>\n")
+        return parts.joined(separator: " · ")
+    }
+
+    /// The revenue view's lead: each currency's totals, then net revenue per day.
+    private func revenueFigures() -> String {
+        let totals = RevenueTotal.totals(of: summary.revenue)
+        var html = "<section class=\"currencies\">"
+        for t in totals {
+            html += "<div class=\"currency\"><h3>\(esc(t.currency))</h3><dl>"
+            html += "<dt>net revenue</dt><dd>\(esc(MoneyText.text(t.net, currency: t.currency)))</dd>"
+            html += "<dt>gross</dt><dd>\(esc(MoneyText.text(t.gross, currency: t.currency)))</dd>"
+            html += "<dt>refunds</dt><dd>\(esc(MoneyText.text(t.refunds, currency: t.currency)))</dd>"
+            html += "<dt>units sold</dt><dd>\(t.units)</dd></dl></div>"
+        }
+        if totals.isEmpty { html += "<p>No purchases in this period.</p>" }
+        html += "</section>\n"
+        let currencies = Array(Set(summary.daily.map(\.currency))).sorted()
+        if !currencies.isEmpty {
+            html += "<div class=\"charts\">\n"
+            for currency in currencies { html += revenueChart(summary.daily.filter { $0.currency == currency }, currency: currency) }
+            html += "</div>\n"
+        }
         return html
     }
 
-    /// The table's end: its totals, how many rows it has, and whether `--limit` cut it.
-    func foot(rows: Int, truncatedAt: Int?, totals: [[String]]) -> String {
+    /// The table's end: its totals, and under it the columns left out and whether `--limit` cut it.
+    private func foot(count: Int, truncatedAt: Int?, hidden: [String], layout: Layout) -> String {
         var html = "</tbody>"
-        if !totals.isEmpty {
-            html += "<tfoot>" + totals.map { "<tr class=\"total\">" + $0.map { "<th>\(esc($0))</th>" }.joined() + "</tr>" }.joined(separator: "\n") + "</tfoot>"
+        if !table.totals.isEmpty {
+            var filled = Array(repeating: true, count: table.columns.count)
+            html += "<tfoot>" + table.totals.map { layout.row($0, filled: &filled, cell: "th") }.joined() + "</tfoot>"
         }
-        html += "</table>\n<p class=\"sub\">\(rows) row\(rows == 1 ? "" : "s")</p>\n"
+        html += "</table>\n<p class=\"sub\">\(esc(subject.count(count)))"
+        if !hidden.isEmpty { html += " · left out, empty in every row: " + esc(hidden.joined(separator: ", ")) }
+        html += "</p>\n"
         if let cut = truncatedAt {
             html += "<p class=\"note\">The report stops at --limit \(cut) rows: more rows match. Run it again with a higher --limit to see them all.</p>\n"
         }
@@ -106,28 +184,20 @@ struct HTMLReport {
 
     /// The timelines of `first` (the first transactions of the `total` in the table) that
     /// `summary` has.
-    func timelines(_ first: [String], of total: Int) -> String {
+    private func timelines(_ first: [String], of total: Int) -> String {
         let timelines = summary.timelines
         let ids = first.filter { timelines[$0] != nil }
         guard !ids.isEmpty else { return "" }
         var html =
             "<h2>Timelines</h2>\n<p class=\"legend\"><span><i style=\"background:#c7c7cc\"></i>waiting</span><span><i style=\"background:#0a84ff\"></i>active</span><span><i style=\"background:#ff9f0a\"></i>paused</span><span><i style=\"background:#30d158\"></i>finished</span><span><i style=\"background:#ff3b30\"></i>failed / cancelled</span><span>! anomaly</span><span>✕ cancelled by the ledger</span></p>\n"
         if total > ids.count {
-            html += "<p class=\"sub\">The first \(ids.count) of \(total) transactions.</p>\n"
+            html += "<p class=\"sub\">The first \(ids.count) of \(total) rows' transactions.</p>\n"
         }
         for id in ids { if let entries = timelines[id] { html += timeline(id, entries) } }
         return html
     }
 
     static let end = "</body></html>"
-
-    /// The summary figures of one currency's revenue total.
-    private static func figures(_ t: RevenueTotal) -> [(String, String)] {
-        var figures: [(String, String)] = [("net revenue \(t.currency)", "\(t.net)"), ("gross \(t.currency)", "\(t.gross)")]
-        if t.refunds > 0 { figures.append(("refunds \(t.currency)", "\(t.refunds)")) }
-        figures.append(("units sold in \(t.currency)", String(t.units)))
-        return figures
-    }
 
     private func rangeText() -> String {
         switch (from, to) {
@@ -140,12 +210,12 @@ struct HTMLReport {
 
     /// Daily net revenue of one currency as SVG bars.
     private func revenueChart(_ days: [DailyRevenue], currency: String) -> String {
-        let width = 560.0, height = 200.0, left = 56.0, bottom = 24.0, top = 20.0
+        let width = 380.0, height = 150.0, left = 56.0, bottom = 24.0, top = 20.0
         let values = days.map { NSDecimalNumber(decimal: $0.net).doubleValue }
         let maxValue = max(values.max() ?? 1, 1)
         let barWidth = (width - left - 8) / Double(max(days.count, 1))
         var svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(Int(width))\" height=\"\(Int(height))\" role=\"img\"><title>Daily net revenue in \(esc(currency))</title>"
-        svg += "<text x=\"\(left)\" y=\"14\" font-size=\"12\" font-weight=\"600\">\(esc(currency)) per day</text>"
+        svg += "<text x=\"\(left)\" y=\"14\" font-size=\"12\" font-weight=\"600\">\(esc(currency)) net revenue per day</text>"
         for tick in 0...4 {
             let v = maxValue * Double(tick) / 4
             let y = height - bottom - (height - bottom - top) * Double(tick) / 4
@@ -156,7 +226,7 @@ struct HTMLReport {
             let h = (height - bottom - top) * values[i] / maxValue
             let x = left + Double(i) * barWidth
             svg +=
-                "<rect x=\"\(f(x + 1))\" y=\"\(f(height - bottom - h))\" width=\"\(f(max(barWidth - 2, 1)))\" height=\"\(f(h))\" fill=\"#0a84ff\"><title>\(day.day.description.prefix(10)): \(day.net) \(esc(currency))</title></rect>"
+                "<rect x=\"\(f(x + 1))\" y=\"\(f(height - bottom - h))\" width=\"\(f(max(barWidth - 2, 1)))\" height=\"\(f(h))\" fill=\"#0a84ff\"><title>\(day.day.description.prefix(10)): \(esc(MoneyText.text(day.net, currency: currency))) \(esc(currency))</title></rect>"
             if i == 0 || i == days.count - 1 || i % max(days.count / 5, 1) == 0 {
                 svg +=
                     "<text x=\"\(f(x + barWidth / 2))\" y=\"\(f(height - 8))\" font-size=\"10\" text-anchor=\"middle\" fill=\"#666\">\(day.day.description.dropFirst(5).prefix(5))</text>"
@@ -280,24 +350,9 @@ func appendEscaped(_ s: String, to html: inout String) {
 }
 
 extension HTMLReport.Summary {
-    /// A ledger's figures and charts (the timelines are added once the rows are known).
+    /// A ledger's revenue figures and chart (the timelines are added once the rows are known).
     init(ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
-        // The totals and the chart from one query, as the fleet's page does.
         let days = try ledger.revenue(from: from, to: to, groupBy: .day)
-        var counts = (transactions: 0, owned: 0, revoked: 0, failed: 0, lost: 0)
-        for entry in try ledger.purchaseHistory(PurchaseHistoryQuery(from: from, to: to, limit: .max)) {
-            counts.transactions += 1
-            if entry.transaction.grantsOwnership { counts.owned += 1 }
-            if entry.transaction.revoked { counts.revoked += 1 }
-            if entry.transaction.state == .failed { counts.failed += 1 }
-            if entry.contentLost { counts.lost += 1 }
-        }
-        self.init(
-            revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
-            counts: [
-                ("transactions", String(counts.transactions)), ("purchased or restored", String(counts.owned)),
-                ("revoked", String(counts.revoked)), ("failed", String(counts.failed)), ("with content lost", String(counts.lost)),
-            ],
-            source: "the ledger's projections")
+        self.init(revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days), source: "the ledger's projections")
     }
 }

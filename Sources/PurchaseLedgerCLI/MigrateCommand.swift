@@ -17,7 +17,8 @@ struct MigrateCommand: AsyncParsableCommand {
             credentials, or holds something else.
 
             Examples:
-              purchase-ledger migrate postgres://fleet_owner@db.internal:5432/fleet?sslmode=verify-full
+              purchase-ledger migrate \\
+                  'postgres://fleet_owner@db.internal:5432/fleet?sslmode=verify-full'
             """)
 
     @Argument(help: "The fleet store: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=...].")

@@ -11,7 +11,8 @@ struct ReplayCommand: ParsableCommand {
 
             Examples:
               purchase-ledger replay user.ledger --at 120
-              purchase-ledger replay user.ledger --until 2024-03-02T10:00:00Z --json | jq '.downloads[] | select(.state=="failed")'
+              purchase-ledger replay user.ledger --until 2024-03-02T10:00:00Z --json \\
+                  | jq '.downloads[] | select(.state == "failed")'
               purchase-ledger replay user.ledger --first-anomaly
               purchase-ledger replay user.ledger --when download:t1-d1:failed
             """)

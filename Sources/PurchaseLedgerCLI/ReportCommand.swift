@@ -61,15 +61,20 @@ struct ReportCommand: AsyncParsableCommand {
 
             Examples:
               purchase-ledger report user.ledger --user u-03322
-              purchase-ledger report user.ledger --view revenue --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z --format csv
-              purchase-ledger report user.ledger --view revenue --group-by month --format json | jq .totals
-              purchase-ledger report user.ledger --view undelivered --format html > undelivered.html
+              purchase-ledger report user.ledger --view revenue --format csv \\
+                  --from 2024-03-01T00:00:00Z --to 2024-04-01T00:00:00Z
+              purchase-ledger report user.ledger --view revenue --group-by month \\
+                  --format json | jq .totals
+              purchase-ledger report user.ledger --view undelivered --format html \\
+                  > undelivered.html
 
             Over a fleet store (ledgers shipped with `purchase-ledger ship`), give its URL instead of a \
             file: the same views, computed by PostgreSQL over every ledger, with a device column where rows \
             come from several ledgers.
-              purchase-ledger report postgres://ledger@db.internal:5432/fleet --view revenue --group-by month
-              purchase-ledger report postgres://ledger@db.internal:5432/fleet --user u-03322
+              purchase-ledger report postgres://ledger@db.internal:5432/fleet \\
+                  --view revenue --group-by month
+              purchase-ledger report postgres://ledger@db.internal:5432/fleet \\
+                  --user u-03322
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -137,7 +142,7 @@ struct ReportCommand: AsyncParsableCommand {
         }
         let table = try makeTable(fetch(ledger, from: fromTime, to: toTime))
         try print(table, from: fromTime, to: toTime) {
-            try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime).render()
+            try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime, subject: htmlSubject).render()
         }
     }
 
@@ -151,8 +156,8 @@ struct ReportCommand: AsyncParsableCommand {
             for (content, update) in summary.ownedContent {
                 console.print("  \(content.product) \(content.content) \(content.contentVersion) in \(content.destination)\(update ? " (update available)" : "")")
             }
-            let spent = summary.netSpent.keys.sorted().map { "\(summary.netSpent[$0]!) \($0)" }.joined(separator: ", ")
-            let refunded = summary.refunded.keys.sorted().map { "\(summary.refunded[$0]!) \($0)" }.joined(separator: ", ")
+            let spent = summary.netSpent.keys.sorted().map { "\(MoneyText.text(summary.netSpent[$0]!, currency: $0)) \($0)" }.joined(separator: ", ")
+            let refunded = summary.refunded.keys.sorted().map { "\(MoneyText.text(summary.refunded[$0]!, currency: $0)) \($0)" }.joined(separator: ", ")
             console.print("  spent, net of refunds: \(spent.isEmpty ? "nothing" : spent)" + (refunded.isEmpty ? "" : "; refunded: \(refunded)"))
         }
     }
@@ -165,7 +170,7 @@ struct ReportCommand: AsyncParsableCommand {
         guard let data else { return }
         let table = makeTable(data)
         try print(table, from: from, to: to) {
-            try HTMLReport(table: table, from: from, to: to, summary: summary!).render()
+            try HTMLReport(table: table, from: from, to: to, summary: summary!, subject: htmlSubject).render()
         }
     }
 
@@ -183,12 +188,12 @@ struct ReportCommand: AsyncParsableCommand {
                 let (ledgers, events) = try await fleet.shippedTotals()
                 summary = HTMLReport.Summary(
                     revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
-                    counts: [("ledgers", String(ledgers)), ("events", String(events))],
-                    source: "the fleet store \(fleet.address)")
+                    source: "the fleet store \(fleet.address) (\(ledgers) ledgers, \(events) events)")
             }
             if streamsRows {
                 // Rows are written as the server sends them: memory stays flat.
-                let stream = RowStream(self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+                let stream = RowStream(
+                    self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0, subject: htmlSubject) })
                 // Rows are formatted and written on a thread of their own while the next
                 // ones are read and decoded.
                 let writer = OrderedWriter()
@@ -247,7 +252,7 @@ struct ReportCommand: AsyncParsableCommand {
     func streamRows(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
         var summary: HTMLReport.Summary?
         if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to) }
-        let stream = RowStream(self, columns: rowColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0) })
+        let stream = RowStream(self, columns: rowColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0, subject: htmlSubject) })
         switch view {
         case .history, .undelivered:
             let entries = view == .history ? try ledger.purchaseHistory(historyQuery(from: from, to: to)) : try ledger.undelivered(limit: limit + 1)
@@ -265,6 +270,27 @@ struct ReportCommand: AsyncParsableCommand {
         case .revenue, .failures: break
         }
         try stream.finish { ids in try ledger.timelines(transactions: Set(ids)) }
+    }
+
+    /// What the view's rows are, for the HTML page's line under its title.
+    var htmlSubject: HTMLReport.Subject {
+        switch view {
+        case .history:
+            HTMLReport.Subject(
+                one: "transaction", many: "transactions", about: "what was bought, when, for how much, how it ended and what was delivered",
+                money: true)
+        case .undelivered:
+            HTMLReport.Subject(
+                one: "transaction", many: "transactions", about: "paid for and not refunded, with hosted content never copied out", money: true)
+        case .stuck: HTMLReport.Subject(one: "download", many: "downloads", about: "started, then no progress for \(idle) s")
+        case .unfinished:
+            HTMLReport.Subject(one: "transaction", many: "transactions", about: "never finished, so the store redelivers each at every launch")
+        case .revenue:
+            HTMLReport.Subject(
+                one: "revenue line", many: "revenue lines",
+                about: "per product, currency and price paid" + (grouping.map { ", by \($0.rawValue)" } ?? ""), revenue: true, money: true)
+        case .failures: HTMLReport.Subject(one: "kind of payment failure", many: "kinds of payment failure", about: "by error domain and code")
+        }
     }
 
     var rowTitle: String {
@@ -398,9 +424,10 @@ struct ReportCommand: AsyncParsableCommand {
                 w.field("net", "\(a.net)")
             }
             /// The cells of the same figures.
-            func cells(_ a: some RevenueAmounts) -> [String] {
+            func cells(_ a: some RevenueAmounts, _ currency: String) -> [String] {
                 (allEnvironments ? [a.environment.rawValue, a.ownership.rawValue] : [])
-                    + [String(a.purchases), String(a.units), String(a.refundedUnits), "\(a.gross)", "\(a.refunds)", "\(a.net)"]
+                    + [String(a.purchases), String(a.units), String(a.refundedUnits)]
+                    + [a.gross, a.refunds, a.net].map { MoneyText.text($0, currency: currency) }
             }
             let totals = RevenueTotal.totals(of: lines)
             // Leading columns: the period and the storefront when split by them; the environment
@@ -412,8 +439,10 @@ struct ReportCommand: AsyncParsableCommand {
                 columns: lead + ["product", "currency", "price"] + (allEnvironments ? ["environment", "ownership"] : [])
                     + ["purchases", "units", "refunded units", "gross", "refunds", "net"],
                 rows: lines.map {
-                    (groupBy == nil ? [] : [$0.period ?? ""]) + (byStorefront ? [$0.storefront ?? ""] : []) + [$0.product, $0.currency, $0.price]
-                        + cells($0)
+                    (groupBy == nil ? [] : [$0.period ?? ""]) + (byStorefront ? [$0.storefront ?? ""] : []) + [
+                        $0.product, $0.currency, MoneyText.text($0.price, currency: $0.currency),
+                    ]
+                        + cells($0, $0.currency)
                 },
                 json: lines.map {
                     let line = $0
@@ -427,7 +456,7 @@ struct ReportCommand: AsyncParsableCommand {
                     }
                 },
                 totals: totals.map {
-                    blank + [$0.countsAsRevenue ? "TOTAL" : "NOT REVENUE", $0.currency, ""] + cells($0)
+                    blank + [$0.countsAsRevenue ? "TOTAL" : "NOT REVENUE", $0.currency, ""] + cells($0, $0.currency)
                 },
                 totalsJSON: totals.map {
                     let total = $0
@@ -473,7 +502,7 @@ struct ReportCommand: AsyncParsableCommand {
         if let device { cells.append(device) }
         cells += [
             (t.purchasedAt ?? t.queuedAt)?.description ?? "", t.transaction, t.storeTransactionId ?? "", t.originalTransaction ?? "",
-            t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price ?? "", e.currency ?? "",
+            t.user ?? "", t.product, e.kind?.rawValue ?? "", String(t.quantity), e.price.map { MoneyText.text($0, currency: e.currency ?? "") } ?? "", e.currency ?? "",
             t.paid.storefront ?? "", paidAs(t), t.paid.offer.map { [$0.type.rawValue, $0.id].compactMap { $0 }.joined(separator: " ") } ?? "",
             e.outcome, t.wasDeferred ? "yes" : "", t.finishedAt?.description ?? "", revoked, error, downloadSummary(e), e.contentLost ? "yes" : "",
         ]

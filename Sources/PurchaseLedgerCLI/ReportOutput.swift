@@ -47,6 +47,11 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
     let limit: Int
     let console = Console.current
     let html: HTMLReport?
+    /// An HTML page's rows, held until its head (which leads with their count) is written.
+    private var htmlRows = ""
+    /// Which columns hold a value in some row (an HTML page leaves the others out).
+    private var filled: [Bool]
+    private let layout: HTMLReport.Layout
     private(set) var count = 0
     private(set) var truncated = false
     /// The first transactions, whose timelines an HTML page draws.
@@ -60,10 +65,12 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         limit = command.limit
         self.html = html
         widths = columns.map(\.width)
+        filled = Array(repeating: false, count: columns.count)
+        layout = HTMLReport.Layout(columns)
         switch format {
         case .csv: console.printData(csvLine(columns))
         case .json: console.write("{\"rows\":[")
-        case .html: console.write(html?.head() ?? "")
+        case .html: break
         case .table: break
         }
     }
@@ -80,7 +87,7 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         switch format {
         case .csv: console.printData(csvLine(cells()))
         case .json: console.write((count == 1 ? "" : ",\n") + json())
-        case .html: console.write(HTMLReport.row(cells()))
+        case .html: htmlRows += layout.row(cells(), filled: &filled)
         case .table:
             block.append(cells())
             if block.count == 1000 { flushBlock() }
@@ -130,7 +137,20 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         case .html:
             guard var html else { return }
             html.summary.timelines = try timelines(firstTransactions)
-            console.print(html.foot(rows: count, truncatedAt: truncated ? limit : nil, totals: []) + html.timelines(firstTransactions, of: count) + HTMLReport.end)
+            html.firstTransactions = firstTransactions
+            // The rows in pieces of about 64 KiB, cut after a row: never a second copy of them all.
+            console.write(html.pageHead(count: count, filled: filled))
+            var start = htmlRows.utf8.startIndex
+            while start < htmlRows.utf8.endIndex {
+                var end = htmlRows.utf8.index(start, offsetBy: 1 << 16, limitedBy: htmlRows.utf8.endIndex) ?? htmlRows.utf8.endIndex
+                while end < htmlRows.utf8.endIndex && htmlRows.utf8[htmlRows.utf8.index(before: end)] != UInt8(ascii: "\n") {
+                    end = htmlRows.utf8.index(after: end)
+                }
+                console.write(String(htmlRows[start..<end]))
+                start = end
+            }
+            htmlRows = ""
+            console.print(html.pageTail(count: count, filled: filled, truncatedAt: truncated ? limit : nil))
         case .table:
             flushBlock()
             console.print("\(count) row\(count == 1 ? "" : "s")" + (truncated ? " (cut by --limit)" : ""))

@@ -21,8 +21,10 @@ struct ShipCommand: AsyncParsableCommand {
             server is unreachable, refuses the credentials or is not a fleet store.
 
             Examples:
-              purchase-ledger ship device-a.ledger device-b.ledger --to postgres://ledger@db.internal:5432/fleet
-              purchase-ledger ship exports/*.ledger --to postgres://ledger@localhost/fleet --json
+              purchase-ledger ship device-a.ledger device-b.ledger \\
+                  --to postgres://ledger@db.internal:5432/fleet
+              purchase-ledger ship exports/*.ledger \\
+                  --to postgres://ledger@localhost/fleet --json
             """)
 
     @Argument(help: "The ledger files.", completion: .file(extensions: ["ledger"]))

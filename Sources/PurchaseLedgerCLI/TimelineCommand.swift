@@ -38,6 +38,9 @@ struct TimelineCommand: ParsableCommand {
         if let t = entries.last?.transaction {
             console.print(console.bold("transaction \(t.transaction)") + "  \(t.product)  user \(t.user ?? "-")  quantity \(t.quantity)")
         }
+        // Each line's columns first: the widths are those of the longest cells (a copy-out's
+        // destination can be long), so every column lines up.
+        var lines: [(seq: String, at: String, what: String, after: String, downloads: String, marks: String)] = []
         for entry in entries {
             let e = entry.event
             var what = e.event.type.name
@@ -73,7 +76,14 @@ struct TimelineCommand: ParsableCommand {
             var marks = ""
             if let rule = e.anomaly { marks += "  " + console.yellow("! anomaly: \(rule.name)") }
             if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
-            console.print("\(String(e.seq).leftPad(6))  \(console.dim(e.event.at.description))  \(what.rightPad(44))  \(after.rightPad(20))  \(downloads)\(marks)")
+            lines.append((String(e.seq), e.event.at.description, what, after, downloads, marks))
+        }
+        let seqWidth = max(6, lines.map(\.seq.width).max() ?? 0)
+        let whatWidth = lines.map(\.what.width).max() ?? 0, afterWidth = lines.map(\.after.width).max() ?? 0
+        for line in lines {
+            var text = "\(line.seq.leftPad(seqWidth))  \(console.dim(line.at))  \(line.what.rightPad(whatWidth))  \(line.after.rightPad(afterWidth))  \(line.downloads)"
+            while text.last == " " { text.removeLast() }
+            console.print(text + line.marks)
         }
     }
 }

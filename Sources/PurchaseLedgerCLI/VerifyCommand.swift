@@ -21,8 +21,10 @@ struct VerifyCommand: AsyncParsableCommand {
 
             Examples:
               purchase-ledger verify user.ledger --all
-              purchase-ledger verify user.ledger --checkpoint user.checkpoint.json --public-key support.key.pub
-              purchase-ledger verify user.ledger --against postgres://ledger_report@db.internal/fleet
+              purchase-ledger verify user.ledger --checkpoint user.checkpoint.json \\
+                  --public-key support.key.pub
+              purchase-ledger verify user.ledger \\
+                  --against postgres://ledger_report@db.internal/fleet
             """)
 
     @OptionGroup var options: LedgerOptions

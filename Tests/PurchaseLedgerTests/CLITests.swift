@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import GRDB
 import Testing
@@ -105,6 +106,32 @@ let sampleLog = """
         #expect(try cli(["replay", ledger, "--at", "1", "--first-anomaly"]).status == 2)
         let completion = try cli(["--generate-completion-script", "bash"])
         #expect(completion.status == 0 && completion.stdout.contains("purchase-ledger"))
+    }
+
+    /// Help examples copy-paste: at 80 columns (help's width off a terminal) every example line is
+    /// printed whole, a command continued on the next line ends with a backslash, and the top-level help
+    /// has examples too.
+    @Test func helpExamplesAreNeverWrapped() {
+        for command in [Root.self] + Root.configuration.subcommands {
+            let help = command == Root.self ? Root.helpMessage(columns: 80) : Root.helpMessage(for: command, columns: 80)
+            let lines = Set(help.split(separator: "\n", omittingEmptySubsequences: false))
+            let examples = command.configuration.discussion.split(separator: "\n").filter { $0.hasPrefix("  ") }
+            #expect(!examples.isEmpty, "\(command) has examples")
+            for example in examples {
+                #expect(example.count < 80 && lines.contains(example), "\(command): wrapped at 80 columns: \(example)")
+            }
+        }
+    }
+
+    /// A usage error found once a subcommand runs shows that subcommand's usage, not the top level's.
+    @Test func aUsageErrorInASubcommandShowsItsUsage() throws {
+        _ = try populated()
+        for (arguments, command) in [(["demo", ledger], "demo"), (["events", ledger, "--type", "nope"], "events")] {
+            let r = try cli(arguments)
+            #expect(r.status == 2)
+            #expect(r.stderr.contains("Usage: purchase-ledger \(command) "), "\(r.stderr)")
+            #expect(r.stderr.contains("See 'purchase-ledger \(command) --help'"), "\(r.stderr)")
+        }
     }
 
     @Test func appendSucceedsAndCountsAnomalies() throws {

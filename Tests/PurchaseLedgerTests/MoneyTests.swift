@@ -46,7 +46,7 @@ import Testing
         // The CLI's revenue table, as a finance person reads it.
         let table = try cli(["report", dir.path("pc.ledger"), "--view", "revenue", "--format", "csv"])
         #expect(table.status == 0)
-        #expect(table.stdout.contains("p1,USD,0.99,1,1,0,0.99,0,0.99") && table.stdout.contains("p1,EUR,1.99,1,1,0,1.99,0,1.99"), "\(table.stdout)")
+        #expect(table.stdout.contains("p1,USD,0.99,1,1,0,0.99,0.00,0.99") && table.stdout.contains("p1,EUR,1.99,1,1,0,1.99,0.00,1.99"), "\(table.stdout)")
     }
 
     /// The v2 fields, through every form: JSON in, the binary payload, the state, export, the
@@ -123,7 +123,7 @@ import Testing
 
         let csv = try cli(["report", path, "--view", "revenue", "--all-environments", "--format", "csv"]).stdout
         #expect(csv.hasPrefix("kind,product,currency,price,environment,ownership,purchases"))
-        #expect(csv.contains("row,p,USD,2.00,sandbox,purchased,1,1,0,2,0,2") && csv.contains("total,NOT REVENUE,USD,,sandbox,purchased"), "\(csv)")
+        #expect(csv.contains("row,p,USD,2.00,sandbox,purchased,1,1,0,2.00,0.00,2.00") && csv.contains("total,NOT REVENUE,USD,,sandbox,purchased"), "\(csv)")
         let grouped = try cli(["report", path, "--view", "revenue", "--group-by", "storefront", "--format", "json"]).stdout
         #expect(grouped.contains(#""storefront":"CAN","product":"p","currency":"CAD","price":"2.50""#), "\(grouped)")
         let misuse = try cli(["report", path, "--all-environments"])

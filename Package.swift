@@ -116,6 +116,9 @@ let package = Package(
         // README.md's library snippets as written (Tools/snippets/readme.py makes main.swift; the
         // tests check it matches the README and run it). A user's code: no strictness of ours.
         .executableTarget(name: "readme-snippets", dependencies: ["PurchaseLedger"], path: "Tools/readme-snippets"),
+        // The Swift blocks of docs/*.md as written (Tools/snippets/docs.py makes main.swift;
+        // DocumentationTests checks it matches the docs and runs each block in its document's order).
+        .executableTarget(name: "docs-snippets", dependencies: ["PurchaseLedger", "PurchaseLedgerFleet"], path: "Tools/docs-snippets"),
         .executableTarget(
             name: "ledger-bench",
             dependencies: [

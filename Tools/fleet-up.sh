@@ -7,9 +7,11 @@
 # the passwords are the docs' examples.
 #
 #   Tools/fleet-up.sh              # start one; prints its URLs and the command that stops it
+#   eval "$(Tools/fleet-up.sh)"    # the same, and sets FLEET_OWNER, FLEET_SHIP, FLEET_REPORT and
+#                                  # FLEET_FOLDER, which the commands in README.md and docs/ use
 #   Tools/fleet-up.sh stop FOLDER  # stop it and delete its folder
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 bin="$(ls -d /usr/lib/postgresql/*/bin 2> /dev/null | sort -V | tail -1)"
 as_postgres=()
 [ "$(id -u)" -eq 0 ] && as_postgres=(runuser -u postgres --)
@@ -54,10 +56,14 @@ owner="postgres://fleet_owner:owner-change-me@127.0.0.1:$port/fleet"
 "$cli" migrate "$owner" > /dev/null
 documented roles.sql | psql -U postgres -d fleet
 documented grants.sql | psql -U fleet_owner -d fleet
-cat << EOF2
+ship="postgres://ledger_ship:change-me@127.0.0.1:$port/fleet"
+report="postgres://ledger_report:change-me-too@127.0.0.1:$port/fleet"
+cat >&2 << EOF2
 fleet-up: a fleet store on 127.0.0.1:$port (PostgreSQL in $folder), migrated, with the documented roles:
   owner (migrate, forget):  $owner
-  shipping (ship):          postgres://ledger_ship:change-me@127.0.0.1:$port/fleet
-  reporting (report):       postgres://ledger_report:change-me-too@127.0.0.1:$port/fleet
+  shipping (ship):          $ship
+  reporting (report):       $report
 Stop it and delete it with: Tools/fleet-up.sh stop $folder
 EOF2
+# On stdout, for `eval "$(Tools/fleet-up.sh)"`: the same URLs as variables the docs' commands use.
+printf "export FLEET_OWNER='%s' FLEET_SHIP='%s' FLEET_REPORT='%s' FLEET_FOLDER='%s'\n" "$owner" "$ship" "$report" "$folder"

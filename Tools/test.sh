@@ -9,6 +9,7 @@ Tools/format.sh --check
 swift build --product purchase-ledger
 swift build --product ledger-bench
 swift build --product readme-snippets
+swift build --product docs-snippets
 # The Apple-only StoreKit layer, type-checked for every platform branch against stand-in SDK modules.
 Tools/storekit-check.sh
 swift test "$@"

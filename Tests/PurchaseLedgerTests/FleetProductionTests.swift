@@ -172,7 +172,10 @@ struct FleetProductionTests {
             let line = try #require(lines.first { $0.contains(label) }, "\(up)")
             return String(try #require(line.split(separator: " ").last))
         }
-        let folder = String(try #require(lines.last?.split(separator: " ").last))
+        let folder = String(try #require(lines.last { $0.hasPrefix("Stop it") }?.split(separator: " ").last))
+        // The same URLs as shell variables, on stdout, for `eval "$(Tools/fleet-up.sh)"`.
+        let exports = try #require(lines.last { $0.hasPrefix("export FLEET_OWNER=") }, "\(up)")
+        #expect(exports.contains("FLEET_SHIP='\(try url("shipping (ship)"))'") && exports.contains("FLEET_FOLDER='\(folder)'"))
         defer { _ = try? LocalPostgres.run("/bin/bash", [script, "stop", folder]) }
         #expect(try url("owner (migrate, forget)").hasPrefix("postgres://fleet_owner:"))
         let dir = try TemporaryDirectory()

@@ -1,0 +1,122 @@
+import Foundation
+import GRDB
+import PurchaseLedgerFleetTesting
+import Testing
+
+@testable import PurchaseLedger
+
+/// Every code block of README.md and docs/*.md runs in the suite as written, or says on the line
+/// before it why it cannot (`<!-- not run: ... -->`). Tools/snippets/docs.py lists the blocks and
+/// how each runs: shell blocks in their document's order in a fresh folder (a fleet store started
+/// by `Tools/fleet-up.sh` where the docs start one), Swift blocks through Tools/readme-snippets and
+/// Tools/docs-snippets, SQL on a ledger file, JSON parsed.
+@Suite(.serialized) struct DocumentationTests {
+    struct Block: Decodable {
+        var file: String
+        var line: Int
+        var language: String
+        var how: String
+        var note: String
+        var text: String
+
+        var place: String { "\(file):\(line)" }
+    }
+
+    static let script = packageRoot.appending(path: "Tools/snippets/docs.py").path
+
+    static func blocks() throws -> [Block] {
+        let json = try LocalPostgres.run("/usr/bin/env", ["python3", script, "--blocks"])
+        return try JSONDecoder().decode([Block].self, from: Data(json.utf8))
+    }
+
+    @Test func everyBlockRunsOrSaysWhyNot() throws {
+        let blocks = try Self.blocks()
+        #expect(blocks.count >= 20, "README.md and docs/ have their blocks")
+        for block in blocks {
+            #expect(block.how != "unknown", "\(block.place): the suite has no way to run a ```\(block.language) block")
+            if block.how == "not run" {
+                #expect(block.note.count > "not run: ".count + 10, "\(block.place): say why the block is not run")
+            }
+            if block.how == "by name" {
+                // A test or a script of Tools/ runs it by its name.
+                let users = try LocalPostgres.run(
+                    "/usr/bin/env",
+                    ["grep", "-rl", "--include=*.swift", "--include=*.sh", block.note, packageRoot.appending(path: "Tests").path,
+                        packageRoot.appending(path: "Tools").path])
+                #expect(!users.isEmpty, "\(block.place): nothing runs \(block.note)")
+            }
+        }
+        #expect(blocks.filter { $0.how == "shell" }.map(\.file) == ["README.md", "README.md", "docs/fleet.md"])
+    }
+
+    @Test func theDocsSnippetsExecutableIsWhatTheDocsSay() throws {
+        let generated = try LocalPostgres.run("/usr/bin/env", ["python3", Self.script, "--print"])
+        let committed = try String(contentsOf: packageRoot.appending(path: "Tools/docs-snippets/main.swift"), encoding: .utf8)
+        #expect(generated == committed, "a Swift block of docs/ changed: run python3 Tools/snippets/docs.py")
+    }
+
+    /// The shell blocks of each document, in order, with its Swift blocks between them where they
+    /// stand, as one script in a fresh folder: every command must succeed.
+    @Test func everyShellAndSwiftBlockRunsInItsDocumentsOrder() throws {
+        let blocks = try Self.blocks().filter { $0.how == "shell" || $0.how == "docs-snippets" }
+        let documents = blocks.map(\.file).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        #expect(documents == ["README.md", "docs/fleet.md"])
+        let snippets = builtProduct("docs-snippets", override: "DOCS_SNIPPETS_BIN")
+        for document in documents {
+            let dir = try TemporaryDirectory()
+            // `Tools/fleet-up.sh` as the docs call it: from a folder where Tools is this package's.
+            try FileManager.default.createSymbolicLink(atPath: dir.path("Tools"), withDestinationPath: packageRoot.appending(path: "Tools").path)
+            let script = try LocalPostgres.run("/usr/bin/env", ["python3", Self.script, "--script", document])
+            try script.write(toFile: dir.path("run.sh"), atomically: true, encoding: .utf8)
+            let path = URL(fileURLWithPath: binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+            // (LocalPostgres.run: posix_spawn, so a server a block starts holds none of this process's descriptors.)
+            let output = try LocalPostgres.run(
+                "/usr/bin/env",
+                ["PATH=\(path)", "PURCHASE_LEDGER_BIN=\(binary)", "DOCS_SNIPPETS_BIN=\(snippets)", "bash", "-c", "cd \"$1\" && bash run.sh", "docs", dir.url.path])
+            let ran = blocks.filter { $0.file == document }.map { "### \($0.place)" }
+            #expect(ran.allSatisfy { output.contains($0) }, "\(document): \(output)")
+            switch document {
+            case "README.md":
+                #expect(output.contains("verified against the checkpoint") || output.contains("ok"), "\(output)")
+                #expect(output.contains("erased the user from 2 ledgers of the fleet store"), "\(output)")
+                #expect(output.contains("fleet-up: stopped"), "the fleet store the README started is gone: \(output)")
+            default:
+                #expect(output.contains("new events of ledger"), "the Swift block shipped: \(output)")
+            }
+        }
+    }
+
+    /// SQL blocks (not named for PostgreSQL) run on a ledger file made by `purchase-ledger demo`.
+    @Test func sqlBlocksRunOnALedgerFile() throws {
+        let blocks = try Self.blocks().filter { $0.how == "sqlite" }
+        #expect(!blocks.isEmpty)
+        let dir = try TemporaryDirectory()
+        let made = try cli(["demo", dir.path("demo.ledger")])
+        #expect(made.status == 0, "\(made.stderr)")
+        let queue = try DatabaseQueue(path: dir.path("demo.ledger"))
+        for block in blocks {
+            do {
+                // Each statement, its rows read: a column or table the file lacks fails here.
+                try queue.read { db in
+                    let statements = try db.allStatements(literal: SQL(sql: block.text))
+                    while let statement = try statements.next() { _ = try Row.fetchAll(statement) }
+                }
+            } catch {
+                Issue.record("\(block.place): \(error)")
+            }
+        }
+    }
+
+    /// JSON blocks parse; one that shows an event decodes as one.
+    @Test func jsonBlocksParse() throws {
+        let blocks = try Self.blocks().filter { $0.how == "json" }
+        #expect(blocks.count >= 3)
+        for block in blocks {
+            let object = try #require(try? JSONSerialization.jsonObject(with: Data(block.text.utf8)), "\(block.place) is not JSON")
+            if let event = object as? [String: Any], event["type"] != nil, event["at"] != nil {
+                let line = String(decoding: try JSONSerialization.data(withJSONObject: event), as: UTF8.self)
+                #expect(throws: Never.self, "\(block.place) is an event") { _ = try JSONLines.decode(line) }
+            }
+        }
+    }
+}

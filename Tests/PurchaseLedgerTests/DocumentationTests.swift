@@ -41,8 +41,10 @@ import Testing
                 // A test or a script of Tools/ runs it by its name.
                 let users = try LocalPostgres.run(
                     "/usr/bin/env",
-                    ["grep", "-rl", "--include=*.swift", "--include=*.sh", block.note, packageRoot.appending(path: "Tests").path,
-                        packageRoot.appending(path: "Tools").path])
+                    [
+                        "grep", "-rl", "--include=*.swift", "--include=*.sh", block.note, packageRoot.appending(path: "Tests").path,
+                        packageRoot.appending(path: "Tools").path,
+                    ])
                 #expect(!users.isEmpty, "\(block.place): nothing runs \(block.note)")
             }
         }

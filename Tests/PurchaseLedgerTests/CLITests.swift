@@ -123,6 +123,21 @@ let sampleLog = """
         }
     }
 
+    /// A timeline's columns line up on every line, a copy-out's long destination included, and no
+    /// line ends in spaces.
+    @Test func timelineColumnsLineUp() throws {
+        let dir = try TemporaryDirectory()
+        #expect(try cli(["demo", dir.path("demo.ledger")]).status == 0)
+        let timeline = try cli(["timeline", dir.path("demo.ledger"), "--transaction", "t1"])
+        #expect(timeline.status == 0, "\(timeline.stderr)")
+        let lines = timeline.stdout.split(separator: "\n").dropFirst()
+        #expect(lines.contains { $0.contains("contentCopiedOut t1-d1 -> ") })
+        // Where the transaction's state starts ("purchased" on every line from the purchase on).
+        let columns = Set(lines.compactMap { $0.range(of: "  purchased")?.lowerBound.utf16Offset(in: $0) })
+        #expect(columns.count == 1, "\(timeline.stdout)")
+        #expect(!lines.contains { $0.hasSuffix(" ") })
+    }
+
     /// A usage error found once a subcommand runs shows that subcommand's usage, not the top level's.
     @Test func aUsageErrorInASubcommandShowsItsUsage() throws {
         _ = try populated()

@@ -212,6 +212,13 @@ import Testing
                     #"{"type":"transactionRevoked","at":"2024-03-09T09:\#(10 + i):00Z","transaction":"\#(t)","reason":"Refunded by customer support after a duplicate charge"}"#)
             }
         }
+        // A download that started and stalled: the stuck view's row.
+        lines.append(#"{"type":"paymentQueued","at":"2024-03-10T10:00:00Z","transaction":"tx-wide-stuck","product":"book","user":"u-10099"}"#)
+        lines.append(
+            #"{"type":"transactionPurchased","at":"2024-03-10T10:00:01Z","transaction":"tx-wide-stuck","downloads":[{"download":"tx-wide-stuck-ch1","content":"ch1","contentVersion":"1.0","contentLength":100}]}"#
+        )
+        lines.append(#"{"type":"downloadStarted","at":"2024-03-10T10:00:02Z","download":"tx-wide-stuck-ch1"}"#)
+        lines.append(#"{"type":"downloadProgressed","at":"2024-03-10T10:00:03Z","download":"tx-wide-stuck-ch1","progress":0.3}"#)
         lines.append(#"{"type":"paymentQueued","at":"2024-03-10T12:00:00Z","transaction":"tx-wide-failed","product":"coins","user":"bob"}"#)
         lines.append(
             #"{"type":"transactionFailed","at":"2024-03-10T12:00:01Z","transaction":"tx-wide-failed","error":{"domain":"SKErrorDomain","code":0,"message":"Cannot connect to the App Store: the network connection was lost while confirming the purchase."}}"#
@@ -231,11 +238,11 @@ import Testing
         let imported = try cli(["import", path, "-"], stdin: Self.wideLog)
         #expect(imported.status == 0, "\(imported.stderr)")
         let views: [(view: String, lead: String)] = [
-            ("history", "47 transactions"), ("undelivered", "1 transaction"), ("revenue", "revenue lines"),
-            ("stuck", "download"), ("unfinished", "4 transactions"), ("failures", "kinds of payment failure"),
+            ("history", "48 transactions"), ("undelivered", "2 transactions"), ("revenue", "revenue lines"),
+            ("stuck", "1 download"), ("unfinished", "5 transactions"), ("failures", "kinds of payment failure"),
         ]
         for (view, lead) in views {
-            let html = try cli(["report", path, "--view", view, "--format", "html"] + (view == "stuck" ? ["--idle", "0"] : [])).stdout
+            let html = try cli(["report", path, "--view", view, "--format", "html"] + (view == "stuck" ? ["--as-of", "2024-03-11T00:00:00Z"] : [])).stdout
             #expect(!html.contains("<script") && !html.contains("https://"), "\(view): no script, nothing fetched")
             #expect(html.contains("<p class=\"lead\"><b>") && html.contains(lead), "\(view) leads with its rows: \(lead)")
             #expect(html.contains("<section class=\"currencies\">") == (view == "revenue"), "\(view): revenue figures only on the revenue view")

@@ -147,22 +147,41 @@ public struct FleetAddress: Sendable, CustomStringConvertible {
 
     static let parameters: Set<String> = ["sslmode", "sslrootcert", "host", "port", "user", "password", "dbname", "connect_timeout", "application_name"]
 
-    /// Whether `text` is a `postgres://` or `postgresql://` URL rather than a ledger path.
+    /// Whether `text` is meant as a fleet store's URL rather than a ledger path: it begins with
+    /// `postgres` or `postgresql`, in any case, then `:` or `/` (so `Postgres://...` is a URL, and a
+    /// mistyped `postgres:/u:pw@h/db` is refused as a URL, its password hidden, never opened as a
+    /// file whose name would be printed).
     public static func isURL(_ text: String) -> Bool {
-        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+        let lower = text.prefix(11).lowercased()
+        for scheme in ["postgresql", "postgres"] where lower.hasPrefix(scheme) {
+            let next = lower.dropFirst(scheme.count).first
+            return next == ":" || next == "/"
+        }
+        return false
+    }
+
+    /// The user information of a URL however its scheme is spelt: what lies between the scheme's
+    /// `:`s and `/`s (`postgres://`, `postgres:/`, `postgres//`, `Postgres:`) and the last `@`;
+    /// nil without an `@`.
+    static func userInformation(_ text: String) -> Substring? {
+        guard let at = text.lastIndex(of: "@") else { return nil }
+        var start = text.startIndex
+        while start < at, text[start].isLetter || "+.-".contains(text[start]) { start = text.index(after: start) }
+        // Only a scheme when letters were followed by a separator; else the user information starts at 0.
+        guard start < at, text[start] == ":" || text[start] == "/" else { return text[..<at] }
+        while start < at, text[start] == ":" || text[start] == "/" { start = text.index(after: start) }
+        return text[start..<at]
     }
 
     /// `text` with any password it holds replaced by `***`: a URL's user information is
     /// everything before its last `@`, and only its user name (before the first `:`) is kept.
     /// Text that is not a URL comes back as it is.
     public static func redacted(_ text: String) -> String {
-        guard let schemeEnd = text.range(of: "://"), let at = text.lastIndex(of: "@"), at > schemeEnd.lowerBound else {
+        guard let info = userInformation(text), let colon = info.firstIndex(of: ":") else {
             // A password may still follow "password=" in the parameters.
             return redactParameter(text)
         }
-        let info = text[schemeEnd.upperBound..<at]
-        let user = info.firstIndex(of: ":").map { info[..<$0] + ":***" } ?? info
-        return redactParameter(String(text[..<schemeEnd.upperBound] + user + text[at...]))
+        return redactParameter(String(text[..<colon] + ":***" + text[info.endIndex...]))
     }
 
     private static func redactParameter(_ text: String) -> String {
@@ -175,25 +194,47 @@ public struct FleetAddress: Sendable, CustomStringConvertible {
     /// for output filters that must never print them.
     public static func secrets(in arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
         var found: [String] = []
-        for argument in arguments where argument.contains("://") || argument.contains("password=") {
+        for argument in arguments where argument.contains("@") || argument.contains("password=") {
             if let address = try? FleetAddress(argument, environment: [:]), let password = address.password, !password.isEmpty {
                 found.append(password)
             }
-            // A URL that does not parse may still hold one: everything between the user name and the last "@".
-            if let schemeEnd = argument.range(of: "://"), let at = argument.lastIndex(of: "@"), at > schemeEnd.upperBound {
-                let info = argument[schemeEnd.upperBound..<at]
-                if let colon = info.firstIndex(of: ":") {
-                    let raw = String(info[info.index(after: colon)...])
-                    if !raw.isEmpty { found += [raw, decode(Substring(raw))] }
-                }
+            // A URL that does not parse, or whose scheme is mistyped, may still hold one: everything
+            // between the user name and the last "@".
+            // (Read both with a scheme and without one: `u:pw@host` has none.)
+            for info in [userInformation(argument), argument.lastIndex(of: "@").map { argument[..<$0] }].compactMap({ $0 }) {
+                guard let colon = info.firstIndex(of: ":") else { continue }
+                let raw = String(info[info.index(after: colon)...])
+                if !raw.isEmpty { found += [raw, decode(Substring(raw))] }
+            }
+            if let range = argument.range(of: "password=") {
+                let raw = String(argument[range.upperBound...].prefix { $0 != "&" })
+                if !raw.isEmpty { found += [raw, decode(Substring(raw))] }
             }
         }
         if let password = environment["PGPASSWORD"], !password.isEmpty { found.append(password) }
         return Array(Set(found)).sorted { $0.count > $1.count }
     }
 
+    /// Whether `host` is this machine by its address or by `localhost`: `127.0.0.0/8` written as
+    /// four decimal numbers, or IPv6's `::1` however it is written. A name that merely begins with
+    /// `127.` (`127.example.com`) is a name like any other, resolved by DNS: not loopback.
     static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        if host.lowercased() == "localhost" { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        if parts.count == 4,
+            parts.allSatisfy({ part in !part.isEmpty && part.count <= 3 && part.allSatisfy { $0.isASCII && $0.isNumber } && Int(part)! <= 255 })
+        {
+            return parts[0] == "127"
+        }
+        // IPv6: eight groups once "::" is expanded, all zero but a last 1.
+        guard host.contains(":"), host.allSatisfy({ $0.isHexDigit || $0 == ":" }) else { return false }
+        let halves = host.components(separatedBy: "::")
+        guard halves.count <= 2 else { return false }
+        let groups = halves.map { $0.isEmpty ? [] : $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) }
+        let given = groups.flatMap { $0 }
+        guard given.allSatisfy({ !$0.isEmpty && $0.count <= 4 }), halves.count == 2 ? given.count < 8 : given.count == 8 else { return false }
+        let expanded = halves.count == 2 ? groups[0] + Array(repeating: "0", count: 8 - given.count) + groups[1] : given
+        return expanded.dropLast().allSatisfy { Int($0, radix: 16) == 0 } && Int(expanded.last!, radix: 16) == 1
     }
 
     private static func decode(_ text: Substring) -> String {

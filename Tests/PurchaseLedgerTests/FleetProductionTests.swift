@@ -56,6 +56,15 @@ struct FleetProductionTests {
         #expect(remote.tlsMode == .require && remote.host == "db.internal" && remote.port == 5432 && remote.password == "pw")
         #expect(try FleetAddress("postgres://ledger@127.0.0.1:6543/fleet", environment: [:]).tlsMode == .prefer)
         #expect(try FleetAddress("postgres://ledger@localhost/fleet", environment: [:]).tlsMode == .prefer)
+        // Only addresses of this machine are loopback: a name that begins with "127." is resolved
+        // by DNS like any other, and gets TLS by default.
+        #expect(try FleetAddress("postgres://ledger@127.mitm.example/fleet", environment: [:]).tlsMode == .require)
+        #expect(try FleetAddress("postgres://ledger@127.0.0.1.example/fleet", environment: [:]).tlsMode == .require)
+        #expect(try FleetAddress("postgres://ledger@127.1.2.3/fleet", environment: [:]).tlsMode == .prefer)
+        #expect(try FleetAddress("postgres://ledger@[0:0:0:0:0:0:0:1]/fleet", environment: [:]).tlsMode == .prefer)
+        #expect(try FleetAddress("postgres://ledger@[::2]/fleet", environment: [:]).tlsMode == .require)
+        #expect(try FleetAddress("Postgres://ledger@db/fleet", environment: [:]).host == "db", "the scheme in any case")
+        #expect(FleetAddress.isURL("POSTGRES://x@db/fleet") && FleetAddress.isURL("postgres:/x@db/f") && !FleetAddress.isURL("postgres.ledger"))
         #expect(try FleetAddress("postgres://ledger@[::1]:7000/fleet", environment: [:]).port == 7000)
         #expect(try FleetAddress("postgres://ledger@db/fleet?sslmode=disable", environment: [:]).tlsMode == .disable)
         #expect(try FleetAddress("postgres://ledger@db/fleet", environment: ["PGSSLMODE": "verify-full"]).tlsMode == .verifyFull)
@@ -90,6 +99,9 @@ struct FleetProductionTests {
             "postgre://ledger:\(secret)@host/fleet",
             "postgres://ledger:\(secret)@no-such-host.invalid/fleet",
             "postgres://ledger@127.0.0.1:1/fleet?password=\(secret)",
+            // Mistyped schemes: refused as URLs, never opened as files named by the URL.
+            "postgres//ledger:\(secret)@127.0.0.1:1/fleet", "postgres:/ledger:\(secret)@127.0.0.1:1/fleet",
+            "Postgres://ledger:\(secret)@127.0.0.1:1/fleet", "POSTGRESQL:ledger:\(secret)@127.0.0.1:1/fleet",
         ]
         var checked = 0
         for url in urls {

@@ -60,6 +60,20 @@ import Testing
         #expect(decodes(bytes) == nil)
     }
 
+    /// A number no writer stores (NaN, an infinity) planted in a payload is damage: it does not
+    /// decode, so no command prints it as `nan` in JSON or writes it into a projection.
+    @Test func aNumberThatIsNotFiniteDoesNotDecode() {
+        for value in [Double.nan, .infinity, -.infinity, 0.5] {
+            var w = BinaryWriter()
+            PayloadCodec.encode(.downloadProgressed(download: "d", progress: value, bytesWritten: nil, timeRemaining: value), into: &w)
+            let decoded = w.bytes.withUnsafeBytes { buffer in
+                var reader = BinaryReader(buffer)
+                return try? PayloadCodec.decode(.downloadProgressed, &reader, personal: .empty)
+            }
+            #expect((decoded != nil) == value.isFinite, "\(value)")
+        }
+    }
+
     /// A cancel reason goes into the log by its stored code: one no case has is damage, never
     /// read back as another reason.
     @Test func cancelReasonsInTheLogGoThroughTheirCodes() {

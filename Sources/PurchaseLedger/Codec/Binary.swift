@@ -119,7 +119,11 @@ package struct BinaryReader {
         var bits: UInt64 = 0
         for k in 0..<8 { bits |= UInt64(base[offset + k]) << (8 * UInt64(k)) }
         offset += 8
-        return Double(bitPattern: UInt64(littleEndian: bits))
+        // No writer stores NaN or an infinity (input refuses them: JSON has neither), so one read
+        // back is damage, reported with its seq by whatever met it, never printed as `nan`.
+        let value = Double(bitPattern: UInt64(littleEndian: bits))
+        guard value.isFinite else { throw Failure(message: "a stored number is \(value), which no writer stores (NaN or infinite)") }
+        return value
     }
 
     /// The range of a length-prefixed value, after checking it fits.

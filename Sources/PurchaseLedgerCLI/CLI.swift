@@ -56,7 +56,8 @@ public enum PurchaseLedgerCLI {
 
     static func status(for error: LedgerError) -> Int32 {
         switch error.code {
-        case .ruleViolation, .notErasable: 1
+        // A file claiming an id it cannot prove is a finding about the file, as verify's are.
+        case .ruleViolation, .notErasable, .idConflict: 1
         case .malformedInput, .unregisteredURL, .unknownUser: 2
         default: 3
         }

@@ -114,6 +114,33 @@ struct CheckpointTests {
         #expect(half.status == 2 && half.stderr.contains("together"))
     }
 
+    /// Another ledger's key-derived id copied into a file whose identity key is then deleted (the
+    /// chain relinked from that id): verify reports the id (exit 1) and checkpoint refuses to sign
+    /// under it, as when the key is replaced instead.
+    @Test func aKeyDerivedIDWithNoKeyIsReportedAndNeverSigned() throws {
+        let dir = try TemporaryDirectory()
+        let mine = try Self.ledger(dir.path("a.ledger"), count: 20)
+        let theirs = try Ledger(path: dir.path("b.ledger"), configuration: testConfiguration())
+        let theirID = try #require(try theirs.identity()?.id)
+        #expect(LedgerIdentity.hasDerivedForm(theirID))
+        // A's events relinked under B's id (the chain starts from the id), then the key deleted.
+        let path = dir.path("forged.ledger")
+        _ = try Ledger(path: path, configuration: testConfiguration())
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE ledger_info SET value = ? WHERE key = 'ledger_id'", arguments: [theirID])
+        }
+        try Ledger(path: path, configuration: testConfiguration())
+            .append(contentsOf: try mine.events(from: 1, limit: .max).filter { !$0.appendedByLedger }.map(\.event))
+        try DatabaseQueue(path: path).write { db in try db.execute(sql: "DELETE FROM ledger_info WHERE key = 'identity_key'") }
+        let verify = try cli(["verify", path])
+        #expect(verify.status == 1 && verify.stdout.contains("not derived from this file's identity key (the file has none"), "\(verify.stdout) \(verify.stderr)")
+        let key = dir.path("support.key")
+        #expect(try cli(["keygen", "-o", key]).status == 0)
+        let signed = try cli(["checkpoint", path, "--signing-key", key, "-o", dir.path("cp.json")])
+        #expect(signed.status == 1 && signed.stderr.contains("nothing was signed"), "\(signed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: dir.path("cp.json")))
+    }
+
     /// Values only an edited file can hold (written here as a forger would: the library without
     /// its input checks, every link right): verify reports them as damage with their seq, export
     /// refuses to write JSON it cannot (a NaN) or that import would refuse.

@@ -204,9 +204,18 @@ extension Ledger {
     /// upload(checkpoint.json)        // kept by the server, beside the shipped ledger
     /// ```
     public func checkpoint(signingKey: CheckpointSigningKey, at time: Timestamp = .now) throws -> Checkpoint {
-        guard let id = try identity()?.id else {
+        guard let identity = try identity() else {
             throw LedgerError(.io, "this ledger has no id yet (made by an older version and opened read-only); open it for writing once")
         }
+        // Signing vouches for the id too: never for one this file cannot prove (verify reports it).
+        guard !identity.contradictsItsKey else {
+            throw LedgerError(
+                .idConflict,
+                "the ledger id \(identity.id) is not derived from this file's identity key"
+                    + (identity.publicKey == nil ? " (the file has none: it was deleted)" : "")
+                    + ": the id (or the key) in ledger_info was replaced; nothing was signed")
+        }
+        let id = identity.id
         let walked = try read { db in try ChainWalk.walk(db, chain: chain, stopAt: nil) }
         return try Checkpoint(ledgerID: id, seq: walked.last, link: walked.head, at: time, key: signingKey)
     }

@@ -28,10 +28,13 @@ public struct LedgerIdentity: Sendable, Hashable {
         publicKey.map { Self.id(derivedFrom: $0) == id } ?? false
     }
 
-    /// A key-derived id that this file's own key does not derive: the id (or the key) was copied
-    /// in from another ledger. `verify` reports it; a fleet store refuses it.
+    /// A key-derived id that this file's own key does not derive, or that no key of the file
+    /// could (its identity key was deleted): the id (or the key) was copied in from another
+    /// ledger. Every ledger given a key-derived id was created with its key, so an id of that
+    /// form without one is never innocent. `verify` reports it, `checkpoint` refuses to sign under
+    /// it, and a fleet store refuses it.
     public var contradictsItsKey: Bool {
-        publicKey != nil && Self.hasDerivedForm(id) && !isProvenByKey
+        Self.hasDerivedForm(id) && !isProvenByKey
     }
 
     /// Whether `id` has the form of a key-derived id (UUID version 8): such an id is accepted

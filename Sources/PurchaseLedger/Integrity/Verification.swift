@@ -159,7 +159,9 @@ private struct Verifier {
         guard let identity = try LedgerIdentity.read(db), identity.contradictsItsKey else { return }
         try problem(
             .identity, nil,
-            "the ledger id \(identity.id) is not derived from this file's identity key: the id (or the key) in ledger_info was replaced, to pass this file off as another ledger")
+            "the ledger id \(identity.id) is not derived from this file's identity key"
+                + (identity.publicKey == nil ? " (the file has none: it was deleted)" : "")
+                + ": the id (or the key) in ledger_info was replaced, to pass this file off as another ledger")
     }
 
     /// Walks the log once: decoding, sequence, chain and rules. Returns the replayed state and

@@ -279,3 +279,11 @@ extension LedgerError {
         LedgerError.make(.io, message)
     }
 }
+
+/// What `what` (an option, or a command) says of `value` when it is not a fleet store's URL; an
+/// empty value is most often a variable left unset (`"$FLEET_SHIP"` before `eval "$(fleet-up.sh)"`).
+func notAURL(_ what: String, _ value: String) -> String {
+    value.isEmpty
+        ? "\(what) was given an empty string, not a postgres:// URL (a variable such as $FLEET_SHIP left unset?)"
+        : "\(what) takes a postgres:// URL, not \(FleetAddress.redacted(value))"
+}

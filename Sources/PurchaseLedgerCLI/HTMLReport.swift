@@ -69,13 +69,13 @@ struct HTMLReport {
     /// The page, its rows' HTML given: head, figures, the table, its foot and the timelines.
     /// `filled` says which columns hold a value in some row (the others are left out).
     func page(rows: String, count: Int, filled: [Bool], truncatedAt: Int?) -> String {
-        pageHead(count: count, filled: filled) + rows + pageTail(count: count, filled: filled, truncatedAt: truncatedAt)
+        pageHead(count: count, filled: filled, truncatedAt: truncatedAt) + rows + pageTail(count: count, filled: filled, truncatedAt: truncatedAt)
     }
 
-    /// The page up to its first row.
-    func pageHead(count: Int, filled: [Bool]) -> String {
+    /// The page up to its first row; a page `--limit` cut says so in its lead.
+    func pageHead(count: Int, filled: [Bool], truncatedAt: Int?) -> String {
         let layout = Layout(table.columns)
-        return head(count: count, hidden: hidden(layout, count: count, filled: filled), layout: layout)
+        return head(count: count, cut: truncatedAt != nil, hidden: hidden(layout, count: count, filled: filled), layout: layout)
     }
 
     /// The page after its last row.
@@ -97,7 +97,7 @@ struct HTMLReport {
     var firstTransactions: [String] = []
 
     /// The page up to the table's first row.
-    private func head(count: Int, hidden: [Int], layout: Layout) -> String {
+    private func head(count: Int, cut: Bool, hidden: [Int], layout: Layout) -> String {
         var html = """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
@@ -124,7 +124,7 @@ struct HTMLReport {
         html += """
             </style></head><body>
             <h1>\(esc(table.title))</h1>
-            <p class="lead"><b>\(esc(subject.count(count)))</b>\(subject.about.isEmpty ? "" : ": " + esc(subject.about))</p>
+            <p class="lead">\(cut ? "the first " : "")<b>\(esc(subject.count(count)))</b>\(subject.about.isEmpty ? "" : ": " + esc(subject.about))\(cut ? " (cut by --limit: more match)" : "")</p>
             <p class="sub">\(esc(subtitle()))</p>
 
             """

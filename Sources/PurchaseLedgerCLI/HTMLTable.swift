@@ -84,7 +84,10 @@ extension HTMLReport {
                     html += "<div class=\"x t\"><span>"
                     html += label
                     html += "</span> "
+                    // An id (a store id, an original transaction) on one line, like an id cell.
+                    if kind == .id { html += "<span class=\"nw\">" }
                     Self.append(cells[i], kind: kind, to: &html)
+                    if kind == .id { html += "</span>" }
                     html += "</div>"
                 }
                 html += "</\(cell)>"

@@ -25,7 +25,7 @@ struct MigrateCommand: AsyncParsableCommand {
     var url: String
 
     func validate() throws {
-        guard FleetAddress.isURL(url) else { throw ValidationError("migrate takes a postgres:// URL, not \(FleetAddress.redacted(url))") }
+        guard FleetAddress.isURL(url) else { throw ValidationError(notAURL("migrate", url)) }
     }
 
     func run() async throws {

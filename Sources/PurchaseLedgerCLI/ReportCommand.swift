@@ -188,10 +188,10 @@ struct ReportCommand: AsyncParsableCommand {
                 let (ledgers, events) = try await fleet.shippedTotals()
                 summary = HTMLReport.Summary(
                     revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
-                    source: "the fleet store \(fleet.address) (\(ledgers) ledgers, \(events) events)")
+                    source: "the fleet store \(fleet.address) (\(ledgers) ledger\(ledgers == 1 ? "" : "s"), \(events) event\(events == 1 ? "" : "s"))")
             }
             if streamsRows {
-                // Rows are written as the server sends them: memory stays flat.
+                // Rows are written as the server sends them: memory stays flat (HTML: see RowStream).
                 let stream = RowStream(
                     self, columns: rowColumns(fleet: true), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0, subject: htmlSubject) })
                 // Rows are formatted and written on a thread of their own while the next

@@ -37,9 +37,10 @@ final class OrderedWriter: @unchecked Sendable {  // unchecked: `batch` is touch
     }
 }
 
-/// Writes a report's rows as they come, in any format, so that memory stays flat in the number of
-/// rows: a CSV line, a JSON object, an HTML row at a time; a table in blocks of 1,000 rows whose
-/// columns are as wide as the widest cell so far. It takes one row more than `--limit` to know
+/// Writes a report's rows as they come, so that memory stays flat in the number of rows: a CSV
+/// line or a JSON object at a time; a table in blocks of 1,000 rows whose columns are as wide as
+/// the widest cell so far. An HTML page is the exception: it leads with its rows' count, so it
+/// holds their HTML (about 600 bytes a history row) until the last one. It takes one row more than `--limit` to know
 /// whether the limit cut the report, and writes at most `--limit`.
 final class RowStream: @unchecked Sendable {  // Used by one command, from one task at a time.
     let format: ReportCommand.Format
@@ -139,7 +140,7 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
             html.summary.timelines = try timelines(firstTransactions)
             html.firstTransactions = firstTransactions
             // The rows in pieces of about 64 KiB, cut after a row: never a second copy of them all.
-            console.write(html.pageHead(count: count, filled: filled))
+            console.write(html.pageHead(count: count, filled: filled, truncatedAt: truncated ? limit : nil))
             var start = htmlRows.utf8.startIndex
             while start < htmlRows.utf8.endIndex {
                 var end = htmlRows.utf8.index(start, offsetBy: 1 << 16, limitedBy: htmlRows.utf8.endIndex) ?? htmlRows.utf8.endIndex

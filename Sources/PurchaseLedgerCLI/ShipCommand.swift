@@ -45,7 +45,7 @@ struct ShipCommand: AsyncParsableCommand {
     func validate() throws {
         guard !ledgers.isEmpty else { throw ValidationError("give at least one ledger file") }
         try NumberOption.check("--connections", connections, 1...64)
-        guard FleetAddress.isURL(to) else { throw ValidationError("--to takes a postgres:// URL, not \(FleetAddress.redacted(to))") }
+        guard FleetAddress.isURL(to) else { throw ValidationError(notAURL("--to", to)) }
     }
 
     struct Outcome: Sendable {

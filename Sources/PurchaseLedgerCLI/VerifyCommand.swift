@@ -39,7 +39,7 @@ struct VerifyCommand: AsyncParsableCommand {
 
     func validate() throws {
         if (checkpoint == nil) != (publicKey == nil) { throw ValidationError("give --checkpoint and --public-key together") }
-        if let against, !FleetAddress.isURL(against) { throw ValidationError("--against takes a postgres:// URL, not \(FleetAddress.redacted(against))") }
+        if let against, !FleetAddress.isURL(against) { throw ValidationError(notAURL("--against", against)) }
     }
 
     func run() async throws {

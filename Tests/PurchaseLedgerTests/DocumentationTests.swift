@@ -38,11 +38,13 @@ import Testing
                 #expect(block.note.count > "not run: ".count + 10, "\(block.place): say why the block is not run")
             }
             if block.how == "by name" {
-                // A test or a script of Tools/ runs it by its name.
+                // A test or a script of Tools/ runs it by its name: `documentedSQL("NAME"` in a
+                // test, `documented NAME` in a script (grep exits non-zero, and run throws, if none).
+                let pattern = #"(documentedSQL\("\#(block.note)"|documented \#(block.note) )"#
                 let users = try LocalPostgres.run(
                     "/usr/bin/env",
                     [
-                        "grep", "-rl", "--include=*.swift", "--include=*.sh", block.note, packageRoot.appending(path: "Tests").path,
+                        "grep", "-rlE", "--include=*.swift", "--include=*.sh", pattern, packageRoot.appending(path: "Tests").path,
                         packageRoot.appending(path: "Tools").path,
                     ])
                 #expect(!users.isEmpty, "\(block.place): nothing runs \(block.note)")
@@ -65,21 +67,26 @@ import Testing
         #expect(documents == ["README.md", "docs/fleet.md"])
         let snippets = builtProduct("docs-snippets", override: "DOCS_SNIPPETS_BIN")
         for document in documents {
-            let dir = try TemporaryDirectory()
-            // `Tools/fleet-up.sh` as the docs call it: from a folder where Tools is this package's.
-            try FileManager.default.createSymbolicLink(atPath: dir.path("Tools"), withDestinationPath: packageRoot.appending(path: "Tools").path)
+            // An empty folder, as the README says; the script beside it.
+            let dir = try TemporaryDirectory(), scripts = try TemporaryDirectory()
             let script = try LocalPostgres.run("/usr/bin/env", ["python3", Self.script, "--script", document])
-            try script.write(toFile: dir.path("run.sh"), atomically: true, encoding: .utf8)
-            let path = URL(fileURLWithPath: binary).deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+            try script.write(toFile: scripts.path("run.sh"), atomically: true, encoding: .utf8)
+            // PATH as README.md's build line sets it: the built CLI, then Tools/ (fleet-up.sh).
+            let path =
+                URL(fileURLWithPath: binary).deletingLastPathComponent().path + ":" + packageRoot.appending(path: "Tools").path + ":"
+                + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
             // (LocalPostgres.run: posix_spawn, so a server a block starts holds none of this process's descriptors.)
             let output = try LocalPostgres.run(
                 "/usr/bin/env",
-                ["PATH=\(path)", "PURCHASE_LEDGER_BIN=\(binary)", "DOCS_SNIPPETS_BIN=\(snippets)", "bash", "-c", "cd \"$1\" && bash run.sh", "docs", dir.url.path])
+                [
+                    "PATH=\(path)", "PURCHASE_LEDGER_BIN=\(binary)", "DOCS_SNIPPETS_BIN=\(snippets)", "bash", "-c", "cd \"$1\" && bash \"$2\"", "docs", dir.url.path,
+                    scripts.path("run.sh"),
+                ])
             let ran = blocks.filter { $0.file == document }.map { "### \($0.place)" }
             #expect(ran.allSatisfy { output.contains($0) }, "\(document): \(output)")
             switch document {
             case "README.md":
-                #expect(output.contains("verified against the checkpoint") || output.contains("ok"), "\(output)")
+                #expect(output.contains("ok: the file extends the checkpoint"), "\(output)")
                 #expect(output.contains("erased the user from 2 ledgers of the fleet store"), "\(output)")
                 #expect(output.contains("fleet-up: stopped"), "the fleet store the README started is gone: \(output)")
             default:

@@ -22,6 +22,21 @@ import Testing
         Set(lines.map { "\($0.product) \($0.price) \($0.currency) \($0.units) \($0.net)" })
     }
 
+    /// Amounts as tables, CSV and HTML print them: the currency's decimals (ISO 4217's minor
+    /// unit), padded, never rounded; what is not a plain decimal comes back as it is.
+    @Test func amountsPrintWithTheirCurrencysDecimals() {
+        for (amount, currency, text) in [
+            ("7498.5", "USD", "7498.50"), ("-0.5", "EUR", "-0.50"), ("0", "USD", "0.00"), ("120", "JPY", "120"), ("12.5", "JPY", "12.5"),
+            ("1.5", "BHD", "1.500"), ("1.23456", "USD", "1.23456"), ("4.99", "usd", "4.99"), ("2", "XYZ", "2.00"),
+            ("", "USD", ""), (".", "USD", "."), ("-", "USD", "-"), ("1e5", "USD", "1e5"), ("1.", "USD", "1."), (".5", "USD", ".5"),
+            ("-.5", "USD", "-.5"),
+        ] {
+            #expect(MoneyText.text(amount, currency: currency) == text, "\(amount) \(currency)")
+        }
+        #expect(MoneyText.text(Decimal(string: "7498.5")!, currency: "USD") == "7498.50")
+        #expect(MoneyText.decimals(of: "KWD") == 3 && MoneyText.decimals(of: "KRW") == 0 && MoneyText.decimals(of: "GBP") == 2)
+    }
+
     @Test func aLaterRegistrationNeverChangesAnEarlierPriceInAnyView() throws {
         let dir = try TemporaryDirectory()
         let ledger = try Ledger(path: dir.path("pc.ledger"), configuration: testConfiguration(blockSize: 2, snapshotInterval: 3))

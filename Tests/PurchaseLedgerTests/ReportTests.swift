@@ -219,6 +219,12 @@ import Testing
         )
         lines.append(#"{"type":"downloadStarted","at":"2024-03-10T10:00:02Z","download":"tx-wide-stuck-ch1"}"#)
         lines.append(#"{"type":"downloadProgressed","at":"2024-03-10T10:00:03Z","download":"tx-wide-stuck-ch1","progress":0.3}"#)
+        // A restore of a purchase made on another device: a long original id, never broken.
+        lines.append(#"{"type":"restoreStarted","at":"2024-03-10T11:00:00Z","user":"u-10001"}"#)
+        lines.append(
+            #"{"type":"transactionRestored","at":"2024-03-10T11:00:01Z","transaction":"tx-wide-restored","originalTransaction":"tx-wide-original-from-old-device-1000","product":"book","user":"u-10001"}"#
+        )
+        lines.append(#"{"type":"restoreCompleted","at":"2024-03-10T11:00:02Z"}"#)
         lines.append(#"{"type":"paymentQueued","at":"2024-03-10T12:00:00Z","transaction":"tx-wide-failed","product":"coins","user":"bob"}"#)
         lines.append(
             #"{"type":"transactionFailed","at":"2024-03-10T12:00:01Z","transaction":"tx-wide-failed","error":{"domain":"SKErrorDomain","code":0,"message":"Cannot connect to the App Store: the network connection was lost while confirming the purchase."}}"#
@@ -238,9 +244,12 @@ import Testing
         let imported = try cli(["import", path, "-"], stdin: Self.wideLog)
         #expect(imported.status == 0, "\(imported.stderr)")
         let views: [(view: String, lead: String)] = [
-            ("history", "48 transactions"), ("undelivered", "2 transactions"), ("revenue", "revenue lines"),
-            ("stuck", "1 download"), ("unfinished", "5 transactions"), ("failures", "kinds of payment failure"),
+            ("history", "49 transactions"), ("undelivered", "2 transactions"), ("revenue", "revenue lines"),
+            ("stuck", "1 download"), ("unfinished", "6 transactions"), ("failures", "kinds of payment failure"),
         ]
+        // A page --limit cut says so where it gives the count.
+        let cut = try cli(["report", path, "--format", "html", "--limit", "2"]).stdout
+        #expect(cut.contains("<p class=\"lead\">the first <b>2 transactions</b>") && cut.contains("(cut by --limit: more match)"))
         for (view, lead) in views {
             let html = try cli(["report", path, "--view", view, "--format", "html"] + (view == "stuck" ? ["--as-of", "2024-03-11T00:00:00Z"] : [])).stdout
             #expect(!html.contains("<script") && !html.contains("https://"), "\(view): no script, nothing fetched")

@@ -10,7 +10,7 @@ import PurchaseLedgerFleet
 // docs/fleet.md, line 25
 func block1() async throws {
 
-    let urls = ProcessInfo.processInfo.environment                       // as `eval "$(Tools/fleet-up.sh)"` set them
+    let urls = ProcessInfo.processInfo.environment                       // as `eval "$(fleet-up.sh)"` set them
     try await FleetStore.migrate(urls["FLEET_OWNER"]!)                   // once, as the owner
     let fleet = try await FleetStore.connect(urls["FLEET_SHIP"]!)
     let result = try await fleet.ship(try Ledger(path: "device.ledger"))  // the events the store does not hold yet

@@ -2,7 +2,8 @@
 
 A block is run as written, by its language:
 - sh: the blocks of one document, in order, as one bash script (`set -euo pipefail`) in a fresh
-  folder where `Tools` is this package's, with the built `purchase-ledger` first on PATH;
+  empty folder, with the built `purchase-ledger` and this package's Tools/ first on PATH (as
+  README.md's build line sets them);
 - swift: README.md's library blocks by Tools/readme-snippets (Tools/snippets/readme.py); any other
   by Tools/docs-snippets, which this script writes, called from its document's script in order;
 - sql: on a ledger file made by `purchase-ledger demo` (SQLite), unless named (below);
@@ -42,15 +43,18 @@ def blocks():
         i = 0
         swift = 0
         while i < len(lines):
-            fence = re.match(r"^```(\w*)\s*$", lines[i])
+            # A fence may be indented (inside a list item); it closes at the same indentation.
+            fence = re.match(r"^(\s*)```(\w*)\s*$", lines[i])
             if not fence:
                 i += 1
                 continue
             end = i + 1
-            while end < len(lines) and lines[end] != "```":
+            indent = fence.group(1)
+            while end < len(lines) and lines[end] != indent + "```":
                 end += 1
-            language, body = fence.group(1), "\n".join(lines[i + 1:end]) + "\n"
-            marker = re.match(r"^<!-- (.*) -->$", lines[i - 1]) if i > 0 else None
+            language = fence.group(2)
+            body = "\n".join(line[len(indent):] if line.startswith(indent) else line for line in lines[i + 1:end]) + "\n"
+            marker = re.match(r"^\s*<!-- (.*) -->$", lines[i - 1]) if i > 0 else None
             note = marker.group(1) if marker else ""
             if note.startswith("not run:"):
                 how = "not run"
@@ -81,7 +85,7 @@ def script(doc):
     """The bash script that runs `doc`'s sh blocks and its docs-snippets blocks, in order."""
     out = ["set -euo pipefail",
            "# A fleet store a block started and a failure left running is stopped on the way out.",
-           "trap 'if [ -n \"${FLEET_FOLDER:-}\" ] && [ -d \"$FLEET_FOLDER\" ]; then Tools/fleet-up.sh stop \"$FLEET_FOLDER\" > /dev/null; fi' EXIT"]
+           "trap 'if [ -n \"${FLEET_FOLDER:-}\" ] && [ -d \"$FLEET_FOLDER\" ]; then fleet-up.sh stop \"$FLEET_FOLDER\" > /dev/null; fi' EXIT"]
     for block in blocks():
         if block["file"] != doc or block["how"] not in ("shell", "docs-snippets"):
             continue

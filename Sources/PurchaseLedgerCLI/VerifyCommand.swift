@@ -14,7 +14,7 @@ struct VerifyCommand: AsyncParsableCommand {
 
             With --checkpoint and --public-key: checks that the file extends a signed checkpoint (same \
             ledger id, at least its seq, the same hash chain link there), recomputing the chain over the \
-            whole log, and exits 1 naming the seq when it does not. A plain (unkeyed) chain can be \
+            whole log, and exits 1 naming the seq when it does not; then every check above. A plain (unkeyed) chain can be \
             recomputed by anyone who edits the file; a checkpoint kept elsewhere cannot. With --against \
             postgres://..., the same check against the seq and link a fleet store holds of this ledger \
             (from its last ship): a file put back to an older copy or rewritten no longer extends it.
@@ -77,7 +77,6 @@ struct VerifyCommand: AsyncParsableCommand {
             try problemExit { try ledger.verifyExtends(seq: held.seq, link: held.link, witness: "what the fleet store holds") }
             console.print(
                 console.green("ok") + ": the file extends what the fleet store holds of ledger \(id) (seq \(held.seq)); hash chain intact from the first event to the last")
-            if checkpoint == nil { return }
         }
         if let checkpoint, let publicKey {
             let statement = try Checkpoint(json: String(decoding: try Data(contentsOf: URL(fileURLWithPath: checkpoint)), as: UTF8.self))
@@ -86,8 +85,10 @@ struct VerifyCommand: AsyncParsableCommand {
             console.print(
                 console.green("ok") + ": the file extends the checkpoint of ledger \(statement.ledgerID) at seq \(statement.seq) (signed \(statement.at)); "
                     + "hash chain intact from the first event to the last")
-            return
         }
+        // Then everything else the chain commits to, whatever witness was given: a checkpoint
+        // vouches for the links, not for a personal value edited beside its commitment or a
+        // snapshot bound to another chain (the check an edit of personal_values must not pass).
         let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
         try printReport(report)
     }
@@ -139,7 +140,7 @@ struct VerifyCommand: AsyncParsableCommand {
                         + [0: "", 1: "every snapshot bound to the chain, the newest equal to the log at its seq, "][
                             report.snapshotsChecked,
                             default: "every snapshot bound to the chain, \(report.snapshotsChecked) equal to the log at their seqs, "]
-                        + "projections equal a fresh rebuild, SQLite integrity ok"
+                        + "every personal value matches its commitment, projections equal a fresh rebuild, SQLite integrity ok"
                 )
             }
             if !report.anomalies.isEmpty {

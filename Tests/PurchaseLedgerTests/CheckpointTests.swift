@@ -114,6 +114,29 @@ struct CheckpointTests {
         #expect(half.status == 2 && half.stderr.contains("together"))
     }
 
+    /// A personal value edited beside its commitment (the chain untouched, projections rebuilt):
+    /// the file still extends the checkpoint, and `verify --checkpoint` says so, then reports the
+    /// value, as plain `verify` does (exit 1). Its ok lines say what each checked.
+    @Test func verifyWithACheckpointChecksEverythingTheChainCommitsTo() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("a.ledger")
+        _ = try Self.ledger(path, count: 30)
+        let key = dir.path("support.key"), checkpoint = dir.path("cp.json")
+        #expect(try cli(["keygen", "-o", key]).status == 0)
+        #expect(try cli(["checkpoint", path, "--signing-key", key, "-o", checkpoint]).status == 0)
+        let clean = try cli(["verify", path, "--checkpoint", checkpoint, "--public-key", key + ".pub"])
+        #expect(clean.status == 0 && clean.stdout.contains("extends the checkpoint") && clean.stdout.contains("every personal value matches its commitment"), "\(clean.stdout)")
+
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE personal_values SET value = CAST('u9' AS BLOB) WHERE value = CAST('u3' AS BLOB)")
+        }
+        #expect(try cli(["rebuild", path]).status == 0)
+        #expect(try cli(["report", path, "--user", "u9", "--format", "csv"]).stdout.contains("t3"), "the edit shows in the reports")
+        let caught = try cli(["verify", path, "--checkpoint", checkpoint, "--public-key", key + ".pub", "--all"])
+        #expect(caught.status == 1, "\(caught.stdout) \(caught.stderr)")
+        #expect(caught.stdout.contains("extends the checkpoint") && caught.stdout.contains("personalValues"), "\(caught.stdout)")
+    }
+
     /// Another ledger's key-derived id copied into a file whose identity key is then deleted (the
     /// chain relinked from that id): verify reports the id (exit 1) and checkpoint refuses to sign
     /// under it, as when the key is replaced instead.

@@ -53,6 +53,9 @@ import Testing
                 .downloadFailed(download: d4, error: StoreError(domain: "NSURLErrorDomain", code: -1009, message: "offline on \(name)'s iPhone")),
                 .restoreStarted(user: user),
                 .restoreCompleted,
+                // A failed restore's message names the account: the user's who started it.
+                .restoreStarted(user: user),
+                .restoreFailed(error: StoreError(domain: "SKErrorDomain", code: 0, message: "Apple ID \(email) not signed in")),
             ]
             return bodies.map { Event(at: at(), $0) }
         }

@@ -56,6 +56,8 @@ public enum PersonalData {
         var own: String?
         forEachValue(in: body) { value, isUser in if isUser { own = value } }
         if let own { return own }
+        // A restore's failure (its message may name the account) is the user's who started it.
+        if case .restoreFailed = body { return state.restoreUser }
         if let t = body.transactionID { return state.transactions[t]?.user }
         if let d = body.downloadID, let t = state.downloads[d]?.transaction { return state.transactions[t]?.user }
         return nil

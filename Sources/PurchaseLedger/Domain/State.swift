@@ -319,6 +319,10 @@ public struct LedgerState: Sendable, Hashable {
     public internal(set) var registeredURLs = RecordMap<String>()
     /// Whether a `restoreStarted` still waits for its `restoreCompleted` or `restoreFailed`.
     public internal(set) var restoreInProgress: Bool = false
+    /// The user the latest `restoreStarted` named: whose personal data its `restoreFailed`
+    /// message is (erased with them). Kept after the restore ends, because an event's values are
+    /// assigned their owner with the state after it. Nil before any restore, or when it named none.
+    var restoreUser: String?
     /// How many stored events were flagged as anomalies.
     public internal(set) var anomalies: Int = 0
     /// Granting transactions per product.

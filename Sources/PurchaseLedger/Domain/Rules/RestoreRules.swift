@@ -8,6 +8,7 @@ extension Reducer {
             throw .violation(.restoreInProgress, "a restore is already running; wait for restoreCompleted or restoreFailed", e)
         }
         s.restoreInProgress = true
+        if case .restoreStarted(let user) = e.body { s.restoreUser = user }  // (kept after it ends: see restoreUser)
         return .applied
     }
 

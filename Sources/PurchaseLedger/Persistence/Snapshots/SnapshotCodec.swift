@@ -91,6 +91,8 @@ enum SnapshotCodec {
         scalars.varint(UInt64(s.anomalies))
         scalars.varint(UInt64(s.catalogEvents))
         scalars.varint(UInt64(s.restoreEvents))
+        // Only after a restore that named a user (so other snapshots are as before): its user.
+        if let user = s.restoreUser { scalars.lengthPrefixed(user) }
         var manifest = BinaryWriter()
         manifest.lengthPrefixed(scalars.bytes)
         var newPages: [StoredPage] = []

@@ -100,6 +100,7 @@ extension SnapshotCodec {
             s.anomalies = try r.int(max: Int.max)
             s.catalogEvents = Int64(try r.int(max: Int(Int64.max)))
             s.restoreEvents = Int64(try r.int(max: Int(Int64.max)))
+            if !r.isAtEnd { s.restoreUser = try r.string() }
         }
         func load(_ address: [UInt8]) throws -> [UInt8] {
             guard let data = try fetch(address) else { throw Failure(message: "missing page") }

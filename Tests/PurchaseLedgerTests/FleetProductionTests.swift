@@ -302,6 +302,45 @@ struct FleetProductionTests {
         #expect(text.status == 1 && text.stdout.contains("2 of 4 ledgers shipped") && text.stderr.contains("not a ledger id"), "\(text.stdout) \(text.stderr)")
     }
 
+    /// A file edited so that an event no longer passes the rules (its product renamed to one never
+    /// registered) with every later link recomputed: the chain is whole, so only the rules catch
+    /// it. `verify` refuses it and so does `ship`, naming the seq, while the batch's other ledger ships.
+    @Test func shipRefusesALedgerVerifyRefusesOnTheRules() throws {
+        let (_, url) = try FleetServer.database()
+        let dir = try TemporaryDirectory()
+        let good = dir.path("good.ledger"), edited = dir.path("edited.ledger")
+        try sampleLedger(good)
+        try sampleLedger(edited)
+        _ = try Ledger(path: edited).append(
+            Event(at: Timestamp.parse("2024-03-02T09:00:00Z"), .paymentQueued(transaction: "t2", product: "book", quantity: 1, user: "bob")))
+        try DatabaseQueue(path: edited).write { db in
+            let seq = try #require(try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events"))
+            try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 'book', 'boox') AS BLOB) WHERE seq = ?", arguments: [seq])
+            let row = try #require(try Row.fetchOne(db, sql: "SELECT seq, version, type, at_ns, recorded_ns, payload FROM events WHERE seq = ?", arguments: [seq]))
+            let payload = [UInt8](row[5] as Data)
+            let body = try payload.withUnsafeBytes { buffer -> EventBody in
+                var reader = BinaryReader(buffer)
+                return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader, personal: try PersonalValues.current(db))
+            }
+            let e = RecordedEvent(
+                seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
+                recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: nil, appendedByLedger: false)
+            let previous = [UInt8](try #require(try Data.fetchOne(db, sql: "SELECT link FROM events WHERE seq = ?", arguments: [seq - 1])))
+            let link = HashChain(key: nil).link(after: previous, frame: FrameCodec.canonical(e, payload: payload))
+            try db.execute(sql: "UPDATE events SET link = ? WHERE seq = ?", arguments: [Data(link), seq])
+        }
+        let verify = try cli(["verify", edited])
+        #expect(verify.status == 1 && verify.stdout.contains("seq 11") && verify.stdout.contains("unknownProduct"), "\(verify.stdout)")
+        let shipped = try cli(["ship", good, edited, "--to", url, "--json"])
+        #expect(shipped.status == 1, "\(shipped.stdout) \(shipped.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(shipped.stdout.utf8)) as? [String: Any])
+        let ledgers = try #require(json["ledgers"] as? [[String: Any]])
+        #expect((ledgers[0]["shippedEvents"] as? Int ?? 0) > 0, "\(ledgers[0])")
+        #expect((ledgers[1]["error"] as? String)?.contains("event 11 does not pass the rules") == true, "\(ledgers[1])")
+        let rows = try cli(["report", url, "--format", "csv"]).stdout
+        #expect(!rows.contains("boox") && rows.split(separator: "\n").count == 2, "only the good ledger's t1: \(rows)")
+    }
+
     /// The catalog goes in bulk, and each ledger keeps its own (contract 5.1): thousands of
     /// products registered by two ledgers at different prices, titles, related products and
     /// content versions; neither ledger's registrations change the other's rows.

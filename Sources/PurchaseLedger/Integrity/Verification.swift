@@ -291,29 +291,8 @@ private struct Verifier {
 
     /// What the reducer made of an event, against what was recorded.
     private mutating func checkAfter(_ e: RecordedEvent, _ replayed: Reducer.Replayed, state: LedgerState) throws {
-        let version = state.streamVersion(of: e.event.body)
-        if version != e.version {
-            try problem(.rules, e.seq, "stored as version \(e.version) of stream \(e.stream), but it is version \(version)")
-        }
-        guard case .outcome(let outcome) = replayed else {
-            if case .refused(let error) = replayed { try problem(.rules, e.seq, "this event does not fit the ledger: \(error.message)") }
-            return
-        }
-        switch outcome {
-        case .ignored:
-            try problem(.rules, e.seq, "an identical repeat of a command was stored; repeats store nothing")
-        case .anomaly(let rule) where e.event.type.isCommand:
-            try problem(.rules, e.seq, "this \(e.event.type.name) breaks \(rule.name) and would be rejected today (written by an older app?)", rule: rule)
-        case .anomaly(let rule):
-            report.anomalies.append((e.seq, rule))
-            if e.anomaly != rule {
-                try problem(.rules, e.seq, "recorded \(e.anomaly.map { "as anomaly \($0.name)" } ?? "as valid"), but the rules flag it \(rule.name)", rule: rule)
-            }
-        case .applied, .unchanged:
-            if let recorded = e.anomaly {
-                try problem(.rules, e.seq, "recorded as anomaly \(recorded.name), but the rules accept it", rule: recorded)
-            }
-        }
+        for found in RecordedDecision.problems(e, replayed, state: state) { try problem(.rules, e.seq, found.message, rule: found.rule) }
+        if case .outcome(.anomaly(let rule)) = replayed, !e.event.type.isCommand { report.anomalies.append((e.seq, rule)) }
     }
 
     /// A snapshot against the state the log gives at its seq.
@@ -367,5 +346,36 @@ private struct Verifier {
                 )
             }
         }
+    }
+}
+
+/// What the reducer made of a stored event against what was recorded of it: the rules' half of
+/// `verify`, which `ship` applies too, so a store never takes a ledger `verify` refuses.
+enum RecordedDecision {
+    /// Each way `e` (stored) disagrees with the rules replayed over the state before it; none for
+    /// an event the rules decide as recorded (an anomaly recorded as that anomaly included).
+    static func problems(_ e: RecordedEvent, _ replayed: Reducer.Replayed, state: LedgerState) -> [(message: String, rule: Rule?)] {
+        var found: [(message: String, rule: Rule?)] = []
+        let version = state.streamVersion(of: e.event.body)
+        if version != e.version {
+            found.append(("stored as version \(e.version) of stream \(e.stream), but it is version \(version)", nil))
+        }
+        guard case .outcome(let outcome) = replayed else {
+            if case .refused(let error) = replayed { found.append(("this event does not fit the ledger: \(error.message)", nil)) }
+            return found
+        }
+        switch outcome {
+        case .ignored:
+            found.append(("an identical repeat of a command was stored; repeats store nothing", nil))
+        case .anomaly(let rule) where e.event.type.isCommand:
+            found.append(("this \(e.event.type.name) breaks \(rule.name) and would be rejected today (written by an older app?)", rule))
+        case .anomaly(let rule):
+            if e.anomaly != rule {
+                found.append(("recorded \(e.anomaly.map { "as anomaly \($0.name)" } ?? "as valid"), but the rules flag it \(rule.name)", rule))
+            }
+        case .applied, .unchanged:
+            if let recorded = e.anomaly { found.append(("recorded as anomaly \(recorded.name), but the rules accept it", recorded)) }
+        }
+        return found
     }
 }

@@ -233,6 +233,11 @@ struct LedgerOptions: ParsableArguments {
         var configuration = LedgerConfiguration()
         configuration.readOnly = readOnly
         configuration.chainKey = try keyFile.map(Self.chainKey(fromFile:))
+        // Fault injection for the test suite: end the process as a kill would, right after an
+        // erasure's commit (before its checkpoint), to show the next open finishes it.
+        if ProcessInfo.processInfo.environment["PURCHASE_LEDGER_FAULT"] == "exit-after-erasure-commit" {
+            configuration.afterErasureCommit = { _exit(137) }
+        }
         return configuration
     }
 

@@ -73,6 +73,18 @@ struct ForgetCommand: AsyncParsableCommand {
             return
         }
         let summary = try options.open(readOnly: false).forget(user: user)
+        if summary.finishedUnfinishedErasure && summary.values == 0 {
+            // The user was erased by a forget killed before its checkpoint: finishing it is the answer.
+            report(
+                { w in
+                    w.field("values", 0)
+                    w.field("seq", summary.seq)
+                    w.field("finishedUnfinishedErasure", true)
+                },
+                "no personal value of that user is left; the erasure recorded at seq \(summary.seq) had been interrupted before its end "
+                    + "and is now finished (neither the file nor its write-ahead log holds what it erased)")
+            return
+        }
         report(
             { w in
                 w.field("values", summary.values)
@@ -80,6 +92,7 @@ struct ForgetCommand: AsyncParsableCommand {
                 w.field("rowsRewritten", summary.rowsRewritten)
                 w.field("snapshotsDropped", summary.snapshotsDropped)
                 w.field("walTruncated", summary.walTruncated)
+                if summary.finishedUnfinishedErasure { w.field("finishedUnfinishedErasure", true) }
             },
             "erased \(summary.values) personal values of the user (recorded at seq \(summary.seq)); "
                 + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced")

@@ -193,6 +193,28 @@ import Testing
         #expect(try reopened.state(atSeq: 10).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
     }
 
+    /// `forget` killed after its commit, before the write-ahead log was copied over the main
+    /// file: verify reports the unfinished erasure, and a second `forget` (or any writable open)
+    /// finishes it, after which no byte of the user is in the file or its WAL.
+    @Test func aForgetKilledAfterItsCommitIsFinishedLater() throws {
+        let dir = try TemporaryDirectory()
+        for finisher in [["forget", "--user", Self.alice.user], ["rebuild"]] {
+            let path = dir.path("\(finisher[0]).ledger")
+            _ = try Self.ledger(path)
+            let killed = try cli(["forget", path, "--user", Self.alice.user], environment: ["PURCHASE_LEDGER_FAULT": "exit-after-erasure-commit"])
+            #expect(killed.status == 137, "\(killed.stderr)")
+            let verify = try cli(["verify", path])
+            #expect(verify.status == 1 && verify.stdout.contains("interrupted after its commit"), "\(verify.stdout)")
+            let finished = try cli([finisher[0], path] + finisher.dropFirst())
+            #expect(finished.status == 0, "\(finisher[0]): \(finished.stdout) \(finished.stderr)")
+            if finisher[0] == "forget" { #expect(finished.stdout.contains("is now finished"), "\(finished.stdout)") }
+            let raw = try Self.bytes(path)
+            #expect(Self.alice.secrets.filter { Self.contains(raw, $0) }.isEmpty, "\(finisher[0]): the user is still in the file")
+            #expect(try cli(["verify", path]).status == 0)
+            #expect(try cli(["forget", path, "--user", Self.alice.user]).status == 2, "nothing pending: an unknown user again")
+        }
+    }
+
     /// Another open instance (another process, say) that held the user in memory does not write
     /// the user back after the erasure: its next append loads the state again.
     @Test func anotherInstanceDoesNotBringTheUserBack() throws {

@@ -17,6 +17,10 @@ public struct ErasureSummary: Sendable, Hashable {
     /// later ``Ledger/checkpoint()`` succeeds, or the last connection closes (the main file no
     /// longer holds them).
     public var walTruncated: Bool
+    /// Whether this call finished an erasure a kill had interrupted after its commit (its values
+    /// were still in the main file, which only the checkpoint overwrites). A `forget` of a user
+    /// the ledger no longer holds succeeds when it finishes one, with `values` 0.
+    public var finishedUnfinishedErasure = false
 }
 
 extension Ledger {
@@ -52,19 +56,34 @@ extension Ledger {
             // and leaves the writer with the state it replayed.
             try writer.withLock { current in
                 current?.lastCommit = nil
-                var erased: Writer!
+                var erased: Writer?
                 try writeQueue().writeWithoutTransaction { db in
-                    try LedgerFile.immediateTransaction(db, PreparedStatements()) {
-                        (summary, erased) = try erase(user, db)
+                    // An erasure a kill interrupted is finished first (LedgerFile.finishErasure), by
+                    // this ledger's open or here.
+                    let onOpen = file.erasureFinishedOnOpen.withLock { seq in
+                        defer { seq = nil }
+                        return seq
                     }
+                    let finished = try LedgerFile.finishErasure(db) ?? onOpen
+                    do {
+                        try LedgerFile.immediateTransaction(db, PreparedStatements()) {
+                            (summary, erased) = try erase(user, db)
+                        }
+                    } catch let error as LedgerError where error.code == .unknownUser && finished != nil {
+                        // The user this call names is gone: erased by the interrupted call.
+                        summary = ErasureSummary(
+                            values: 0, seq: finished!, rowsRewritten: 0, snapshotsDropped: 0, walTruncated: true, finishedUnfinishedErasure: true)
+                        return
+                    }
+                    summary.finishedUnfinishedErasure = finished != nil
                     PersonalValues.invalidate(db)
                     pageCache.clear()
+                    configuration.afterErasureCommit?()
                     // The erased bytes may still be in WAL frames: copy everything into the
-                    // file and cut the WAL to zero bytes.
-                    let result = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-                    summary.walTruncated = (result?[0] as Int64?) == 0
+                    // file and cut the WAL to zero bytes; then the erasure is finished.
+                    summary.walTruncated = try LedgerFile.finishErasure(db) != nil
                 }
-                current = erased
+                if let erased { current = erased }
             }
         } catch {
             throw LedgerFile.wrap(error, "erasing a user")
@@ -102,6 +121,7 @@ extension Ledger {
         }
         let refs = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
         try db.execute(sql: "DELETE FROM personal_values WHERE owner = ?", arguments: [subject])
+
         try db.execute(
             sql: """
                 INSERT INTO ledger_info (key, value) VALUES ('personal_erasures', 1)
@@ -128,6 +148,9 @@ extension Ledger {
         try session.record(Event(at: configuration.clock(), .personalDataErased(refs: refs)), into: &w)
         _ = try session.commit(&w, markProjections: true)
         let seq = w.state.seq
+        // Unfinished until the WAL holding the new pages is copied over the old ones in the main
+        // file and truncated: a kill before that is finished by the next writable open.
+        try db.execute(sql: "INSERT OR REPLACE INTO ledger_info (key, value) VALUES ('erasure_unfinished', ?)", arguments: [seq])
 
         // The projection rows that held the values, and a snapshot of the state without them
         // (encoded on another thread while the rows are written).

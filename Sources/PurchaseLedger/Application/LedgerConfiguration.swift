@@ -47,6 +47,10 @@ public struct LedgerConfiguration: Sendable {
     /// Whether personal values are written inside the payloads, as versions before migration
     /// 0007 wrote them (not erasable). Tests turn it on to make such ledgers.
     package var writesPersonalValuesInline = false
+    /// Called by ``Ledger/forget(user:)`` right after its transaction commits, before the WAL is
+    /// checkpointed and truncated: the CLI's fault injection (`PURCHASE_LEDGER_FAULT`) ends the
+    /// process there, as a kill would, to test that the next open finishes the erasure.
+    package var afterErasureCommit: (@Sendable () -> Void)?
     /// The clock giving each event's `recordedAt`. Inject a fixed one for deterministic tests.
     public var clock: @Sendable () -> Timestamp = { Timestamp.now }
     /// Open without writing anything (no migration, no catch-up).

@@ -102,11 +102,22 @@ private struct Verifier {
         do {
             try checkIntegrity(db)
             try checkIdentity(db)
+            try checkUnfinishedErasure(db)
             let (state, history, trusted) = try checkLog(db)
             if trusted { try checkPersonalValues(db) }
             if trusted { try checkProjections(db, state: state, history: history) }
         } catch is StopVerification {}
         return report
+    }
+
+    /// An erasure that committed but was killed before the WAL was checkpointed over the main
+    /// file: the values are gone from every table, but old page images may still hold them.
+    private mutating func checkUnfinishedErasure(_ db: Database) throws {
+        guard let seq = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'erasure_unfinished'") else { return }
+        try problem(
+            .personalValues, seq,
+            "the erasure recorded at seq \(seq) was interrupted after its commit: the main file may still hold the erased values until it is finished (open the ledger for writing, or run forget again)"
+        )
     }
 
     private mutating func checkIntegrity(_ db: Database) throws {

@@ -22,6 +22,9 @@ final class LedgerFile: Sendable {
     let chain: HashChain
     /// Snapshot pages loaded (on open, by time travel) or written, shared by later loads.
     let pageCache = SnapshotPageCache()
+    /// The seq of an interrupted erasure this open finished (``finishErasure(_:)``), for the
+    /// `forget` that follows to report; taken once.
+    let erasureFinishedOnOpen = Locked<Int64?>(nil)
 
     /// SQLite's `application_id` for ledger files ("PLdg").
     static let applicationID: Int32 = 0x504C_6467
@@ -61,6 +64,14 @@ final class LedgerFile: Sendable {
             config.readonly = true
             pool = configuration.readOnly ? try DatabaseQueue(path: path, configuration: config) : try DatabasePool(path: path, configuration: config)
             try LedgerFile.prepare(pool, openWriter: writeQueue, configuration: configuration, path: path)
+            // An erasure killed between its commit and its checkpoint left the erased values'
+            // old pages in the main file: a writable open finishes it (docs/storage.md).
+            if !configuration.readOnly,
+                try pool.read({ try Bool.fetchOne($0, sql: "SELECT EXISTS (SELECT 1 FROM ledger_info WHERE key = 'erasure_unfinished')") }) == true
+            {
+                let finished = try writeQueue().writeWithoutTransaction { db in try LedgerFile.finishErasure(db) }
+                erasureFinishedOnOpen.withLock { $0 = finished }
+            }
         } catch let error as DatabaseError where error.resultCode == .SQLITE_NOTADB {
             var notALedger = LedgerError(.notALedger, "\(path) is not a ledger (not an SQLite database)")
             notALedger.underlying = error
@@ -263,6 +274,20 @@ final class LedgerFile: Sendable {
                 )
             }
         }
+    }
+
+    /// Finishes an erasure whose transaction committed (`erasure_unfinished` in `ledger_info`,
+    /// holding its event's seq): checkpoints the WAL into the main file and truncates it, so no
+    /// page image of the erased values is left in either, then clears the mark (checkpointed
+    /// too). Returns the erasure's seq when it finished one; nil when none was pending, or when
+    /// another connection kept the WAL from being truncated (the mark stays for the next try:
+    /// ``Ledger/forget(user:)``, or the next writable open).
+    static func finishErasure(_ db: Database) throws -> Int64? {
+        guard let seq = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'erasure_unfinished'") else { return nil }
+        guard try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")?[0] as Int64? == 0 else { return nil }
+        try db.execute(sql: "DELETE FROM ledger_info WHERE key = 'erasure_unfinished'")
+        _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        return seq
     }
 
     /// A ledger whose creation was killed after its first migration and before it was marked as

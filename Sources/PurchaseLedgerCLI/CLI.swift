@@ -253,12 +253,24 @@ struct LedgerOptions: ParsableArguments {
         return [UInt8](key)
     }
 
-    /// Opens an existing ledger; `readOnly` ones are never changed, not even caught up.
+    /// Opens an existing ledger; `readOnly` ones are never changed, not even caught up. An empty
+    /// file is no ledger for any command that opens one (a truncated ledger, or a placeholder):
+    /// refused, and left as it is, zero bytes, rather than made a new ledger by a command that
+    /// was not asked to create one.
     func open(readOnly: Bool = true) throws -> Ledger {
         guard FileManager.default.fileExists(atPath: ledger) else {
             throw LedgerError.io("no ledger at \(ledger)")
         }
+        if !readOnly && Self.isEmptyFile(ledger) {
+            throw LedgerError.make(
+                .notALedger, "\(ledger) is an empty file, not a ledger (truncated? restore it from a backup); nothing was written")
+        }
         return try Ledger(path: ledger, configuration: configuration(readOnly: readOnly))
+    }
+
+    /// Whether `path` is a file of zero bytes.
+    static func isEmptyFile(_ path: String) -> Bool {
+        ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1) == 0
     }
 
     /// Streams `reader` into the ledger in one atomic write, creating the ledger when missing.
@@ -267,12 +279,20 @@ struct LedgerOptions: ParsableArguments {
     /// nothing.
     func importJSONLines(_ reader: JSONLinesReader, progress: ((ImportProgress) -> Void)? = nil) throws -> ImportSummary {
         let existed = FileManager.default.fileExists(atPath: ledger)
+        // An empty file is made a ledger by the events it takes; refused, it is empty again.
+        let empty = existed && Self.isEmptyFile(ledger)
         do {
             return try Ledger(path: ledger, configuration: configuration(readOnly: false)).importJSONLines(from: reader, progress: progress)
         } catch {
             // The Ledger is released by now, so its connections are closed.
             if !existed {
                 for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: ledger + suffix) }
+            } else if empty {
+                for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: ledger + suffix) }
+                if let handle = FileHandle(forWritingAtPath: ledger) {
+                    try? handle.truncate(atOffset: 0)
+                    try? handle.close()
+                }
             }
             throw error
         }

@@ -123,6 +123,28 @@ let sampleLog = """
         }
     }
 
+    /// A zero-byte file (a truncated ledger, a placeholder) stays zero bytes under every command
+    /// that is refused or only reads; events that pass make it a ledger.
+    @Test func aZeroByteFileStaysZeroBytesUntilEventsAreAccepted() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("empty.ledger")
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
+        let refused = #"{"type":"paymentQueued","at":"2024-03-01T09:00:00Z","transaction":"t1","product":"nope"}"#
+        let commands: [([String], String?)] = [
+            (["append", path], refused), (["import", path, "-"], refused), (["forget", path, "--user", "alice"], nil), (["rebuild", path], nil),
+            (["verify", path], nil), (["stats", path], nil), (["events", path], nil), (["report", path], nil), (["replay", path], nil),
+        ]
+        for (command, stdin) in commands {
+            let result = try cli(command, stdin: stdin)
+            #expect(result.status != 0, "\(command[0]) on an empty file: \(result.stdout)")
+            let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int
+            #expect(size == 0, "\(command[0]) left \(size ?? -1) bytes")
+            #expect(!FileManager.default.fileExists(atPath: path + "-wal") && !FileManager.default.fileExists(atPath: path + "-shm"), "\(command[0])")
+        }
+        #expect(try cli(["append", path], stdin: sampleLog).status == 0)
+        #expect(try cli(["verify", path]).status == 0, "accepted events make it a ledger")
+    }
+
     /// A timeline's columns line up on every line, a copy-out's long destination included, and no
     /// line ends in spaces.
     @Test func timelineColumnsLineUp() throws {

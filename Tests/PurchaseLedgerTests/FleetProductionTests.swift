@@ -341,6 +341,23 @@ struct FleetProductionTests {
         #expect(!rows.contains("boox") && rows.split(separator: "\n").count == 2, "only the good ledger's t1: \(rows)")
     }
 
+    /// An empty file in a batch is that ledger's failure, never a phantom ledger in the store.
+    @Test func anEmptyFileIsNeverShippedAsALedger() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let dir = try TemporaryDirectory()
+        let good = dir.path("good.ledger"), empty = dir.path("empty.ledger")
+        try sampleLedger(good)
+        _ = FileManager.default.createFile(atPath: empty, contents: nil)
+        let shipped = try cli(["ship", good, empty, "--to", url, "--json"])
+        #expect(shipped.status == 1, "\(shipped.stdout) \(shipped.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(shipped.stdout.utf8)) as? [String: Any])
+        let ledgers = try #require(json["ledgers"] as? [[String: Any]])
+        #expect((ledgers[1]["error"] as? String)?.contains("empty file") == true, "\(ledgers[1])")
+        #expect(try FileManager.default.attributesOfItem(atPath: empty)[.size] as? Int == 0)
+        #expect(try server.psql("SELECT count(*) FROM ledgers", database: database) == "1\n", "only the good ledger")
+    }
+
     /// The catalog goes in bulk, and each ledger keeps its own (contract 5.1): thousands of
     /// products registered by two ledgers at different prices, titles, related products and
     /// content versions; neither ledger's registrations change the other's rows.

@@ -37,6 +37,41 @@ import Testing
         #expect(MoneyText.decimals(of: "KWD") == 3 && MoneyText.decimals(of: "KRW") == 0 && MoneyText.decimals(of: "GBP") == 2)
     }
 
+    /// Prices have a documented range and scale (12 digits before the point, 6 after): past it
+    /// input is refused with its line and field and nothing is written; within it every total is
+    /// exact; a price spelt with leading zeros is the same price, one revenue line.
+    @Test func pricesHaveARangeAndOneSpellingAndTotalsAreExact() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("m.ledger")
+        func register(_ product: String, _ price: String) -> String {
+            #"{"type":"productRegistered","at":"2024-03-01T00:00:00Z","product":"\#(product)","kind":"consumable","price":"\#(price)","currency":"USD","downloadable":false}"#
+        }
+        func buy(_ t: String, _ product: String, quantity: Int = 1, price: String? = nil) -> String {
+            #"{"type":"paymentQueued","at":"2024-03-01T09:00:00Z","transaction":"\#(t)","product":"\#(product)","quantity":\#(quantity),"user":"u1"}"#
+                + "\n"
+                + #"{"type":"transactionPurchased","at":"2024-03-01T09:00:01Z","transaction":"\#(t)"\#(price.map { #","price":"\#($0)","currency":"USD""# } ?? "")}"#
+        }
+        // Within the range: a trillion less a millionth, ten units, exact.
+        let log = [register("big", "999999999999.999999"), register("p", "4.99"), buy("t1", "big", quantity: 10), buy("t2", "p"), buy("t3", "p", price: "00000000000000000004.99")]
+        #expect(try cli(["import", path, "-"], stdin: log.joined(separator: "\n")).status == 0)
+        let json = try cli(["report", path, "--view", "revenue", "--format", "json"]).stdout
+        #expect(json.contains(#""gross":"9999999999999.99999""#), "exact: \(json)")
+        #expect(json.contains(#""product":"p","currency":"USD","price":"4.99","purchases":2"#), "one line for 4.99 however spelt: \(json)")
+        #expect(json.contains(#""currency":"USD","purchases":3,"units":12"#) && json.contains(#""gross":"10000000000009.97999""#), "the total: \(json)")
+        // Past it: refused, naming the line and the field; nothing written.
+        let before = try fileBytes(path)
+        for (price, line) in [("1" + String(repeating: "0", count: 300), 2), (String(repeating: "9", count: 39), 2), ("1.1234567", 2)] {
+            let refused = try cli(["append", path], stdin: register("ok", "1") + "\n" + register("huge", price))
+            #expect(refused.status == 2 && refused.stderr.contains("line \(line)") && refused.stderr.contains("`price`"), "\(price.prefix(12)): \(refused.stderr)")
+            #expect(try fileBytes(path) == before, "nothing written")
+        }
+        // The library is told the one spelling.
+        #expect(throws: LedgerError.self) {
+            try Ledger(path: path).append(
+                Event(at: E.at(9), .productRegistered(ProductRegistration(product: "z", kind: .consumable, price: "04.99", currency: "USD", downloadable: false))))
+        }
+    }
+
     @Test func aLaterRegistrationNeverChangesAnEarlierPriceInAnyView() throws {
         let dir = try TemporaryDirectory()
         let ledger = try Ledger(path: dir.path("pc.ledger"), configuration: testConfiguration(blockSize: 2, snapshotInterval: 3))

@@ -41,6 +41,10 @@ public enum InputLimits {
     /// form cost a fsync-less append a fifth of its speed.
     static func check(_ event: Event) throws(LedgerError) {
         if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
+        // One spelling per amount (JSON input is normalised as it is read; the library is told).
+        for price in event.body.prices where JSONLines.normalizedPrice(price) != price {
+            throw .malformed("field `price` \(price.debugDescription.prefix(40)) has leading zeros: write \(JSONLines.normalizedPrice(price).prefix(40))")
+        }
         var failure: LedgerError?
         event.body.forEachText { key, name, value in
             guard failure == nil else { return }
@@ -70,7 +74,7 @@ extension InputLimits {
             if let remaining, !remaining.isFinite || (remaining < 0 && remaining != -1) { return "timeRemaining \(remaining) is not seconds >= 0 or -1" }
             if let bytes, bytes < 0 { return "bytesWritten \(bytes) is negative" }
         case .productRegistered(let r):
-            if !JSONLines.isDecimal(r.price) { return "price \(r.price.debugDescription.prefix(40)) is not a decimal" }
+            if let wrong = JSONLines.priceProblem(r.price) { return "price \(r.price.debugDescription.prefix(40)) \(wrong)" }
             if !PurchaseTerms.isUpperLetters(r.currency, count: 3) {
                 return "currency \(r.currency.debugDescription.prefix(40)) is not an ISO 4217 code"
             }
@@ -195,6 +199,17 @@ extension EventBody {
             body("product", "product", product)
         case .personalDataErased:
             break
+        }
+    }
+}
+
+extension EventBody {
+    /// The prices the event states: a registration's, or a purchase's or restore's own.
+    var prices: [String] {
+        switch self {
+        case .productRegistered(let r): [r.price]
+        case .transactionPurchased(_, _, _, _, _, let terms), .transactionRestored(_, _, _, _, _, _, let terms): terms.price.map { [$0] } ?? []
+        default: []
         }
     }
 }

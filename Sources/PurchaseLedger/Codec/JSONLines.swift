@@ -51,8 +51,8 @@ public enum JSONLines {
             guard let kind = ProductKind(rawValue: kindName) else {
                 throw .malformed("field `kind` must be consumable, nonConsumable, autoRenewable or nonRenewing")
             }
-            let price = try f.string("price")
-            guard isDecimal(price) else { throw .malformed("field `price` must be a decimal string such as \"4.99\"") }
+            let price = normalizedPrice(try f.string("price"))
+            if let wrong = priceProblem(price) { throw .malformed("field `price` \(wrong)") }
             let currency = try f.string("currency")
             guard PurchaseTerms.isUpperLetters(currency, count: 3) else {
                 throw .malformed("field `currency` must be an ISO 4217 code such as USD")
@@ -193,7 +193,7 @@ public enum JSONLines {
             return value
         }
         var terms = PurchaseTerms(
-            price: try f.optionalString("price"), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
+            price: try f.optionalString("price").map(normalizedPrice), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
             environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self),
             unverified: try f.optionalString("unverified"))
         if let item = try f.optionalItem("offer") {
@@ -216,6 +216,30 @@ public enum JSONLines {
                     contentVersion: try g.version("contentVersion"), contentLength: try g.length("contentLength")))
         }
         return specs
+    }
+
+    /// The most a price may hold: 12 digits before the point (a unit price under a trillion) and
+    /// 6 after (to the millionth; the App Store's own prices have 3). Every sum a report makes of
+    /// such prices, times quantities, stays exact in `Decimal`'s 38 digits.
+    static let priceDigits = (integer: 12, fraction: 6)
+
+    /// Why `s` is not a price input takes (a message to follow the field's name), or nil.
+    static func priceProblem(_ s: String) -> String? {
+        guard isDecimal(s) else { return "must be a decimal string such as \"4.99\" (\"0\" for a free trial)" }
+        let parts = s.split(separator: ".", omittingEmptySubsequences: false)
+        let integer = parts[0].drop { $0 == "0" }
+        guard integer.count <= priceDigits.integer, parts.count == 1 || parts[1].count <= priceDigits.fraction else {
+            return "must have at most \(priceDigits.integer) digits before the point and \(priceDigits.fraction) after (docs/json.md)"
+        }
+        return nil
+    }
+
+    /// `s` without the zeros that lead its integer part ("0004.99" is "4.99"; "0.99" stays): one
+    /// spelling per amount, so a price is one revenue line however it was written.
+    static func normalizedPrice(_ s: String) -> String {
+        guard isDecimal(s), s.hasPrefix("0") else { return s }
+        let trimmed = s.drop { $0 == "0" }
+        return trimmed.isEmpty || trimmed.hasPrefix(".") ? "0" + trimmed : String(trimmed)
     }
 
     static func isDecimal(_ s: String) -> Bool {

@@ -110,11 +110,15 @@ extension FleetStore {
                                     SELECT d.ledger_id, d.download_id FROM downloads d JOIN erased_transactions e
                                     ON d.ledger_id = e.ledger_id AND d.transaction_id = e.transaction_id)
                                 RETURNING 1),
+                            s AS (
+                                INSERT INTO erased_subjects (digest, erased_at) VALUES (erased_subject_digest($3), now())
+                                ON CONFLICT DO NOTHING RETURNING 1),
                             u AS (
                                 INSERT INTO erased_users (ledger_id, user_ref, erased_at)
                                 SELECT k.ledger_id, k.ref, now() FROM unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
                                 ON CONFLICT DO NOTHING RETURNING 1)
                             SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM d) + (SELECT count(*) FROM o) + (SELECT count(*) FROM h)
+                                + 0 * (SELECT count(*) FROM s)
                             """,
                         binds: try binds(ledgers, ledgers.map { refs[$0]! }, user)),
                     logger: logger)

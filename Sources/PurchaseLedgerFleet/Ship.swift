@@ -202,6 +202,22 @@ extension FleetStore {
             let (id, ref) = try row.decode((String, Int64).self)
             erased[id, default: []].insert(ref)
         }
+        // Users erased from the store while this ledger was elsewhere (a device never shipped
+        // before, or not since): the store knows them by a keyed digest, never by id.
+        var users: [String: [Int64: String]] = [:]
+        for entry in opened where byID[entry.identity.id]?.index == entry.index {
+            users[entry.identity.id] = (try? entry.ledger.userIDs()) ?? [:]
+        }
+        let asked = Array(Set(users.values.flatMap(\.values))).sorted()
+        if !asked.isEmpty {
+            var erasedIDs = Set<String>()
+            for try await row in try await connection.query("SELECT erased_subjects_among(\(asked)::text[])", logger: logger) {
+                erasedIDs.insert(try row.decode(String.self))
+            }
+            for (ledger, byRef) in users {
+                for (ref, user) in byRef where erasedIDs.contains(user) { erased[ledger, default: []].insert(ref) }
+            }
+        }
         var accepted: [(ledger: String, shipment: Shipment)] = []
         var heads: [String: (key: [UInt8], statement: String)] = [:]
         var refusedNew: [String] = []

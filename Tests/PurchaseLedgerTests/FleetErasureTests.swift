@@ -65,6 +65,17 @@ struct FleetErasureTests {
         let markedUsers = try server.psql("SELECT user_id, count(*) FROM transactions GROUP BY 1 ORDER BY 1", database: database)
         #expect(markedUsers.split(separator: "\n").contains { $0.hasPrefix("[erased ") && $0.hasSuffix("|4") }, "\(markedUsers)")
 
+        // A device of hers never shipped before ships later: her values still do not come back.
+        let laptop = dir.path("laptop.ledger")
+        let newDevice = try Ledger(path: laptop)
+        try newDevice.append(contentsOf: ErasureTests.catalog)
+        let third = ErasureTests.Person(user: ErasureTests.alice.user, name: "alice.smith", email: "alice.smith@example.com", card: "4242", n: 11, key: "a3")
+        try newDevice.append(contentsOf: third.events(at: 300))
+        #expect(try cli(["ship", laptop, "--to", url]).status == 0)
+        let afterNewDevice = try survivors()
+        #expect(afterNewDevice.isEmpty, "brought back by a device shipped after the erasure: \(afterNewDevice)")
+        #expect(try server.dump(database).contains("bob.jones@example.org"), "others' values still ship")
+
         // Asked again: the store holds no transaction of hers.
         #expect(try cli(["forget", url, "--user", ErasureTests.alice.user]).status == 2)
     }

@@ -23,6 +23,20 @@ package struct Shipment: Sendable {
 }
 
 extension Ledger {
+    /// The user ids this ledger holds, by their refs: what a fleet store asks about before a ship
+    /// (which of them it erased). Values of ledgers written before migration 0007 are inside
+    /// their payloads, not here.
+    package func userIDs() throws -> [Int64: String] {
+        try read { db in
+            guard try db.tableExists("personal_values") else { return [:] }
+            var users: [Int64: String] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT ref, value FROM personal_values WHERE owner = ref") {
+                users[row[0]] = String(decoding: row[1] as Data, as: UTF8.self)
+            }
+            return users
+        }
+    }
+
     /// Reads the whole log once, recomputing the hash chain from the first event and checking it
     /// against every stored link, and replays it with the reducer. Returns the events after
     /// `shipped` and the projection rows at the end.

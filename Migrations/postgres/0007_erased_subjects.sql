@@ -31,3 +31,12 @@ AS $$
     WHERE EXISTS (SELECT 1 FROM erased_subjects e WHERE e.digest = erased_subject_digest(u))
 $$;
 REVOKE ALL ON FUNCTION erased_subjects_among(text[]) FROM PUBLIC;
+
+-- A ledger shipped before keys were kept (public_key NULL) is bound to the first key shipped with
+-- it (trust on first use). The shipping role may not update public_key itself (docs/fleet.md
+-- grants it the other columns of ledgers only): it claims a missing key through this function,
+-- which never replaces one.
+CREATE FUNCTION claim_ledger_key(ledger uuid, key bytea) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = public
+AS $$ UPDATE ledgers SET public_key = key WHERE ledger_id = ledger AND public_key IS NULL $$;
+REVOKE ALL ON FUNCTION claim_ledger_key(uuid, bytea) FROM PUBLIC;

@@ -182,10 +182,12 @@ extension FleetStore {
         let ids = byID.keys.sorted()
         let rows = try await connection.query(
             """
-            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at)
-            SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now()
-            FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[]) AS k(id, origin) ORDER BY k.id
-            ON CONFLICT (ledger_id) DO UPDATE SET ledger_id = excluded.ledger_id
+            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, public_key)
+            SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now(), decode(nullif(k.key, ''), 'hex')
+            FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[],
+                        \(ids.map { byID[$0]!.identity.publicKey.map { Self.hex($0.rawRepresentation) } ?? "" })::text[]) AS k(id, origin, key)
+            ORDER BY k.id
+            ON CONFLICT (ledger_id) DO UPDATE SET last_shipped_at = ledgers.last_shipped_at
             RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, rows_version, public_key
             """, logger: logger
         ).collect()
@@ -193,6 +195,19 @@ extension FleetStore {
         for row in rows {
             let (id, seq, link, inserted, rowsVersion, key) = try row.decode((String, Int64, ByteBuffer, Bool, Int16, ByteBuffer?).self)
             server[id] = (seq, Array(buffer: link), inserted, rowsVersion, key.map { Array(buffer: $0) })
+        }
+        // Events the store holds of a ledger past the head it shipped: never shipped by it (anyone
+        // with the shipping credential can insert events). They would block its next ship on a
+        // duplicate seq; that ledger is refused naming them instead, and the owner removes them.
+        var planted: [String: (first: Int64, count: Int64)] = [:]
+        for try await row in try await connection.query(
+            """
+            SELECT e.ledger_id::text, min(e.seq), count(*) FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq GROUP BY 1
+            """, logger: logger)
+        {
+            let (id, first, count) = try row.decode((String, Int64, Int64).self)
+            planted[id] = (first, count)
         }
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
@@ -208,7 +223,8 @@ extension FleetStore {
         for entry in opened where byID[entry.identity.id]?.index == entry.index {
             users[entry.identity.id] = (try? entry.ledger.userIDs()) ?? [:]
         }
-        let asked = Array(Set(users.values.flatMap(\.values))).sorted()
+        // (An id holding a NUL cannot be asked about, nor stored: its ledger is refused below.)
+        let asked = Array(Set(users.values.flatMap(\.values))).filter { !$0.utf8.contains(0) }.sorted()
         if !asked.isEmpty {
             var erasedIDs = Set<String>()
             for try await row in try await connection.query("SELECT erased_subjects_among(\(asked)::text[])", logger: logger) {
@@ -237,6 +253,14 @@ extension FleetStore {
                         .idConflict,
                         "the fleet store holds this ledger id under another ledger's identity key: this file claims an id that is not its own (an id conflict), and the ledger that holds it still ships"
                     )
+                }
+                if let extra = planted[id] {
+                    throw LedgerError.make(
+                        .chainMismatch,
+                        "the fleet store holds \(extra.count) event\(extra.count == 1 ? "" : "s") of this ledger after the head it shipped (seq \(held.seq)), "
+                            + "from seq \(extra.first), that it never shipped (written by someone with the shipping credential?); nothing was shipped. "
+                            + "The store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq > \(held.seq);",
+                        seq: extra.first)
                 }
                 let shipment = try entry.ledger.shipment(after: held.seq, link: held.link, erasedUsers: erased[id] ?? [])
                 if let field = shipment.textHoldingNUL() {
@@ -286,11 +310,20 @@ extension FleetStore {
         try await connection.query(
             """
             UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now(), rows_version = \(FleetStore.rowsVersion),
-                public_key = coalesce(l.public_key, decode(k.key, 'hex')), head_statement = k.statement
+                head_statement = k.statement
             FROM unnest(\(acceptedIDs)::text[], \(accepted.map(\.shipment.lastSeq))::int8[], \(accepted.map { Self.hex($0.shipment.lastLink) })::text[],
                         \(acceptedIDs.map { Self.hex(heads[$0]!.key) })::text[], \(acceptedIDs.map { heads[$0]!.statement })::text[]) AS k(id, seq, link, key, statement)
             WHERE l.ledger_id = k.id::uuid
             """, logger: logger)
+        // A ledger shipped before keys were kept gets its key now (never replacing one).
+        let unclaimed = acceptedIDs.filter { server[$0]?.publicKey == nil }
+        if !unclaimed.isEmpty {
+            try await connection.query(
+                """
+                SELECT claim_ledger_key(k.id::uuid, decode(k.key, 'hex'))
+                FROM unnest(\(unclaimed)::text[], \(unclaimed.map { Self.hex(heads[$0]!.key) })::text[]) AS k(id, key)
+                """, logger: logger)
+        }
     }
 
     static func hex(_ bytes: [UInt8]) -> String {

@@ -235,6 +235,33 @@ struct FleetProductionTests {
         let events = try server.psql(
             "SELECT has_table_privilege('\(role)', 'events', 'UPDATE'), has_table_privilege('\(role)', 'events', 'DELETE')", database: database)
         #expect(events.trimmingCharacters(in: .whitespacesAndNewlines) == "f|f", "events are append-only for the shipping role")
+
+        // It can change no ledger's identity key...
+        let id = try #require(try Ledger(path: path).identity()?.id)
+        #expect(throws: (any Error).self, "the shipping role updates a ledger's key") {
+            try server.psql("SET ROLE \(role); UPDATE ledgers SET public_key = '\\x00' WHERE ledger_id = '\(id)'", database: database)
+        }
+        #expect(throws: (any Error).self, "the shipping role changes the erasure list") {
+            try server.psql("SET ROLE \(role); INSERT INTO erased_users VALUES ('\(id)', 1, now())", database: database)
+        }
+        // ...and an event it plants after a ledger's head never blocks that ledger silently: ship
+        // names it, and the owner removes it with the statement the message gives.
+        try server.psql(
+            """
+            SET ROLE \(role);
+            INSERT INTO events (ledger_id, seq, stream, version, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link)
+            SELECT ledger_id, seq + 1, stream, version + 1, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link
+            FROM events WHERE ledger_id = '\(id)' ORDER BY seq DESC LIMIT 1
+            """, database: database)
+        _ = try Ledger(path: path).append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-03T09:00:00Z","transaction":"t10","product":"book","user":"bob"}"#))
+        let blocked = try cli(["ship", path, "--to", shipURL])
+        #expect(blocked.status == 1 && blocked.stderr.contains("after the head it shipped (seq 11), from seq 12"), "\(blocked.stdout) \(blocked.stderr)")
+        let statement = try #require(blocked.stderr.range(of: "DELETE FROM events").map { String(blocked.stderr[$0.lowerBound...].prefix { $0 != ";" }) })
+        try server.psql(statement, database: database)
+        let unblocked = try cli(["ship", path, "--to", shipURL])
+        #expect(unblocked.status == 0, "\(unblocked.stderr)")
+        #expect(try cli(["verify", path, "--against", reportURL]).status == 0)
     }
 
     /// A block of SQL from docs/fleet.md, as written there, with this test's role names.

@@ -18,7 +18,9 @@ struct ForgetCommand: AsyncParsableCommand {
             The projections and snapshots that held the values are rewritten and the write-ahead \
             log is truncated, so no byte of the values is left in the file or its WAL. Copies of \
             the file taken before (backups, exports, a fleet store) are not touched: see \
-            docs/storage.md, "Erasure". The user id is never printed.
+            docs/storage.md, "Erasure". The user id is never printed. With --download D instead: \
+            the values of no user that D's events recorded (a registered download's URL, its \
+            content URL, destination and error messages), the same way.
 
             Given a fleet store's postgres:// URL instead of a ledger, erases the user from every \
             ledger's rows there (run it as the owner role): the user id becomes "[erased N]" and \
@@ -30,13 +32,24 @@ struct ForgetCommand: AsyncParsableCommand {
             Example:
               purchase-ledger forget user.ledger --user u-04217
               purchase-ledger forget user.ledger --user u-04217 --json
+              purchase-ledger forget user.ledger --download kollus-7f3a
               purchase-ledger forget postgres://owner@db.internal:5432/fleet --user u-04217
             """)
 
     @OptionGroup var options: LedgerOptions
 
     @Option(help: "The user id to erase (as the events give it).")
-    var user: String
+    var user: String?
+
+    @Option(help: "A download whose values belong to no user (a registered URL) to erase; ledger files only.")
+    var download: String?
+
+    func validate() throws {
+        guard (user == nil) != (download == nil) else { throw ValidationError("give --user or --download (one of them)") }
+        if download != nil && FleetAddress.isURL(options.ledger) {
+            throw ValidationError("--download erases from a ledger file; a fleet store holds no value of no user")
+        }
+    }
 
     @Flag(help: "Print the summary as JSON.") var json = false
 
@@ -59,7 +72,7 @@ struct ForgetCommand: AsyncParsableCommand {
             let fleet = try await FleetStore.connect(options.ledger)
             let erased: FleetErasure
             do {
-                erased = try await fleet.forget(user: user)
+                erased = try await fleet.forget(user: user!)
             } catch {
                 await fleet.close()
                 throw error
@@ -72,7 +85,8 @@ struct ForgetCommand: AsyncParsableCommand {
                 }, "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows)")
             return
         }
-        let summary = try options.open(readOnly: false).forget(user: user)
+        let ledger = try options.open(readOnly: false)
+        let summary = try download.map { try ledger.forget(download: $0) } ?? ledger.forget(user: user!)
         if summary.finishedUnfinishedErasure && summary.values == 0 {
             // The user was erased by a forget killed before its checkpoint: finishing it is the answer.
             report(
@@ -81,7 +95,7 @@ struct ForgetCommand: AsyncParsableCommand {
                     w.field("seq", summary.seq)
                     w.field("finishedUnfinishedErasure", true)
                 },
-                "no personal value of that user is left; the erasure recorded at seq \(summary.seq) had been interrupted before its end "
+                "no personal value of that \(download == nil ? "user" : "download") is left; the erasure recorded at seq \(summary.seq) had been interrupted before its end "
                     + "and is now finished (neither the file nor its write-ahead log holds what it erased)")
             return
         }
@@ -94,7 +108,7 @@ struct ForgetCommand: AsyncParsableCommand {
                 w.field("walTruncated", summary.walTruncated)
                 if summary.finishedUnfinishedErasure { w.field("finishedUnfinishedErasure", true) }
             },
-            "erased \(summary.values) personal values of the user (recorded at seq \(summary.seq)); "
+            "erased \(summary.values) personal values of the \(download == nil ? "user" : "download") (recorded at seq \(summary.seq)); "
                 + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced")
         if !summary.walTruncated && !json {
             console.print(

@@ -193,6 +193,34 @@ import Testing
         #expect(try reopened.state(atSeq: 10).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
     }
 
+    /// Values of no user (a Kollus download registered by URL) have an erasure of their own: by
+    /// download. A user's download is refused there (`forget --user` erases it).
+    @Test func forgetByDownloadErasesTheValuesOfNoUser() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("k.ledger")
+        let ledger = try Self.ledger(path)
+        let url = "https://cdn.example.com/k/ann.smith?token=s3cret-token"
+        try ledger.append(contentsOf: [
+            Event(at: E.at(500), .contentRegistered(url: url, download: "k1", contentLength: 10)),
+            Event(at: E.at(501), .downloadStarted(download: "k1")),
+            Event(at: E.at(502), .downloadFailed(download: "k1", error: StoreError(domain: "NSURLErrorDomain", code: -1001, message: "timed out on ann.smith's iPad"))),
+        ])
+        try ledger.checkpoint()
+        #expect(Self.contains(try Self.bytes(path), "s3cret-token"))
+        let erased = try cli(["forget", path, "--download", "k1"])
+        #expect(erased.status == 0 && erased.stdout.contains("personal values of the download"), "\(erased.stdout) \(erased.stderr)")
+        let raw = try Self.bytes(path)
+        #expect(!Self.contains(raw, "s3cret-token") && !Self.contains(raw, "ann.smith's iPad"), "the download's values are gone")
+        #expect(Self.alice.secrets.allSatisfy { Self.contains(raw, $0) }, "a user's values stay")
+        #expect(try cli(["verify", path]).status == 0)
+        let again = try cli(["forget", path, "--download", "k1"])
+        #expect(again.status == 2 && again.stderr.contains("already erased"), "\(again.stderr)")
+        let users = try cli(["forget", path, "--download", "d-a-1"])
+        #expect(users.status == 2 && users.stderr.contains("forget --user"), "\(users.stderr)")
+        #expect(try cli(["forget", path, "--download", "nope"]).status == 2)
+        #expect(try cli(["forget", path]).status == 2, "--user or --download")
+    }
+
     /// `forget` killed after its commit, before the write-ahead log was copied over the main
     /// file: verify reports the unfinished erasure, and a second `forget` (or any writable open)
     /// finishes it, after which no byte of the user is in the file or its WAL.

@@ -48,8 +48,31 @@ extension Ledger {
     /// events before migration 0007 hold personal values inside the chain.
     @discardableResult
     public func forget(user: String) throws -> ErasureSummary {
-        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         let user = Identifier.normalize(user)
+        return try forget("erasing a user") { db in try self.userRefs(user, db) }
+    }
+
+    /// Erases the personal values of no user that download `download`'s events recorded: the URL
+    /// a standalone download (`contentRegistered`, Kollus) was registered with, and its content
+    /// URLs, destinations and error messages when no transaction of a user holds it. What a user's
+    /// download recorded is the user's, erased by ``forget(user:)``. Otherwise as ``forget(user:)``:
+    /// a `personalDataErased` event, projections and snapshots rewritten, the WAL truncated.
+    ///
+    /// ```swift
+    /// try ledger.forget(download: "kollus-7f3a")
+    /// ```
+    ///
+    /// Throws ``LedgerError/Code/malformedInput`` when the download recorded no value of no user
+    /// (never recorded, already erased, or a user's: the message says which).
+    @discardableResult
+    public func forget(download: String) throws -> ErasureSummary {
+        let download = Identifier.normalize(download)
+        return try forget("erasing a download's values") { db in try self.downloadRefs(download, db) }
+    }
+
+    /// Runs an erasure of the refs `select` gives, inside the write transaction, then finishes it.
+    private func forget(_ what: String, _ select: @escaping (Database) throws -> [Int64]) throws -> ErasureSummary {
+        guard !configuration.readOnly else { throw LedgerError(.io, "the ledger was opened read-only") }
         var summary: ErasureSummary!
         do {
             // The writer's state is not loaded for this: the erasure replays the whole log anyway,
@@ -67,10 +90,10 @@ extension Ledger {
                     let finished = try LedgerFile.finishErasure(db) ?? onOpen
                     do {
                         try LedgerFile.immediateTransaction(db, PreparedStatements()) {
-                            (summary, erased) = try erase(user, db)
+                            (summary, erased) = try erase(refs: try select(db), db)
                         }
-                    } catch let error as LedgerError where error.code == .unknownUser && finished != nil {
-                        // The user this call names is gone: erased by the interrupted call.
+                    } catch let error as LedgerError where (error.code == .unknownUser || error.code == .malformedInput) && finished != nil {
+                        // What this call names is gone: erased by the interrupted call.
                         summary = ErasureSummary(
                             values: 0, seq: finished!, rowsRewritten: 0, snapshotsDropped: 0, walTruncated: true, finishedUnfinishedErasure: true)
                         return
@@ -86,14 +109,14 @@ extension Ledger {
                 if let erased { current = erased }
             }
         } catch {
-            throw LedgerFile.wrap(error, "erasing a user")
+            throw LedgerFile.wrap(error, what)
         }
         noteCommit()
         return summary
     }
 
-    /// The erasure, inside the write transaction. Returns what it did and the writer after it.
-    private func erase(_ user: String, _ db: Database) throws -> (ErasureSummary, Writer) {
+    /// The refs of user `user`'s values: its user id's row and every row it owns.
+    private func userRefs(_ user: String, _ db: Database) throws -> [Int64] {
         // Events before `since` were written by a version that kept personal values inline,
         // inside the chain: erasing a user is possible only if none of them is that user's.
         let since = try Int64.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'personal_values_since'") ?? 1
@@ -119,8 +142,46 @@ extension Ledger {
         guard let subject = try PersonalValues.userRef(user, db) else {
             throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
         }
-        let refs = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
-        try db.execute(sql: "DELETE FROM personal_values WHERE owner = ?", arguments: [subject])
+        return try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
+    }
+
+    /// The refs of the values of no user that download `download`'s events introduced.
+    private func downloadRefs(_ download: String, _ db: Database) throws -> [Int64] {
+        let stream = "download:" + download
+        var introduced: [Int64] = []
+        var seen = false
+        try EventStore.scan(db, integrity: true) { entry in
+            if entry.event.stream == stream {
+                seen = true
+                introduced += PayloadCodec.introductions(in: entry.payload).map(\.0)
+            }
+            return true
+        }
+        guard seen else { throw LedgerError.make(.malformedInput, "download \(download) is not in this ledger") }
+        let held =
+            introduced.isEmpty
+            ? []
+            : try Int64.fetchAll(
+                db, sql: "SELECT ref FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner = 0 ORDER BY ref")
+        guard !held.isEmpty else {
+            let ofUser =
+                introduced.isEmpty
+                ? 0
+                : try Int.fetchOne(
+                    db, sql: "SELECT count(*) FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner <> 0") ?? 0
+            throw LedgerError.make(
+                .malformedInput,
+                ofUser > 0
+                    ? "download \(download)'s personal values are its user's: forget --user erases them"
+                    : "download \(download) holds no personal value of no user (none recorded, or already erased)")
+        }
+        return held
+    }
+
+    /// The erasure of `refs`, inside the write transaction: their rows deleted, the erasure
+    /// recorded, snapshots dropped and projections rewritten. Returns what it did and the writer.
+    private func erase(refs: [Int64], _ db: Database) throws -> (ErasureSummary, Writer) {
+        try db.execute(sql: "DELETE FROM personal_values WHERE ref IN (\(refs.map(String.init).joined(separator: ",")))")
 
         try db.execute(
             sql: """

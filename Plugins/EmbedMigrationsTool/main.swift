@@ -22,4 +22,9 @@ for path in arguments.dropFirst() {
     source += "    (name: \"\(name)\", sql: \(hashes)\"\"\"\n\(sql)\n\"\"\"\(hashes)),\n"
 }
 source += "]\n"
-try source.write(to: URL(fileURLWithPath: output), atomically: true, encoding: .utf8)
+// Written only when it changes: SwiftPM reruns this command whenever this tool is relinked (as
+// switching between debug, release and test builds does), and an output rewritten with the same
+// text would make the library's module, and all that depends on it, compile again (~16 s).
+if (try? String(contentsOf: URL(fileURLWithPath: output), encoding: .utf8)) != source {
+    try source.write(to: URL(fileURLWithPath: output), atomically: true, encoding: .utf8)
+}

@@ -19,12 +19,19 @@ struct VerifyCommand: AsyncParsableCommand {
             postgres://..., the same check against the seq and link a fleet store holds of this ledger \
             (from its last ship): a file put back to an older copy or rewritten no longer extends it.
 
+            Given a fleet store's postgres:// URL instead of a file (as its owner): audits every \
+            ledger there, one line per ledger with a problem: each signed head against the key the \
+            store holds, each key-derived id against its key, no event missing or past a head (one \
+            the shipping credential planted), each plain chain recomputed from its first event, no \
+            erased user in the rows. It does not compare the rows with a replay.
+
             Examples:
               purchase-ledger verify user.ledger --all
               purchase-ledger verify user.ledger --checkpoint user.checkpoint.json \\
                   --public-key support.key.pub
               purchase-ledger verify user.ledger \\
                   --against postgres://ledger_report@db.internal/fleet
+              purchase-ledger verify postgres://fleet_owner@db.internal/fleet
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -40,9 +47,53 @@ struct VerifyCommand: AsyncParsableCommand {
     func validate() throws {
         if (checkpoint == nil) != (publicKey == nil) { throw ValidationError("give --checkpoint and --public-key together") }
         if let against, !FleetAddress.isURL(against) { throw ValidationError(notAURL("--against", against)) }
+        if FleetAddress.isURL(options.ledger) && (checkpoint != nil || against != nil) {
+            throw ValidationError("verify postgres://... audits a fleet store; --checkpoint and --against check a ledger file")
+        }
+    }
+
+    /// `verify postgres://...`: the whole fleet, one line per ledger with a problem.
+    func auditFleet() async throws {
+        let console = Console.current
+        let fleet = try await FleetStore.connect(options.ledger)
+        let audit: FleetAudit
+        do {
+            audit = try await fleet.audit(progress: { done, total in console.progress("audited \(done)/\(total) ledgers") }) { problem in
+                console.endProgress()
+                console.print(console.red("problem: ") + problem.description)
+            }
+            await fleet.close()
+        } catch {
+            await fleet.close()
+            throw error
+        }
+        console.endProgress()
+        let summary =
+            "\(audit.ledgers) ledgers, \(audit.events) events: every signed head verifies with its ledger's key and names the store's head, "
+            + "every key-derived id is its key's, no event is missing or past a head, \(audit.chainsRecomputed) chains recomputed from their first event"
+            + (audit.chainsNotRecomputable > 0 ? " (\(audit.chainsNotRecomputable) keyed or altered at seq 1: not recomputable here)" : "")
+            + (audit.unsignedLedgers > 0 ? ", \(audit.unsignedLedgers) shipped before heads were signed (nothing vouches for them)" : "")
+            + ", no erased user in the rows"
+        if json {
+            console.printJSON { w in
+                w.field("valid", audit.problems == 0)
+                w.field("ledgers", audit.ledgers)
+                w.field("events", audit.events)
+                w.field("chainsRecomputed", audit.chainsRecomputed)
+                w.field("chainsNotRecomputable", audit.chainsNotRecomputable)
+                w.field("unsignedLedgers", audit.unsignedLedgers)
+                w.field("problems", audit.problems)
+            }
+        } else if audit.problems == 0 {
+            console.print(console.green("ok") + ": " + summary)
+        } else {
+            console.print("\(audit.problems) problem\(audit.problems == 1 ? "" : "s") in the fleet store (\(audit.ledgers) ledgers, \(audit.events) events)")
+        }
+        if audit.problems > 0 { throw CommandExit(status: 1) }
     }
 
     func run() async throws {
+        if FleetAddress.isURL(options.ledger) { return try await auditFleet() }
         let console = Console.current
         let ledger: Ledger
         do {

@@ -368,6 +368,47 @@ struct FleetProductionTests {
         #expect(!rows.contains("boox") && rows.split(separator: "\n").count == 2, "only the good ledger's t1: \(rows)")
     }
 
+    /// `verify postgres://...` audits the whole store: clean, it says what it checked; after what
+    /// a shipping credential (or anyone with the database) can do, it names each ledger and why.
+    @Test func theFleetAuditFindsWhatWasDoneInTheStore() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let dir = try TemporaryDirectory()
+        let paths = (0..<4).map { dir.path("device-\($0).ledger") }
+        for path in paths.prefix(3) { try sampleLedger(path) }
+        _ = try Ledger(path: paths[3])
+        #expect(try cli(["ship"] + paths.prefix(3) + ["--to", url]).status == 0)
+        let clean = try cli(["verify", url])
+        #expect(clean.status == 0 && clean.stdout.contains("ok: 3 ledgers, 30 events") && clean.stdout.contains("3 chains recomputed"), "\(clean.stdout) \(clean.stderr)")
+
+        let ids = try paths.map { try #require(try Ledger(path: $0).identity()) }
+        // A planted event past ledger 0's head; a payload byte of ledger 1's event 3 changed; ledger
+        // 2's signed head replaced; ledger 3's id registered under ledger 0's key; a user the store
+        // erased put back in a row.
+        try server.psql(
+            """
+            INSERT INTO events (ledger_id, seq, stream, version, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link)
+            SELECT ledger_id, seq + 1, stream, version + 1, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link
+            FROM events WHERE ledger_id = '\(ids[0].id)' ORDER BY seq DESC LIMIT 1;
+            UPDATE events SET payload = overlay(payload placing '\\x7a'::bytea from 3 for 1) WHERE ledger_id = '\(ids[1].id)' AND seq = 3;
+            UPDATE ledgers SET head_statement = (SELECT head_statement FROM ledgers WHERE ledger_id = '\(ids[0].id)') WHERE ledger_id = '\(ids[2].id)';
+            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, public_key)
+            SELECT '\(ids[3].id)', 'created', 0, last_link, now(), now(), public_key FROM ledgers WHERE ledger_id = '\(ids[0].id)';
+            """, database: database)
+        #expect(try cli(["forget", url, "--user", "alice"]).status == 0)
+        try server.psql("UPDATE transactions SET user_id = 'alice' WHERE ledger_id = '\(ids[1].id)'", database: database)
+        let audit = try cli(["verify", url])
+        #expect(audit.status == 1, "\(audit.stdout) \(audit.stderr)")
+        let lines = audit.stdout.split(separator: "\n").map(String.init)
+        func says(_ id: String, _ text: String) -> Bool { lines.contains { $0.contains("ledger \(id)") && $0.contains(text) } }
+        #expect(says(ids[0].id, "seq 11") && says(ids[0].id, "past the head it shipped"), "\(audit.stdout)")
+        #expect(says(ids[1].id, "seq 3") && says(ids[1].id, "does not hash to its stored link"), "\(audit.stdout)")
+        #expect(says(ids[2].id, "signed head does not verify"), "\(audit.stdout)")
+        #expect(says(ids[3].id, "does not derive its id"), "\(audit.stdout)")
+        #expect(says(ids[1].id, "erased"), "\(audit.stdout)")
+        #expect(!audit.stdout.contains("alice"), "an audit prints no user id")
+    }
+
     /// An empty file in a batch is that ledger's failure, never a phantom ledger in the store.
     @Test func anEmptyFileIsNeverShippedAsALedger() throws {
         let (server, url) = try FleetServer.database()

@@ -20,7 +20,7 @@ package struct HashChain: Sendable {
     }
 
     /// The genesis of a ledger created with id `id`.
-    static func genesis(ledgerID id: String) -> [UInt8] {
+    package static func genesis(ledgerID id: String) -> [UInt8] {
         sha256(Array("purchase-ledger genesis v1".utf8) + [0] + Array(id.utf8))
     }
 
@@ -42,6 +42,20 @@ package struct HashChain: Sendable {
 
     package init(key: [UInt8]?) {
         keyed = key.map { HMAC<SHA256>(key: SymmetricKey(data: $0)) }
+    }
+
+    /// The link after `previous` of an event stored as these fields (its canonical frame,
+    /// docs/format.md): for a reader that holds an event's columns, not the event (the fleet's audit).
+    /// `anomaly` and `appendedByLedger` give the frame's flags as the ledger stores them.
+    package func link(
+        after previous: [UInt8], seq: Int64, type: EventType, anomaly: Rule?, appendedByLedger: Bool, at: Int64, recorded: Int64, version: Int64,
+        payload: [UInt8]
+    ) -> [UInt8] {
+        var w = BinaryWriter(capacity: payload.count + 32)
+        FrameCodec.canonical(
+            seq: seq, type: UInt64(type.rawValue), flags: (appendedByLedger ? 1 : 0) | UInt64(anomaly?.code ?? 0) << 1, at: at, recorded: recorded,
+            version: version, payload: payload, into: &w)
+        return link(after: previous, frame: w.bytes)
     }
 
     package func link(after previous: [UInt8], frame: [UInt8]) -> [UInt8] {

@@ -117,7 +117,7 @@ package enum FrameCodec {
             version: f.version, payload: f.payload, into: &w)
     }
 
-    private static func canonical(
+    static func canonical(
         seq: Int64, type: UInt64, flags: UInt64, at: Int64, recorded: Int64, version: Int64, payload: [UInt8], into w: inout BinaryWriter
     ) {
         w.bytes.removeAll(keepingCapacity: true)

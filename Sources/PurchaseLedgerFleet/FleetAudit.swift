@@ -1,0 +1,219 @@
+import PostgresNIO
+import PurchaseLedger
+
+/// What ``FleetStore/audit(progress:problem:)`` checked, and how many problems it found.
+public struct FleetAudit: Sendable, Hashable {
+    /// Ledgers audited.
+    public var ledgers = 0
+    /// Events read (every stored event of every ledger).
+    public var events = 0
+    /// Ledgers whose chain was recomputed from their first event to their last.
+    public var chainsRecomputed = 0
+    /// Ledgers whose links do not recompute from the first event as a plain chain: a keyed
+    /// (HMAC) chain, which needs its key, or a first event altered. Their signed head is still
+    /// checked against their last stored link.
+    public var chainsNotRecomputable = 0
+    /// Ledgers shipped before heads were signed (no key, no head): nothing vouches for them.
+    public var unsignedLedgers = 0
+    /// Problems found (each reported through `problem`).
+    public var problems = 0
+}
+
+/// One problem the audit found in one ledger of the store.
+public struct FleetAuditProblem: Sendable, Hashable, CustomStringConvertible {
+    /// The ledger it is in.
+    public var ledgerID: String
+    /// The first seq concerned, when one is.
+    public var seq: Int64?
+    /// What is wrong.
+    public var message: String
+
+    public var description: String { "ledger \(ledgerID)\(seq.map { ", seq \($0)" } ?? ""): \(message)" }
+}
+
+extension FleetStore {
+    /// Audits every ledger of the store from what it holds (`purchase-ledger verify
+    /// postgres://...`): the head each ledger last shipped, signed by its identity key, verifies
+    /// with the key the store holds and names the store's seq and link; a key-derived id is its
+    /// key's; the ledger's events run from seq 1 to that head, none missing and none past it (an
+    /// event the shipping credential planted); the hash chain recomputed from the first event gives
+    /// every stored link and the head's (for a plain chain; a keyed one needs its key); and no
+    /// projection row holds a user id the store erased. Problems go to `problem` as they are
+    /// found, one ledger after another, in ledger-id order.
+    ///
+    /// What it does not check: that the projection rows equal a replay of the events (the store
+    /// holds personal values as refs only, so a replay cannot give the rows' values back), and
+    /// anything about a ledger no device ever shipped.
+    ///
+    /// ```swift
+    /// let audit = try await fleet.audit { problem in print(problem) }
+    /// print(audit.ledgers, "ledgers,", audit.problems, "problems")
+    /// ```
+    public func audit(
+        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil, problem: @escaping @Sendable (FleetAuditProblem) -> Void
+    ) async throws -> FleetAudit {
+        struct Head {
+            var id: String
+            var lastSeq: Int64
+            var lastLink: [UInt8]
+            var key: [UInt8]?
+            var statement: String?
+        }
+        let heads = try await fetchRows(
+            "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement FROM ledgers ORDER BY ledger_id"
+        ).map { row in
+            Head(
+                id: row.string("id") ?? "", lastSeq: Int64(row.int("last_seq") ?? 0), lastLink: row.bytes("last_link") ?? [],
+                key: row.bytes("public_key"), statement: row.string("head_statement"))
+        }
+        var audit = FleetAudit()
+        audit.ledgers = heads.count
+        let report = { (p: FleetAuditProblem) in
+            audit.problems += 1
+            problem(p)
+        }
+        // The ledgers' rows, and whether each vouches for its head.
+        for head in heads {
+            guard let keyBytes = head.key else {
+                audit.unsignedLedgers += 1
+                if LedgerIdentity.hasDerivedForm(head.id) {
+                    report(FleetAuditProblem(ledgerID: head.id, seq: nil, message: "a key-derived id held with no key: its key was removed from the store"))
+                }
+                continue
+            }
+            guard let key = try? CheckpointPublicKey(rawRepresentation: keyBytes) else {
+                report(FleetAuditProblem(ledgerID: head.id, seq: nil, message: "the identity key the store holds is not an Ed25519 public key"))
+                continue
+            }
+            if LedgerIdentity.hasDerivedForm(head.id) && LedgerIdentity.id(derivedFrom: key) != head.id {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: head.id, seq: nil,
+                        message: "held under a key that does not derive its id: registered by someone who is not that ledger (an id squatted with the shipping credential?)"))
+            }
+            guard let text = head.statement else {
+                report(FleetAuditProblem(ledgerID: head.id, seq: nil, message: "no signed head, though the store holds the ledger's key: the head statement was removed"))
+                continue
+            }
+            guard let statement = try? Checkpoint(json: text), statement.isSigned(by: key), statement.ledgerID == head.id else {
+                report(FleetAuditProblem(ledgerID: head.id, seq: nil, message: "the signed head does not verify with the ledger's key: altered in the store"))
+                continue
+            }
+            if statement.seq != head.lastSeq || statement.link != head.lastLink {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: head.id, seq: head.lastSeq,
+                        message: "the store's head (seq \(head.lastSeq)) is not the one the ledger signed (seq \(statement.seq)): altered in the store"))
+            }
+        }
+        // Every event, in ledger and seq order, in one pass: continuity, nothing past the head,
+        // and the chain recomputed.
+        let byID = Dictionary(heads.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        var current: (id: String, expected: Int64, previous: [UInt8]?, stopped: Bool, past: Int64, firstPast: Int64?, lastLink: [UInt8])?
+        var done = 0
+        func finish() {
+            guard let c = current, let head = byID[c.id] else { return }
+            if c.expected - 1 < head.lastSeq {
+                report(FleetAuditProblem(ledgerID: c.id, seq: c.expected, message: "events \(c.expected)...\(head.lastSeq) of its shipped head are missing"))
+            }
+            if c.past > 0 {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: c.id, seq: c.firstPast,
+                        message:
+                            "\(c.past) event\(c.past == 1 ? "" : "s") past the head it shipped (seq \(head.lastSeq)), which it never shipped: DELETE FROM events WHERE ledger_id = '\(c.id)' AND seq > \(head.lastSeq); (as the owner)"
+                    ))
+            }
+            if !c.stopped, head.lastSeq > 0, c.lastLink != head.lastLink {
+                report(FleetAuditProblem(ledgerID: c.id, seq: head.lastSeq, message: "the last stored link is not the head's link"))
+            }
+            if c.previous != nil && !c.stopped { audit.chainsRecomputed += 1 }
+            done += 1
+            progress?(done, heads.count)
+        }
+        let plain = HashChain(key: nil)
+        try await run {
+            let rows = try await connection.query(
+                """
+                SELECT ledger_id::text, seq, type, at_ns, recorded_ns, anomaly, appended_by_ledger, version, payload, link
+                FROM events ORDER BY ledger_id, seq
+                """, logger: logger)
+            for try await row in rows {
+                let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
+                    (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
+                audit.events += 1
+                if current?.id != id {
+                    finish()
+                    current = (id, 1, nil, false, 0, nil, [])
+                }
+                guard var c = current, let head = byID[id] else { continue }
+                defer { current = c }
+                if seq > head.lastSeq {
+                    c.past += 1
+                    if c.firstPast == nil { c.firstPast = seq }
+                    continue
+                }
+                let stored = Array(buffer: link)
+                c.lastLink = stored
+                if seq != c.expected {
+                    report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
+                    c.stopped = true
+                }
+                c.expected = seq + 1
+                guard !c.stopped, let type = EventType(name: typeName) else {
+                    if !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
+                    c.stopped = true
+                    continue
+                }
+                let bytes = Array(buffer: payload)
+                func linkAfter(_ previous: [UInt8]) -> [UInt8] {
+                    plain.link(
+                        after: previous, seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at,
+                        recorded: recorded, version: version, payload: bytes)
+                }
+                if seq == 1 {
+                    // The chain starts from the ledger id, or (ledgers made before ids were bound) from zeros.
+                    let bound = linkAfter(HashChain.genesis(ledgerID: id))
+                    let zeros = linkAfter(HashChain.genesis)
+                    if bound == stored || zeros == stored {
+                        c.previous = stored
+                    } else {
+                        // A keyed chain (its key is not the store's), or event 1 altered.
+                        audit.chainsNotRecomputable += 1
+                        c.stopped = true
+                    }
+                    continue
+                }
+                guard let previous = c.previous else { continue }
+                let recomputed = linkAfter(previous)
+                if recomputed != stored {
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: id, seq: seq, message: "the event does not hash to its stored link: altered in the store (its payload or its fields)"))
+                    c.stopped = true
+                }
+                c.previous = stored
+            }
+        }
+        finish()
+        // Ledgers with a head and no event at all.
+        let withEvents = Set(try await fetchRows("SELECT DISTINCT ledger_id::text AS id FROM events").compactMap { $0.string("id") })
+        for head in heads where head.lastSeq > 0 && !withEvents.contains(head.id) {
+            report(FleetAuditProblem(ledgerID: head.id, seq: 1, message: "its shipped head is seq \(head.lastSeq), and the store holds none of its events"))
+        }
+        // No projection row holds a user id the store erased (the owner's rights: the digests).
+        let unerased = try await fetchRows(
+            """
+            SELECT t.ledger_id::text AS id, count(*) AS n FROM transactions t
+            WHERE t.user_id IS NOT NULL AND erased_subject_digest(t.user_id) IN (SELECT digest FROM erased_subjects)
+            GROUP BY 1 ORDER BY 1
+            """)
+        for row in unerased {
+            report(
+                FleetAuditProblem(
+                    ledgerID: row.string("id") ?? "", seq: nil,
+                    message: "\(row.int("n") ?? 0) transaction row(s) hold a user id the store erased: shipped by a client that does not mask; run forget again"))
+        }
+        return audit
+    }
+}

@@ -111,6 +111,7 @@ extension FleetStore {
         let byID = Dictionary(heads.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         var current: (id: String, expected: Int64, previous: [UInt8]?, stopped: Bool, past: Int64, firstPast: Int64?, lastLink: [UInt8])?
         var done = 0
+        var withEvents = Set<String>()
         func finish() {
             guard let c = current, let head = byID[c.id] else { return }
             if c.expected - 1 < head.lastSeq {
@@ -145,6 +146,12 @@ extension FleetStore {
                 if current?.id != id {
                     finish()
                     current = (id, 1, nil, false, 0, nil, [])
+                    withEvents.insert(id)
+                    if byID[id] == nil {
+                        // Events with no row: the ledger's row was deleted (the shipping role may
+                        // delete rows), so nothing says how far it shipped or under which key.
+                        report(FleetAuditProblem(ledgerID: id, seq: seq, message: "the store holds events of this ledger but no row for it: its row was deleted"))
+                    }
                 }
                 guard var c = current, let head = byID[id] else { continue }
                 defer { current = c }
@@ -197,7 +204,6 @@ extension FleetStore {
         }
         finish()
         // Ledgers with a head and no event at all.
-        let withEvents = Set(try await fetchRows("SELECT DISTINCT ledger_id::text AS id FROM events").compactMap { $0.string("id") })
         for head in heads where head.lastSeq > 0 && !withEvents.contains(head.id) {
             report(FleetAuditProblem(ledgerID: head.id, seq: 1, message: "its shipped head is seq \(head.lastSeq), and the store holds none of its events"))
         }

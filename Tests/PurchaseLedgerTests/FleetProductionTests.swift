@@ -407,6 +407,10 @@ struct FleetProductionTests {
         #expect(says(ids[3].id, "does not derive its id"), "\(audit.stdout)")
         #expect(says(ids[1].id, "erased"), "\(audit.stdout)")
         #expect(!audit.stdout.contains("alice"), "an audit prints no user id")
+        // A ledger's row deleted (the shipping role may): its events are orphans, and said so.
+        try server.psql("DELETE FROM ledgers WHERE ledger_id = '\(ids[2].id)'", database: database)
+        let orphans = try cli(["verify", url])
+        #expect(orphans.status == 1 && orphans.stdout.contains("ledger \(ids[2].id), seq 1: the store holds events of this ledger but no row"), "\(orphans.stdout)")
     }
 
     /// An empty file in a batch is that ledger's failure, never a phantom ledger in the store.

@@ -58,13 +58,16 @@ extension FleetStore {
             var lastLink: [UInt8]
             var key: [UInt8]?
             var statement: String?
+            /// The chain's mode as the ledger shipped it: true plain, false keyed, nil not recorded.
+            var plainChain: Bool?
         }
         let heads = try await fetchRows(
-            "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement FROM ledgers ORDER BY ledger_id"
+            "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement, chain FROM ledgers ORDER BY ledger_id"
         ).map { row in
             Head(
                 id: row.string("id") ?? "", lastSeq: Int64(row.int("last_seq") ?? 0), lastLink: row.bytes("last_link") ?? [],
-                key: row.bytes("public_key"), statement: row.string("head_statement"))
+                key: row.bytes("public_key"), statement: row.string("head_statement"),
+                plainChain: row.string("chain").map { $0 == "sha256" })
         }
         var audit = FleetAudit()
         audit.ledgers = heads.count
@@ -118,14 +121,17 @@ extension FleetStore {
                 report(FleetAuditProblem(ledgerID: c.id, seq: c.expected, message: "events \(c.expected)...\(head.lastSeq) of its shipped head are missing"))
             }
             if c.past > 0 {
+                // Planted with the shipping credential, or the ledger's own after its head was moved
+                // back: only the ledger can tell (its next ship keeps its own and names the rest).
                 report(
                     FleetAuditProblem(
                         ledgerID: c.id, seq: c.firstPast,
                         message:
-                            "\(c.past) event\(c.past == 1 ? "" : "s") past the head it shipped (seq \(head.lastSeq)), which it never shipped: DELETE FROM events WHERE ledger_id = '\(c.id)' AND seq > \(head.lastSeq); (as the owner)"
+                            "\(c.past) event\(c.past == 1 ? "" : "s") past the signed head (seq \(head.lastSeq)), which no signature covers: planted, or the head was moved back; the ledger's next ship keeps its own and names the others"
                     ))
             }
-            if !c.stopped, head.lastSeq > 0, c.lastLink != head.lastLink {
+            // The last stored link is the signed head's, whatever the chain's mode.
+            if head.lastSeq > 0, c.expected - 1 == head.lastSeq, c.lastLink != head.lastLink {
                 report(FleetAuditProblem(ledgerID: c.id, seq: head.lastSeq, message: "the last stored link is not the head's link"))
             }
             if c.previous != nil && !c.stopped { audit.chainsRecomputed += 1 }
@@ -184,8 +190,13 @@ extension FleetStore {
                     let zeros = linkAfter(HashChain.genesis)
                     if bound == stored || zeros == stored {
                         c.previous = stored
+                    } else if head.plainChain == true {
+                        // The ledger shipped as a plain chain: event 1 was altered in the store.
+                        report(FleetAuditProblem(ledgerID: id, seq: 1, message: "the event does not hash to its stored link: altered in the store"))
+                        c.stopped = true
                     } else {
-                        // A keyed chain (its key is not the store's), or event 1 altered.
+                        // A keyed chain (its key is not the store's), or (a ledger shipped before
+                        // the store kept the chain's mode) event 1 altered.
                         audit.chainsNotRecomputable += 1
                         c.stopped = true
                     }

@@ -182,10 +182,11 @@ extension FleetStore {
         let ids = byID.keys.sorted()
         let rows = try await connection.query(
             """
-            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, public_key)
-            SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now(), decode(nullif(k.key, ''), 'hex')
+            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, public_key, chain)
+            SELECT k.id::uuid, k.origin, 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now(), decode(nullif(k.key, ''), 'hex'), k.chain
             FROM unnest(\(ids)::text[], \(ids.map { byID[$0]!.identity.origin })::text[],
-                        \(ids.map { byID[$0]!.identity.publicKey.map { Self.hex($0.rawRepresentation) } ?? "" })::text[]) AS k(id, origin, key)
+                        \(ids.map { byID[$0]!.identity.publicKey.map { Self.hex($0.rawRepresentation) } ?? "" })::text[],
+                        \(ids.map { byID[$0]!.ledger.chain.isKeyed ? "hmac-sha256" : "sha256" })::text[]) AS k(id, origin, key, chain)
             ORDER BY k.id
             ON CONFLICT (ledger_id) DO UPDATE SET last_shipped_at = ledgers.last_shipped_at
             RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, rows_version, public_key
@@ -196,18 +197,20 @@ extension FleetStore {
             let (id, seq, link, inserted, rowsVersion, key) = try row.decode((String, Int64, ByteBuffer, Bool, Int16, ByteBuffer?).self)
             server[id] = (seq, Array(buffer: link), inserted, rowsVersion, key.map { Array(buffer: $0) })
         }
-        // Events the store holds of a ledger past the head it shipped: never shipped by it (anyone
-        // with the shipping credential can insert events). They would block its next ship on a
-        // duplicate seq; that ledger is refused naming them instead, and the owner removes them.
-        var planted: [String: (first: Int64, count: Int64)] = [:]
+        // Events the store holds of a ledger past the head its row says: the ledger's own, when the
+        // row's head was moved back (the shipping role may update it), or events it never shipped
+        // (anyone with the shipping credential can insert events). Its own are kept and the head
+        // moves past them; others would block its next ship on a duplicate seq, so that ledger is
+        // refused naming them instead, and the owner removes them.
+        var pastHead: [String: [(seq: Int64, link: [UInt8])]] = [:]
         for try await row in try await connection.query(
             """
-            SELECT e.ledger_id::text, min(e.seq), count(*) FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
-            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq GROUP BY 1
+            SELECT e.ledger_id::text, e.seq, e.link FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq ORDER BY 1, 2
             """, logger: logger)
         {
-            let (id, first, count) = try row.decode((String, Int64, Int64).self)
-            planted[id] = (first, count)
+            let (id, seq, link) = try row.decode((String, Int64, ByteBuffer).self)
+            pastHead[id, default: []].append((seq, Array(buffer: link)))
         }
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
@@ -254,15 +257,22 @@ extension FleetStore {
                         "the fleet store holds this ledger id under another ledger's identity key: this file claims an id that is not its own (an id conflict), and the ledger that holds it still ships"
                     )
                 }
-                if let extra = planted[id] {
-                    throw LedgerError.make(
-                        .chainMismatch,
-                        "the fleet store holds \(extra.count) event\(extra.count == 1 ? "" : "s") of this ledger after the head it shipped (seq \(held.seq)), "
-                            + "from seq \(extra.first), that it never shipped (written by someone with the shipping credential?); nothing was shipped. "
-                            + "The store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq > \(held.seq);",
-                        seq: extra.first)
+                var shipment = try entry.ledger.shipment(after: held.seq, link: held.link, erasedUsers: erased[id] ?? [])
+                if let stored = pastHead[id] {
+                    // The ledger's own events (the same seqs and links as the file's, from the head
+                    // on) are kept; from the first that is not, nothing is shipped.
+                    let own = zip(stored, shipment.events).prefix { $0.seq == $1.event.seq && $0.link == $1.link }.count
+                    if own < stored.count {
+                        let first = stored[own].seq
+                        throw LedgerError.make(
+                            .chainMismatch,
+                            "the fleet store holds \(stored.count - own) event\(stored.count - own == 1 ? "" : "s") of this ledger past the head it shipped (seq \(held.seq + Int64(own))), "
+                                + "from seq \(first), that are not this ledger's (written by someone with the shipping credential?); nothing was shipped. "
+                                + "The store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq >= \(first);",
+                            seq: first)
+                    }
+                    shipment.events.removeFirst(own)
                 }
-                let shipment = try entry.ledger.shipment(after: held.seq, link: held.link, erasedUsers: erased[id] ?? [])
                 if let field = shipment.textHoldingNUL() {
                     throw LedgerError.make(.malformedInput, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
                 }
@@ -273,7 +283,7 @@ extension FleetStore {
                             ledgerID: id, path: entry.ledger.path, shippedEvents: shipment.events.count, lastSeq: shipment.lastSeq, alreadyShipped: held.seq)))
                 // Rows written before this version's layout are replaced even with no new event,
                 // and a ledger shipped before keys were kept gets its key recorded.
-                if !shipment.events.isEmpty || held.rowsVersion < FleetStore.rowsVersion || held.publicKey == nil {
+                if !shipment.events.isEmpty || shipment.lastSeq != held.seq || held.rowsVersion < FleetStore.rowsVersion || held.publicKey == nil {
                     guard let statement = try entry.ledger.identityStatement(seq: shipment.lastSeq, link: shipment.lastLink) else {
                         throw LedgerError.make(.io, "the file has no identity key to sign its head with; open it for writing once")
                     }
@@ -290,7 +300,7 @@ extension FleetStore {
         }
         if !refusedNew.isEmpty {
             // Nothing of a refused ledger stays, not even the row the lock created.
-            try await connection.query("DELETE FROM ledgers WHERE ledger_id = ANY(\(refusedNew)::text[]::uuid[])", logger: logger)
+            try await connection.query("SELECT forget_unshipped_ledgers(\(refusedNew)::text[]::uuid[])", logger: logger)
         }
         guard !accepted.isEmpty else { return }
         let acceptedIDs = accepted.map(\.ledger)

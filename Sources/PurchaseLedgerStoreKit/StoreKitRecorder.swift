@@ -418,14 +418,16 @@ public final class StoreKitRecorder: Sendable {
         case .waiting:
             return []
         case .active:
-            let progress = min(1, max(0, d.progress))
+            // A value StoreKit never sends (NaN, an infinity) reads as the nearest valid one rather
+            // than making the ledger refuse the whole callback.
+            let progress = d.progress.isFinite ? min(1, max(0, d.progress)) : 0
             if recorded?.state == .active && recorded?.progress == progress { return [] }
             return [
                 Event(
                     at: at,
                     .downloadProgressed(
                         download: id, progress: progress, bytesWritten: nil,
-                        timeRemaining: d.timeRemaining < 0 ? -1 : d.timeRemaining))
+                        timeRemaining: d.timeRemaining.isFinite && d.timeRemaining >= 0 ? d.timeRemaining : -1))
             ]
         case .paused:
             return recorded?.state == .paused ? [] : [Event(at: at, .downloadPaused(download: id))]

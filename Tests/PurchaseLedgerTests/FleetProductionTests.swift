@@ -256,12 +256,31 @@ struct FleetProductionTests {
         _ = try Ledger(path: path).append(
             try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-03T09:00:00Z","transaction":"t10","product":"book","user":"bob"}"#))
         let blocked = try cli(["ship", path, "--to", shipURL])
-        #expect(blocked.status == 1 && blocked.stderr.contains("after the head it shipped (seq 11), from seq 12"), "\(blocked.stdout) \(blocked.stderr)")
+        #expect(blocked.status == 1 && blocked.stderr.contains("past the head it shipped (seq 11), from seq 12"), "\(blocked.stdout) \(blocked.stderr)")
         let statement = try #require(blocked.stderr.range(of: "DELETE FROM events").map { String(blocked.stderr[$0.lowerBound...].prefix { $0 != ";" }) })
         try server.psql(statement, database: database)
         let unblocked = try cli(["ship", path, "--to", shipURL])
         #expect(unblocked.status == 0, "\(unblocked.stderr)")
         #expect(try cli(["verify", path, "--against", reportURL]).status == 0)
+
+        // It cannot delete a ledger's row (to register the id again under its own key), nor make
+        // temporary objects (which would shadow names inside the owner's functions).
+        let rights = try server.psql(
+            "SELECT has_table_privilege('\(role)', 'ledgers', 'DELETE'), has_database_privilege('\(role)', current_database(), 'TEMPORARY')",
+            database: database)
+        #expect(rights.trimmingCharacters(in: .whitespacesAndNewlines) == "f|f", "\(rights)")
+        // A head it moves back is not a block: the ledger's own events past it are kept, the head moves on.
+        let saved = try server.psql("SELECT last_seq, encode(last_link, 'hex'), head_statement FROM ledgers WHERE ledger_id = '\(id)'", database: database)
+        let fields = saved.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|", maxSplits: 2).map(String.init)
+        _ = try Ledger(path: path).append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-04T09:00:00Z","transaction":"t11","product":"book","user":"bob"}"#))
+        #expect(try cli(["ship", path, "--to", shipURL]).status == 0)
+        try server.psql(
+            "SET ROLE \(role); UPDATE ledgers SET last_seq = \(fields[0]), last_link = decode('\(fields[1])', 'hex'), head_statement = $h$\(fields[2])$h$ WHERE ledger_id = '\(id)'",
+            database: database)
+        let again = try cli(["ship", path, "--to", shipURL])
+        #expect(again.status == 0, "\(again.stdout) \(again.stderr)")
+        #expect(try cli(["verify", path, "--against", reportURL]).status == 0, "the head is the file's again")
     }
 
     /// A block of SQL from docs/fleet.md, as written there, with this test's role names.
@@ -401,13 +420,19 @@ struct FleetProductionTests {
         #expect(audit.status == 1, "\(audit.stdout) \(audit.stderr)")
         let lines = audit.stdout.split(separator: "\n").map(String.init)
         func says(_ id: String, _ text: String) -> Bool { lines.contains { $0.contains("ledger \(id)") && $0.contains(text) } }
-        #expect(says(ids[0].id, "seq 11") && says(ids[0].id, "past the head it shipped"), "\(audit.stdout)")
+        #expect(says(ids[0].id, "seq 11") && says(ids[0].id, "past the signed head"), "\(audit.stdout)")
         #expect(says(ids[1].id, "seq 3") && says(ids[1].id, "does not hash to its stored link"), "\(audit.stdout)")
         #expect(says(ids[2].id, "signed head does not verify"), "\(audit.stdout)")
         #expect(says(ids[3].id, "does not derive its id"), "\(audit.stdout)")
         #expect(says(ids[1].id, "erased"), "\(audit.stdout)")
         #expect(!audit.stdout.contains("alice"), "an audit prints no user id")
-        // A ledger's row deleted (the shipping role may): its events are orphans, and said so.
+        // Event 1 of a plain chain altered: the store knows its mode, so the audit says so.
+        try server.psql(
+            "UPDATE events SET payload = overlay(payload placing '\\x7a'::bytea from 3 for 1) WHERE ledger_id = '\(ids[2].id)' AND seq = 1",
+            database: database)
+        let first = try cli(["verify", url])
+        #expect(first.stdout.contains("ledger \(ids[2].id), seq 1: the event does not hash to its stored link"), "\(first.stdout)")
+        // A ledger's row deleted (by the owner: the shipping role no longer may): its events are orphans, and said so.
         try server.psql("DELETE FROM ledgers WHERE ledger_id = '\(ids[2].id)'", database: database)
         let orphans = try cli(["verify", url])
         #expect(orphans.status == 1 && orphans.stdout.contains("ledger \(ids[2].id), seq 1: the store holds events of this ledger but no row"), "\(orphans.stdout)")

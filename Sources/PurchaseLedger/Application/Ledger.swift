@@ -103,7 +103,7 @@ public final class Ledger: Sendable {
     /// The file's read-only connections.
     var pool: any DatabaseReader { file.pool }
     /// The hash chain's mode.
-    var chain: HashChain { file.chain }
+    package var chain: HashChain { file.chain }
     /// Snapshot pages loaded (on open, by ``state(atSeq:)``) or written, shared by later loads.
     var pageCache: SnapshotPageCache { file.pageCache }
 

@@ -41,9 +41,14 @@ public enum InputLimits {
     /// form cost a fsync-less append a fifth of its speed.
     static func check(_ event: Event) throws(LedgerError) {
         if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
-        // One spelling per amount (JSON input is normalised as it is read; the library is told).
-        for price in event.body.prices where JSONLines.normalizedPrice(price) != price {
-            throw .malformed("field `price` \(price.debugDescription.prefix(40)) has leading zeros: write \(JSONLines.normalizedPrice(price).prefix(40))")
+        // Input only (a ledger written before these limits still verifies): prices within their
+        // range and scale, one spelling per amount (JSON input is normalised as it is read; the
+        // library is told).
+        for price in event.body.prices {
+            if let wrong = JSONLines.priceProblem(price) { throw .malformed("field `price` \(wrong)") }
+            if JSONLines.normalizedPrice(price) != price {
+                throw .malformed("field `price` \(price.debugDescription.prefix(40)) has leading zeros: write \(JSONLines.normalizedPrice(price).prefix(40))")
+            }
         }
         var failure: LedgerError?
         event.body.forEachText { key, name, value in
@@ -74,7 +79,7 @@ extension InputLimits {
             if let remaining, !remaining.isFinite || (remaining < 0 && remaining != -1) { return "timeRemaining \(remaining) is not seconds >= 0 or -1" }
             if let bytes, bytes < 0 { return "bytesWritten \(bytes) is negative" }
         case .productRegistered(let r):
-            if let wrong = JSONLines.priceProblem(r.price) { return "price \(r.price.debugDescription.prefix(40)) \(wrong)" }
+            if !JSONLines.isDecimal(r.price) { return "price \(r.price.debugDescription.prefix(40)) is not a decimal" }
             if !PurchaseTerms.isUpperLetters(r.currency, count: 3) {
                 return "currency \(r.currency.debugDescription.prefix(40)) is not an ISO 4217 code"
             }

@@ -129,8 +129,8 @@ public struct PurchaseTerms: Sendable, Hashable {
         if (price == nil) != (currency == nil) {
             return "fields `price` and `currency` go together: give both or neither"
         }
-        if let price, let wrong = JSONLines.priceProblem(price) {
-            return "field `price` \(wrong)"
+        if let price, !JSONLines.isDecimal(price) {
+            return "field `price` must be a decimal string such as \"4.99\" (\"0\" for a free trial)"
         }
         if let currency, !Self.isUpperLetters(currency, count: 3) {
             return "field `currency` must be an ISO 4217 code such as USD"

@@ -40,6 +40,9 @@ package struct HashChain: Sendable {
     /// threads is safe although Crypto does not mark it `Sendable`.
     nonisolated(unsafe) private let keyed: HMAC<SHA256>?
 
+    /// Whether the chain is keyed (HMAC-SHA-256), not plain SHA-256.
+    package var isKeyed: Bool { keyed != nil }
+
     package init(key: [UInt8]?) {
         keyed = key.map { HMAC<SHA256>(key: SymmetricKey(data: $0)) }
     }

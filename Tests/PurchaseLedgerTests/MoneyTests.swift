@@ -65,6 +65,13 @@ import Testing
             #expect(refused.status == 2 && refused.stderr.contains("line \(line)") && refused.stderr.contains("`price`"), "\(price.prefix(12)): \(refused.stderr)")
             #expect(try fileBytes(path) == before, "nothing written")
         }
+        // A price written before these limits (7 decimals, taken by earlier versions) still verifies.
+        var unchecked = testConfiguration()
+        unchecked.checksInput = false
+        let old = try Ledger(path: dir.path("old.ledger"), configuration: unchecked)
+        try old.append(
+            Event(at: E.at(1), .productRegistered(ProductRegistration(product: "o", kind: .consumable, price: "4.9900000", currency: "USD", downloadable: false))))
+        #expect(try cli(["verify", dir.path("old.ledger")]).status == 0, "a stored price past today's input limits is not damage")
         // The library is told the one spelling.
         #expect(throws: LedgerError.self) {
             try Ledger(path: path).append(

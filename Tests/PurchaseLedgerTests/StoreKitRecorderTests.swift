@@ -93,6 +93,13 @@ import Testing
         r.updatedDownloads([download(1, .paused, progress: 0.25)])
         try r.resume([d])
         r.updatedDownloads([download(1, .active, progress: 0.9)])
+        // Values StoreKit never sends (NaN, an infinity) are recorded as the nearest valid ones,
+        // not refused with the whole callback.
+        var odd = download(1, .active, progress: .nan)
+        odd.timeRemaining = .infinity
+        r.updatedDownloads([odd])
+        #expect(ledger.currentState.downloads[downloadID]?.progress == 0, "NaN progress reads as 0")
+        r.updatedDownloads([download(1, .active, progress: 0.9)])
 
         // Finished: the content sits in StoreKit's cache until the app copies it out.
         let cache = dir.url.appending(path: "Caches/StoreKit/\(downloadID)/Contents")

@@ -85,7 +85,7 @@ extension Ledger {
                 after: { step, replayed, state in
                     // What verify refuses on the rules, the store never takes (the rest of a
                     // batch ships): an edited file whose links were recomputed passes the chain.
-                    if let found = RecordedDecision.problems(step.event, replayed, state: state).first {
+                    if !RecordedDecision.agrees(step.event, replayed, state: state), let found = RecordedDecision.problems(step.event, replayed, state: state).first {
                         throw LedgerError.corrupt(
                             "event \(step.event.seq) does not pass the rules as recorded (\(found.message)): the file was edited; `verify` reports it",
                             seq: step.event.seq)

@@ -362,17 +362,12 @@ struct FleetProductionTests {
         try DatabaseQueue(path: edited).write { db in
             let seq = try #require(try Int64.fetchOne(db, sql: "SELECT max(seq) FROM events"))
             try db.execute(sql: "UPDATE events SET payload = CAST(replace(CAST(payload AS TEXT), 'book', 'boox') AS BLOB) WHERE seq = ?", arguments: [seq])
-            let row = try #require(try Row.fetchOne(db, sql: "SELECT seq, version, type, at_ns, recorded_ns, payload FROM events WHERE seq = ?", arguments: [seq]))
-            let payload = [UInt8](row[5] as Data)
-            let body = try payload.withUnsafeBytes { buffer -> EventBody in
-                var reader = BinaryReader(buffer)
-                return try PayloadCodec.decode(EventType(rawValue: UInt8(row[2] as Int64))!, &reader, personal: try PersonalValues.current(db))
-            }
-            let e = RecordedEvent(
-                seq: row[0], version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
-                recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: nil, appendedByLedger: false)
+            let row = try #require(try Row.fetchOne(db, sql: "SELECT version, type, at_ns, recorded_ns, payload FROM events WHERE seq = ?", arguments: [seq]))
             let previous = [UInt8](try #require(try Data.fetchOne(db, sql: "SELECT link FROM events WHERE seq = ?", arguments: [seq - 1])))
-            let link = HashChain(key: nil).link(after: previous, frame: FrameCodec.canonical(e, payload: payload))
+            // The link recomputed from the stored columns, as a forger (or the fleet's audit) does.
+            let link = HashChain(key: nil).link(
+                after: previous, seq: seq, type: EventType(rawValue: UInt8(row[1] as Int64))!, anomaly: nil, appendedByLedger: false, at: row[2],
+                recorded: row[3], version: row[0], payload: [UInt8](row[4] as Data))
             try db.execute(sql: "UPDATE events SET link = ? WHERE seq = ?", arguments: [Data(link), seq])
         }
         let verify = try cli(["verify", edited])

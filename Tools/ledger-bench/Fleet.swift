@@ -247,29 +247,27 @@ func fleetReportFigures(url: String, binary: String, runs: Int) throws {
         _ = try await fleet.fetch("VACUUM ANALYZE")
         await fleet.close()
     }
-    for format in ["csv", "json", "table", "html"] {
+    /// `arguments` run `count` times through `timed-run`: the wall seconds and peak MB of each.
+    func timed(_ arguments: [String], _ count: Int) throws -> (seconds: [Double], peaks: [Double]) {
         var seconds: [Double] = [], peaks: [Double] = []
-        for _ in 0..<runs {
-            let (printed, _) = try childText(["timed-run", binary, "report", url, "--view", "undelivered", "--format", format])
+        for _ in 0..<count {
+            let (printed, _) = try childText(["timed-run"] + arguments)
             let figures = printed.split(separator: " ").compactMap { Double($0) }
             guard figures.count == 2 else { throw BenchError("timed-run printed \(printed)") }
             seconds.append(figures[0])
             peaks.append(figures[1] / 1024)
         }
+        return (seconds, peaks)
+    }
+    for format in ["csv", "json", "table", "html"] {
+        let (seconds, peaks) = try timed([binary, "report", url, "--view", "undelivered", "--format", format], runs)
         print(
             String(
                 format: "report --view undelivered --format %@ (purchase-ledger, whole process): median %.2f s (min %.2f, max %.2f), peak memory %.0f-%.0f MB over %d runs",
                 format, median(seconds), seconds.min()!, seconds.max()!, peaks.min()!, peaks.max()!, runs))
     }
     // The audit of the whole store (#48: under 60 s at 5,000 ledgers), as its owner runs it.
-    var seconds: [Double] = [], peaks: [Double] = []
-    for _ in 0..<min(runs, 3) {
-        let (printed, _) = try childText(["timed-run", binary, "verify", url])
-        let figures = printed.split(separator: " ").compactMap { Double($0) }
-        guard figures.count == 2 else { throw BenchError("timed-run printed \(printed)") }
-        seconds.append(figures[0])
-        peaks.append(figures[1] / 1024)
-    }
+    let (seconds, peaks) = try timed([binary, "verify", url], min(runs, 3))
     print(
         String(
             format: "verify URL (the fleet audit, whole process): median %.2f s (min %.2f, max %.2f), peak memory %.0f-%.0f MB over %d runs",

@@ -22,8 +22,9 @@ struct VerifyCommand: AsyncParsableCommand {
             Given a fleet store's postgres:// URL instead of a file (as its owner): audits every \
             ledger there, one line per ledger with a problem: each signed head against the key the \
             store holds, each key-derived id against its key, no event missing or past a head (one \
-            the shipping credential planted), each plain chain recomputed from its first event, no \
-            erased user in the rows. It does not compare the rows with a replay.
+            the shipping credential planted), each plain chain recomputed from its first event, each \
+            ledger's rows against a replay of its events (personal values by whether they are set), \
+            no erased user in the rows.
 
             Examples:
               purchase-ledger verify user.ledger --all
@@ -73,7 +74,7 @@ struct VerifyCommand: AsyncParsableCommand {
             + "every key-derived id is its key's, no event is missing or past a head, \(audit.chainsRecomputed) chains recomputed from their first event"
             + (audit.chainsNotRecomputable > 0 ? " (\(audit.chainsNotRecomputable) keyed or altered at seq 1: not recomputable here)" : "")
             + (audit.unsignedLedgers > 0 ? ", \(audit.unsignedLedgers) shipped before heads were signed (nothing vouches for them)" : "")
-            + ", no erased user in the rows"
+            + ", \(audit.projectionsCompared) ledgers' rows equal a replay of their events, no erased user in the rows"
         if json {
             console.printJSON { w in
                 w.field("valid", audit.problems == 0)
@@ -82,6 +83,7 @@ struct VerifyCommand: AsyncParsableCommand {
                 w.field("chainsRecomputed", audit.chainsRecomputed)
                 w.field("chainsNotRecomputable", audit.chainsNotRecomputable)
                 w.field("unsignedLedgers", audit.unsignedLedgers)
+                w.field("projectionsCompared", audit.projectionsCompared)
                 w.field("problems", audit.problems)
             }
         } else if audit.problems == 0 {

@@ -15,6 +15,9 @@ public struct FleetAudit: Sendable, Hashable {
     public var chainsNotRecomputable = 0
     /// Ledgers shipped before heads were signed (no key, no head): nothing vouches for them.
     public var unsignedLedgers = 0
+    /// Ledgers whose projection rows were compared with a replay of their stored events (every
+    /// ledger whose events run whole from seq 1 to its head).
+    public var projectionsCompared = 0
     /// Problems found (each reported through `problem`).
     public var problems = 0
 }
@@ -37,13 +40,17 @@ extension FleetStore {
     /// with the key the store holds and names the store's seq and link; a key-derived id is its
     /// key's; the ledger's events run from seq 1 to that head, none missing and none past it (an
     /// event the shipping credential planted); the hash chain recomputed from the first event gives
-    /// every stored link and the head's (for a plain chain; a keyed one needs its key); and no
-    /// projection row holds a user id the store erased. Problems go to `problem` as they are
-    /// found, one ledger after another, in ledger-id order.
+    /// every stored link and the head's (for a plain chain; a keyed one needs its key); each
+    /// ledger's projection rows equal those a replay of its events up to its head gives
+    /// (``DetachedReplay``), table by table and column by column; and no projection row holds a
+    /// user id the store erased. Problems go to `problem` as they are found: those of the heads
+    /// and events one ledger after another in ledger-id order, then those of the rows.
     ///
-    /// What it does not check: that the projection rows equal a replay of the events (the store
-    /// holds personal values as refs only, so a replay cannot give the rows' values back), and
-    /// anything about a ledger no device ever shipped.
+    /// What it does not check: the personal values in the rows (the events hold them as refs
+    /// and salted commitments whose salts stay on the device): each personal column is compared
+    /// only as set or empty, and `transactions.user_id` only by which transactions share a user,
+    /// so a user id renamed in every row of that user passes; and anything about a ledger no
+    /// device ever shipped.
     ///
     /// ```swift
     /// let audit = try await fleet.audit { problem in print(problem) }
@@ -60,14 +67,20 @@ extension FleetStore {
             var statement: String?
             /// The chain's mode as the ledger shipped it: true plain, false keyed, nil not recorded.
             var plainChain: Bool?
+            /// Rows written by this version's ships (not migration 0003's approximations).
+            var currentRows: Bool
         }
         let heads = try await fetchRows(
-            "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement, chain FROM ledgers ORDER BY ledger_id"
+            "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement, chain, rows_version FROM ledgers ORDER BY ledger_id"
         ).map { row in
             Head(
                 id: row.string("id") ?? "", lastSeq: Int64(row.int("last_seq") ?? 0), lastLink: row.bytes("last_link") ?? [],
                 key: row.bytes("public_key"), statement: row.string("head_statement"),
-                plainChain: row.string("chain").map { $0 == "sha256" })
+                plainChain: row.string("chain").map { $0 == "sha256" }, currentRows: row.int("rows_version") == Int(FleetStore.rowsVersion))
+        }
+        let tables = try await run {
+            let types = try await columnTypes(of: Projector.Table.all.map(\.name))
+            return try Projector.Table.all.map { try AuditTable($0, types: types[$0.name] ?? [:]) }
         }
         var audit = FleetAudit()
         audit.ledgers = heads.count
@@ -112,11 +125,36 @@ extension FleetStore {
         // Every event, in ledger and seq order, in one pass: continuity, nothing past the head,
         // and the chain recomputed.
         let byID = Dictionary(heads.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        var current: (id: String, expected: Int64, previous: [UInt8]?, stopped: Bool, past: Int64, firstPast: Int64?, lastLink: [UInt8])?
+        /// One ledger's walk through its events.
+        struct Walk {
+            var id: String
+            var expected: Int64 = 1
+            var previous: [UInt8]?
+            /// The chain is no longer followed (a problem reported, or not recomputable).
+            var stopped = false
+            var past: Int64 = 0
+            var firstPast: Int64?
+            var lastLink: [UInt8] = []
+            /// The replay of its events up to its head; nil once one is missing or undecodable.
+            var replay: DetachedReplay? = DetachedReplay()
+        }
+        var current: Walk?
         var done = 0
         var withEvents = Set<String>()
+        /// Per ledger, the digest of each table's rows (in `tables`' order) a replay gives.
+        var expectedRows: [String: [[UInt8]]] = [:]
+        func digests(_ replay: DetachedReplay) -> [[UInt8]] {
+            let projections = replay.rows()
+            return tables.map { table in
+                var rows = projections.first { $0.table.name == table.table.name }?.rows ?? []
+                if table.table.name == Projector.Table.transactions.name { rows = FleetStore.withCatalog(rows, of: projections) }
+                return AuditTable.digest(rows.map(table.canonical(replayed:)))
+            }
+        }
+        let nothing = digests(DetachedReplay())
         func finish() {
             guard let c = current, let head = byID[c.id] else { return }
+            if let replay = c.replay, replay.seq == head.lastSeq, head.currentRows { expectedRows[c.id] = digests(replay) }
             if c.expected - 1 < head.lastSeq {
                 report(FleetAuditProblem(ledgerID: c.id, seq: c.expected, message: "events \(c.expected)...\(head.lastSeq) of its shipped head are missing"))
             }
@@ -151,7 +189,7 @@ extension FleetStore {
                 audit.events += 1
                 if current?.id != id {
                     finish()
-                    current = (id, 1, nil, false, 0, nil, [])
+                    current = Walk(id: id)
                     withEvents.insert(id)
                     if byID[id] == nil {
                         // Events with no row: the ledger's row was deleted (the shipping role may
@@ -171,14 +209,27 @@ extension FleetStore {
                 if seq != c.expected {
                     report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
                     c.stopped = true
+                    c.replay = nil
                 }
                 c.expected = seq + 1
-                guard !c.stopped, let type = EventType(name: typeName) else {
-                    if !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
+                guard c.replay != nil || !c.stopped, let type = EventType(name: typeName) else {
+                    if c.replay != nil || !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
                     c.stopped = true
+                    c.replay = nil
                     continue
                 }
                 let bytes = Array(buffer: payload)
+                if c.replay != nil {
+                    do {
+                        try c.replay!.apply(
+                            seq: seq, type: type, at: at, recordedAt: recorded, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended,
+                            version: version, payload: bytes)
+                    } catch let error as LedgerError {
+                        report(FleetAuditProblem(ledgerID: id, seq: seq, message: error.message))
+                        c.replay = nil
+                    }
+                }
+                guard !c.stopped else { continue }
                 func linkAfter(_ previous: [UInt8]) -> [UInt8] {
                     plain.link(
                         after: previous, seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at,
@@ -215,8 +266,54 @@ extension FleetStore {
         }
         finish()
         // Ledgers with a head and no event at all.
-        for head in heads where head.lastSeq > 0 && !withEvents.contains(head.id) {
-            report(FleetAuditProblem(ledgerID: head.id, seq: 1, message: "its shipped head is seq \(head.lastSeq), and the store holds none of its events"))
+        for head in heads where !withEvents.contains(head.id) {
+            if head.lastSeq > 0 {
+                report(FleetAuditProblem(ledgerID: head.id, seq: 1, message: "its shipped head is seq \(head.lastSeq), and the store holds none of its events"))
+            } else if head.currentRows {
+                expectedRows[head.id] = nothing
+            }
+        }
+        for head in heads where !head.currentRows {
+            report(
+                FleetAuditProblem(
+                    ledgerID: head.id, seq: nil,
+                    message: "its rows are migration 0003's approximations (ledgers.rows_version \(FleetStore.rowsVersion - 1)), not compared with its events: ship it again"))
+        }
+        // Each table's rows, ledger by ledger, against the replays' digests.
+        audit.projectionsCompared = expectedRows.count
+        var differing: [(ledger: String, table: Int)] = []
+        var unknown = Set<String>()
+        for (t, table) in tables.enumerated() {
+            var seen = Set<String>()
+            var group: (id: String, rows: [AuditTable.Row])?
+            func close() {
+                guard let g = group else { return }
+                seen.insert(g.id)
+                if let expected = expectedRows[g.id], AuditTable.digest(g.rows) != expected[t] { differing.append((g.id, t)) }
+                if byID[g.id] == nil, unknown.insert(g.id).inserted {
+                    report(FleetAuditProblem(ledgerID: g.id, seq: nil, message: "the store holds \(table.table.name) rows of this ledger but no row for it in ledgers"))
+                }
+            }
+            try await run {
+                for try await row in try await connection.query(PostgresQuery(unsafeSQL: table.selectAll), logger: logger) {
+                    let id = try row.first.map { try $0.decode(String.self) } ?? ""
+                    if group?.id != id {
+                        close()
+                        group = (id, [])
+                    }
+                    group!.rows.append(table.canonical(stored: row))
+                }
+            }
+            close()
+            for (id, expected) in expectedRows where !seen.contains(id) && expected[t] != nothing[t] { differing.append((id, t)) }
+        }
+        differing.sort { ($0.ledger, $0.table) < ($1.ledger, $1.table) }
+        for (n, (ledger, t)) in differing.enumerated() {
+            let message =
+                n < 100
+                ? try await run { try await projectionDifference(ledger: ledger, head: byID[ledger]?.lastSeq ?? 0, table: tables[t]) }
+                : "\(tables[t].table.name) rows differ from a replay of the ledger's events: altered in the store"
+            report(FleetAuditProblem(ledgerID: ledger, seq: nil, message: message))
         }
         // No projection row holds a user id the store erased (the owner's rights: the digests).
         let unerased = try await fetchRows(

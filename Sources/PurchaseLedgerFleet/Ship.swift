@@ -428,7 +428,7 @@ extension FleetStore {
 
     /// The types of the columns of `tables`, as the server's catalog names them ("bigint",
     /// "boolean", "text", ...), read once per store.
-    private func columnTypes(of tables: [String]) async throws -> [String: [String: CopyBinary.ColumnType]] {
+    func columnTypes(of tables: [String]) async throws -> [String: [String: CopyBinary.ColumnType]] {
         if let known = columnTypeCache.withLock({ $0 }) { return known }
         var types: [String: [String: CopyBinary.ColumnType]] = [:]
         let rows = try await connection.query(
@@ -481,10 +481,15 @@ extension FleetStore {
     /// `transactions` (rows of ``Projector/Table/transactions``) each with its ``catalogColumns``,
     /// from the shipment's `products` rows.
     static func withCatalog(_ transactions: [[ColumnValue]], of shipment: Shipment) -> [[ColumnValue]] {
+        withCatalog(transactions, of: shipment.projections)
+    }
+
+    /// `transactions` each with its ``catalogColumns``, from the `products` rows of `projections`.
+    static func withCatalog(_ transactions: [[ColumnValue]], of projections: [(table: Projector.Table, rows: [[ColumnValue]])]) -> [[ColumnValue]] {
         let products = Projector.Table.products.columns, productAt = Projector.Table.transactions.columns.firstIndex(of: "product")!
         let keyAt = products.firstIndex(of: "product")!, wanted = catalogColumns.map { products.firstIndex(of: $0.product)! }
         var catalog: [ColumnValue: [ColumnValue]] = [:]
-        for row in shipment.projections.first(where: { $0.table.name == Projector.Table.products.name })?.rows ?? [] {
+        for row in projections.first(where: { $0.table.name == Projector.Table.products.name })?.rows ?? [] {
             catalog[row[keyAt]] = wanted.map { row[$0] }
         }
         let none = [ColumnValue](repeating: .null, count: catalogColumns.count)
@@ -507,6 +512,16 @@ struct CopyBinary {
         buffer.writeBytes(Array("PGCOPY\n".utf8) + [0xFF, 0x0D, 0x0A, 0x00])
         buffer.writeInteger(Int32(0))  // flags: no OIDs
         buffer.writeInteger(Int32(0))  // header extension: none
+    }
+
+    /// Fields only, no header: the fleet audit's form of a row (each field as a COPY writes it).
+    init(fieldsOnly: Void) {}
+
+    /// A field exactly as the server sent it in binary form (nil: NULL).
+    mutating func field(raw: ByteBuffer?) {
+        guard var raw else { return null() }
+        buffer.writeInteger(Int32(raw.readableBytes))
+        buffer.writeBuffer(&raw)
     }
 
     mutating func startRow(fields: Int) {

@@ -78,5 +78,8 @@ struct FleetErasureTests {
 
         // Asked again: the store holds no transaction of hers.
         #expect(try cli(["forget", url, "--user", ErasureTests.alice.user]).status == 2)
+        // Erased rows keep which values were set and who shares a user: they still equal a replay.
+        let audit = try cli(["verify", url])
+        #expect(audit.status == 0 && audit.stdout.contains("3 ledgers' rows equal a replay"), "\(audit.stdout)")
     }
 }

@@ -439,6 +439,65 @@ struct FleetTests {
         #expect(newer.status == 3 && newer.stderr.contains("newer purchase-ledger"), "\(newer.stderr)")
     }
 
+    /// The fleet audit replays every ledger's stored events and compares the store's rows with
+    /// the replay's, table by table: a clean store gives no problem; a value, a row removed or
+    /// added, a personal value emptied, a transaction moved to another user, or a catalog copy
+    /// changed in the store is named with its ledger, table, row and column.
+    @Test func theFleetAuditComparesEveryLedgersRowsWithAReplayOfItsEvents() async throws {
+        let dir = try TemporaryDirectory()
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let paths = try FleetFixture.ledgers(events: 20_000, devices: 6, in: dir)
+        #expect(try cli(["ship"] + paths + ["--to", url]).status == 0)
+        let fleet = try await FleetStore.connect(url)
+        let problems = Locked<[FleetAuditProblem]>([])
+        let clean = try await fleet.audit { problem in problems.withLock { $0.append(problem) } }
+        #expect(clean.problems == 0 && clean.projectionsCompared == 6 && clean.ledgers == 6, "\(problems.withLock { $0 })")
+        let ids = try FleetFixture.open(paths).map(\.id)
+
+        // Ledger by ledger, one change each.
+        func one(_ table: String, _ ledger: String, where condition: String = "TRUE") -> String {
+            let key = table == "owned_content_history" ? "seq" : (table == "downloads" ? "download_id" : "transaction_id")
+            return "\(key) = (SELECT min(\(key)) FROM \(table) WHERE ledger_id = '\(ledger)' AND \(condition))"
+        }
+        let moved = try server.psql(
+            """
+            SELECT t.transaction_id FROM transactions t
+            WHERE t.ledger_id = '\(ids[4])' AND t.user_id IN (
+                SELECT user_id FROM transactions WHERE ledger_id = '\(ids[4])' GROUP BY 1 HAVING count(*) > 1)
+            ORDER BY 1 LIMIT 1
+            """, database: database
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(!moved.isEmpty)
+        try server.psql(
+            """
+            UPDATE transactions SET quantity = quantity + 1 WHERE ledger_id = '\(ids[0])' AND \(one("transactions", ids[0]));
+            DELETE FROM downloads WHERE ledger_id = '\(ids[1])' AND \(one("downloads", ids[1]));
+            INSERT INTO owned_content_history (ledger_id, seq, download_id, destination, copied_at_ms)
+                SELECT ledger_id, seq + 1000000, download_id, destination, copied_at_ms FROM owned_content_history
+                WHERE ledger_id = '\(ids[2])' AND \(one("owned_content_history", ids[2]));
+            UPDATE downloads SET destination = NULL WHERE ledger_id = '\(ids[3])' AND \(one("downloads", ids[3], where: "destination IS NOT NULL"));
+            UPDATE transactions SET user_id = 'u-99999' WHERE ledger_id = '\(ids[4])' AND transaction_id = '\(moved)';
+            UPDATE transactions SET product_price = '0.00' WHERE ledger_id = '\(ids[5])' AND \(one("transactions", ids[5], where: "product_price IS NOT NULL"));
+            """, database: database)
+        problems.withLock { $0 = [] }
+        let audit = try await fleet.audit { problem in problems.withLock { $0.append(problem) } }
+        await fleet.close()
+        let found = problems.withLock { $0 }
+        func says(_ ledger: String, _ texts: String...) -> Bool {
+            found.contains { $0.ledgerID == ledger && texts.allSatisfy($0.message.contains) }
+        }
+        #expect(audit.problems == 6, "\(found)")
+        #expect(says(ids[0], "transactions row", "quantity is", "in a replay of the ledger's events"), "\(found)")
+        #expect(says(ids[1], "downloads has no row"), "\(found)")
+        #expect(says(ids[2], "owned_content_history holds a row"), "\(found)")
+        #expect(says(ids[3], "destination is empty in the store"), "\(found)")
+        #expect(says(ids[4], "user_id does not group the transactions"), "\(found)")
+        #expect(says(ids[5], "product_price is \"0.00\" in the store"), "\(found)")
+        let shown = try cli(["verify", url])
+        #expect(shown.status == 1 && shown.stdout.contains("6 problems"), "\(shown.stdout)")
+    }
+
     @Test func shipKilledAtRandomMomentsThenRunAgainStoresEveryEventExactlyOnce() async throws {
         let dir = try TemporaryDirectory()
         let (_, url) = try FleetServer.database()
@@ -451,6 +510,8 @@ struct FleetTests {
         let final = try cli(["ship"] + paths + ["--to", url])
         #expect(final.status == 0, "\(final.stderr)")
         try await ShipKiller.check(paths: paths, url: url)
+        let audit = try cli(["verify", url])
+        #expect(audit.status == 0 && audit.stdout.contains("ok: 8 ledgers"), "after the kills, the audit finds nothing: \(audit.stdout)")
     }
 }
 

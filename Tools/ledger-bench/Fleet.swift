@@ -12,7 +12,7 @@ import PurchaseLedgerFleetTesting
 ///
 /// With `tls`, the server also takes TLS (a certificate made here with openssl), and each run ships
 /// the same ledgers a third time, with `sslmode=require`, against the plain ship (`sslmode=disable`).
-func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool = false, binary: String? = nil) throws {
+func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool = false, binary: String? = nil, auditBaseline: String? = nil) throws {
     let scratch = "bench-results/fleet-\(count)-" + URL(fileURLWithPath: workload).deletingPathExtension().lastPathComponent
     var paths = (0..<count).map { "\(scratch)/device-\($0).ledger" }
     if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
@@ -159,7 +159,7 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool =
     print(String(format: "fleet revenue report: median %.1f ms (min %.1f, max %.1f) over 7 runs", median(revenue), revenue.min()!, revenue.max()!))
     print(String(format: "one user's history: p50 %.2f ms, p99 %.2f ms, max %.2f ms over 200 random users", h[h.count / 2], h[h.count * 99 / 100], h.last!))
 
-    if let binary { try fleetReportFigures(url: shippedURL, binary: binary, runs: 5) }
+    if let binary { try fleetReportFigures(url: shippedURL, binary: binary, runs: 5, auditBaseline: auditBaseline) }
 
     // Erasure: one user at a time out of every ledger's rows (`forget postgres://... --user U`),
     // the vacuum of the four tables included.
@@ -241,7 +241,10 @@ func fleetCrash(workload: String, kills: Int, binary: String) throws -> Bool {
 /// after a bulk ship. Each run goes through `ledger-bench timed-run`, a small process, so the
 /// peak memory is the report's own (a child spawned by this process would be charged this
 /// process's memory at its exec).
-func fleetReportFigures(url: String, binary: String, runs: Int) throws {
+///
+/// `auditBaseline`: another build of the CLI whose audit runs alternate with this one's, for a
+/// before-and-after over the same store.
+func fleetReportFigures(url: String, binary: String, runs: Int, auditBaseline: String? = nil) throws {
     _ = try blocking {
         let fleet = try await FleetStore.connect(url)
         _ = try await fleet.fetch("VACUUM ANALYZE")
@@ -266,12 +269,24 @@ func fleetReportFigures(url: String, binary: String, runs: Int) throws {
                 format: "report --view undelivered --format %@ (purchase-ledger, whole process): median %.2f s (min %.2f, max %.2f), peak memory %.0f-%.0f MB over %d runs",
                 format, median(seconds), seconds.min()!, seconds.max()!, peaks.min()!, peaks.max()!, runs))
     }
-    // The audit of the whole store (#48: under 60 s at 5,000 ledgers), as its owner runs it.
-    let (seconds, peaks) = try timed([binary, "verify", url], min(runs, 3))
-    print(
-        String(
-            format: "verify URL (the fleet audit, whole process): median %.2f s (min %.2f, max %.2f), peak memory %.0f-%.0f MB over %d runs",
-            median(seconds), seconds.min()!, seconds.max()!, peaks.min()!, peaks.max()!, seconds.count))
+    // The audit of the whole store (#48: under 60 s at 5,000 ledgers), as its owner runs it;
+    // alternated with the baseline's when there is one.
+    var figures: [String: (seconds: [Double], peaks: [Double])] = [:]
+    let builds = [auditBaseline, binary].compactMap { $0 }
+    for _ in 0..<min(runs, 3) {
+        for build in builds {
+            let (seconds, peaks) = try timed([build, "verify", url], 1)
+            figures[build, default: ([], [])].seconds += seconds
+            figures[build, default: ([], [])].peaks += peaks
+        }
+    }
+    for build in builds {
+        let (seconds, peaks) = figures[build]!
+        print(
+            String(
+                format: "verify URL (the fleet audit, whole process%@): median %.2f s (min %.2f, max %.2f), peak memory %.0f-%.0f MB over %d runs",
+                builds.count > 1 ? ", " + build : "", median(seconds), seconds.min()!, seconds.max()!, peaks.min()!, peaks.max()!, seconds.count))
+    }
 }
 
 /// Runs `arguments` (a binary and its arguments) with its output to /dev/null: its wall time,

@@ -23,9 +23,11 @@ import PurchaseLedgerTesting
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 //   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
-//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH]   ship N device ledgers
-//                                                 into a PostgreSQL started here (with --tls, also over TLS,
-//                                                 same run); reports over them, the CLI's undelivered one too
+//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH] [--audit-baseline PATH]
+//                                                 ship N device ledgers into a PostgreSQL started here (with
+//                                                 --tls, also over TLS, same run); reports over them, the CLI's
+//                                                 undelivered one and its fleet audit too (alternated with the
+//                                                 baseline build's audit when given)
 //   ledger-bench fleet-report URL [--binary PATH] [--runs N]   the CLI's undelivered report in each format
 //                                                 over a fleet already shipped: wall time and peak memory
 
@@ -632,7 +634,8 @@ case "fleet":
     let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger")
     try fleetBenchmark(
         workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
-        binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil)
+        binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil,
+        auditBaseline: args.firstIndex(of: "--audit-baseline").map { args[$0 + 1] })
 case "fleet-report":
     guard args.count > 1 else {
         print("usage: ledger-bench fleet-report URL [--binary PATH] [--runs N]")

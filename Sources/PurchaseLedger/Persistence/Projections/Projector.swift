@@ -274,7 +274,7 @@ package enum Projector {
         /// `upsert`'s conflict clause.
         let conflict: String
         /// How many leading columns make the primary key.
-        let keyColumns: Int
+        package let keyColumns: Int
         /// `insert` and `upsert`, for the append path's ``PreparedStatements``.
         let preparedInsert: PreparedSQL
         let preparedUpsert: PreparedSQL

@@ -27,6 +27,9 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        // Apple's signed transactions: the certificate chain, validated with its Verifier.
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         // Tests only: whole-state assertions that print a readable diff when they fail.
@@ -60,6 +63,8 @@ let package = Package(
                 // SQLite's C API, for binding projection rows without boxing (Storage/RawBind.swift).
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strict,
             plugins: ["EmbedMigrations"]
@@ -100,6 +105,8 @@ let package = Package(
             name: "PurchaseLedgerTesting",
             dependencies: [
                 "PurchaseLedger", .target(name: "CLZ4", condition: .when(platforms: [.linux])), .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strict
         ),

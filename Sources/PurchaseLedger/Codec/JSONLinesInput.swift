@@ -1,5 +1,6 @@
 import Foundation
 
+
 /// A JSON Lines document split into events, each with its line number.
 public struct JSONLinesInput: Sendable {
     /// The events, in order.
@@ -65,8 +66,13 @@ public final class JSONLinesReader {
         ownsDescriptor = closeWhenDone
         buffer = []
         atEnd = false
-        var info = stat()
-        totalBytes = fstat(fileDescriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int(info.st_size) : nil
+        // The size of a file that can seek (a pipe or a terminal cannot): where its end is, the
+        // read position put back. (Not `fstat`: on Linux, with swift-certificates in the build,
+        // `struct stat` resolves to a module member lookup will not see.)
+        let here = lseek(fileDescriptor, 0, SEEK_CUR)
+        let end = here >= 0 ? lseek(fileDescriptor, 0, SEEK_END) : -1
+        if end >= 0 { _ = lseek(fileDescriptor, here, SEEK_SET) }
+        totalBytes = end > 0 ? Int(end) : nil
     }
 
     /// Reads `bytes`.

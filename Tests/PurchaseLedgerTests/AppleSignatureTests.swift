@@ -1,0 +1,113 @@
+import Crypto
+import Foundation
+import PurchaseLedger
+import PurchaseLedgerTesting
+import Testing
+
+/// Apple's signature on a transaction (#50): a chain made at test time (root -> intermediate ->
+/// leaf, the two marker extensions) signs StoreKit-shaped payloads; each way a signed
+/// transaction can fail gets its own evidence and reason.
+struct AppleSignatureTests {
+    static let signedAt: Int64 = 1_780_000_000_000  // 2026-05-28
+    static let recorded = Date(timeIntervalSince1970: 1_790_000_000)
+
+    static func purchase(signedDate: Int64 = signedAt, environment: String = "Production") -> [String: any Sendable] {
+        SigningChain.payload(transaction: "2000000123", product: "pack.levels", price: 4990, currency: "USD", environment: environment, signedDate: signedDate)
+    }
+
+    @Test func theBuiltInRootIsAppleRootCAG3() {
+        #expect(
+            AppleTrustRoots.apple.fingerprints == ["63:34:3A:BF:B8:9A:6A:03:EB:B5:7E:9B:3F:5F:A7:BE:7C:4F:5C:75:6F:30:17:B3:A8:C4:88:C3:65:3E:91:79"])
+    }
+
+    @Test func aTransactionSignedByATrustedChainIsApple() async throws {
+        let chain = try SigningChain()
+        let verifier = AppleSignatureVerifier(roots: try chain.roots)
+        let signed = try SignedTransaction(jws: try chain.sign(Self.purchase()))
+        #expect(signed.claims.price == 4990 && signed.claims.productId == "pack.levels" && signed.claims.signedDate == Self.signedAt)
+        #expect(await verifier.evidence(of: signed, recordedAt: Self.recorded) == .apple)
+        // The same chain again is not validated again; the synchronous path answers alike.
+        let second = try SignedTransaction(jws: try chain.sign(SigningChain.payload(transaction: "2000000124", product: "p", price: 990, currency: "EUR", signedDate: Self.signedAt)))
+        #expect(verifier.evidenceWaiting(of: second, recordedAt: Self.recorded) == .apple)
+        #expect(verifier.chainsValidated == 1)
+        // Apple's own root does not trust the test chain.
+        let apple = AppleSignatureVerifier()
+        let untrusted = await apple.evidence(of: signed, recordedAt: Self.recorded)
+        #expect(untrusted.name == "invalid" && untrusted.reason?.contains("does not validate") == true, "\(untrusted)")
+    }
+
+    @Test func eachWayASignatureFailsHasItsLevelAndReason() async throws {
+        let chain = try SigningChain()
+        let roots = try chain.roots
+        func evidence(_ jws: String, roots: AppleTrustRoots? = nil) async throws -> AppleEvidence {
+            await AppleSignatureVerifier(roots: try roots ?? chain.roots).evidence(of: try SignedTransaction(jws: jws), recordedAt: Self.recorded)
+        }
+        func expectInvalid(_ e: AppleEvidence, _ text: String, _ comment: Comment) {
+            #expect(e.name == "invalid" && e.reason?.contains(text) == true, "\(comment): \(e)")
+        }
+        // No marker on the intermediate, or on the leaf.
+        let unmarked = try SigningChain(intermediateMarker: false)
+        expectInvalid(try await evidence(try unmarked.sign(Self.purchase()), roots: try unmarked.roots), "1.2.840.113635.100.6.2.1", "intermediate marker")
+        let unmarkedLeaf = try SigningChain(leafMarker: false)
+        expectInvalid(try await evidence(try unmarkedLeaf.sign(Self.purchase()), roots: try unmarkedLeaf.roots), "1.2.840.113635.100.6.11.1", "leaf marker")
+        // Another root: the chain's own root in x5c[2] is never trusted.
+        let other = try SigningChain(name: "Other")
+        expectInvalid(try await evidence(try other.sign(Self.purchase()), roots: roots), "does not validate", "wrong root")
+        // Another algorithm named in the header.
+        expectInvalid(try await evidence(try chain.sign(Self.purchase(), alg: "HS256")), "not ES256", "alg")
+        // A payload byte changed after signing.
+        let jws = try chain.sign(Self.purchase())
+        let parts = jws.split(separator: ".").map(String.init)
+        var payload = Array(Data(base64Encoded: Self.padded(parts[1]))!)
+        let at = payload.firstIndex(of: UInt8(ascii: "4"))!  // 4990 -> 9990
+        payload[at] = UInt8(ascii: "9")
+        let tampered = parts[0] + "." + Data(payload).base64EncodedString().replacingOccurrences(of: "=", with: "") + "." + parts[2]
+        expectInvalid(try await evidence(tampered), "does not verify", "tampered payload")
+        // Signed after it was recorded.
+        expectInvalid(try await evidence(try chain.sign(Self.purchase(signedDate: 1_800_000_000_000))), "after the transaction was recorded", "future")
+        // Signed while the leaf was not yet valid; and a years-old one after the leaf expired still verifies.
+        let expired = try SigningChain(leafValid: (Date(timeIntervalSince1970: 1_600_000_000), Date(timeIntervalSince1970: 1_700_000_000)))
+        expectInvalid(
+            try await evidence(try expired.sign(Self.purchase(signedDate: 1_550_000_000_000)), roots: try expired.roots), "not valid at signedDate", "before leaf")
+        #expect(try await evidence(try expired.sign(Self.purchase(signedDate: 1_650_000_000_000)), roots: try expired.roots) == .apple, "expired since")
+        // Xcode and local testing are never Apple's, whoever signed them.
+        #expect(try await evidence(try chain.sign(Self.purchase(environment: "Xcode"))) == .xcode)
+        #expect(try await evidence(try chain.sign(Self.purchase(environment: "LocalTesting"))) == .xcode)
+        // A chain of two certificates.
+        let short = try chain.sign(Self.purchase(), x5c: [Data(chain.leaf).base64EncodedString(), Data(chain.intermediate).base64EncodedString()])
+        expectInvalid(try await evidence(short), "not leaf, intermediate and root", "short x5c")
+    }
+
+    @Test func malformedSignedTransactionsAreRefusedWithWhy() throws {
+        for (jws, why) in [
+            ("a.b", "three base64url parts"), ("%%%.e30.AA", "header is not base64url"), ("e30.e30.AA", "header has no alg"),
+            ("eyJhbGciOiJFUzI1NiJ9.WzFd.AA", "payload is not a JSON transaction"),
+        ] {
+            #expect(throws: SignedTransaction.FormError.self, "\(jws)") { try SignedTransaction(jws: jws) }
+            do {
+                _ = try SignedTransaction(jws: jws)
+            } catch {
+                #expect(error.message.contains(why), "\(jws): \(error.message)")
+            }
+        }
+    }
+
+    @Test func rootsLoadFromPEMOrDERAndAreNamedWhenBad() throws {
+        let chain = try SigningChain()
+        let pem = try AppleTrustRoots(files: [("root.pem", Array(chain.rootPEM.utf8))])
+        let der = try AppleTrustRoots(files: [("root.der", chain.root)])
+        #expect(pem == der && pem.certificates == [chain.root])
+        #expect(AppleTrustRoots.apple.adding(pem).certificates.count == 2)
+        #expect(throws: LedgerError.self) { try AppleTrustRoots(files: [("notes.txt", Array("hello".utf8))]) }
+        do {
+            _ = try AppleTrustRoots(files: [("notes.txt", Array("hello".utf8))])
+        } catch let error as LedgerError {
+            #expect(error.message.contains("notes.txt") && error.code == .malformedInput)
+        }
+    }
+
+    static func padded(_ base64url: String) -> String {
+        let s = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        return s + String(repeating: "=", count: (4 - s.count % 4) % 4)
+    }
+}

@@ -135,10 +135,13 @@ extension FleetStore {
             var past: Int64 = 0
             var firstPast: Int64?
             var lastLink: [UInt8] = []
-            /// The replay of its events up to its head; nil once one is missing or undecodable.
-            var replay: DetachedReplay? = DetachedReplay()
+            /// Its events are replayed up to its head (none missing or undecodable so far).
+            var replaying = true
         }
         var current: Walk?
+        /// The current ledger's replay. Not in `Walk`, which is copied per event: a state shared
+        /// with a copy is copied whole at its next change.
+        var replay = DetachedReplay()
         var done = 0
         var withEvents = Set<String>()
         /// Per ledger, the digest of each table's rows (in `tables`' order) a replay gives.
@@ -154,7 +157,7 @@ extension FleetStore {
         let nothing = digests(DetachedReplay())
         func finish() {
             guard let c = current, let head = byID[c.id] else { return }
-            if let replay = c.replay, replay.seq == head.lastSeq, head.currentRows { expectedRows[c.id] = digests(replay) }
+            if c.replaying, replay.seq == head.lastSeq, head.currentRows { expectedRows[c.id] = digests(replay) }
             if c.expected - 1 < head.lastSeq {
                 report(FleetAuditProblem(ledgerID: c.id, seq: c.expected, message: "events \(c.expected)...\(head.lastSeq) of its shipped head are missing"))
             }
@@ -190,6 +193,7 @@ extension FleetStore {
                 if current?.id != id {
                     finish()
                     current = Walk(id: id)
+                    replay = DetachedReplay()
                     withEvents.insert(id)
                     if byID[id] == nil {
                         // Events with no row: the ledger's row was deleted (the shipping role may
@@ -209,24 +213,24 @@ extension FleetStore {
                 if seq != c.expected {
                     report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
                     c.stopped = true
-                    c.replay = nil
+                    c.replaying = false
                 }
                 c.expected = seq + 1
-                guard c.replay != nil || !c.stopped, let type = EventType(name: typeName) else {
-                    if c.replay != nil || !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
+                guard c.replaying || !c.stopped, let type = EventType(name: typeName) else {
+                    if c.replaying || !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
                     c.stopped = true
-                    c.replay = nil
+                    c.replaying = false
                     continue
                 }
                 let bytes = Array(buffer: payload)
-                if c.replay != nil {
+                if c.replaying {
                     do {
-                        try c.replay!.apply(
+                        try replay.apply(
                             seq: seq, type: type, at: at, recordedAt: recorded, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended,
                             version: version, payload: bytes)
                     } catch let error as LedgerError {
                         report(FleetAuditProblem(ledgerID: id, seq: seq, message: error.message))
-                        c.replay = nil
+                        c.replaying = false
                     }
                 }
                 guard !c.stopped else { continue }
@@ -285,23 +289,25 @@ extension FleetStore {
         var unknown = Set<String>()
         for (t, table) in tables.enumerated() {
             var seen = Set<String>()
-            var group: (id: String, rows: [AuditTable.Row])?
+            var groupID: String?
+            var rows: [AuditTable.Row] = []
             func close() {
-                guard let g = group else { return }
-                seen.insert(g.id)
-                if let expected = expectedRows[g.id], AuditTable.digest(g.rows) != expected[t] { differing.append((g.id, t)) }
-                if byID[g.id] == nil, unknown.insert(g.id).inserted {
-                    report(FleetAuditProblem(ledgerID: g.id, seq: nil, message: "the store holds \(table.table.name) rows of this ledger but no row for it in ledgers"))
+                guard let id = groupID else { return }
+                seen.insert(id)
+                if let expected = expectedRows[id], AuditTable.digest(rows) != expected[t] { differing.append((id, t)) }
+                if byID[id] == nil, unknown.insert(id).inserted {
+                    report(FleetAuditProblem(ledgerID: id, seq: nil, message: "the store holds \(table.table.name) rows of this ledger but no row for it in ledgers"))
                 }
+                rows.removeAll(keepingCapacity: true)
             }
             try await run {
                 for try await row in try await connection.query(PostgresQuery(unsafeSQL: table.selectAll), logger: logger) {
                     let id = try row.first.map { try $0.decode(String.self) } ?? ""
-                    if group?.id != id {
+                    if groupID != id {
                         close()
-                        group = (id, [])
+                        groupID = id
                     }
-                    group!.rows.append(table.canonical(stored: row))
+                    rows.append(table.canonical(stored: row))
                 }
             }
             close()

@@ -111,3 +111,30 @@ struct AppleSignatureTests {
         return s + String(repeating: "=", count: (4 - s.count % 4) % 4)
     }
 }
+
+/// The fields an observation and its signed transaction both state must agree; each that does
+/// not is named with both values.
+struct SignedFieldAgreementTests {
+    static func claims(_ payload: [String: any Sendable]) throws -> SignedTransaction.Claims {
+        try JSONDecoder().decode(SignedTransaction.Claims.self, from: try JSONSerialization.data(withJSONObject: payload))
+    }
+
+    @Test func agreeingFieldsGiveNoDifferenceAndEachDisagreementIsNamed() throws {
+        let signed = try Self.claims(
+            SigningChain.payload(
+                transaction: "2000000123", original: "2000000100", product: "pack.levels", price: 9990, currency: "USD", storefront: "FRA",
+                ownership: "FAMILY_SHARED", quantity: 2, signedDate: 1, offerType: 2))
+        let agreeing = PurchaseTerms(
+            price: "9.99", currency: "USD", storefront: "FRA", environment: .production, ownership: .familyShared, offer: Offer(type: .promotional, id: "p1"))
+        #expect(
+            signed.differences(product: "pack.levels", quantity: 2, storeTransactionID: "2000000123", originalTransaction: "2000000100", terms: agreeing).isEmpty)
+        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.990", currency: "USD")).isEmpty, "9.990 is 9990 milliunits")
+        let lying = PurchaseTerms(price: "0.99", currency: "EUR", storefront: "USA", environment: .sandbox, ownership: .purchased, offer: Offer(type: .code, id: "c"))
+        let found = signed.differences(product: "pack.other", quantity: 1, storeTransactionID: "2000000999", originalTransaction: "2000000101", terms: lying)
+        #expect(
+            found.map(\.field) == ["storeTransactionId", "originalTransaction", "product", "quantity", "price", "currency", "storefront", "environment", "ownership", "offer.type"])
+        #expect(found.first { $0.field == "price" }?.description == "price is 0.99 in the event, 9.99 in its signed transaction")
+        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: .none, revoking: true).map(\.field) == ["revocation"])
+        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.9901", currency: "USD")).map(\.field) == ["price"])
+    }
+}

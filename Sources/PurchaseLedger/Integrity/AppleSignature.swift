@@ -398,3 +398,99 @@ enum Base64URL {
             .replacingOccurrences(of: "=", with: "")
     }
 }
+
+/// One field an observation and its own signed transaction both state, differently.
+public struct SignedFieldDifference: Sendable, Hashable, CustomStringConvertible {
+    /// The event's field (`price`, `storeTransactionId`, ...).
+    public var field: String
+    /// What the event says, and what the signed payload says, as text.
+    public var observed: String
+    public var signed: String
+
+    public var description: String { "\(field) is \(observed) in the event, \(signed) in its signed transaction" }
+}
+
+extension SignedTransaction.Claims {
+    /// The fields the event states and these claims state differently (contract: Apple's
+    /// statement wins, the observation is flagged). A field either side leaves out is not
+    /// compared. `revoking`: the observation is a revocation, which the claims must state.
+    ///
+    /// Prices compare as amounts: the event's decimal `"4.99"` against Apple's milliunits
+    /// `4990`; an event price finer than a thousandth of a unit can never agree.
+    public func differences(
+        product: String?, quantity: Int?, storeTransactionID: String?, originalTransaction: String?, terms: PurchaseTerms, revoking: Bool = false
+    ) -> [SignedFieldDifference] {
+        var found: [SignedFieldDifference] = []
+        func compare(_ field: String, _ observed: String?, _ signed: String?) {
+            if let observed, let signed, observed != signed { found.append(SignedFieldDifference(field: field, observed: observed, signed: signed)) }
+        }
+        compare("storeTransactionId", storeTransactionID, transactionId)
+        compare("originalTransaction", originalTransaction, originalTransactionId)
+        compare("product", product, productId)
+        compare("quantity", quantity.map(String.init), self.quantity.map(String.init))
+        if let price = terms.price, let signedPrice = self.price {
+            if Self.milliunits(price) != signedPrice {
+                found.append(SignedFieldDifference(field: "price", observed: price, signed: Self.decimal(milliunits: signedPrice)))
+            }
+        }
+        compare("currency", terms.currency, currency)
+        compare("storefront", terms.storefront, storefront)
+        if let environment = terms.environment, let signed = self.environment {
+            let named: String =
+                switch environment {
+                case .production: "Production"
+                case .sandbox: "Sandbox"
+                case .xcode: "Xcode"
+                }
+            // Local testing is StoreKit's other unsigned environment: the ledger calls both xcode.
+            if named != signed && !(environment == .xcode && signed == "LocalTesting") {
+                found.append(SignedFieldDifference(field: "environment", observed: environment.rawValue, signed: signed))
+            }
+        }
+        if let ownership = terms.ownership, let signed = inAppOwnershipType {
+            let named = ownership == .purchased ? "PURCHASED" : "FAMILY_SHARED"
+            if named != signed { found.append(SignedFieldDifference(field: "ownership", observed: ownership.rawValue, signed: signed)) }
+        }
+        if let offer = terms.offer {
+            let code: Int =
+                switch offer.type {
+                case .introductory: 1
+                case .promotional: 2
+                case .code: 3
+                case .winBack: 4
+                }
+            if let signed = offerType, signed != code {
+                found.append(SignedFieldDifference(field: "offer.type", observed: offer.type.rawValue, signed: "offerType \(signed)"))
+            } else if offerType == nil {
+                found.append(SignedFieldDifference(field: "offer.type", observed: offer.type.rawValue, signed: "no offer"))
+            }
+        }
+        if revoking && revocationDate == nil {
+            found.append(SignedFieldDifference(field: "revocation", observed: "revoked", signed: "no revocationDate"))
+        }
+        return found
+    }
+
+    /// `"4.99"` as milliunits (4990); nil when it has more than three decimals that are not zeros, or does not fit.
+    static func milliunits(_ decimal: String) -> Int64? {
+        let parts = decimal.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let whole = Int64(parts[0]) else { return nil }
+        var fraction = parts.count == 2 ? String(parts[1]) : ""
+        while fraction.count > 3, fraction.hasSuffix("0") { fraction.removeLast() }
+        guard fraction.count <= 3, fraction.allSatisfy(\.isASCII) else { return nil }
+        let thousandths = Int64((fraction + String(repeating: "0", count: 3 - fraction.count))) ?? 0
+        let (scaled, overflow) = whole.multipliedReportingOverflow(by: 1000)
+        guard !overflow else { return nil }
+        return scaled + thousandths
+    }
+
+    /// 4990 milliunits as `"4.99"`: the shortest decimal that says it.
+    static func decimal(milliunits: Int64) -> String {
+        let sign = milliunits < 0 ? "-" : ""
+        let magnitude = milliunits.magnitude
+        var fraction = String(magnitude % 1000)
+        fraction = String(repeating: "0", count: 3 - fraction.count) + fraction
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        return sign + String(magnitude / 1000) + (fraction.isEmpty ? "" : "." + fraction)
+    }
+}

@@ -59,7 +59,7 @@ struct VerifyCommand: AsyncParsableCommand {
         let fleet = try await FleetStore.connect(options.ledger)
         let audit: FleetAudit
         do {
-            audit = try await fleet.audit(progress: { done, total in console.progress("audited \(done)/\(total) ledgers") }) { problem in
+            audit = try await fleet.audit(progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }) { problem in
                 console.endProgress()
                 console.print(console.red("problem: ") + problem.description)
             }

@@ -45,6 +45,7 @@ extension FleetStore {
     /// (``DetachedReplay``), table by table and column by column; and no projection row holds a
     /// user id the store erased. Problems go to `problem` as they are found: those of the heads
     /// and events one ledger after another in ledger-id order, then those of the rows.
+    /// `progress` counts the ledgers, then the tables, against their sum.
     ///
     /// What it does not check: the personal values in the rows (the events hold them as refs
     /// and salted commitments whose salts stay on the device): each personal column is compared
@@ -177,7 +178,7 @@ extension FleetStore {
             }
             if c.previous != nil && !c.stopped { audit.chainsRecomputed += 1 }
             done += 1
-            progress?(done, heads.count)
+            progress?(done, heads.count + tables.count)
         }
         let plain = HashChain(key: nil)
         try await run {
@@ -311,6 +312,7 @@ extension FleetStore {
                 }
             }
             close()
+            progress?(heads.count + t + 1, heads.count + tables.count)
             for (id, expected) in expectedRows where !seen.contains(id) && expected[t] != nothing[t] { differing.append((id, t)) }
         }
         differing.sort { ($0.ledger, $0.table) < ($1.ledger, $1.table) }

@@ -110,11 +110,12 @@ struct AuditTable: Sendable {
         for row in rows.sorted(by: { $0.fields.lexicographicallyPrecedes($1.fields) }) {
             bytes += row.fields
             if case .some(let user) = row.user {
-                let label: Int32 = user.map { user in
-                    if let known = labels[user] { return known }
-                    labels[user] = Int32(labels.count)
-                    return Int32(labels.count - 1)
-                } ?? -1
+                let label: Int32 =
+                    user.map { user in
+                        if let known = labels[user] { return known }
+                        labels[user] = Int32(labels.count)
+                        return Int32(labels.count - 1)
+                    } ?? -1
                 withUnsafeBytes(of: label.bigEndian) { bytes += $0 }
             }
         }

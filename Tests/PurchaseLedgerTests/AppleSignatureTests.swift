@@ -27,7 +27,8 @@ struct AppleSignatureTests {
         #expect(signed.claims.price == 4990 && signed.claims.productId == "pack.levels" && signed.claims.signedDate == Self.signedAt)
         #expect(await verifier.evidence(of: signed, recordedAt: Self.recorded) == .apple)
         // The same chain again is not validated again; the synchronous path answers alike.
-        let second = try SignedTransaction(jws: try chain.sign(SigningChain.payload(transaction: "2000000124", product: "p", price: 990, currency: "EUR", signedDate: Self.signedAt)))
+        let second = try SignedTransaction(
+            jws: try chain.sign(SigningChain.payload(transaction: "2000000124", product: "p", price: 990, currency: "EUR", signedDate: Self.signedAt)))
         #expect(verifier.evidenceWaiting(of: second, recordedAt: Self.recorded) == .apple)
         #expect(verifier.chainsValidated == 1)
         // Apple's own root does not trust the test chain.
@@ -128,13 +129,17 @@ struct SignedFieldAgreementTests {
             price: "9.99", currency: "USD", storefront: "FRA", environment: .production, ownership: .familyShared, offer: Offer(type: .promotional, id: "p1"))
         #expect(
             signed.differences(product: "pack.levels", quantity: 2, storeTransactionID: "2000000123", originalTransaction: "2000000100", terms: agreeing).isEmpty)
-        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.990", currency: "USD")).isEmpty, "9.990 is 9990 milliunits")
+        #expect(
+            signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.990", currency: "USD")).isEmpty,
+            "9.990 is 9990 milliunits")
         let lying = PurchaseTerms(price: "0.99", currency: "EUR", storefront: "USA", environment: .sandbox, ownership: .purchased, offer: Offer(type: .code, id: "c"))
         let found = signed.differences(product: "pack.other", quantity: 1, storeTransactionID: "2000000999", originalTransaction: "2000000101", terms: lying)
         #expect(
             found.map(\.field) == ["storeTransactionId", "originalTransaction", "product", "quantity", "price", "currency", "storefront", "environment", "ownership", "offer.type"])
         #expect(found.first { $0.field == "price" }?.description == "price is 0.99 in the event, 9.99 in its signed transaction")
         #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: .none, revoking: true).map(\.field) == ["revocation"])
-        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.9901", currency: "USD")).map(\.field) == ["price"])
+        #expect(
+            signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.9901", currency: "USD")).map(\.field)
+                == ["price"])
     }
 }

@@ -1,6 +1,5 @@
 import Foundation
 
-
 /// A JSON Lines document split into events, each with its line number.
 public struct JSONLinesInput: Sendable {
     /// The events, in order.

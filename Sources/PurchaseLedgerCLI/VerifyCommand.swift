@@ -53,15 +53,26 @@ struct VerifyCommand: AsyncParsableCommand {
         }
     }
 
+    /// `text` on one line, every control character (newline and tab too) and every escape
+    /// sequence written out as `\uXXXX`: a value from the store cannot forge a line or a colour.
+    static func oneLine(_ text: String) -> String {
+        TerminalText.escape(text.replacingOccurrences(of: "\n", with: "\\n").replacingOccurrences(of: "\t", with: "\\t"))
+    }
+
     /// `verify postgres://...`: the whole fleet, one line per ledger with a problem.
     func auditFleet() async throws {
         let console = Console.current
         let fleet = try await FleetStore.connect(options.ledger)
         let audit: FleetAudit
+        // Under --json the problems go into the one JSON object; otherwise each is a line, its
+        // text (ids and values from the store) escaped whole, newlines and colour codes included.
+        let collected = Locked<[FleetAuditProblem]>([])
+        let json = json
         do {
             audit = try await fleet.audit(progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }) { problem in
+                if json { return collected.withLock { $0.append(problem) } }
                 console.endProgress()
-                console.print(console.red("problem: ") + problem.description)
+                console.print(console.red("problem: ") + Self.oneLine(problem.description))
             }
             await fleet.close()
         } catch {
@@ -84,7 +95,15 @@ struct VerifyCommand: AsyncParsableCommand {
                 w.field("chainsNotRecomputable", audit.chainsNotRecomputable)
                 w.field("unsignedLedgers", audit.unsignedLedgers)
                 w.field("projectionsCompared", audit.projectionsCompared)
-                w.field("problems", audit.problems)
+                w.field("problemCount", audit.problems)
+                w.key("problems")
+                w.array(collected.withLock { $0 }) { w, problem in
+                    w.object { w in
+                        w.field("ledger", problem.ledgerID)
+                        w.field("seq", problem.seq)
+                        w.field("message", problem.message)
+                    }
+                }
             }
         } else if audit.problems == 0 {
             console.print(console.green("ok") + ": " + summary)

@@ -24,14 +24,17 @@ public struct FleetAudit: Sendable, Hashable {
 
 /// One problem the audit found in one ledger of the store.
 public struct FleetAuditProblem: Sendable, Hashable, CustomStringConvertible {
-    /// The ledger it is in.
+    /// The ledger it is in; empty for a problem of the store itself (a table shadowed or
+    /// filtered for some roles).
     public var ledgerID: String
     /// The first seq concerned, when one is.
     public var seq: Int64?
     /// What is wrong.
     public var message: String
 
-    public var description: String { "ledger \(ledgerID)\(seq.map { ", seq \($0)" } ?? ""): \(message)" }
+    public var description: String {
+        ledgerID.isEmpty ? "the store: \(message)" : "ledger \(ledgerID)\(seq.map { ", seq \($0)" } ?? ""): \(message)"
+    }
 }
 
 extension FleetStore {
@@ -68,8 +71,8 @@ extension FleetStore {
             var statement: String?
             /// The chain's mode as the ledger shipped it: true plain, false keyed, nil not recorded.
             var plainChain: Bool?
-            /// Rows written by this version's ships (not migration 0003's approximations).
-            var currentRows: Bool
+            /// `ledgers.rows_version`: this version's ships write ``FleetStore/rowsVersion``.
+            var rowsVersion: Int
         }
         let heads = try await fetchRows(
             "SELECT ledger_id::text AS id, last_seq, last_link, public_key, head_statement, chain, rows_version FROM ledgers ORDER BY ledger_id"
@@ -77,7 +80,7 @@ extension FleetStore {
             Head(
                 id: row.string("id") ?? "", lastSeq: Int64(row.int("last_seq") ?? 0), lastLink: row.bytes("last_link") ?? [],
                 key: row.bytes("public_key"), statement: row.string("head_statement"),
-                plainChain: row.string("chain").map { $0 == "sha256" }, currentRows: row.int("rows_version") == Int(FleetStore.rowsVersion))
+                plainChain: row.string("chain").map { $0 == "sha256" }, rowsVersion: row.int("rows_version") ?? -1)
         }
         let tables = try await run {
             let types = try await columnTypes(of: Projector.Table.all.map(\.name))
@@ -89,12 +92,51 @@ extension FleetStore {
             audit.problems += 1
             problem(p)
         }
+        // Every role must read the tables this audit reads: no row-level security, rule or
+        // trigger on them, each an ordinary table in `public`, and no relation named like one
+        // elsewhere (a schema named after a role comes first in PostgreSQL's default path).
+        for row in try await fetchRows(
+            """
+            SELECT c.relname::text AS name, n.nspname::text AS schema, c.relkind::text AS kind, c.relrowsecurity AS rls,
+                (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) AS policies,
+                (SELECT count(*) FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN') AS rules,
+                (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) AS triggers
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relname::text = ANY(\(FleetStore.fleetTables)::text[])
+                AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+            ORDER BY 2, 1
+            """)
+        {
+            let name = row.string("name") ?? "", schema = row.string("schema") ?? "", kind = row.string("kind") ?? "?"
+            let policies = row.int("policies") ?? 0, rules = row.int("rules") ?? 0, triggers = row.int("triggers") ?? 0
+            var found: [String] = []
+            if schema != "public" {
+                found.append("a relation named like the fleet's \(name) in schema \(schema): a role whose search path reaches it first reads it instead")
+            } else {
+                if kind != "r" && kind != "p" { found.append("public.\(name) is not an ordinary table (relkind \(kind))") }
+                if row.int("rls") == 1 || policies > 0 {
+                    found.append("public.\(name) has row-level security (\(policies) policies): other roles may see other rows than this audit")
+                }
+                if rules > 0 { found.append("public.\(name) has \(rules) rewrite rule(s): a read or write of it does something else") }
+                if triggers > 0 { found.append("public.\(name) has \(triggers) trigger(s), which the fleet never makes") }
+            }
+            for message in found { report(FleetAuditProblem(ledgerID: "", seq: nil, message: message)) }
+        }
         // The ledgers' rows, and whether each vouches for its head.
         for head in heads {
             guard let keyBytes = head.key else {
                 audit.unsignedLedgers += 1
                 if LedgerIdentity.hasDerivedForm(head.id) {
                     report(FleetAuditProblem(ledgerID: head.id, seq: nil, message: "a key-derived id held with no key: its key was removed from the store"))
+                } else if head.lastSeq > 0 {
+                    // Its events and rows may agree with each other and still be made up: a row
+                    // and a log written with the shipping credential look just like this.
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: head.id, seq: nil,
+                            message:
+                                "no signature vouches for it (no identity key, no signed head): shipped before heads were signed, or written with the shipping credential; ship it again from its device, which signs its head"
+                        ))
                 }
                 continue
             }
@@ -147,18 +189,23 @@ extension FleetStore {
         var withEvents = Set<String>()
         /// Per ledger, the digest of each table's rows (in `tables`' order) a replay gives.
         var expectedRows: [String: [[UInt8]]] = [:]
-        func digests(_ replay: DetachedReplay) -> [[UInt8]] {
+        // The users the store erased, by ledger: their rows must hold exactly their markers.
+        var erasedRefs: [String: Set<Int64>] = [:]
+        for row in try await fetchRows("SELECT ledger_id::text AS id, user_ref FROM erased_users") {
+            if let id = row.string("id"), let ref = row.int("user_ref") { erasedRefs[id, default: []].insert(Int64(ref)) }
+        }
+        func digests(_ replay: DetachedReplay, erased: Set<Int64> = []) -> [[UInt8]] {
             let projections = replay.rows()
             return tables.map { table in
                 var rows = projections.first { $0.table.name == table.table.name }?.rows ?? []
                 if table.table.name == Projector.Table.transactions.name { rows = FleetStore.withCatalog(rows, of: projections) }
-                return AuditTable.digest(rows.map(table.canonical(replayed:)))
+                return AuditTable.digest(rows.map { table.canonical(replayed: $0, erased: erased) })
             }
         }
         let nothing = digests(DetachedReplay())
         func finish() {
             guard let c = current, let head = byID[c.id] else { return }
-            if c.replaying, replay.seq == head.lastSeq, head.currentRows { expectedRows[c.id] = digests(replay) }
+            if c.replaying, replay.seq == head.lastSeq { expectedRows[c.id] = digests(replay, erased: erasedRefs[c.id] ?? []) }
             if c.expected - 1 < head.lastSeq {
                 report(FleetAuditProblem(ledgerID: c.id, seq: c.expected, message: "events \(c.expected)...\(head.lastSeq) of its shipped head are missing"))
             }
@@ -274,15 +321,18 @@ extension FleetStore {
         for head in heads where !withEvents.contains(head.id) {
             if head.lastSeq > 0 {
                 report(FleetAuditProblem(ledgerID: head.id, seq: 1, message: "its shipped head is seq \(head.lastSeq), and the store holds none of its events"))
-            } else if head.currentRows {
+            } else {
                 expectedRows[head.id] = nothing
             }
         }
-        for head in heads where !head.currentRows {
+        // Rows of another layout: migration 0003's approximations (1), or a value no version
+        // writes. Their rows are compared all the same, below.
+        for head in heads where head.rowsVersion != Int(FleetStore.rowsVersion) {
+            let why = head.rowsVersion == 1 ? "migration 0003's approximations" : "a layout no version of the shipper writes"
             report(
                 FleetAuditProblem(
                     ledgerID: head.id, seq: nil,
-                    message: "its rows are migration 0003's approximations (ledgers.rows_version \(FleetStore.rowsVersion - 1)), not compared with its events: ship it again"))
+                    message: "ledgers.rows_version is \(head.rowsVersion), not \(FleetStore.rowsVersion) (\(why)): ship it again from its device"))
         }
         // Each table's rows, ledger by ledger, against the replays' digests.
         audit.projectionsCompared = expectedRows.count
@@ -291,6 +341,7 @@ extension FleetStore {
         for (t, table) in tables.enumerated() {
             var seen = Set<String>()
             var groupID: String?
+            var groupErased: Set<Int64> = []
             var rows: [AuditTable.Row] = []
             func close() {
                 guard let id = groupID else { return }
@@ -307,8 +358,9 @@ extension FleetStore {
                     if groupID != id {
                         close()
                         groupID = id
+                        groupErased = erasedRefs[id] ?? []
                     }
-                    rows.append(table.canonical(stored: row))
+                    rows.append(table.canonical(stored: row, erased: groupErased))
                 }
             }
             close()
@@ -319,7 +371,9 @@ extension FleetStore {
         for (n, (ledger, t)) in differing.enumerated() {
             let message =
                 n < 100
-                ? try await run { try await projectionDifference(ledger: ledger, head: byID[ledger]?.lastSeq ?? 0, table: tables[t]) }
+                ? try await run {
+                    try await projectionDifference(ledger: ledger, head: byID[ledger]?.lastSeq ?? 0, table: tables[t], erased: erasedRefs[ledger] ?? [])
+                }
                 : "\(tables[t].table.name) rows differ from a replay of the ledger's events: altered in the store"
             report(FleetAuditProblem(ledgerID: ledger, seq: nil, message: message))
         }

@@ -56,22 +56,35 @@ struct AuditTable: Sendable {
     }
 
     /// One row in canonical form: its fields, and its user (nil: no user column; `.some(nil)`:
-    /// NULL).
+    /// NULL). `userErased`: the user is one the store erased from this ledger, so the value must
+    /// be exactly its marker, `[erased <ref>]`, not merely group like the events' user.
     struct Row {
         var fields: [UInt8]
         var keyLength: Int
         var user: [UInt8]??
+        var userErased = false
+    }
+
+    /// The ref in an erased user's marker (`[erased 12]`), or nil.
+    static func erasedRef(_ text: [UInt8]) -> Int64? {
+        let prefix = Array("[erased ".utf8)
+        guard text.count > prefix.count + 1, text.starts(with: prefix), text.last == UInt8(ascii: "]") else { return nil }
+        return Int64(String(decoding: text[prefix.count..<(text.count - 1)], as: UTF8.self))
     }
 
     /// A row of a replay (``DetachedReplay/rows()``, with the catalog's columns for
     /// `transactions`).
-    func canonical(replayed row: [ColumnValue]) -> Row {
+    /// `erased`: the refs of the users the store erased from this ledger (`erased_users`).
+    func canonical(replayed row: [ColumnValue], erased: Set<Int64> = []) -> Row {
         var out = CopyBinary(fieldsOnly: ())
         var user: [UInt8]?? = .none
+        var userErased = false
         var keyLength = 0
         for (i, value) in row.enumerated() {
             if i == userAt {
-                user = .some(value.string.map { Array($0.utf8) })
+                let text = value.string.map { Array($0.utf8) }
+                user = .some(text)
+                userErased = text.flatMap(Self.erasedRef).map(erased.contains) ?? false
             } else if personal[i] {
                 out.field(!value.isNull)
             } else if !out.field(value, as: types[i]) {
@@ -81,18 +94,21 @@ struct AuditTable: Sendable {
             }
             if i + 1 == table.keyColumns { keyLength = out.buffer.readableBytes }
         }
-        return Row(fields: Array(out.buffer.readableBytesView), keyLength: keyLength, user: user)
+        return Row(fields: Array(out.buffer.readableBytesView), keyLength: keyLength, user: user, userErased: userErased)
     }
 
     /// A row the store holds (`selectAll`'s: the ledger id first).
-    func canonical(stored row: PostgresRow) -> Row {
+    func canonical(stored row: PostgresRow, erased: Set<Int64> = []) -> Row {
         var out = CopyBinary(fieldsOnly: ())
         var user: [UInt8]?? = .none
+        var userErased = false
         var keyLength = 0
         for (index, cell) in row.enumerated() where index > 0 {
             let i = index - 1
             if i == userAt {
-                user = .some(cell.bytes.map { Array($0.readableBytesView) })
+                let text = cell.bytes.map { Array($0.readableBytesView) }
+                user = .some(text)
+                userErased = text.flatMap(Self.erasedRef).map(erased.contains) ?? false
             } else if personal[i] {
                 out.field(cell.bytes != nil)
             } else {
@@ -100,7 +116,7 @@ struct AuditTable: Sendable {
             }
             if i + 1 == table.keyColumns { keyLength = out.buffer.readableBytes }
         }
-        return Row(fields: Array(out.buffer.readableBytesView), keyLength: keyLength, user: user)
+        return Row(fields: Array(out.buffer.readableBytesView), keyLength: keyLength, user: user, userErased: userErased)
     }
 
     /// The digest of one ledger's rows of this table, in any order.
@@ -109,7 +125,12 @@ struct AuditTable: Sendable {
         var labels: [[UInt8]: Int32] = [:]
         for row in rows.sorted(by: { $0.fields.lexicographicallyPrecedes($1.fields) }) {
             bytes += row.fields
-            if case .some(let user) = row.user {
+            if case .some(.some(let user)) = row.user, row.userErased {
+                // An erased user's marker, exactly: -2, then its bytes.
+                withUnsafeBytes(of: Int32(-2).bigEndian) { bytes += $0 }
+                withUnsafeBytes(of: Int32(user.count).bigEndian) { bytes += $0 }
+                bytes += user
+            } else if case .some(let user) = row.user {
                 let label: Int32 =
                     user.map { user in
                         if let known = labels[user] { return known }
@@ -137,7 +158,7 @@ extension FleetStore {
     /// Where one ledger's rows of `table` differ from a replay of its stored events, through
     /// seq `head`: the first row missing, extra or different (the first different column; a
     /// personal column says only which side is empty), in key order.
-    func projectionDifference(ledger: String, head: Int64, table: AuditTable) async throws -> String {
+    func projectionDifference(ledger: String, head: Int64, table: AuditTable, erased: Set<Int64>) async throws -> String {
         var replay = DetachedReplay()
         let events = try await connection.query(
             """
@@ -157,14 +178,14 @@ extension FleetStore {
         if table.table.name == Projector.Table.transactions.name { replayed = FleetStore.withCatalog(replayed, of: projections) }
         var expected: [[UInt8]: (row: AuditTable.Row, values: [ColumnValue])] = [:]
         for values in replayed {
-            let row = table.canonical(replayed: values)
+            let row = table.canonical(replayed: values, erased: erased)
             expected[Array(row.fields.prefix(row.keyLength))] = (row, values)
         }
         var stored: [[UInt8]: (row: AuditTable.Row, cells: PostgresRow)] = [:]
         var binds = PostgresBindings()
         binds.append(ledger)
         for try await cells in try await connection.query(PostgresQuery(unsafeSQL: table.selectOne, binds: binds), logger: logger) {
-            let row = table.canonical(stored: cells)
+            let row = table.canonical(stored: cells, erased: erased)
             stored[Array(row.fields.prefix(row.keyLength))] = (row, cells)
         }
         let key = { (values: [ColumnValue]) in values.prefix(table.table.keyColumns).map(\.description).joined(separator: ", ") }
@@ -201,6 +222,7 @@ extension FleetStore {
                 continue
             }
         }
-        return "\(table.table.name): user_id does not group the transactions by user as the ledger's events do: altered in the store"
+        return
+            "\(table.table.name): user_id does not group the transactions by user as the ledger's events do, or holds a value where the store erased the user: altered in the store"
     }
 }

@@ -196,6 +196,15 @@ public final class FleetStore: Sendable {
         } catch {
             throw FleetStore.describe(error, address: address)
         }
+        // Names resolve in the system catalog first, then in `public`: never in a schema named
+        // after the role (`"$user"`, first in PostgreSQL's default path) or a temporary one,
+        // where a table or view named like the fleet's would be read instead of it.
+        do {
+            try await connection.query("SET search_path = pg_catalog, public, pg_temp", logger: logger)
+        } catch {
+            try? await connection.close()
+            throw FleetStore.describe(error, address: address)
+        }
         return FleetStore(address: address, connection: connection, logger: logger)
     }
 
@@ -249,6 +258,9 @@ public final class FleetStore: Sendable {
     /// version, or one that holds tables of something else.
     private func applyMigrations() async throws -> [String] {
         try await transaction {
+            // The migrations' objects go to `public` (the session's path puts the catalog first);
+            // the path is the session's again when the transaction ends.
+            try await connection.query("SET LOCAL search_path = public, pg_catalog, pg_temp", logger: logger)
             try await connection.query("SELECT pg_advisory_xact_lock(7074127443)", logger: logger)
             let applied: Set<String>
             if let known = try await appliedMigrations() {

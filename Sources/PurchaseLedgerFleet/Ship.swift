@@ -468,6 +468,10 @@ extension FleetStore {
     /// never touch another ledger's rows, contract 5.1).
     static let perLedgerTables: Set<String> = Set(Projector.Table.all.map(\.name))
 
+    /// Every table the fleet's migrations make: what the audit checks no role reads another version of.
+    static let fleetTables: [String] =
+        ["ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations"] + Projector.Table.all.map(\.name)
+
     /// Columns the fleet's `transactions` rows hold besides the declared ones (migration 0006):
     /// their product's kind, price and currency as the ledger's catalog holds them (NULL: never
     /// registered), from these `products` columns. A ship writes them with the ledger's other

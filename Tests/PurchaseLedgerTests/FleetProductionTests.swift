@@ -433,6 +433,80 @@ struct FleetProductionTests {
         #expect(orphans.status == 1 && orphans.stdout.contains("ledger \(ids[2].id), seq 1: the store holds events of this ledger but no row"), "\(orphans.stdout)")
     }
 
+    /// The outside review of the audit (after rows were compared): what it got past the audit
+    /// is now a problem line. A keyless ledger row made with SQL, a rows_version no ship writes,
+    /// row-level security or a shadowing schema that lets the reporting role read other rows,
+    /// an erased user put back under another spelling; and a value from the store can forge no
+    /// line of the output, nor break its JSON.
+    @Test func theFleetAuditCatchesWhatTheReviewGotPastIt() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let dir = try TemporaryDirectory()
+        let paths = (0..<2).map { dir.path("device-\($0).ledger") }
+        for path in paths { try sampleLedger(path) }
+        #expect(try cli(["ship"] + paths + ["--to", url]).status == 0)
+        #expect(try cli(["verify", url]).status == 0)
+        let ids = try paths.map { try #require(try Ledger(path: $0).identity()).id }
+        let revenue = try cli(["report", url, "--view", "revenue", "--format", "csv"]).stdout
+        // A clone under a random id with no key; ledger 1's rows marked with a layout no ship writes.
+        let clone = "11111111-2222-4333-8444-555555555555"
+        try server.psql(
+            """
+            INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, rows_version)
+            SELECT '\(clone)', 'created', last_seq, last_link, now(), now(), rows_version FROM ledgers WHERE ledger_id = '\(ids[0])';
+            INSERT INTO events SELECT '\(clone)', seq, stream, version, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link
+            FROM events WHERE ledger_id = '\(ids[0])';
+            UPDATE ledgers SET rows_version = 3 WHERE ledger_id = '\(ids[1])';
+            """, database: database)
+        var audit = try cli(["verify", url])
+        #expect(audit.status == 1 && audit.stdout.contains("ledger \(clone): no signature vouches for it"), "\(audit.stdout)")
+        #expect(audit.stdout.contains("ledger \(ids[1]): ledgers.rows_version is 3, not 2"), "\(audit.stdout)")
+        try server.psql(
+            "DELETE FROM events WHERE ledger_id = '\(clone)'; DELETE FROM ledgers WHERE ledger_id = '\(clone)'; UPDATE ledgers SET rows_version = 2",
+            database: database)
+        #expect(try cli(["verify", url]).status == 0)
+
+        // Row-level security, and a schema named after the role that reads (here the owner, whose
+        // name is first in PostgreSQL's default search path) with a view doubling the prices.
+        let role = try server.psql("SELECT current_user", database: database).trimmingCharacters(in: .whitespacesAndNewlines)
+        try server.psql(
+            """
+            ALTER TABLE downloads ENABLE ROW LEVEL SECURITY;
+            CREATE SCHEMA "\(role)";
+            CREATE VIEW "\(role)".transactions AS SELECT * FROM public.transactions;
+            """, database: database)
+        audit = try cli(["verify", url])
+        #expect(audit.stdout.contains("the store: public.downloads has row-level security"), "\(audit.stdout)")
+        #expect(audit.stdout.contains("the store: a relation named like the fleet's transactions in schema \(role)"), "\(audit.stdout)")
+        try server.psql("DROP VIEW \"\(role)\".transactions", database: database)
+        try server.psql(
+            "CREATE VIEW \"\(role)\".transactions AS SELECT * FROM public.transactions WHERE false; ALTER TABLE downloads DISABLE ROW LEVEL SECURITY",
+            database: database)
+        #expect(try cli(["report", url, "--view", "revenue", "--format", "csv"]).stdout == revenue, "reports never read a shadowing schema")
+        try server.psql("DROP SCHEMA \"\(role)\" CASCADE", database: database)
+
+        // An erased user put back under another spelling: its rows must hold its marker exactly.
+        #expect(try cli(["forget", url, "--user", "alice"]).status == 0)
+        #expect(try cli(["verify", url]).status == 0)
+        try server.psql("UPDATE transactions SET user_id = 'Alice' WHERE user_id LIKE '[erased %'", database: database)
+        audit = try cli(["verify", url])
+        #expect(audit.status == 1 && audit.stdout.contains("where the store erased the user"), "\(audit.stdout)")
+        #expect(!audit.stdout.contains("Alice"))
+
+        // A problem's text from the store: one escaped line, and inside the JSON under --json.
+        try server.psql(
+            """
+            INSERT INTO events SELECT ledger_id, seq + 100, stream, version, E'x\\n\\u001b[32mok: all fine', at_ns, recorded_ns, anomaly,
+                appended_by_ledger, payload, link FROM events WHERE ledger_id = '\(ids[0])' AND seq = 1
+            """, database: database)
+        audit = try cli(["verify", url])
+        #expect(!audit.stdout.contains("\u{1B}") && !audit.stdout.split(separator: "\n").contains { $0.hasPrefix("ok") }, "\(audit.stdout)")
+        let json = try cli(["verify", url, "--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], "\(json.stdout)")
+        let problems = try #require(object["problems"] as? [[String: Any]])
+        #expect(object["valid"] as? Bool == false && object["problemCount"] as? Int == problems.count && !problems.isEmpty)
+    }
+
     /// An empty file in a batch is that ledger's failure, never a phantom ledger in the store.
     @Test func anEmptyFileIsNeverShippedAsALedger() throws {
         let (server, url) = try FleetServer.database()

@@ -95,7 +95,8 @@ def lz4_block_decompress(src, raw_size, dictionary=b""):
     """Decompress one LZ4 block (no frame header) of `raw_size` bytes.
 
     With a dictionary, the dictionary is the prefix of the output: a match may reach back into
-    it (at most 65,535 bytes back, the largest LZ4 offset), as LZ4_decompress_safe_usingDict does.
+    it (at most 65,535 bytes back, the largest LZ4 offset), as LZ4_decompress_safe_usingDict does
+    (docs/format.md l.237 names only "LZ4_decompress_safe*"; `dictionaries.bytes` is used whole).
     """
     prefix = bytes(dictionary[-65536:])
     out = bytearray(prefix)
@@ -593,8 +594,11 @@ class Event:
 
 def read_time_delta(buf, pos):
     """A block frame's time delta, tagged in the 2 low bits of a varint:
-    `zigzag(ms) << 2 | 1` whole milliseconds, `zigzag(ns) << 2` nanoseconds,
-    `3` then a zigzag varint for a delta too large for the other two."""
+    `zigzag(ms) << 2 | 1` whole milliseconds, `zigzag(ns) << 2` nanoseconds, and for "very large
+    deltas" (docs/format.md l.214, "`3` + zigzag") the varint 3 alone, then a second varint,
+    zigzag(ns). GAP: the page does not say "3 + zigzag" is two varints rather than
+    `zigzag << 2 | 3`; the bytes hold two (e.g. `03 fd9fe9d0f9ffffffff01`), and the CLI reads
+    blocks re-encoded that way. Tag 2 is not used."""
     value, pos = read_varint(buf, pos)
     tag = value & 3
     if tag == 0:
@@ -637,8 +641,11 @@ def decode_block(first_seq, last_seq, codec, dictionary, raw_size, data):
         seq = first_seq + i
         type_, pos = read_varint(raw, pos)
         flags, pos = read_varint(raw, pos)
+        # GAP (docs/format.md l.213-215): deltas are taken in wrapping 64-bit arithmetic. From
+        # 1677-09-21T00:12:44.000000001Z to 2262-04-11T23:47:16.854775807Z the writer stores
+        # -854,775,810 ns (the true difference minus 2**64), so the sum must wrap too.
         delta, pos = read_time_delta(raw, pos)
-        at_ns = to_signed64(at_ns + delta)   # 64-bit wrapping, so any two times have a delta
+        at_ns = to_signed64(at_ns + delta)
         delta, pos = read_time_delta(raw, pos)
         recorded_ns = to_signed64(recorded_ns + delta)
         version, pos = read_varint(raw, pos)
@@ -662,7 +669,14 @@ def table_exists(db, name):
 
 def read_log(db):
     """Every event in seq order: the sealed blocks, then the tail rows after them.
-    Yields (event, stored full link or None)."""
+    Yields (event, stored full link or None).
+
+    GAP (docs/storage.md l.3-4 says "The log tables are described in format.md", but format.md
+    names only `first_seq`, `codec`, `dictionary_id`, `events.stream` and the block's "full link
+    of its last event"): the column names below come from the file's own CREATE TABLE text.
+    `event_blocks.raw_size` (the decompressed size, which LZ4 needs) and `last_seq` (how many
+    frames and link prefixes) are nowhere in the docs. A sealed event has no tail row left.
+    """
     dictionaries = {}
     if table_exists(db, "dictionaries"):
         dictionaries = {row[0]: bytes(row[1]) for row in db.execute("SELECT id, bytes FROM dictionaries")}
@@ -783,6 +797,8 @@ def export(path, out, check_chain=False, key=None):
 
 
 def main(argv):
+    # The file is only read: sqlite3 opens it with mode=ro (like the CLI's own reads, SQLite
+    # leaves an empty -wal and a -shm beside a WAL-mode file it opened).
     args = list(argv)
     check_chain = "--check-chain" in args
     if check_chain:

@@ -24,7 +24,8 @@ struct VerifyCommand: AsyncParsableCommand {
             store holds, each key-derived id against its key, no event missing or past a head (one \
             the shipping credential planted), each plain chain recomputed from its first event, each \
             ledger's rows against a replay of its events (personal values by whether they are set), \
-            no erased user in the rows.
+            no erased user in the rows. With --witness FILE, also against the heads an earlier \
+            audit kept there: no ledger gone, gone back or rewritten since.
 
             Examples:
               purchase-ledger verify user.ledger --all
@@ -32,7 +33,8 @@ struct VerifyCommand: AsyncParsableCommand {
                   --public-key support.key.pub
               purchase-ledger verify user.ledger \\
                   --against postgres://ledger_report@db.internal/fleet
-              purchase-ledger verify postgres://fleet_owner@db.internal/fleet
+              purchase-ledger verify postgres://fleet_owner@db.internal/fleet \\
+                  --witness /secure/fleet-heads.json
             """)
 
     @OptionGroup var options: LedgerOptions
@@ -44,12 +46,20 @@ struct VerifyCommand: AsyncParsableCommand {
     @Option(name: .customLong("public-key"), help: "The public key the checkpoint must be signed with (FILE.pub from keygen).", completion: .file())
     var publicKey: String?
     @Option(help: "A fleet store (postgres://...) the file must extend: the seq and link it holds of this ledger.") var against: String?
+    @Option(
+        help: ArgumentHelp(
+            "With a fleet store: the heads the last audit saw, kept outside the store; no ledger may have gone, gone back or been rewritten since. Written after an audit that finds nothing.",
+            valueName: "file"), completion: .file())
+    var witness: String?
 
     func validate() throws {
         if (checkpoint == nil) != (publicKey == nil) { throw ValidationError("give --checkpoint and --public-key together") }
         if let against, !FleetAddress.isURL(against) { throw ValidationError(notAURL("--against", against)) }
         if FleetAddress.isURL(options.ledger) && (checkpoint != nil || against != nil) {
             throw ValidationError("verify postgres://... audits a fleet store; --checkpoint and --against check a ledger file")
+        }
+        if witness != nil && !FleetAddress.isURL(options.ledger) {
+            throw ValidationError("--witness goes with a fleet store: verify postgres://... --witness FILE")
         }
     }
 
@@ -62,6 +72,7 @@ struct VerifyCommand: AsyncParsableCommand {
     /// `verify postgres://...`: the whole fleet, one line per ledger with a problem.
     func auditFleet() async throws {
         let console = Console.current
+        let earlier = try witness.flatMap { path in FileManager.default.fileExists(atPath: path) ? try FleetWitness.read(path) : nil }
         let fleet = try await FleetStore.connect(options.ledger)
         let audit: FleetAudit
         // Under --json the problems go into the one JSON object; otherwise each is a line, its
@@ -69,7 +80,8 @@ struct VerifyCommand: AsyncParsableCommand {
         let collected = Locked<[FleetAuditProblem]>([])
         let json = json
         do {
-            audit = try await fleet.audit(progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }) { problem in
+            audit = try await fleet.audit(witness: earlier, progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }) {
+                problem in
                 if json { return collected.withLock { $0.append(problem) } }
                 console.endProgress()
                 console.print(console.red("problem: ") + Self.oneLine(problem.description))
@@ -109,6 +121,15 @@ struct VerifyCommand: AsyncParsableCommand {
             console.print(console.green("ok") + ": " + summary)
         } else {
             console.print("\(audit.problems) problem\(audit.problems == 1 ? "" : "s") in the fleet store (\(audit.ledgers) ledgers, \(audit.events) events)")
+        }
+        if let witness {
+            // Only a store found sound becomes the next witness: a head put back must not be.
+            if audit.problems == 0 {
+                try FleetWitness(at: Timestamp(millisecondsSinceEpoch: Int64(Date().timeIntervalSince1970 * 1000)).description, heads: audit.heads).write(to: witness)
+                if !json { console.print("witness: \(witness) holds these \(audit.heads.count) heads for the next audit") }
+            } else if !json {
+                console.print("witness: \(witness) left as it was (problems found)")
+            }
         }
         if audit.problems > 0 { throw CommandExit(status: 1) }
     }

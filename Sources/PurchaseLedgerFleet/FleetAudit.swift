@@ -20,6 +20,9 @@ public struct FleetAudit: Sendable, Hashable {
     public var projectionsCompared = 0
     /// Problems found (each reported through `problem`).
     public var problems = 0
+    /// Each ledger's head as the store holds it (in ledger-id order): what to keep as the next
+    /// audit's witness.
+    public var heads: [FleetWitness.Head] = []
 }
 
 /// One problem the audit found in one ledger of the store.
@@ -60,8 +63,13 @@ extension FleetStore {
     /// let audit = try await fleet.audit { problem in print(problem) }
     /// print(audit.ledgers, "ledgers,", audit.problems, "problems")
     /// ```
+    ///
+    /// `witness`: the heads an earlier audit saw (``FleetWitness``): a ledger it names that is
+    /// gone, whose head is behind it, or whose event at its seq has another link is a problem.
+    /// The heads this audit saw are in the result's ``FleetAudit/heads``, to keep for the next.
     public func audit(
-        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil, problem: @escaping @Sendable (FleetAuditProblem) -> Void
+        witness: FleetWitness? = nil, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil,
+        problem: @escaping @Sendable (FleetAuditProblem) -> Void
     ) async throws -> FleetAudit {
         struct Head {
             var id: String
@@ -88,6 +96,7 @@ extension FleetStore {
         }
         var audit = FleetAudit()
         audit.ledgers = heads.count
+        audit.heads = heads.map { FleetWitness.Head(ledger: $0.id, seq: $0.lastSeq, link: Hex.encode($0.lastLink)) }
         let report = { (p: FleetAuditProblem) in
             audit.problems += 1
             problem(p)
@@ -182,6 +191,25 @@ extension FleetStore {
             var replaying = true
         }
         var current: Walk?
+        // The witness's heads still to be found among the events (ledger -> seq, link).
+        var witnessed: [String: (seq: Int64, link: String)] = [:]
+        for head in witness?.heads ?? [] {
+            guard let held = byID[head.ledger] else {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: head.ledger, seq: nil,
+                        message: "the witness of \(witness!.at) saw it at seq \(head.seq); the store no longer holds it: deleted"))
+                continue
+            }
+            if held.lastSeq < head.seq {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: head.ledger, seq: held.lastSeq,
+                        message: "its head went back: seq \(held.lastSeq) in the store, seq \(head.seq) when the witness of \(witness!.at) saw it (an earlier state put back)"))
+            } else if head.seq > 0 {
+                witnessed[head.ledger] = (head.seq, head.link)
+            }
+        }
         /// The current ledger's replay. Not in `Walk`, which is copied per event: a state shared
         /// with a copy is copied whole at its next change.
         var replay = DetachedReplay()
@@ -258,6 +286,15 @@ extension FleetStore {
                 }
                 let stored = Array(buffer: link)
                 c.lastLink = stored
+                if let seen = witnessed[id], seen.seq == seq {
+                    if Hex.encode(stored) != seen.link {
+                        report(
+                            FleetAuditProblem(
+                                ledgerID: id, seq: seq,
+                                message: "its event \(seq) is not the one the witness of \(witness!.at) saw (another link): its history was rewritten"))
+                    }
+                    witnessed[id] = nil
+                }
                 if seq != c.expected {
                     report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
                     c.stopped = true
@@ -389,6 +426,9 @@ extension FleetStore {
                 FleetAuditProblem(
                     ledgerID: row.string("id") ?? "", seq: nil,
                     message: "\(row.int("n") ?? 0) transaction row(s) hold a user id the store erased: shipped by a client that does not mask; run forget again"))
+        }
+        for (id, seen) in witnessed.sorted(by: { $0.key < $1.key }) {
+            report(FleetAuditProblem(ledgerID: id, seq: seen.seq, message: "its event \(seen.seq), which the witness of \(witness!.at) saw, is missing"))
         }
         return audit
     }

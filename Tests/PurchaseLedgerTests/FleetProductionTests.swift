@@ -507,6 +507,41 @@ struct FleetProductionTests {
         #expect(object["valid"] as? Bool == false && object["problemCount"] as? Int == problems.count && !problems.isEmpty)
     }
 
+    /// What no audit of the store alone can see, a witness kept outside it does: a ledger put
+    /// back to an earlier signed head with its events and rows of then, and a ledger deleted
+    /// whole, both pass a plain audit and are problems against the witness of an earlier audit.
+    @Test func aWitnessKeptOutsideTheStoreCatchesAPutBackHeadAndADeletedLedger() throws {
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let dir = try TemporaryDirectory()
+        let paths = (0..<2).map { dir.path("device-\($0).ledger") }
+        for path in paths { try sampleLedger(path) }
+        let ids = try paths.map { try #require(try Ledger(path: $0).identity()).id }
+        #expect(try cli(["ship"] + paths + ["--to", url]).status == 0)
+        // The store as a backup holds it now: ledger 0's row, events and rows.
+        let tables = ["ledgers", "events"] + Projector.Table.all.map(\.name)
+        try server.psql(tables.map { "CREATE TABLE saved_\($0) AS SELECT * FROM \($0) WHERE ledger_id = '\(ids[0])';" }.joined(separator: "\n"), database: database)
+        try Ledger(path: paths[0]).append(Event(at: E.at(5000), .restoreStarted(user: nil)))
+        #expect(try cli(["ship", paths[0], "--to", url]).status == 0)
+        let witness = dir.path("heads.json")
+        let first = try cli(["verify", url, "--witness", witness])
+        #expect(first.status == 0 && first.stdout.contains("witness: \(witness) holds these 2 heads"), "\(first.stdout) \(first.stderr)")
+
+        // The backup put back for ledger 0; ledger 1 deleted whole. The store agrees with itself.
+        try server.psql(
+            (tables.map { "DELETE FROM \($0) WHERE ledger_id = '\(ids[0])'; INSERT INTO \($0) SELECT * FROM saved_\($0);" }
+                + tables.map { "DELETE FROM \($0) WHERE ledger_id = '\(ids[1])';" } + tables.map { "DROP TABLE saved_\($0);" }).joined(separator: "\n"),
+            database: database)
+        #expect(try cli(["verify", url]).status == 0, "the store alone cannot tell")
+        let caught = try cli(["verify", url, "--witness", witness])
+        #expect(caught.status == 1, "\(caught.stdout)")
+        #expect(caught.stdout.contains("ledger \(ids[0]), seq 10: its head went back: seq 10 in the store, seq 11"), "\(caught.stdout)")
+        #expect(caught.stdout.contains("ledger \(ids[1]): the witness of ") && caught.stdout.contains("deleted"), "\(caught.stdout)")
+        #expect(caught.stdout.contains("left as it was"))
+        #expect(try cli(["verify", url, "--witness", witness]).status == 1, "a witness is never replaced by a store found unsound")
+        #expect(try cli(["verify", paths[0], "--witness", witness]).stderr.contains("--witness goes with a fleet store"))
+    }
+
     /// An empty file in a batch is that ledger's failure, never a phantom ledger in the store.
     @Test func anEmptyFileIsNeverShippedAsALedger() throws {
         let (server, url) = try FleetServer.database()

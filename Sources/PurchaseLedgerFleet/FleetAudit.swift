@@ -67,9 +67,25 @@ extension FleetStore {
     /// `witness`: the heads an earlier audit saw (``FleetWitness``): a ledger it names that is
     /// gone, whose head is behind it, or whose event at its seq has another link is a problem.
     /// The heads this audit saw are in the result's ``FleetAudit/heads``, to keep for the next.
+    ///
+    /// It reads one snapshot of the store (a read-only repeatable-read transaction), so a writer
+    /// that changes rows while it runs, and changes them back, is seen before or after, never
+    /// halfway; a table locked for over a minute ends it with an error rather than a hang.
     public func audit(
         witness: FleetWitness? = nil, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil,
         problem: @escaping @Sendable (FleetAuditProblem) -> Void
+    ) async throws -> FleetAudit {
+        try await run {
+            try await transaction {
+                try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
+                try await connection.query("SET LOCAL lock_timeout = '60s'", logger: logger)
+                return try await auditSnapshot(witness: witness, progress: progress, problem: problem)
+            }
+        }
+    }
+
+    private func auditSnapshot(
+        witness: FleetWitness?, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?, problem: @escaping @Sendable (FleetAuditProblem) -> Void
     ) async throws -> FleetAudit {
         struct Head {
             var id: String

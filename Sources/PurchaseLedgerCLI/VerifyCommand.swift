@@ -125,8 +125,12 @@ struct VerifyCommand: AsyncParsableCommand {
         if let witness {
             // Only a store found sound becomes the next witness: a head put back must not be.
             if audit.problems == 0 {
-                try FleetWitness(at: Timestamp(millisecondsSinceEpoch: Int64(Date().timeIntervalSince1970 * 1000)).description, heads: audit.heads).write(to: witness)
-                if !json { console.print("witness: \(witness) holds these \(audit.heads.count) heads for the next audit") }
+                let now = Timestamp(millisecondsSinceEpoch: Int64(Date().timeIntervalSince1970 * 1000)).description
+                try FleetWitness(at: now, store: audit.store, heads: audit.heads).write(to: witness)
+                if !json {
+                    if earlier == nil { console.print("witness: \(witness) did not exist, so nothing was compared with it; it starts now") }
+                    console.print("witness: \(witness) holds these \(audit.heads.count) heads for the next audit")
+                }
             } else if !json {
                 console.print("witness: \(witness) left as it was (problems found)")
             }

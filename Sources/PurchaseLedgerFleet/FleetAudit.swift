@@ -23,6 +23,9 @@ public struct FleetAudit: Sendable, Hashable {
     /// Each ledger's head as the store holds it (in ledger-id order): what to keep as the next
     /// audit's witness.
     public var heads: [FleetWitness.Head] = []
+    /// The store's identity for a witness: a SHA-256 of its own secret (migration 0007), which
+    /// only the owner can read; nil on a store without one.
+    public var store: String?
 }
 
 /// One problem the audit found in one ledger of the store.
@@ -113,35 +116,39 @@ extension FleetStore {
         var audit = FleetAudit()
         audit.ledgers = heads.count
         audit.heads = heads.map { FleetWitness.Head(ledger: $0.id, seq: $0.lastSeq, link: Hex.encode($0.lastLink)) }
+        audit.store = try await fetchRows(
+            "SELECT encode(sha256('purchase-ledger fleet witness v1'::bytea || secret), 'hex') AS store FROM public.fleet_secret WHERE id = 1"
+        ).first?.string("store")
         let report = { (p: FleetAuditProblem) in
             audit.problems += 1
             problem(p)
         }
-        // Every role must read the tables this audit reads: no row-level security, rule or
-        // trigger on them, each an ordinary table in `public`, and no relation named like one
-        // elsewhere (a schema named after a role comes first in PostgreSQL's default path).
+        // Every role must read the tables this audit reads: no rule or trigger on them, each an
+        // ordinary table in `public`, and no relation named like one in another schema (a schema
+        // named after a role comes first in PostgreSQL's default path; another session's
+        // temporary schema reaches no one else). Row-level security is the owner's to set
+        // (docs/fleet.md scopes the reporting role with it): a role sees what its policies allow,
+        // which the audit does not judge; forced on the owner, it would hide rows from this
+        // audit too, and the rows comparison would say which.
         for row in try await fetchRows(
             """
-            SELECT c.relname::text AS name, n.nspname::text AS schema, c.relkind::text AS kind, c.relrowsecurity AS rls,
-                (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) AS policies,
+            SELECT c.relname::text AS name, n.nspname::text AS schema, c.relkind::text AS kind,
                 (SELECT count(*) FROM pg_rewrite r WHERE r.ev_class = c.oid AND r.rulename <> '_RETURN') AS rules,
                 (SELECT count(*) FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) AS triggers
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.relname::text = ANY(\(FleetStore.fleetTables)::text[])
                 AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                AND n.nspname !~ '^pg_(toast_)?temp_'
             ORDER BY 2, 1
             """)
         {
             let name = row.string("name") ?? "", schema = row.string("schema") ?? "", kind = row.string("kind") ?? "?"
-            let policies = row.int("policies") ?? 0, rules = row.int("rules") ?? 0, triggers = row.int("triggers") ?? 0
+            let rules = row.int("rules") ?? 0, triggers = row.int("triggers") ?? 0
             var found: [String] = []
             if schema != "public" {
                 found.append("a relation named like the fleet's \(name) in schema \(schema): a role whose search path reaches it first reads it instead")
             } else {
                 if kind != "r" && kind != "p" { found.append("public.\(name) is not an ordinary table (relkind \(kind))") }
-                if row.int("rls") == 1 || policies > 0 {
-                    found.append("public.\(name) has row-level security (\(policies) policies): other roles may see other rows than this audit")
-                }
                 if rules > 0 { found.append("public.\(name) has \(rules) rewrite rule(s): a read or write of it does something else") }
                 if triggers > 0 { found.append("public.\(name) has \(triggers) trigger(s), which the fleet never makes") }
             }
@@ -209,6 +216,11 @@ extension FleetStore {
         var current: Walk?
         // The witness's heads still to be found among the events (ledger -> seq, link).
         var witnessed: [String: (seq: Int64, link: String)] = [:]
+        var witness = witness
+        if let other = witness?.store, other != audit.store {
+            report(FleetAuditProblem(ledgerID: "", seq: nil, message: "the witness is of another fleet store (its store digest differs): nothing was compared with it"))
+            witness = nil
+        }
         for head in witness?.heads ?? [] {
             guard let held = byID[head.ledger] else {
                 report(

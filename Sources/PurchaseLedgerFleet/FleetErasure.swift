@@ -63,7 +63,7 @@ extension FleetStore {
                 let payloads = try await connection.query(
                     """
                     SELECT e.ledger_id::text, e.type, e.payload FROM events e
-                    JOIN erased_transactions t ON e.ledger_id = t.ledger_id AND e.stream = 'transaction:' || t.transaction_id
+                    JOIN pg_temp.erased_transactions t ON e.ledger_id = t.ledger_id AND e.stream = 'transaction:' || t.transaction_id
                     WHERE e.type IN ('paymentQueued', 'transactionPurchased', 'transactionRestored')
                     """, logger: logger)
                 for try await row in payloads {
@@ -99,15 +99,15 @@ extension FleetStore {
                                 FROM unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
                                 WHERE x.ledger_id = k.ledger_id AND x.user_id = $3 RETURNING 1),
                             d AS (
-                                UPDATE downloads x SET \(set("downloads")) FROM erased_transactions e
+                                UPDATE downloads x SET \(set("downloads")) FROM pg_temp.erased_transactions e
                                 WHERE x.ledger_id = e.ledger_id AND x.transaction_id = e.transaction_id RETURNING x.ledger_id, x.download_id),
                             o AS (
-                                UPDATE owned_content x SET \(set("owned_content")) FROM erased_transactions e
+                                UPDATE owned_content x SET \(set("owned_content")) FROM pg_temp.erased_transactions e
                                 WHERE x.ledger_id = e.ledger_id AND x.transaction_id = e.transaction_id RETURNING 1),
                             h AS (
                                 UPDATE owned_content_history x SET \(set("owned_content_history"))
                                 WHERE (x.ledger_id, x.download_id) IN (
-                                    SELECT d.ledger_id, d.download_id FROM downloads d JOIN erased_transactions e
+                                    SELECT d.ledger_id, d.download_id FROM downloads d JOIN pg_temp.erased_transactions e
                                     ON d.ledger_id = e.ledger_id AND d.transaction_id = e.transaction_id)
                                 RETURNING 1),
                             s AS (

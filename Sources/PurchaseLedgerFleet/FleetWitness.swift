@@ -16,10 +16,14 @@ public struct FleetWitness: Sendable, Hashable, Codable {
 
     /// When the audit that saw them ran (RFC 3339).
     public var at: String
+    /// Which store they are of: a digest of the store's own secret (``FleetAudit/store``), so a
+    /// witness of another store is refused rather than reporting every ledger deleted.
+    public var store: String?
     public var heads: [Head]
 
-    public init(at: String, heads: [Head]) {
+    public init(at: String, store: String?, heads: [Head]) {
         self.at = at
+        self.store = store
         self.heads = heads
     }
 
@@ -33,15 +37,13 @@ public struct FleetWitness: Sendable, Hashable, Codable {
         }
     }
 
-    /// Writes it to `path` whole or not at all (a temporary file beside it, then a rename).
+    /// Writes it to `path` whole or not at all: Foundation's atomic write (a temporary file
+    /// beside it, renamed over it), so a crash leaves the old witness or the new, never none.
     public func write(to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         var data = try encoder.encode(self)
         data.append(0x0A)
-        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
-        try data.write(to: URL(fileURLWithPath: temporary), options: [.atomic])
-        if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
-        try FileManager.default.moveItem(atPath: temporary, toPath: path)
+        try data.write(to: URL(fileURLWithPath: path), options: [.atomic])
     }
 }

@@ -29,8 +29,15 @@ struct AppleSignatureTests {
         // The same chain again is not validated again; the synchronous path answers alike.
         let second = try SignedTransaction(
             jws: try chain.sign(SigningChain.payload(transaction: "2000000124", product: "p", price: 990, currency: "EUR", signedDate: Self.signedAt)))
-        #expect(verifier.evidenceWaiting(of: second, recordedAt: Self.recorded) == .apple)
+        #expect(await verifier.evidence(of: second, recordedAt: Self.recorded) == .apple)
         #expect(verifier.chainsValidated == 1)
+        // Bound to the app: Apple's signature on another app's transaction is not this app's.
+        #expect(await AppleSignatureVerifier(roots: try chain.roots, bundleID: "com.example.app").evidence(of: signed, recordedAt: Self.recorded) == .apple)
+        let other = await AppleSignatureVerifier(roots: try chain.roots, bundleID: "com.example.other").evidence(of: signed, recordedAt: Self.recorded)
+        #expect(other.reason == "signed for the app com.example.app, not com.example.other", "\(other)")
+        // A recording clock a few minutes slow is not a forgery.
+        let early = Date(timeIntervalSince1970: Double(Self.signedAt) / 1000 - 300)
+        #expect(await verifier.evidence(of: signed, recordedAt: early) == .apple)
         // Apple's own root does not trust the test chain.
         let apple = AppleSignatureVerifier()
         let untrusted = await apple.evidence(of: signed, recordedAt: Self.recorded)
@@ -129,17 +136,24 @@ struct SignedFieldAgreementTests {
             price: "9.99", currency: "USD", storefront: "FRA", environment: .production, ownership: .familyShared, offer: Offer(type: .promotional, id: "p1"))
         #expect(
             signed.differences(product: "pack.levels", quantity: 2, storeTransactionID: "2000000123", originalTransaction: "2000000100", terms: agreeing).isEmpty)
-        #expect(
-            signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.990", currency: "USD")).isEmpty,
-            "9.990 is 9990 milliunits")
+        // A purchase that names no environment or ownership is production and purchased.
+        let plain = try Self.claims(SigningChain.payload(transaction: "2000000200", product: "pack.levels", price: 9990, currency: "USD", signedDate: 1))
+        func fields(_ terms: PurchaseTerms, of claims: SignedTransaction.Claims, revoking: Bool = false) -> [String] {
+            claims.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: terms, revoking: revoking).map(\.field)
+        }
+        #expect(fields(PurchaseTerms(price: "9.990", currency: "USD"), of: plain).isEmpty, "9.990 is 9990 milliunits")
+        #expect(fields(PurchaseTerms(price: "9.99", currency: "USD"), of: signed) == ["ownership"], "no ownership named: purchased, not family-shared")
+        let sandbox = try Self.claims(
+            SigningChain.payload(transaction: "2000000201", product: "pack.levels", price: 9990, currency: "USD", environment: "Sandbox", signedDate: 1))
+        #expect(fields(PurchaseTerms(price: "9.99", currency: "USD"), of: sandbox) == ["environment"], "no environment named: production, not sandbox")
+        for odd in ["-9.99", "9.ab", "1e3", "+9.99", " 9.99", "9.", "9223372036854775.999", "9.9901"] {
+            #expect(fields(PurchaseTerms(price: odd, currency: "USD"), of: plain) == ["price"], "\(odd)")
+        }
         let lying = PurchaseTerms(price: "0.99", currency: "EUR", storefront: "USA", environment: .sandbox, ownership: .purchased, offer: Offer(type: .code, id: "c"))
         let found = signed.differences(product: "pack.other", quantity: 1, storeTransactionID: "2000000999", originalTransaction: "2000000101", terms: lying)
         #expect(
             found.map(\.field) == ["storeTransactionId", "originalTransaction", "product", "quantity", "price", "currency", "storefront", "environment", "ownership", "offer.type"])
         #expect(found.first { $0.field == "price" }?.description == "price is 0.99 in the event, 9.99 in its signed transaction")
-        #expect(signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: .none, revoking: true).map(\.field) == ["revocation"])
-        #expect(
-            signed.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: PurchaseTerms(price: "9.9901", currency: "USD")).map(\.field)
-                == ["price"])
+        #expect(fields(.none, of: plain, revoking: true) == ["revocation"])
     }
 }

@@ -1,5 +1,4 @@
 import Crypto
-import Dispatch
 public import Foundation
 import SwiftASN1
 @_spi(DisableValidityCheck) import X509
@@ -208,21 +207,34 @@ public struct AppleTrustRoots: Sendable, Hashable {
 /// and not after the moment it was recorded, is made for each transaction.
 ///
 /// ```swift
-/// let verifier = AppleSignatureVerifier()                      // Apple Root CA - G3
+/// let verifier = AppleSignatureVerifier(bundleID: "com.example.app")   // Apple Root CA - G3
 /// let evidence = await verifier.evidence(of: signed, recordedAt: Date())
 /// ```
+///
+/// Async only: swift-certificates' `Verifier` is. A synchronous caller waiting on it would hold
+/// a thread the check itself may need (on a device with as many waiting callers as cores, for
+/// ever), so a synchronous path must come from verdicts prepared beforehand (``prepare(_:)``).
 public final class AppleSignatureVerifier: Sendable {
     /// The roots chains must end at.
     public let roots: AppleTrustRoots
+    /// The app's bundle id: a transaction Apple signed for another app is `invalid`. Nil checks
+    /// no app (a transaction of any app signed by Apple is then `apple`).
+    public let bundleID: String?
+    /// How far a `signedDate` may lie after the moment it was recorded (the recording device's
+    /// clock may be slow): ten minutes.
+    public static let clockSkew: TimeInterval = 600
     private let verdicts = Locked<[ChainKey: ChainVerdict]>([:])
+    /// Chains remembered at most; past it the memory starts again (devices supply chains).
+    static let rememberedChains = 256
 
     /// Intermediate certificates carry 1.2.840.113635.100.6.2.1 (Apple WWDR), leaves
     /// 1.2.840.113635.100.6.11.1 (the App Store receipt signer).
     static let intermediateMarker: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 2, 1]
     static let leafMarker: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
 
-    public init(roots: AppleTrustRoots = .apple) {
+    public init(roots: AppleTrustRoots = .apple, bundleID: String? = nil) {
         self.roots = roots
+        self.bundleID = bundleID
     }
 
     struct ChainKey: Hashable {
@@ -246,33 +258,15 @@ public final class AppleSignatureVerifier: Sendable {
         case .success(let key):
             if let verdict = verdicts.withLock({ $0[key] }) { return finish(signed, verdict, recordedAt: recordedAt) }
             let verdict = await validate(signed)
-            verdicts.withLock { $0[key] = verdict }
+            remember(verdict, for: key)
             return finish(signed, verdict, recordedAt: recordedAt)
         }
     }
 
-    /// The same, for a caller that cannot wait: a chain seen before is answered at once; a new
-    /// one is validated while this thread waits (swift-certificates' `Verifier` is async, and
-    /// never suspends on I/O under these policies: no revocation checks). Call
-    /// ``evidence(of:recordedAt:)`` (or ``prepare(_:)``) from async code instead where there is
-    /// any.
-    public func evidenceWaiting(of signed: SignedTransaction, recordedAt: Date) -> AppleEvidence {
-        if signed.isLocalTesting { return .xcode }
-        switch precheck(signed) {
-        case .failure(let evidence): return evidence
-        case .success(let key):
-            if let verdict = verdicts.withLock({ $0[key] }) { return finish(signed, verdict, recordedAt: recordedAt) }
-            let result = Locked<ChainVerdict?>(nil)
-            let done = DispatchSemaphore(value: 0)
-            Task.detached { [self] in
-                let verdict = await validate(signed)
-                result.withLock { $0 = verdict }
-                done.signal()
-            }
-            done.wait()
-            let verdict = result.withLock { $0 }!
-            verdicts.withLock { $0[key] = verdict }
-            return finish(signed, verdict, recordedAt: recordedAt)
+    private func remember(_ verdict: ChainVerdict, for key: ChainKey) {
+        verdicts.withLock { verdicts in
+            if verdicts.count >= Self.rememberedChains { verdicts.removeAll(keepingCapacity: true) }
+            verdicts[key] = verdict
         }
     }
 
@@ -281,7 +275,7 @@ public final class AppleSignatureVerifier: Sendable {
         for signed in transactions where !signed.isLocalTesting {
             guard case .success(let key) = precheck(signed), verdicts.withLock({ $0[key] }) == nil else { continue }
             let verdict = await validate(signed)
-            verdicts.withLock { $0[key] = verdict }
+            remember(verdict, for: key)
         }
     }
 
@@ -299,6 +293,9 @@ public final class AppleSignatureVerifier: Sendable {
             return .failure(.invalid("x5c holds \(signed.certificateChain.count) certificates, not leaf, intermediate and root"))
         }
         guard signed.claims.signedDate != nil else { return .failure(.invalid("the payload has no signedDate")) }
+        if let bundleID, signed.claims.bundleId != bundleID {
+            return .failure(.invalid("signed for the app \(signed.claims.bundleId ?? "(none)"), not \(bundleID)"))
+        }
         return .success(ChainKey(leaf: signed.certificateChain[0], intermediate: signed.certificateChain[1]))
     }
 
@@ -308,8 +305,8 @@ public final class AppleSignatureVerifier: Sendable {
             return .invalid(why)
         case .trusted(let key, let notBefore, let notAfter):
             let signedAt = Date(timeIntervalSince1970: Double(signed.claims.signedDate!) / 1000)
-            if signedAt > recordedAt {
-                return .invalid("signedDate \(time(signedAt)) is after the transaction was recorded (\(time(recordedAt)))")
+            if signedAt > recordedAt.addingTimeInterval(Self.clockSkew) {
+                return .invalid("signedDate \(time(signedAt)) is more than ten minutes after the transaction was recorded (\(time(recordedAt)))")
             }
             if signedAt < notBefore || signedAt > notAfter {
                 return .invalid(
@@ -435,7 +432,10 @@ extension SignedTransaction.Claims {
         }
         compare("currency", terms.currency, currency)
         compare("storefront", terms.storefront, storefront)
-        if let environment = terms.environment, let signed = self.environment {
+        // A purchase that names no environment or ownership is production and purchased (the
+        // ledger counts it as revenue), so Apple's statement must say so.
+        if let signed = self.environment {
+            let environment = terms.environment ?? .production
             let named: String =
                 switch environment {
                 case .production: "Production"
@@ -447,7 +447,8 @@ extension SignedTransaction.Claims {
                 found.append(SignedFieldDifference(field: "environment", observed: environment.rawValue, signed: signed))
             }
         }
-        if let ownership = terms.ownership, let signed = inAppOwnershipType {
+        if let signed = inAppOwnershipType {
+            let ownership = terms.ownership ?? .purchased
             let named = ownership == .purchased ? "PURCHASED" : "FAMILY_SHARED"
             if named != signed { found.append(SignedFieldDifference(field: "ownership", observed: ownership.rawValue, signed: signed)) }
         }
@@ -471,17 +472,18 @@ extension SignedTransaction.Claims {
         return found
     }
 
-    /// `"4.99"` as milliunits (4990); nil when it has more than three decimals that are not zeros, or does not fit.
+    /// `"4.99"` as milliunits (4990): digits, optionally a point and digits; nil for any other
+    /// text, for more than three decimals that are not zeros, and past Int64.
     static func milliunits(_ decimal: String) -> Int64? {
         let parts = decimal.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let whole = Int64(parts[0]) else { return nil }
+        let digits = { (text: Substring) in !text.isEmpty && text.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
+        guard digits(parts[0]), parts.count == 1 || digits(parts[1]), let whole = Int64(parts[0]) else { return nil }
         var fraction = parts.count == 2 ? String(parts[1]) : ""
         while fraction.count > 3, fraction.hasSuffix("0") { fraction.removeLast() }
-        guard fraction.count <= 3, fraction.allSatisfy(\.isASCII) else { return nil }
-        let thousandths = Int64((fraction + String(repeating: "0", count: 3 - fraction.count))) ?? 0
+        guard fraction.count <= 3, let thousandths = Int64(fraction + String(repeating: "0", count: 3 - fraction.count)) else { return nil }
         let (scaled, overflow) = whole.multipliedReportingOverflow(by: 1000)
-        guard !overflow else { return nil }
-        return scaled + thousandths
+        let (sum, overflowed) = scaled.addingReportingOverflow(thousandths)
+        return overflow || overflowed ? nil : sum
     }
 
     /// 4990 milliunits as `"4.99"`: the shortest decimal that says it.

@@ -32,8 +32,12 @@ package struct SigningChain: Sendable {
 
     /// `markers`: whether the intermediate and the leaf carry Apple's marker extensions.
     /// `leafValid`: the leaf's validity (the others are valid from 2015 to 2045).
+    /// `intermediateIsCA`: false makes the intermediate an end entity (basic constraints).
+    /// `leafSignedByRoot`: the leaf is issued by the root itself (a two-certificate path), while
+    /// `x5c` still lists the intermediate.
     package init(
-        name: String = "Test", intermediateMarker: Bool = true, leafMarker: Bool = true,
+        name: String = "Test", intermediateMarker: Bool = true, leafMarker: Bool = true, intermediateIsCA: Bool = true,
+        leafSignedByRoot: Bool = false,
         leafValid: (from: Date, to: Date) = (Date(timeIntervalSince1970: 1_500_000_000), Date(timeIntervalSince1970: 2_200_000_000))
     ) throws {
         let rootKey = P256.Signing.PrivateKey(), intermediateKey = P256.Signing.PrivateKey(), leafKey = P256.Signing.PrivateKey()
@@ -53,18 +57,23 @@ package struct SigningChain: Sendable {
             version: .v3, serialNumber: .init(), publicKey: .init(intermediateKey.publicKey), notValidBefore: from, notValidAfter: to,
             issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
-                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
-                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                if intermediateIsCA {
+                    Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                    Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                } else {
+                    Critical(BasicConstraints.notCertificateAuthority)
+                    Critical(KeyUsage(digitalSignature: true))
+                }
                 if intermediateMarker { marker([1, 2, 840, 113635, 100, 6, 2, 1]) }
             }, issuerPrivateKey: .init(rootKey))
         let leaf = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey), notValidBefore: leafValid.from, notValidAfter: leafValid.to,
-            issuer: intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
+            issuer: leafSignedByRoot ? rootName : intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 if leafMarker { marker([1, 2, 840, 113635, 100, 6, 11, 1]) }
-            }, issuerPrivateKey: .init(intermediateKey))
+            }, issuerPrivateKey: .init(leafSignedByRoot ? rootKey : intermediateKey))
         func der(_ certificate: Certificate) throws -> [UInt8] {
             var serializer = DER.Serializer()
             try serializer.serialize(certificate)

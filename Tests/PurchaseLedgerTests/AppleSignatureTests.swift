@@ -58,6 +58,12 @@ struct AppleSignatureTests {
         expectInvalid(try await evidence(try unmarked.sign(Self.purchase()), roots: try unmarked.roots), "1.2.840.113635.100.6.2.1", "intermediate marker")
         let unmarkedLeaf = try SigningChain(leafMarker: false)
         expectInvalid(try await evidence(try unmarkedLeaf.sign(Self.purchase()), roots: try unmarkedLeaf.roots), "1.2.840.113635.100.6.11.1", "leaf marker")
+        // An intermediate that is no CA; a leaf the root issued itself (a two-certificate path,
+        // x5c still listing an intermediate).
+        let notCA = try SigningChain(intermediateIsCA: false)
+        expectInvalid(try await evidence(try notCA.sign(Self.purchase()), roots: try notCA.roots), "does not validate", "intermediate not a CA")
+        let direct = try SigningChain(leafSignedByRoot: true)
+        expectInvalid(try await evidence(try direct.sign(Self.purchase()), roots: try direct.roots), "does not validate", "leaf issued by the root")
         // Another root: the chain's own root in x5c[2] is never trusted.
         let other = try SigningChain(name: "Other")
         expectInvalid(try await evidence(try other.sign(Self.purchase()), roots: roots), "does not validate", "wrong root")

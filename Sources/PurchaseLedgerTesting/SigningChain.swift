@@ -91,9 +91,9 @@ package struct SigningChain: Sendable {
         let chain = x5c ?? [leaf, intermediate, root].map { Data($0).base64EncodedString() }
         let header = try JSONSerialization.data(withJSONObject: ["alg": alg, "x5c": chain], options: [.sortedKeys])
         let body = try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])
-        let input = Self.base64URL(Array(header)) + "." + Self.base64URL(Array(body))
+        let input = Base64URL.encode(Array(header)) + "." + Base64URL.encode(Array(body))
         let signature = try P256.Signing.PrivateKey(rawRepresentation: leafKey).signature(for: Array(input.utf8))
-        return input + "." + Self.base64URL(Array(signature.rawRepresentation))
+        return input + "." + Base64URL.encode(Array(signature.rawRepresentation))
     }
 
     /// A StoreKit-shaped transaction payload: the fields a ledger compares, signed at `signedDate`
@@ -115,10 +115,5 @@ package struct SigningChain: Sendable {
         }
         if let offerType { p["offerType"] = offerType }
         return p
-    }
-
-    static func base64URL(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
     }
 }

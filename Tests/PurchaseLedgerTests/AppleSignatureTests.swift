@@ -71,11 +71,11 @@ struct AppleSignatureTests {
         expectInvalid(try await evidence(try chain.sign(Self.purchase(), alg: "HS256")), "not ES256", "alg")
         // A payload byte changed after signing.
         let jws = try chain.sign(Self.purchase())
-        let parts = jws.split(separator: ".").map(String.init)
-        var payload = Array(Data(base64Encoded: Self.padded(parts[1]))!)
+        let parts = jws.split(separator: ".")
+        var payload = try #require(Base64URL.decode(parts[1]))
         let at = payload.firstIndex(of: UInt8(ascii: "4"))!  // 4990 -> 9990
         payload[at] = UInt8(ascii: "9")
-        let tampered = parts[0] + "." + Data(payload).base64EncodedString().replacingOccurrences(of: "=", with: "") + "." + parts[2]
+        let tampered = parts[0] + "." + Base64URL.encode(payload) + "." + parts[2]
         expectInvalid(try await evidence(tampered), "does not verify", "tampered payload")
         // Signed after it was recorded.
         expectInvalid(try await evidence(try chain.sign(Self.purchase(signedDate: 1_800_000_000_000))), "after the transaction was recorded", "future")
@@ -118,11 +118,6 @@ struct AppleSignatureTests {
         } catch let error as LedgerError {
             #expect(error.message.contains("notes.txt") && error.code == .malformedInput)
         }
-    }
-
-    static func padded(_ base64url: String) -> String {
-        let s = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        return s + String(repeating: "=", count: (4 - s.count % 4) % 4)
     }
 }
 

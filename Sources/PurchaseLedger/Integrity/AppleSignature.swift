@@ -382,15 +382,15 @@ struct AppleMarkerPolicy: VerifierPolicy {
 }
 
 /// Base64url without padding (RFC 7515), as JWS parts are written.
-enum Base64URL {
-    static func decode(_ text: Substring) -> [UInt8]? {
+package enum Base64URL {
+    package static func decode(_ text: Substring) -> [UInt8]? {
         var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         guard !s.contains("=") else { return nil }
         s += String(repeating: "=", count: (4 - s.utf8.count % 4) % 4)
         return Data(base64Encoded: s).map(Array.init)
     }
 
-    static func encode(_ bytes: [UInt8]) -> String {
+    package static func encode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }

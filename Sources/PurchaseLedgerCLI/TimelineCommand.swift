@@ -52,7 +52,7 @@ struct TimelineCommand: ParsableCommand {
             case .contentCopiedOut(let d, let destination, _, _): what += " \(d) -> \(destination)"
             case .transactionFailed(_, let error): what += " \(error.domain) \(error.code)"
             case .transactionFinished(_, true): what += " (discardContent)"
-            case .transactionRevoked(_, let reason): what += " (\(reason))"
+            case .transactionRevoked(_, let reason, _): what += " (\(reason))"
             case .assetPackProgressed(let pack, let v, let p): what += " \(pack) v\(v) \(Int(p * 100))%"
             case .assetPackBegan(let pack, let v), .assetPackPaused(let pack, let v), .assetPackFinished(let pack, let v),
                 .assetPackOpened(let pack, let v), .assetPackPublished(let pack, let v, _):

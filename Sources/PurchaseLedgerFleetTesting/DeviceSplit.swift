@@ -55,7 +55,7 @@ package enum DeviceSplit {
                 transactionDevice[t] = restoreDevice
                 device = restoreDevice
                 own(downloads, restoreDevice, transaction: t)
-            case .transactionDeferred(let t), .transactionFailed(let t, _), .transactionRevoked(let t, _), .transactionFinished(let t, _):
+            case .transactionDeferred(let t), .transactionFailed(let t, _), .transactionRevoked(let t, _, _), .transactionFinished(let t, _):
                 device = deviceFor(transaction: t, user: nil)
             case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
                 .downloadCancelled(let d, _), .downloadFinished(let d, _), .downloadFailed(let d, _):

@@ -103,7 +103,10 @@ extension StoreKitRecorder {
             events.append(purchased)
         }
         if let revoked = t.revocationDate, recorded?.revoked != true {
-            events.append(Event(at: Timestamp(revoked), .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked")))
+            events.append(
+                Event(
+                    at: Timestamp(revoked),
+                    .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked", signedTransaction: terms.signedTransaction)))
         }
         return events
     }

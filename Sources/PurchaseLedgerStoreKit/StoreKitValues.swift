@@ -191,14 +191,19 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     public var ownership: Ownership?
     /// `Transaction.offer` (iOS 17.2+; `offerType` and `offerID` before).
     public var offer: Offer?
+    /// Apple's signed statement of the transaction: the `VerificationResult`'s
+    /// `jwsRepresentation`, recorded with its purchase, restore and revocation
+    /// (`signedTransaction`, checked against their fields).
+    public var signedTransaction: String?
 
     /// A transaction's values; the Apple layer copies them from a verified `Transaction`.
     public init(
         id: UInt64, originalID: UInt64, productID: String, productKind: ProductKind? = nil, purchasedQuantity: Int = 1,
         purchaseDate: Date, appAccountToken: UUID? = nil, revocationDate: Date? = nil, revocationReason: String? = nil,
         reason: Reason? = nil, price: Decimal? = nil, currency: String? = nil, storefront: String? = nil,
-        environment: StoreEnvironment? = nil, ownership: Ownership? = nil, offer: Offer? = nil
+        environment: StoreEnvironment? = nil, ownership: Ownership? = nil, offer: Offer? = nil, signedTransaction: String? = nil
     ) {
+        self.signedTransaction = signedTransaction
         self.price = price
         self.currency = currency
         self.storefront = storefront
@@ -235,7 +240,8 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
     /// The contract's terms (5.1): the unit price (StoreKit's total divided by the quantity),
     /// currency, storefront, environment, ownership and offer, as far as StoreKit said them.
     public var terms: PurchaseTerms {
-        var terms = PurchaseTerms(storefront: storefront, environment: environment, ownership: ownership, offer: offer)
+        var terms = PurchaseTerms(
+            storefront: storefront, environment: environment, ownership: ownership, offer: offer, signedTransaction: signedTransaction)
         if let price, let currency, purchasedQuantity > 0 {
             var unit = price / Decimal(purchasedQuantity)
             var rounded = Decimal()
@@ -243,7 +249,10 @@ public struct StoreKit2TransactionValue: Sendable, Hashable {
             terms.price = NSDecimalNumber(decimal: rounded).description(withLocale: Locale(identifier: "en_US_POSIX"))
             terms.currency = currency
         }
-        return terms.problem == nil ? terms : PurchaseTerms(environment: environment, ownership: ownership, offer: offer)
+        if terms.problem == nil { return terms }
+        // A JWS that is not one is left out, never the purchase.
+        let signed = PurchaseTerms(signedTransaction: signedTransaction).problem == nil ? signedTransaction : nil
+        return PurchaseTerms(environment: environment, ownership: ownership, offer: offer, signedTransaction: signed)
     }
 }
 

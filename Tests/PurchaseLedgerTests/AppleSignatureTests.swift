@@ -95,7 +95,8 @@ struct AppleSignatureTests {
     @Test func malformedSignedTransactionsAreRefusedWithWhy() throws {
         for (jws, why) in [
             ("a.b", "three base64url parts"), ("%%%.e30.AA", "header is not base64url"), ("e30.e30.AA", "header has no alg"),
-            ("eyJhbGciOiJFUzI1NiJ9.WzFd.AA", "payload is not a JSON transaction"),
+            ("eyJhbGciOiJFUzI1NiJ9.WzFd.AA", "payload is not a JSON object"), ("e30.e30.AB", "signature is not base64url"),
+            ("eyJhbGciOiJFUzI1NiJ9.eyJwcmljZSI6IjQuOTkifQ.AA", "price is not a whole number"),
         ] {
             #expect(throws: SignedTransaction.FormError.self, "\(jws)") { try SignedTransaction(jws: jws) }
             do {
@@ -125,7 +126,7 @@ struct AppleSignatureTests {
 /// not is named with both values.
 struct SignedFieldAgreementTests {
     static func claims(_ payload: [String: any Sendable]) throws -> SignedTransaction.Claims {
-        try JSONDecoder().decode(SignedTransaction.Claims.self, from: try JSONSerialization.data(withJSONObject: payload))
+        try SignedTransaction.Claims(json: Array(try JSONSerialization.data(withJSONObject: payload)))
     }
 
     @Test func agreeingFieldsGiveNoDifferenceAndEachDisagreementIsNamed() throws {

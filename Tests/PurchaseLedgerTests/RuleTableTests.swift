@@ -1,5 +1,6 @@
 import CustomDump
 import Foundation
+import PurchaseLedgerTesting
 import Testing
 @testable import PurchaseLedger
 
@@ -15,6 +16,12 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
     var why: String
 
     var testDescription: String { "\(rule.name): \(breaking.type.name) \(why)" }
+
+    /// Apple's statement of a 9.99 purchase of p1, signed by a chain made here.
+    static let liarSigned: String = {
+        let payload = SigningChain.payload(transaction: "2000000001", product: "p1", price: 9990, currency: "USD", signedDate: 1_709_280_002_000)
+        return try! SigningChain().sign(payload)
+    }()
 
     static let catalog = [
         E.product("p1", contents: [("c1", "1.0")], related: ["p1-ipad"]),
@@ -65,6 +72,14 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
             breaking: Event(at: E.at(2), .transactionPurchased(transaction: "t9", product: "coins", terms: PurchaseTerms(unverified: "invalid signature"))),
             why: "StoreKit 2 could not verify its signature"),
         RuleCase(
+            rule: .signedFieldsDiffer, given: catalog + [E.queued("t1")],
+            breaking: Event(
+                at: E.at(2),
+                .transactionPurchased(
+                    transaction: "t1", storeTransactionId: "2000000001",
+                    terms: PurchaseTerms(price: "0.99", currency: "USD", signedTransaction: liarSigned))),
+            why: "it books 0.99 where Apple's signed transaction says 9.99"),
+        RuleCase(
             rule: .assetPackVersionDown, given: catalog + [E.packPublished("levels", 4), E.packBegan("levels", 4), E.packFinished("levels", 4)],
             breaking: E.packBegan("levels", 3), why: "an older version begins after version 4 finished"),
         RuleCase(
@@ -113,7 +128,8 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
             expectRefused(c.rule, c.breaking, in: state)
         } else {
             var after = state
-            #expect(try Reducer.reduce(&after, c.breaking) == .anomaly(c.rule))
+            // Disagreeing with its own signed transaction is applied as reported, and flagged.
+            #expect(try Reducer.reduce(&after, c.breaking) == (c.rule == .signedFieldsDiffer ? .flagged(c.rule) : .anomaly(c.rule)))
             #expect(after.anomalies == state.anomalies + 1)
         }
     }

@@ -258,6 +258,8 @@ import PurchaseLedgerFleetTesting
         // migrations list of a version before 0002.
         let layoutTables = ["snapshot_pages", "transactions", "downloads"]
         try DatabaseQueue(path: path).write { db in
+            // 0008's table first, so that the rebuilds below reuse its pages.
+            try db.execute(sql: "DROP TABLE signing_headers")
             try db.execute(sql: "PRAGMA legacy_alter_table = ON; DROP VIEW owned_content_history_view")
             // Without the columns 0005 and 0006 add, and with the projections an older reducer wrote.
             try db.execute(sql: "ALTER TABLE snapshots DROP COLUMN binding; UPDATE snapshots SET reducer_version = 1")
@@ -345,14 +347,15 @@ import PurchaseLedgerFleetTesting
         #expect(reprojected.transactions == folded.transactions.values)
         #expect(reprojected.downloads.map(\.download) == folded.downloads.values.map(\.download))
         #expect(!reprojected.history.isEmpty)
-        let (omittedAfter, free) = try DatabaseQueue(path: path).read {
+        let (omittedAfter, free, pages) = try DatabaseQueue(path: path).read {
             (
                 try Int.fetchOne($0, sql: "SELECT count(*) FROM owned_content_history WHERE destination IS NULL")!,
-                try Int.fetchOne($0, sql: "PRAGMA freelist_count")!
+                try Int.fetchOne($0, sql: "PRAGMA freelist_count")!, try Int.fetchOne($0, sql: "PRAGMA page_count")!
             )
         }
         #expect(omittedAfter > 0)
-        #expect(free == 0, "the pages the migrations freed are given back")
+        // Past a tenth of the file, freed pages are given back (LedgerFile's upgrading open).
+        #expect(free * 10 <= pages, "the pages the migrations freed are given back: \(free) of \(pages) free")
     }
 
     @Test func newerLedgersAndForeignFilesAreRefused() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import PurchaseLedgerTesting
 import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerStoreKit
@@ -428,6 +429,45 @@ import Testing
         let seq = try ledger.lastSeq()
         r.record([refunded, unknownRefunded, unknown], from: .reconcile)
         #expect(try ledger.lastSeq() == seq, "idempotent")
+        #expect(errors.all.isEmpty, "\(errors.all)")
+    }
+
+    /// StoreKit 2's `jwsRepresentation` goes with the purchase and with its revocation, exactly;
+    /// one that states another price than StoreKit's own `price` is flagged, not trusted.
+    @Test func storeKit2RecordsApplesSignedTransactionWithThePurchaseAndTheRevocation() throws {
+        let r = try recorder()
+        let chain = try SigningChain()
+        let bought = Date(timeIntervalSince1970: 1_709_280_000)
+        let signedAt = Int64(bought.timeIntervalSince1970 * 1000)
+        let jws = try chain.sign(
+            SigningChain.payload(transaction: "8101", product: "com.example.coins", price: 990, currency: "USD", signedDate: signedAt))
+        let coins = StoreKit2TransactionValue(
+            id: 8101, originalID: 8101, productID: "com.example.coins", productKind: .consumable, purchaseDate: bought,
+            price: Decimal(string: "0.99")!, currency: "USD", storefront: "USA", signedTransaction: jws)
+        r.record([coins], from: .purchase)
+        var refunded = coins
+        refunded.revocationDate = bought.addingTimeInterval(3600)
+        refunded.signedTransaction = try chain.sign(
+            SigningChain.payload(
+                transaction: "8101", product: "com.example.coins", price: 990, currency: "USD", signedDate: signedAt + 3_600_000,
+                revocationDate: signedAt + 3_500_000))
+        r.record([refunded], from: .reconcile)
+        // Apple signed 9.99; StoreKit's own price said 0.99: kept as reported, and flagged.
+        let liar = StoreKit2TransactionValue(
+            id: 8102, originalID: 8102, productID: "com.example.coins", productKind: .consumable, purchaseDate: bought,
+            price: Decimal(string: "0.99")!, currency: "USD",
+            signedTransaction: try chain.sign(
+                SigningChain.payload(transaction: "8102", product: "com.example.coins", price: 9990, currency: "USD", signedDate: signedAt)))
+        r.record([liar], from: .purchase)
+        var found: [String: (String?, Rule?)] = [:]
+        try ledger.forEachEvent { e in
+            if let t = e.event.body.transactionID, e.event.type != .paymentQueued { found["\(e.event.type.name) \(t)"] = (e.event.body.signedTransaction, e.anomaly) }
+            return true
+        }
+        #expect(found["transactionPurchased sk2-8101"]?.0 == jws && found["transactionPurchased sk2-8101"]?.1 == nil)
+        #expect(found["transactionRevoked sk2-8101"]?.0 == refunded.signedTransaction && found["transactionRevoked sk2-8101"]?.1 == nil)
+        #expect(found["transactionPurchased sk2-8102"]?.1 == .signedFieldsDiffer)
+        #expect(ledger.currentState.transactions["sk2-8102"]?.paid.price == "0.99")
         #expect(errors.all.isEmpty, "\(errors.all)")
     }
 

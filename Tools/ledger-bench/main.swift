@@ -23,6 +23,8 @@ import PurchaseLedgerTesting
 //   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
 //   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
 //   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
+//   ledger-bench signed WORKLOAD [--runs N] [--out FILE]   the workload with every purchase signed (a chain made
+//                                                 here) against it unsigned: file bytes per signed purchase, import speed
 //   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH] [--audit-baseline PATH]
 //                                                 ship N device ledgers into a PostgreSQL started here (with
 //                                                 --tls, also over TLS, same run); reports over them, the CLI's
@@ -658,6 +660,14 @@ case "import-floor":
         exit(2)
     }
     try importFloor(workload: args[1], runs: args.count > 2 ? max(1, Int(args[2]) ?? 3) : 3)
+case "signed":
+    guard args.count > 1 else {
+        print("usage: ledger-bench signed WORKLOAD [--runs N] [--out SIGNED.jsonl]")
+        exit(2)
+    }
+    try signedFigures(
+        workload: args[1], runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
+        out: args.firstIndex(of: "--out").map { args[$0 + 1] })
 case "codec":
     var c = configuration()
     c.readOnly = true

@@ -170,6 +170,12 @@ public enum VerificationResult<SignedType: Sendable>: Sendable {
     }
 }
 
+// verificationresult/jwsrepresentation-21vgo: `var jwsRepresentation: String { get }`, where
+// `SignedType == Transaction`: the transaction signed by the App Store, in JWS Compact Serialization.
+extension VerificationResult where SignedType == Transaction {
+    public var jwsRepresentation: String { "" }
+}
+
 // product: `struct Product`; `let id: String`, `let type: Product.ProductType`, `let price: Decimal`,
 // `let displayName: String`, `var priceFormatStyle: Decimal.FormatStyle.Currency`,
 // `func purchase(options: Set<Product.PurchaseOption> = []) async throws -> Product.PurchaseResult`

@@ -238,7 +238,7 @@ private struct ExtractPlan {
         case .productRegistered(let r): products.contains(r.product)
         case .contentVersionPublished(let p, _, _), .contentDeleted(let p): products.contains(p)
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _, _),
             .transactionFinished(let t, _):
             transactions.contains(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),

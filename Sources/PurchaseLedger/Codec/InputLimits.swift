@@ -7,12 +7,16 @@
 /// |---|---|
 /// | an id (transaction, original and store transaction, download, product, related product, content, user, a registered URL, asset pack) | 1,024 bytes |
 /// | free text (title, destination, content URL, error domain and message, reason, checksum) | 4,096 bytes |
+/// | a signed transaction (`signedTransaction`, a JWS with its certificates) | 16,384 bytes |
 /// | one JSON Lines line | 1 MiB |
 public enum InputLimits {
     /// The most UTF-8 bytes an id may hold: 1,024.
     public static let idBytes = 1024
     /// The most UTF-8 bytes a free-text field may hold: 4,096.
     public static let textBytes = 4096
+    /// The most UTF-8 bytes a signed transaction may hold: 16,384 (Apple's are about 5,000, most
+    /// of them the three certificates).
+    public static let signedBytes = 16384
     /// The most bytes one JSON Lines line may hold: 1 MiB, refused before the rest of it is read.
     public static let lineBytes = 1 << 20
 
@@ -30,9 +34,9 @@ public enum InputLimits {
     }
 
     private static func refuse(_ count: Int, key: String, name: String) throws(LedgerError) {
-        let limit = idKeys.contains(key) ? idBytes : textBytes
+        let (limit, kind) = idKeys.contains(key) ? (idBytes, "an id") : key == "signedTransaction" ? (signedBytes, "a signed transaction") : (textBytes, "free text")
         guard count > limit else { return }
-        throw LedgerError.malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(limit == idBytes ? "an id" : "free text"), docs/json.md)")
+        throw LedgerError.malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(kind), docs/json.md)")
     }
 
     /// The same checks for an event given to the library as for a JSON line: every text field
@@ -89,6 +93,8 @@ extension InputLimits {
         case .transactionPurchased(_, _, _, _, let downloads, let terms), .transactionRestored(_, _, _, _, _, let downloads, let terms):
             if let problem = terms.problem { return problem }
             return lengths(downloads)
+        case .transactionRevoked(_, _, let signed):
+            return signed.flatMap(SignedTransaction.problem(jws:))
         case .contentCopiedOut(_, _, _, let bytes):
             if let bytes, bytes < 0 { return "bytesCopied \(bytes) is negative" }
         case .contentRegistered(_, _, let length):
@@ -128,6 +134,7 @@ extension EventBody {
             optional("storefront", terms.storefront)
             if let id = terms.offer?.id { body("offerId", "offer.id", id) }
             optional("unverified", terms.unverified)
+            optional("signedTransaction", terms.signedTransaction)
         }
         /// What a purchase and a restore both carry.
         func arrival(_ user: String?, _ storeID: String?, _ downloads: [DownloadSpec]?, _ terms: PurchaseTerms) {
@@ -165,9 +172,10 @@ extension EventBody {
             body("originalTransaction", "originalTransaction", original)
             body("product", "product", p)
             arrival(u, s, d, terms)
-        case .transactionRevoked(let t, let reason):
+        case .transactionRevoked(let t, let reason, let signed):
             body("transaction", "transaction", t)
             body("reason", "reason", reason)
+            optional("signedTransaction", signed)
         case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d), .downloadCancelled(let d, _), .downloadProgressed(let d, _, _, _):
             body("download", "download", d)
         case .downloadFinished(let d, let url):

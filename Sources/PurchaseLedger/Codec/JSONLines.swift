@@ -101,7 +101,9 @@ public enum JSONLines {
                 product: try f.string("product"), user: try f.optionalString("user"),
                 storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f), terms: try terms(f))
         case .transactionRevoked:
-            return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"))
+            let signed = try f.optionalString("signedTransaction")
+            if let problem = signed.flatMap(SignedTransaction.problem(jws:)) { throw .malformed(problem) }
+            return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"), signedTransaction: signed)
         case .transactionFinished:
             return .transactionFinished(transaction: try f.string("transaction"), discardContent: try f.optionalBool("discardContent") ?? false)
         case .downloadStarted:
@@ -195,7 +197,7 @@ public enum JSONLines {
         var terms = PurchaseTerms(
             price: try f.optionalString("price").map(normalizedPrice), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
             environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self),
-            unverified: try f.optionalString("unverified"))
+            unverified: try f.optionalString("unverified"), signedTransaction: try f.optionalString("signedTransaction"))
         if let item = try f.optionalItem("offer") {
             let g = try f.object(item, "offer")
             guard let type = try named("type", g, OfferType.self) else { throw .malformed("missing field \(g.qualified("type"))") }
@@ -302,6 +304,7 @@ public enum JSONLines {
                 w.endObject()
             }
             opt("unverified", t.unverified)
+            opt("signedTransaction", t.signedTransaction)
         }
         switch body {
         case .productRegistered(let p):
@@ -336,8 +339,8 @@ public enum JSONLines {
             w.field("transaction", t); w.field("originalTransaction", original); w.field("product", product)
             opt("user", user); opt("storeTransactionId", store); downloads(specs)
             terms(paid)
-        case .transactionRevoked(let t, let reason):
-            w.field("transaction", t); w.field("reason", reason)
+        case .transactionRevoked(let t, let reason, let signed):
+            w.field("transaction", t); w.field("reason", reason); opt("signedTransaction", signed)
         case .transactionFinished(let t, let discard):
             w.field("transaction", t); if discard { w.field("discardContent", true) }
         case .downloadStarted(let d), .downloadPaused(let d), .downloadResumed(let d):

@@ -53,6 +53,20 @@ enum PayloadField {
     enum Terms {
         static let price: UInt64 = 1, currency: UInt64 = 2, storefront: UInt64 = 3, environment: UInt64 = 4, ownership: UInt64 = 5
         static let offerType: UInt64 = 6, offerID: UInt64 = 7, unverified: UInt64 = 8
+        /// A ``Signed`` message.
+        static let signed: UInt64 = 9
+    }
+
+    /// A signed transaction (``SignedParts``): the SHA-256 of its header (32 bytes; the header's
+    /// text is in `signing_headers`) and its body as a personal field; or, in a payload that
+    /// holds its personal values as text, the whole JWS.
+    enum Signed {
+        static let header: UInt64 = 1, body: UInt64 = 2, text: UInt64 = 3
+    }
+
+    /// `transactionRevoked`'s signed transaction: a ``Signed`` message (its reason is field 2).
+    enum Revoked {
+        static let signed: UInt64 = 3
     }
 
     enum StoreErrorMessage {
@@ -139,16 +153,17 @@ package enum PayloadCodec {
             w.field(id, t); w.field(F.Purchase.product, product)
             personal(F.Purchase.user, user, user: true, &w, p); personal(F.Purchase.store, store, &w, p)
             downloads(specs, &w)
-            terms(paid, &w)
+            terms(paid, &w, p)
         case .transactionFailed(let t, let e):
             w.field(id, t); error(e, &w, p)
         case .transactionRestored(let t, let original, let product, let user, let store, let specs, let paid):
             w.field(id, t); w.field(F.Purchase.product, product); personal(F.Purchase.original, original, &w, p)
             personal(F.Purchase.user, user, user: true, &w, p); personal(F.Purchase.store, store, &w, p)
             downloads(specs, &w)
-            terms(paid, &w)
-        case .transactionRevoked(let t, let reason):
+            terms(paid, &w, p)
+        case .transactionRevoked(let t, let reason, let jws):
             w.field(id, t); personal(F.Second.value, reason, &w, p)
+            signed(F.Revoked.signed, jws, &w, p)
         case .transactionFinished(let t, let discard):
             w.field(id, t)
             if discard { w.field(F.Second.value, unsigned: 1) }
@@ -248,7 +263,7 @@ package enum PayloadCodec {
     /// A purchase's or restore's terms, absent when it has none. Environment, ownership and
     /// offer type are stored codes; an absent code is the default (production, purchased, no
     /// offer).
-    static func terms(_ t: PurchaseTerms, _ w: inout BinaryWriter) {
+    static func terms(_ t: PurchaseTerms, _ w: inout BinaryWriter, _ p: PersonalEncoder?) {
         guard !t.isEmpty else { return }
         typealias F = PayloadField.Terms
         w.message(PayloadField.Purchase.terms) { m in
@@ -260,18 +275,65 @@ package enum PayloadCodec {
                 m.field(F.offerID, offer.id)
             }
             m.field(F.unverified, t.unverified)
+            signed(F.signed, t.signedTransaction, &m, p)
         }
     }
 
-    static func terms(_ f: Fields) throws(Failure) -> PurchaseTerms {
+    /// A signed transaction as field `f`: a ``PayloadField/Signed`` message.
+    static func signed(_ f: UInt64, _ jws: String?, _ w: inout BinaryWriter, _ p: PersonalEncoder?) {
+        guard let jws else { return }
+        typealias F = PayloadField.Signed
+        let (header, body) = SignedTransaction.split(jws: jws)
+        w.message(f) { m in
+            if let p, let ref = p.known(String(body), isUser: false) {
+                if header != nil, let digest = p.signingHeader {
+                    m.key(F.header, .bytes)
+                    m.lengthPrefixed(digest)
+                }
+                m.field(F.body, unsigned: UInt64(ref))
+            } else {
+                m.field(F.text, jws)
+            }
+        }
+    }
+
+    /// The signed transaction of message `reader` (nil: none): header and body joined again; an
+    /// erased body reads as its marker alone.
+    static func signed(_ reader: BinaryReader?, _ p: PersonalValues, introductions: BinaryReader?) throws(Failure) -> String? {
+        guard var m = reader else { return nil }
+        typealias F = PayloadField.Signed
+        var digest: [UInt8]?
+        var ref: UInt64?
+        var text: String?
+        while !m.isAtEnd {
+            let (number, wire) = try m.key()
+            switch (number, wire) {
+            case (F.header, 2): digest = try m.bytes()
+            case (F.body, 0): ref = try m.varint()
+            case (F.text, 2): text = try m.string()
+            default: try m.skip(wire: wire)
+            }
+        }
+        if let text { return text }
+        guard let ref else { throw Failure(message: "a signed transaction without its body") }
+        guard let body = try p.value(ref) else {
+            return PersonalValues.erasedMarker(ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions))
+        }
+        guard let digest else { return body }
+        guard let header = try p.header(digest) else { return body }
+        return header + "." + body
+    }
+
+    static func terms(_ f: Fields, _ p: PersonalValues) throws(Failure) -> PurchaseTerms {
         typealias F = PayloadField.Terms
         guard var m = f.messages.last(where: { $0.0 == PayloadField.Purchase.terms })?.1 else { return .none }
-        let g = try read(&m)
+        let g = try read(&m, nested: F.signed)
         var t = PurchaseTerms(price: g.strings[F.price], currency: g.strings[F.currency], storefront: g.strings[F.storefront])
         if let code = g.ints[F.environment] { t.environment = try StoreEnvironment.stored(code) }
         if let code = g.ints[F.ownership] { t.ownership = try Ownership.stored(code) }
         if let code = g.ints[F.offerType] { t.offer = Offer(type: try OfferType.stored(code), id: g.strings[F.offerID]) }
         t.unverified = g.strings[F.unverified]
+        t.signedTransaction = try signed(g.messages.last(where: { $0.0 == F.signed })?.1, p, introductions: f.introductions)
         return t
     }
 

@@ -173,7 +173,8 @@ extension PayloadCodec {
             case .productRegistered: PayloadField.Product.content
             case .transactionPurchased, .transactionRestored: PayloadField.Purchase.download
             case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: PayloadField.error
-            case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionRevoked, .transactionFinished,
+            case .transactionRevoked: PayloadField.Revoked.signed
+            case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
                 .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved, .assetPackOpened,
@@ -209,12 +210,12 @@ extension PayloadCodec {
             return .transactionPurchased(
                 transaction: try f.string(id, "transaction"), product: f.strings[F.Purchase.product],
                 user: try f.personal(F.Purchase.user, p, user: true), storeTransactionId: try f.personal(F.Purchase.store, p),
-                downloads: try downloads(f), terms: try terms(f))
+                downloads: try downloads(f), terms: try terms(f, p))
         case .transactionRestored:
             return .transactionRestored(
                 transaction: try f.string(id, "transaction"), originalTransaction: try f.personal(F.Purchase.original, "originalTransaction", p),
                 product: try f.string(F.Purchase.product, "product"), user: try f.personal(F.Purchase.user, p, user: true),
-                storeTransactionId: try f.personal(F.Purchase.store, p), downloads: try downloads(f), terms: try terms(f))
+                storeTransactionId: try f.personal(F.Purchase.store, p), downloads: try downloads(f), terms: try terms(f, p))
         case .transactionFailed:
             return .transactionFailed(transaction: try f.string(id, "transaction"), error: try storeError(f, p))
         case .downloadFailed:
@@ -234,7 +235,9 @@ extension PayloadCodec {
         case .transactionDeferred:
             return .transactionDeferred(transaction: try f.string(id, "transaction"))
         case .transactionRevoked:
-            return .transactionRevoked(transaction: try f.string(id, "transaction"), reason: try f.personal(F.Second.value, "reason", p))
+            return .transactionRevoked(
+                transaction: try f.string(id, "transaction"), reason: try f.personal(F.Second.value, "reason", p),
+                signedTransaction: try signed(f.messages.last(where: { $0.0 == F.Revoked.signed })?.1, p, introductions: f.introductions))
         case .transactionFinished:
             return .transactionFinished(transaction: try f.string(id, "transaction"), discardContent: f.ints[F.Second.value] == 1)
         case .downloadStarted:

@@ -10,6 +10,7 @@ public enum PersonalData {
     /// transaction ids and original transaction ids.
     public static let personal: Set<String> = [
         "user", "destination", "contentURL", "url", "message", "reason", "storeTransactionId", "originalTransaction",
+        "signedTransaction",
     ]
     /// Text fields that are not personal: ids the app chooses (it must not put personal data in
     /// them), the catalog, error domains, checksums, money, offers and asset pack ids.
@@ -25,17 +26,20 @@ public enum PersonalData {
         switch body {
         case .paymentQueued(_, _, _, let user), .restoreStarted(let user):
             if let user { try visit(user, true) }
-        case .transactionPurchased(_, _, let user, let store, _, _):
+        case .transactionPurchased(_, _, let user, let store, _, let terms):
             if let user { try visit(user, true) }
             if let store { try visit(store, false) }
-        case .transactionRestored(_, let original, _, let user, let store, _, _):
+            if let signed = terms.signedTransaction { try visit(String(SignedTransaction.split(jws: signed).body), false) }
+        case .transactionRestored(_, let original, _, let user, let store, _, let terms):
             try visit(original, false)
             if let user { try visit(user, true) }
             if let store { try visit(store, false) }
+            if let signed = terms.signedTransaction { try visit(String(SignedTransaction.split(jws: signed).body), false) }
         case .transactionFailed(_, let error), .downloadFailed(_, let error), .restoreFailed(let error), .assetPackFailed(_, _, let error):
             try visit(error.message, false)
-        case .transactionRevoked(_, let reason):
+        case .transactionRevoked(_, let reason, let signed):
             try visit(reason, false)
+            if let signed { try visit(String(SignedTransaction.split(jws: signed).body), false) }
         case .downloadFinished(_, let url), .contentRegistered(let url, _, _):
             try visit(url, false)
         case .contentCopiedOut(_, let destination, _, _):
@@ -120,15 +124,18 @@ public struct Redactor: Sendable {
         switch event.body {
         case .paymentQueued(let t, let p, let q, let user):
             e.body = .paymentQueued(transaction: t, product: p, quantity: q, user: u(user))
-        case .transactionPurchased(let t, let p, let user, let store, let d, let terms):
+        case .transactionPurchased(let t, let p, let user, let store, let d, var terms):
+            // A signature cannot be pseudonymised: it would let anyone confirm a guessed store id.
+            terms.signedTransaction = nil
             e.body = .transactionPurchased(transaction: t, product: p, user: u(user), storeTransactionId: s(store), downloads: d, terms: terms)
-        case .transactionRestored(let t, let o, let p, let user, let store, let d, let terms):
+        case .transactionRestored(let t, let o, let p, let user, let store, let d, var terms):
+            terms.signedTransaction = nil
             e.body = .transactionRestored(
                 transaction: t, originalTransaction: pseudonym(transaction: o), product: p, user: u(user), storeTransactionId: s(store),
                 downloads: d, terms: terms)
         case .transactionFailed(let t, let err):
             e.body = .transactionFailed(transaction: t, error: error(err))
-        case .transactionRevoked(let t, let reason):
+        case .transactionRevoked(let t, let reason, _):
             e.body = .transactionRevoked(transaction: t, reason: pseudonym(text: reason))
         case .downloadFinished(let d, let url):
             e.body = .downloadFinished(download: d, contentURL: pseudonym(url: url))

@@ -49,7 +49,7 @@ public struct Event: Sendable, Hashable {
 /// - ``transactionPurchased(transaction:product:user:storeTransactionId:downloads:terms:)``
 /// - ``transactionFailed(transaction:error:)``
 /// - ``transactionRestored(transaction:originalTransaction:product:user:storeTransactionId:downloads:terms:)``
-/// - ``transactionRevoked(transaction:reason:)``
+/// - ``transactionRevoked(transaction:reason:signedTransaction:)``
 /// - ``transactionFinished(transaction:discardContent:)``
 /// - ``storePaymentPromoted(product:accepted:)``
 ///
@@ -103,7 +103,9 @@ public enum EventBody: Sendable, Hashable {
     case transactionRestored(
         transaction: String, originalTransaction: String, product: String, user: String? = nil, storeTransactionId: String? = nil,
         downloads: [DownloadSpec]? = nil, terms: PurchaseTerms = .none)
-    case transactionRevoked(transaction: String, reason: String)
+    /// `signedTransaction`: Apple's signed statement of the revocation (the transaction's JWS with
+    /// its `revocationDate`), when the app has it.
+    case transactionRevoked(transaction: String, reason: String, signedTransaction: String? = nil)
     case transactionFinished(transaction: String, discardContent: Bool)
     case downloadStarted(download: String)
     case downloadProgressed(download: String, progress: Double, bytesWritten: Int64?, timeRemaining: Double?)
@@ -201,7 +203,7 @@ public enum EventBody: Sendable, Hashable {
     public var subject: Subject {
         switch self {
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _, _),
             .transactionFinished(let t, _):
             .transaction(t)
         case .downloadStarted(let d), .downloadProgressed(let d, _, _, _), .downloadPaused(let d), .downloadResumed(let d),
@@ -224,7 +226,7 @@ public enum EventBody: Sendable, Hashable {
     public var transactionID: String? {
         switch self {
         case .paymentQueued(let t, _, _, _), .transactionDeferred(let t), .transactionPurchased(let t, _, _, _, _, _),
-            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _),
+            .transactionFailed(let t, _), .transactionRestored(let t, _, _, _, _, _, _), .transactionRevoked(let t, _, _),
             .transactionFinished(let t, _):
             t
         case .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
@@ -233,6 +235,16 @@ public enum EventBody: Sendable, Hashable {
             .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
             .personalDataErased:
             nil
+        }
+    }
+
+    /// Apple's signed statement the event carries (a purchase's, a restore's or a revocation's
+    /// `signedTransaction`), if any.
+    public var signedTransaction: String? {
+        switch self {
+        case .transactionPurchased(_, _, _, _, _, let terms), .transactionRestored(_, _, _, _, _, _, let terms): terms.signedTransaction
+        case .transactionRevoked(_, _, let signed): signed
+        default: nil
         }
     }
 

@@ -91,8 +91,8 @@ extension EventBody {
             return .transactionRestored(
                 transaction: n(t), originalTransaction: n(original), product: n(p), user: o(u),
                 storeTransactionId: o(s), downloads: d.map(Self.normalizing), terms: terms)
-        case .transactionRevoked(let t, let reason):
-            return .transactionRevoked(transaction: n(t), reason: reason)
+        case .transactionRevoked(let t, let reason, let signed):
+            return .transactionRevoked(transaction: n(t), reason: reason, signedTransaction: signed)
         case .transactionFinished(let t, let discard):
             return .transactionFinished(transaction: n(t), discardContent: discard)
         case .downloadStarted(let d):

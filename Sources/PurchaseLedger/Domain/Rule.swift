@@ -56,6 +56,10 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
     /// still downloading, removed), or whose unlocking purchase is not in force (refunded,
     /// revoked, never made).
     public static let assetPackNotReady = Rule("assetPackNotReady", 18)
+    /// A purchase, restore or revocation that states a field (store id, product, quantity, price,
+    /// currency, storefront, environment, ownership, offer, revocation) otherwise than the signed
+    /// transaction it carries: applied as reported, flagged, never trusted as Apple's.
+    public static let signedFieldsDiffer = Rule("signedFieldsDiffer", 19)
 
     /// Every rule, in code order.
     public static let all: [Rule] = [
@@ -63,6 +67,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         .finishBeforeCopyOut, .contentURLAfterFinish, .downloadAfterFinish, .illegalDownloadTransition,
         .copyOutBeforeFinished, .contentKeyMismatch, .restoreInProgress, .illegalTransactionTransition,
         .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction, .assetPackVersionDown, .assetPackNotReady,
+        .signedFieldsDiffer,
     ]
 
     /// The rule named `name`; nil for a name no rule has.

@@ -55,6 +55,7 @@ public struct PurchaseTerms: Sendable, Hashable {
         var ownership: Ownership?
         var offer: Offer?
         var unverified: String?
+        var signedTransaction: String?
     }
 
     private var box: Box?
@@ -103,14 +104,23 @@ public struct PurchaseTerms: Sendable, Hashable {
         set { fields.unverified = newValue }
     }
 
+    /// Apple's own statement of the transaction: StoreKit 2's `VerificationResult.jwsRepresentation`
+    /// (a compact JWS, ``SignedTransaction``), kept exactly as given. The fields it states and
+    /// these terms state must agree, or the purchase is flagged `signedFieldsDiffer`. Personal:
+    /// it holds the store's transaction ids, so `forget` erases it with its user.
+    public var signedTransaction: String? {
+        get { box?.fields.signedTransaction }
+        set { fields.signedTransaction = newValue }
+    }
+
     /// Terms with the given fields; nil leaves a field out. ``problem`` says whether they are valid.
     public init(
         price: String? = nil, currency: String? = nil, storefront: String? = nil, environment: StoreEnvironment? = nil,
-        ownership: Ownership? = nil, offer: Offer? = nil, unverified: String? = nil
+        ownership: Ownership? = nil, offer: Offer? = nil, unverified: String? = nil, signedTransaction: String? = nil
     ) {
         fields = Fields(
             price: price, currency: currency, storefront: storefront, environment: environment, ownership: ownership, offer: offer,
-            unverified: unverified)
+            unverified: unverified, signedTransaction: signedTransaction)
     }
 
     /// Whether both have the same fields, every field compared.
@@ -138,6 +148,7 @@ public struct PurchaseTerms: Sendable, Hashable {
         if let storefront, !Self.isUpperLetters(storefront, count: 3) {
             return "field `storefront` must be an ISO 3166-1 alpha-3 country code such as USA"
         }
+        if let signedTransaction { return SignedTransaction.problem(jws: signedTransaction) }
         return nil
     }
 

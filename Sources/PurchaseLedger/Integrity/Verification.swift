@@ -130,6 +130,11 @@ private struct Verifier {
     /// Every row of `personal_values` must be the value its introducing event committed to, and
     /// every value the log introduced must be there unless an erasure event recorded its removal.
     private mutating func checkPersonalValues(_ db: Database) throws {
+        for digest in try SigningHeaders.edited(db) {
+            try problem(
+                .personalValues, nil,
+                "signing header \(Hex.encode(Array(digest.prefix(8)))) no longer hashes to its digest: it was edited in signing_headers")
+        }
         guard try Migrations.applied("0007_personal_values", db) else { return }
         var seen = Set<Int64>()
         // The salts: on user ids' rows (for every value they own) and values of no user.
@@ -147,8 +152,10 @@ private struct Verifier {
                 continue
             }
             let salt = salts[owner == 0 ? ref : owner] ?? []
-            let value = [UInt8]((row[2] as Data?) ?? Data())
-            if PersonalValues.commitment(salt: salt, value: String(decoding: value, as: UTF8.self)) != introduced.commitment {
+            let stored = [UInt8]((row[2] as Data?) ?? Data())
+            // A packed value (a signed transaction's body) is committed to as its text.
+            let value = try? stored.withUnsafeBytes { (b) throws(BinaryReader.Failure) in try SignedParts.text(ofStored: b) }
+            if value == nil || PersonalValues.commitment(salt: salt, value: value!) != introduced.commitment {
                 try problem(
                     .personalValues, introduced.seq,
                     "personal value \(ref) is not the value event \(introduced.seq) committed to: it (or its salt) was edited in personal_values")
@@ -303,7 +310,7 @@ private struct Verifier {
     /// What the reducer made of an event, against what was recorded.
     private mutating func checkAfter(_ e: RecordedEvent, _ replayed: Reducer.Replayed, state: LedgerState) throws {
         for found in RecordedDecision.problems(e, replayed, state: state) { try problem(.rules, e.seq, found.message, rule: found.rule) }
-        if case .outcome(.anomaly(let rule)) = replayed, !e.event.type.isCommand { report.anomalies.append((e.seq, rule)) }
+        if case .outcome(let outcome) = replayed, let rule = outcome.anomaly, !e.event.type.isCommand { report.anomalies.append((e.seq, rule)) }
     }
 
     /// A snapshot against the state the log gives at its seq.
@@ -371,9 +378,17 @@ enum RecordedDecision {
         guard case .outcome(let outcome) = replayed, state.streamVersion(of: e.event.body) == e.version else { return false }
         switch outcome {
         case .ignored: return false
-        case .anomaly(let rule): return !e.event.type.isCommand && e.anomaly == rule
-        case .applied, .unchanged: return e.anomaly == nil
+        case .anomaly(let rule), .flagged(let rule): return !e.event.type.isCommand && e.anomaly == rule
+        case .applied, .unchanged: return e.anomaly == nil || flagStandsErased(e)
         }
+    }
+
+    /// Whether `e` was recorded `signedFieldsDiffer` and its signed transaction has since been
+    /// erased with its user: the rules can no longer compare what it stated, and the flag
+    /// recorded when they could stands.
+    static func flagStandsErased(_ e: RecordedEvent) -> Bool {
+        guard e.anomaly == .signedFieldsDiffer, let jws = e.event.body.signedTransaction else { return false }
+        return SignedTransaction.isErasedMarker(jws)
     }
 
     static func problems(_ e: RecordedEvent, _ replayed: Reducer.Replayed, state: LedgerState) -> [(message: String, rule: Rule?)] {
@@ -391,12 +406,14 @@ enum RecordedDecision {
             found.append(("an identical repeat of a command was stored; repeats store nothing", nil))
         case .anomaly(let rule) where e.event.type.isCommand:
             found.append(("this \(e.event.type.name) breaks \(rule.name) and would be rejected today (written by an older app?)", rule))
-        case .anomaly(let rule):
+        case .anomaly(let rule), .flagged(let rule):
             if e.anomaly != rule {
                 found.append(("recorded \(e.anomaly.map { "as anomaly \($0.name)" } ?? "as valid"), but the rules flag it \(rule.name)", rule))
             }
         case .applied, .unchanged:
-            if let recorded = e.anomaly { found.append(("recorded as anomaly \(recorded.name), but the rules accept it", recorded)) }
+            if let recorded = e.anomaly, !flagStandsErased(e) {
+                found.append(("recorded as anomaly \(recorded.name), but the rules accept it", recorded))
+            }
         }
         return found
     }

@@ -28,11 +28,12 @@ enum Migrations {
     /// destination, which a ledger before it still holds, and which `verify` then expects), or
     /// add projection columns (0005: a transaction's paid terms; until a writable open rebuilds
     /// the projections, queries of them throw `staleProjections`, and the log reads as ever), or
-    /// add a table only later events use (0007: personal values, which older events hold inline). A
+    /// add a table only later events use (0007: personal values, which older events hold inline;
+    /// 0008: signing headers, which no older event refers to). A
     /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
     static let optionalForReading: Set<String> = [
         "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination", "0005_transaction_terms",
-        "0006_snapshot_binding", "0007_personal_values",
+        "0006_snapshot_binding", "0007_personal_values", "0008_signing_headers",
     ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except

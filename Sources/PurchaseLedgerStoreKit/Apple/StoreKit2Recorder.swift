@@ -65,7 +65,9 @@
         private func take(_ result: VerificationResult<Transaction>, from source: StoreKit2Source) {
             switch result {
             case .verified(let t):
-                record([StoreKit2TransactionValue(t)], from: source)
+                var value = StoreKit2TransactionValue(t)
+                value.signedTransaction = result.jwsRepresentation
+                record([value], from: source)
             case .unverified(let t, let error):
                 unverified(storeKit2: t.id, product: t.productID, purchaseDate: t.purchaseDate, error: StoreError(error))
             }

@@ -9,9 +9,24 @@ public enum Outcome: Sendable, Hashable {
     case anomaly(Rule)
     /// An identical repeat of a command: accepted, and nothing is stored.
     case ignored
+    /// An observation applied as the store reported it, and flagged with the rule: it contradicts
+    /// Apple's signed statement it carries (``Rule/signedFieldsDiffer``). Counted as an anomaly.
+    case flagged(Rule)
 
     var isStored: Bool { self != .ignored }
-    var anomaly: Rule? { if case .anomaly(let rule) = self { rule } else { nil } }
+    var anomaly: Rule? {
+        switch self {
+        case .anomaly(let rule), .flagged(let rule): rule
+        case .applied, .unchanged, .ignored: nil
+        }
+    }
+    /// Whether the event changed the state (``applied`` or ``flagged(_:)``).
+    var changedState: Bool {
+        switch self {
+        case .applied, .flagged: true
+        case .unchanged, .anomaly, .ignored: false
+        }
+    }
 }
 
 /// The rules of the ledger, as one pure function over the state.
@@ -89,7 +104,9 @@ public enum Reducer {
     /// stored as an anomaly flagged with the rule.
     public static func reduce(_ state: inout LedgerState, _ event: Event) throws(LedgerError) -> Outcome {
         do {
-            return try decide(&state, event)
+            let outcome = try decide(&state, event)
+            if case .flagged = outcome { state.anomalies += 1 }
+            return outcome
         } catch  where error.code == .ruleViolation && !event.type.isCommand {
             state.anomalies += 1
             return .anomaly(error.rule!)
@@ -135,7 +152,7 @@ public enum Reducer {
         case .transactionFailed(let t, let error): return try fail(&s, t, error, e)
         case .transactionRestored(let t, let original, let product, let user, let storeID, let specs, let terms):
             return try restore(&s, t, original, product, user, storeID, specs, terms, e)
-        case .transactionRevoked(let t, let reason): return try revoke(&s, t, reason, e)
+        case .transactionRevoked(let t, let reason, let jws): return try revoke(&s, t, reason, jws, e)
         case .transactionFinished(let t, let discard): return try finish(&s, t, discard: discard, e)
         case .downloadStarted(let d): return try startDownload(&s, d, e)
         case .downloadPaused(let d), .downloadResumed(let d):

@@ -41,11 +41,14 @@ extension Reducer {
         if let why = terms.unverified {
             throw .violation(.unverifiedTransaction, "transaction \(t)'s store signature did not verify (\(why)): kept, never applied", e)
         }
+        let disagreement = signedDisagreement(
+            terms.signedTransaction, product: product ?? s.transactions[t]?.product, quantity: s.transactions[t]?.quantity, storeID: storeID,
+            original: nil, terms: terms)
         guard let record = s.transactions[t] else {
             guard let product else {
                 throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
             }
-            return try arrive(&s, t, product, user, storeID, specs, terms, as: .purchased, original: nil, e)
+            return flag(try arrive(&s, t, product, user, storeID, specs, terms, as: .purchased, original: nil, e), disagreement)
         }
         if let product, product != record.product {
             throw .violation(.duplicateTransaction, "transaction \(t) is for product \(record.product), not \(product)", e)
@@ -68,7 +71,7 @@ extension Reducer {
             }
             deliver(&s, t, specs ?? [])
             if !revoked { s.owners[owned, default: 0] += 1 }
-            return .applied
+            return flag(.applied, disagreement)
         case .redelivery:
             guard storeID == record.storeTransactionId, delivered(s, record) == (specs ?? []), !record.paid.contradicts(terms) else {
                 throw .violation(
@@ -115,12 +118,42 @@ extension Reducer {
             }
             return .unchanged
         }
-        return try arrive(&s, t, product, user, storeID, specs, terms, as: .restored, original: original, e)
+        let disagreement = signedDisagreement(
+            terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: s.transactions[original]?.storeTransactionId,
+            terms: terms)
+        return flag(try arrive(&s, t, product, user, storeID, specs, terms, as: .restored, original: original, e), disagreement)
+    }
+
+    /// What a signed transaction an observation carries states otherwise than the observation
+    /// (``SignedTransaction/Claims/differences(product:quantity:storeTransactionID:originalTransaction:terms:revoking:)``),
+    /// as one sentence; nil when they agree, when it carries none, or when its body was erased
+    /// (what it stated is gone with its user). `original`: the store id of the transaction a
+    /// restore names, which Apple's `originalTransactionId` must be.
+    static func signedDisagreement(
+        _ jws: String?, product: String?, quantity: Int?, storeID: String?, original: String?, terms: PurchaseTerms, revoking: Bool = false
+    ) -> String? {
+        guard let jws, let parts = try? SignedTransaction.parts(ofJWS: jws),
+            let claims = try? SignedTransaction.claims(payloadSegment: parts.payload)
+        else { return nil }
+        let found = claims.differences(
+            product: product, quantity: quantity, storeTransactionID: storeID, originalTransaction: original, terms: terms, revoking: revoking)
+        guard !found.isEmpty else { return nil }
+        return found.map(\.description).joined(separator: "; ")
+    }
+
+    /// `outcome`, flagged `signedFieldsDiffer` when the observation disagrees with its own signed
+    /// transaction: applied as reported, never silently trusted.
+    static func flag(_ outcome: Outcome, _ disagreement: String?) -> Outcome {
+        guard disagreement != nil, outcome == .applied else { return outcome }
+        return .flagged(.signedFieldsDiffer)
     }
 
     /// `transactionRevoked`.
-    static func revoke(_ s: inout LedgerState, _ t: String, _ reason: String, _ e: Event) throws(LedgerError) -> Outcome {
+    static func revoke(_ s: inout LedgerState, _ t: String, _ reason: String, _ jws: String?, _ e: Event) throws(LedgerError) -> Outcome {
         let record = try transaction(s, t, e)
+        let disagreement = signedDisagreement(
+            jws, product: record.product, quantity: record.quantity, storeID: record.storeTransactionId, original: nil, terms: .none,
+            revoking: true)
         if try verdict(TransactionMachine.revocation, record, e) == .redelivery {
             guard record.revocationReason == reason else {
                 throw .violation(.illegalTransactionTransition, "transaction \(t) was already revoked for another reason", e)
@@ -135,7 +168,7 @@ extension Reducer {
             record.revokedAt = e.at
         }
         s.owners[product, default: 0] -= 1
-        return .applied
+        return flag(.applied, disagreement)
     }
 
     /// `transactionFinished`.

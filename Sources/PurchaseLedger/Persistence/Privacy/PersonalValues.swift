@@ -36,11 +36,14 @@ package final class PersonalValues: Sendable {
     let assigned: Int64
     /// How many erasures the ledger had recorded when this was read.
     let generation: Int64
+    /// The signed transactions' headers (``SignedParts``), which payloads name by digest.
+    private let headers: SigningHeaders
 
     private init(
         bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true,
-        erasingAll: Bool = false
+        erasingAll: Bool = false, headers: SigningHeaders = .none
     ) {
+        self.headers = headers
         self.erasingAll = erasingAll
         self.bytes = bytes
         self.starts = starts
@@ -67,7 +70,24 @@ package final class PersonalValues: Sendable {
             return nil
         }
         let start = Int(starts[Int(ref)])
+        // A signed transaction's body is packed (``SignedParts``): 0xFF starts no UTF-8 text.
+        if length > 0, bytes[start] == SignedParts.packedMarker {
+            let unpacked: Result<String, BinaryReader.Failure> = bytes.withUnsafeBytes { all in
+                Result { () throws(BinaryReader.Failure) in try SignedParts.text(ofStored: UnsafeRawBufferPointer(rebasing: all[start..<(start + length)])) }
+            }
+            return try unpacked.get()
+        }
         return bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[start..<(start + length)]), as: UTF8.self) }
+    }
+
+    /// The header of a signed transaction whose payload names `digest`: nil when this holds no
+    /// headers (``allErased``: a fleet store's replay); an error when the ledger lost it.
+    func header(_ digest: [UInt8]) throws(BinaryReader.Failure) -> String? {
+        guard resolving else { return "" }
+        if let header = headers.byDigest[digest] { return header }
+        if erasingAll { return nil }
+        throw BinaryReader.Failure(
+            message: "refers to signing header \(Hex.encode(Array(digest.prefix(8)))), which signing_headers does not hold as written: a row deleted or edited")
     }
 
     /// `lengths` of a ref whose row was erased (or never held), and of one a partial read left out.
@@ -112,7 +132,8 @@ package final class PersonalValues: Sendable {
             db.cachedStatement(sql: "SELECT ref, value FROM personal_values WHERE ref > ? AND ref <= ? ORDER BY ref"), [from, assigned],
             through: assigned, missing: absent, db)
         let loaded = PersonalValues(
-            bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation)
+            bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
+            headers: try SigningHeaders.read(db))
         cache.withLock { cache in
             if cache.count >= 8, cache[file] == nil { cache.removeAll() }
             cache[file] = loaded
@@ -138,7 +159,9 @@ package final class PersonalValues: Sendable {
                     SELECT ref, value FROM personal_values INDEXED BY personal_values_users WHERE owner = ref AND ref <= ?1
                     UNION ALL SELECT ref, value FROM personal_values WHERE ref > ?1 AND ref <= ?2 ORDER BY ref
                     """), [refs, min(limit ?? assigned, assigned)], through: assigned, missing: notRead, db)
-        return PersonalValues(bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation)
+        return PersonalValues(
+            bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
+            headers: try SigningHeaders.read(db))
     }
 
     /// The arrays a read fills, rows in ref order.
@@ -258,6 +281,11 @@ struct PersonalEncoder {
     private var eventValues: [(String, Int64)] = []
     /// The owner of the event being encoded: its user id's ref, 0 for none.
     private var owner: Int64 = 0
+    /// Signing headers this encoder wrote or found (by digest), those to write, and the digest
+    /// of the current event's (``SignedParts``).
+    private var knownHeaders: Set<[UInt8]> = []
+    private var pendingHeaders: [([UInt8], Substring)] = []
+    private(set) var signingHeader: [UInt8]?
 
     /// Makes the encoder agree with the table in `db` (inside the append's transaction).
     mutating func sync(_ db: Database) throws {
@@ -285,6 +313,12 @@ struct PersonalEncoder {
             } else if !eventValues.contains(where: { $0.0 == value }) {
                 eventValues.append((value, try newValue(value, db)))
             }
+        }
+        signingHeader = nil
+        if let jws = body.signedTransaction, let header = SignedTransaction.split(jws: jws).header {
+            let digest = SignedParts.digest(ofHeader: header)
+            if knownHeaders.insert(digest).inserted { pendingHeaders.append((digest, header)) }
+            signingHeader = digest
         }
         // Rows go to the table as they accumulate (in the append's transaction): a long import
         // does not hold them all.
@@ -362,12 +396,21 @@ struct PersonalEncoder {
 
     /// Inserts the rows assigned so far.
     mutating func write(_ db: Database) throws {
+        for (digest, header) in pendingHeaders {
+            // Another append (or an erased user's purchase) may have stored it already.
+            try db.execute(
+                sql: "INSERT INTO signing_headers (digest, header) VALUES (?, ?) ON CONFLICT (digest) DO NOTHING",
+                arguments: [Data(digest), String(header)])
+        }
+        pendingHeaders.removeAll()
         guard !pending.isEmpty else { return }
         // Bound through SQLite's C API: no boxing, no copy of the value into a `Data`.
         let insert = try db.cachedStatement(sql: "INSERT INTO personal_values (ref, owner, salt, value) VALUES (?, ?, ?, ?)")
         let statement = insert.sqliteStatement
         for (ref, owner, salt, value) in pending {
             var value = value
+            // A signed transaction's body (nothing else is two parts of base64url) is packed.
+            let packed = value.utf8.count > 64 ? SignedParts.pack(value) : nil
             let code = value.withUTF8 { utf8 in
                 sqlite3_reset(statement)
                 sqlite3_bind_int64(statement, 1, ref)
@@ -377,7 +420,9 @@ struct PersonalEncoder {
                 } else {
                     sqlite3_bind_null(statement, 3)
                 }
-                if let base = utf8.baseAddress, !utf8.isEmpty {
+                if let packed {
+                    packed.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 4, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+                } else if let base = utf8.baseAddress, !utf8.isEmpty {
                     sqlite3_bind_blob(statement, 4, base, Int32(utf8.count), SQLITE_TRANSIENT)
                 } else {
                     // An empty value: a zero-length blob, not NULL.

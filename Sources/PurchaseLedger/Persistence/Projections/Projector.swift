@@ -78,7 +78,7 @@ package enum Projector {
     }
 
     static func ownedChange(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> OwnedChange? {
-        guard outcome == .applied else { return nil }
+        guard outcome.changedState else { return nil }
         switch e.event.body {
         case .contentCopiedOut(let d, _, _, _):
             guard let download = state.downloads[d], let t = download.transaction, let content = download.content,

@@ -1,0 +1,175 @@
+import Foundation
+import GRDB
+import PurchaseLedgerTesting
+import Testing
+@testable import PurchaseLedger
+
+/// Apple's signed transactions recorded with the events (#50): kept exactly, the certificates
+/// once per chain, the personal part packed and erasable, the fields checked against the event.
+@Suite struct SignedTransactionLedgerTests {
+    static let signedAt: Int64 = 1_780_000_000_000  // 2026-05-28T20:26:40Z
+
+    struct Fixture {
+        let chain: SigningChain
+        let purchase: String
+        let restore: String
+        let revocation: String
+        let liar: String
+        let lines: String
+
+        init() throws {
+            let chain = try SigningChain()
+            self.chain = chain
+            let at = SignedTransactionLedgerTests.signedAt
+            purchase = try chain.sign(
+                SigningChain.payload(transaction: "2000000001", product: "pack.levels", price: 4990, currency: "USD", signedDate: at))
+            restore = try chain.sign(
+                SigningChain.payload(
+                    transaction: "2000000002", original: "2000000001", product: "pack.levels", price: 4990, currency: "USD", signedDate: at + 60_000))
+            revocation = try chain.sign(
+                SigningChain.payload(
+                    transaction: "2000000001", product: "pack.levels", price: 4990, currency: "USD", signedDate: at + 120_000,
+                    revocationDate: at + 110_000))
+            // Apple signed 9.99; the device books 0.99.
+            liar = try chain.sign(SigningChain.payload(transaction: "2000000003", product: "gems", price: 9990, currency: "USD", signedDate: at))
+            lines = """
+                {"type":"productRegistered","at":"2026-05-28T20:00:00Z","product":"pack.levels","kind":"nonConsumable","price":"4.99","currency":"USD","downloadable":false}
+                {"type":"productRegistered","at":"2026-05-28T20:00:00Z","product":"gems","kind":"consumable","price":"9.99","currency":"USD","downloadable":false}
+                {"type":"paymentQueued","at":"2026-05-28T20:26:00Z","transaction":"t1","product":"pack.levels","user":"u1"}
+                {"type":"transactionPurchased","at":"2026-05-28T20:26:41Z","transaction":"t1","storeTransactionId":"2000000001","price":"4.99","currency":"USD","storefront":"USA","signedTransaction":"\(purchase)"}
+                {"type":"transactionFinished","at":"2026-05-28T20:26:42Z","transaction":"t1"}
+                {"type":"transactionRestored","at":"2026-05-28T20:27:41Z","transaction":"t2","originalTransaction":"t1","product":"pack.levels","user":"u1","storeTransactionId":"2000000002","signedTransaction":"\(restore)"}
+                {"type":"transactionRevoked","at":"2026-05-28T20:28:41Z","transaction":"t1","reason":"refund","signedTransaction":"\(revocation)"}
+                {"type":"paymentQueued","at":"2026-05-28T20:26:00Z","transaction":"t3","product":"gems","user":"u2"}
+                {"type":"transactionPurchased","at":"2026-05-28T20:26:41Z","transaction":"t3","storeTransactionId":"2000000003","price":"0.99","currency":"USD","signedTransaction":"\(liar)"}
+
+                """
+        }
+
+        func ledger(_ dir: TemporaryDirectory, _ name: String = "signed.ledger") throws -> (Ledger, ImportSummary) {
+            let input = dir.path(name + ".jsonl")
+            try lines.write(toFile: input, atomically: true, encoding: .utf8)
+            let ledger = try Ledger(path: dir.path(name), configuration: testConfiguration(blockSize: 4, snapshotInterval: 4))
+            return (ledger, try ledger.importJSONLines(from: try JSONLinesReader(path: input)))
+        }
+    }
+
+    @Test func signedTransactionsAreKeptExactlyWithTheirCertificatesOncePerChain() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, summary) = try f.ledger(dir)
+        #expect(summary.stored == 9 && summary.anomalies == 1, "\(summary)")
+        // The library's events, `export` and a replay give back the exact strings.
+        var signed: [String: String] = [:]
+        var flagged: [Int64] = []
+        try ledger.forEachEvent { e in
+            if let jws = e.event.body.signedTransaction { signed["\(e.event.type.name) \(e.event.body.transactionID!)"] = jws }
+            if e.anomaly == .signedFieldsDiffer { flagged.append(e.seq) }
+            return true
+        }
+        #expect(
+            signed == [
+                "transactionPurchased t1": f.purchase, "transactionRestored t2": f.restore, "transactionRevoked t1": f.revocation,
+                "transactionPurchased t3": f.liar,
+            ])
+        #expect(flagged == [9])
+        let exported = try cli(["export", dir.path("signed.ledger")]).stdout
+        for jws in [f.purchase, f.restore, f.revocation, f.liar] { #expect(exported.contains("\"signedTransaction\":\"\(jws)\"")) }
+        // Applied as reported (the device's 0.99), and flagged: never silently trusted.
+        let liar = try #require(try ledger.transaction("t3"))
+        #expect(liar.state == .purchased && liar.paid.price == "0.99")
+        // One header row for one chain; the four bodies packed (0xFF, then the format byte).
+        let (headers, packed) = try DatabaseQueue(path: dir.path("signed.ledger")).read { db in
+            (
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM signing_headers"),
+                try Int.fetchOne(db, sql: "SELECT count(*) FROM personal_values WHERE hex(substr(value, 1, 2)) = 'FF01'")
+            )
+        }
+        #expect(headers == 1 && packed == 4)
+        #expect(try ledger.verify(all: true).isValid)
+        // A second import of the same chain into another ledger stores its header once as well,
+        // and an export imports again to the same events.
+        let again = dir.path("again.jsonl")
+        try exported.write(toFile: again, atomically: true, encoding: .utf8)
+        let copy = try Ledger(path: dir.path("copy.ledger"))
+        #expect(try copy.importJSONLines(from: try JSONLinesReader(path: again)).stored == 9)
+        #expect(try cli(["export", dir.path("copy.ledger")]).stdout == exported)
+    }
+
+    @Test func aMalformedSignedTransactionIsRefusedNamingTheLineAndNothingIsWritten() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let seq = try ledger.lastSeq()
+        let cases: [(String, String)] = [
+            ("abc.def", "three base64url parts"),
+            ("e30.e30.AAAA", "header has no alg"),
+            (f.purchase.replacingOccurrences(of: ".", with: ".=", options: [], range: nil), "base64url"),
+            (f.purchase + "x", "signature is not base64url"),
+        ]
+        for (jws, reason) in cases {
+            let input = dir.path("bad.jsonl")
+            try """
+            {"type":"paymentQueued","at":"2026-05-28T20:30:00Z","transaction":"t9","product":"gems","user":"u1"}
+            {"type":"transactionPurchased","at":"2026-05-28T20:30:01Z","transaction":"t9","signedTransaction":"\(jws)"}
+
+            """.write(toFile: input, atomically: true, encoding: .utf8)
+            do {
+                _ = try ledger.importJSONLines(from: try JSONLinesReader(path: input))
+                Issue.record("accepted \(jws.prefix(20))")
+            } catch let error as LedgerError {
+                #expect(error.code == .malformedInput, "\(error)")
+                let text = "\(error)"
+                #expect(text.contains("line 2") && text.contains("signedTransaction") && text.contains(reason), "\(text)")
+            }
+            #expect(try ledger.lastSeq() == seq, "nothing written")
+        }
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count <= haystack.count else { return false }
+        return (0...(haystack.count - needle.count)).contains { haystack[$0..<($0 + needle.count)].elementsEqual(needle) }
+    }
+
+    @Test func forgetErasesTheSignedBodyAndVerifyNamesAnEditedHeader() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let path = dir.path("signed.ledger")
+        _ = try ledger.forget(user: "u2")
+        // The liar's body is gone from the file and its WAL; the flag it earned stands.
+        try DatabaseQueue(path: path).writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+        // Its signature is stored as raw bytes: none of them may be left.
+        let bytes = try ErasureTests.bytes(path)
+        let signature = try #require(Base64URL.decode(try SignedTransaction.parts(ofJWS: f.liar).signature))
+        #expect(signature.count == 64 && !Self.contains(bytes, signature))
+        let body = String(SignedTransaction.split(jws: f.liar).body)
+        let exported = try cli(["export", path]).stdout
+        #expect(!exported.contains(body) && exported.contains("\"signedTransaction\":\"[erased "))
+        // u1's bodies are still held (and their signatures with them).
+        let kept = try #require(Base64URL.decode(try SignedTransaction.parts(ofJWS: f.purchase).signature))
+        #expect(Self.contains(bytes, kept))
+        var flagged = 0
+        try ledger.forEachEvent { e in
+            if e.anomaly == .signedFieldsDiffer { flagged += 1 }
+            return true
+        }
+        #expect(flagged == 1)
+        let report = try ledger.verify(all: true)
+        #expect(report.isValid, "\(report.problems)")
+        // The shared header stays (u1's transactions use it); an edit of it is named.
+        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE signing_headers SET header = header || 'x'") }
+        let edited = try Ledger(path: path).verify(all: true)
+        #expect(edited.problems.contains { $0.message.contains("no longer hashes to its digest") }, "\(edited.problems)")
+    }
+
+    /// docs/format.md prints the packing dictionary so that a reader written from the docs can
+    /// unpack a body: it must be the code's, byte for byte.
+    @Test func theDocsPrintThePackingDictionary() throws {
+        let text = try String(contentsOf: packageRoot.appending(path: "docs/format.md"), encoding: .utf8)
+        let start = try #require(text.range(of: "<!-- signed dictionary -->\n```\n")), end = try #require(text.range(of: "```\n<!-- end signed dictionary -->"))
+        let printed = text[start.upperBound..<end.lowerBound].split(separator: "\n").joined()
+        #expect(Array(printed.utf8) == SignedParts.dictionary)
+        #expect(text.contains("these \(SignedParts.dictionary.count) bytes"))
+    }
+}

@@ -4,17 +4,20 @@
     python3 Tools/doc-reader.py LEDGER                 # events as JSON Lines, like `purchase-ledger export`
     python3 Tools/doc-reader.py LEDGER --check-chain [--key-file KEY]
                                                        # also recompute the hash chain and compare every
-                                                       # stored link, and check every personal value
-                                                       # against its commitment
+                                                       # stored link, check every personal value
+                                                       # (a packed one unpacked) against its commitment
+                                                       # and every signing_headers row against its key
 
 It reads the SQLite file directly (read-only) and uses nothing but the Python standard library:
 the LZ4 block decompressor below is its own. Every rule it applies comes from docs/format.md
-(frames, payloads, blocks, codecs, personal refs, the chain), docs/json.md (what export prints and
-how) and docs/storage.md (personal values and erasure); the section comments say which. It exists
+(frames, payloads, blocks, codecs, personal refs, signed transactions and their packed bodies, the
+chain), docs/json.md (what export prints and how) and docs/storage.md (personal values and erasure);
+the section comments say which. It exists
 to prove those pages are enough to read a ledger: where they were not, the comment says what the
 bytes hold (the report on the docs lists each such place).
 """
 
+import base64
 import datetime
 import hashlib
 import hmac
@@ -223,24 +226,76 @@ def repeated_messages(fields, number):
 # Personal values (docs/format.md, "Personal fields are refs"; docs/storage.md, "Erasure")
 # ---------------------------------------------------------------------------------------------
 
+# docs/format.md, "Signed transactions": the dictionary a packed body's LZ4 block is compressed
+# against, "821 bytes of UTF-8, one line, written here on several for reading (join them with
+# nothing between)", copied from between the `<!-- signed dictionary -->` markers.
+SIGNED_DICTIONARY = "".join([
+    '{"appAccountToken":"","offerIdentifier":"","offerDiscountType":"FREE_TRIAL","PAY_AS_YOU_GO","PAY_UP_FRONT",',
+    '"isUpgraded":true,"revocationDate":,"revocationReason":,"expiresDate":,"subscriptionGroupIdentifier":"",',
+    '"webOrderLineItemId":"","type":"Auto-Renewable Subscription","Non-Renewing Subscription","Consumable",',
+    '"offerType":,"environment":"Sandbox","Xcode","LocalTesting","FAMILY_SHARED","transactionReason":"RENEWAL",',
+    '"deviceVerification":"","deviceVerificationNonce":"","appTransactionId":"","storefrontId":"143441",',
+    '{"transactionId":"","originalTransactionId":"","bundleId":"","productId":"","purchaseDate":,',
+    '"originalPurchaseDate":,"quantity":1,"type":"Non-Consumable","inAppOwnershipType":"PURCHASED","signedDate":,',
+    '"environment":"Production","transactionReason":"PURCHASE","storefront":"USA","price":,"currency":"USD"}',
+]).encode("utf-8")
+assert len(SIGNED_DICTIONARY) == 821
+
+
+def base64url(data):
+    """base64url without padding (RFC 4648 section 5)."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def unpack_value(stored):
+    """A `personal_values.value` as the text its commitment covers (docs/format.md, "Signed
+    transactions"). A first byte 0xFF (which starts no UTF-8 text) marks a packed body: the format
+    byte 0x01, varint length of the payload's JSON, varint length of its LZ4 block, the block
+    (compressed against SIGNED_DICTIONARY), then the signature's raw bytes to the end. Unpacked:
+    `base64url(payload) + "." + base64url(signature)`. Anything else is the UTF-8 text itself."""
+    if not stored or stored[0] != 0xFF:
+        return stored
+    if len(stored) < 2 or stored[1] != 0x01:
+        raise FormatError("a packed personal value of unknown format %r" % stored[1:2])
+    payload_size, pos = read_varint(stored, 2)
+    block_size, pos = read_varint(stored, pos)
+    if pos + block_size > len(stored):
+        raise FormatError("a packed personal value's LZ4 block runs past its end")
+    payload = lz4_block_decompress(stored[pos:pos + block_size], payload_size, SIGNED_DICTIONARY)
+    signature = stored[pos + block_size:]
+    return base64url(payload) + b"." + base64url(signature)
+
+
 class PersonalValues:
     """Resolves refs to the `personal_values` rows, or to `[erased ...]` markers once erased."""
 
-    def __init__(self, rows):
-        self.rows = rows            # ref -> (owner, salt, value) of the rows still present
-        self.values = {ref: bytes(row[2]) for ref, row in rows.items()}
+    def __init__(self, rows, headers=None):
+        self.rows = rows            # ref -> (owner, salt, value as stored) of the rows still present
+        self.headers = headers      # SigningHeaders (migration 0008), or None before it
+        self.values = {}            # ref -> text bytes (a packed body unpacked), filled as read
         self.commitments = {}       # ref -> 16-byte commitment, from the field 15 that introduced it
+
+    def value(self, ref):
+        """The text bytes of a present row (unpacked if packed), or None if the row is gone."""
+        cached = self.values.get(ref)
+        if cached is None:
+            row = self.rows.get(ref)
+            if row is None:
+                return None
+            cached = self.values[ref] = unpack_value(bytes(row[2]))
+        return cached
 
     def check_commitments(self):
         """Every row present matches its commitment: the first 16 bytes of
         SHA-256("purchase-ledger personal value v1" || 0x00 || salt || value), with the salt of
-        the row of the value's owner (a user id owns itself; a value of no user, owner 0, has its own)."""
-        for ref, (owner, salt, value) in self.rows.items():
+        the row of the value's owner (a user id owns itself; a value of no user, owner 0, has its own).
+        A packed body's commitment is over its unpacked text (docs/format.md, "Signed transactions")."""
+        for ref, (owner, salt, _) in self.rows.items():
             if owner != 0:
                 salt = self.rows.get(owner, (None, None, None))[1]
             if salt is None:
                 raise FormatError("personal value %d: no salt" % ref)
-            digest = hashlib.sha256(b"purchase-ledger personal value v1\x00" + bytes(salt) + bytes(value)).digest()
+            digest = hashlib.sha256(b"purchase-ledger personal value v1\x00" + bytes(salt) + self.value(ref)).digest()
             if self.commitments.get(ref) != digest[:16]:
                 raise FormatError("personal value %d does not match its commitment" % ref)
 
@@ -257,25 +312,50 @@ class PersonalValues:
                 self.commitments.setdefault(ref, blob[pos:pos + 16])
                 pos += 16
 
-    def read(self, fields, number, is_user):
-        """A personal field: wire 0 is a ref (since 0007), wire 2 the value itself (before)."""
+    def resolve(self, fields, number, is_user):
+        """A personal field as (text, erased): wire 0 is a ref (since 0007), wire 2 the value
+        itself (before). An erased ref reads as its marker, with erased = True."""
         entries = fields.get(number)
         if not entries:
-            return None
+            return None, False
         wire, value = entries[-1]
         if wire == WIRE_BYTES:
-            return value.decode("utf-8")
+            return value.decode("utf-8"), False
         if wire != WIRE_VARINT:
             raise FormatError("personal field %d has wire %d" % (number, wire))
-        stored = self.values.get(value)
+        stored = self.value(value)
         if stored is not None:
-            return bytes(stored).decode("utf-8")
+            return stored.decode("utf-8"), False
         if is_user:
-            return "[erased %d]" % value
+            return "[erased %d]" % value, True
         commitment = self.commitments.get(value)
         if commitment is None:
             raise FormatError("ref %d has no row and no commitment before it" % value)
-        return "[erased %s]" % commitment[:6].hex()
+        return "[erased %s]" % commitment[:6].hex(), True
+
+    def read(self, fields, number, is_user):
+        return self.resolve(fields, number, is_user)[0]
+
+
+class SigningHeaders:
+    """`signing_headers (digest, header)`: a JWS header's text by the SHA-256 of that text
+    (docs/format.md, "Signed transactions")."""
+
+    def __init__(self, rows):
+        self.rows = {bytes(digest): header for digest, header in rows}
+
+    def check(self):
+        """`verify` names a row that no longer hashes to its key; --check-chain does the same."""
+        for digest, header in self.rows.items():
+            data = header if isinstance(header, bytes) else header.encode("utf-8")
+            if hashlib.sha256(data).digest() != digest:
+                raise FormatError("signing_headers row %s does not hash to its key" % digest.hex())
+
+    def header(self, digest):
+        header = self.rows.get(bytes(digest))
+        if header is None:
+            raise FormatError("no signing_headers row for digest %s" % bytes(digest).hex())
+        return header if isinstance(header, str) else header.decode("utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +376,7 @@ RULES = {
     10: "copyOutBeforeFinished", 11: "contentKeyMismatch", 12: "restoreInProgress",
     13: "illegalTransactionTransition", 14: "noRestoreInProgress", 15: "duplicateDownload",
     16: "unverifiedTransaction", 17: "assetPackVersionDown", 18: "assetPackNotReady",
+    19: "signedFieldsDiffer",
 }
 
 
@@ -341,8 +422,38 @@ def downloads_field(obj, fields):
         obj["downloads"] = []
 
 
-def terms_field(obj, fields):
-    """Field 8, the money as paid (docs/json.md), flattened into the event object."""
+def signed_transaction(blob, personal):
+    """A Signed message (docs/format.md, "Signed transactions") as the JWS text export prints.
+
+    In a ledger: field 1 (wire 2) the SHA-256 of the header part's text, the key of its
+    `signing_headers` row; field 2 (wire 0) the ref of the body (payload "." signature) in
+    `personal_values`, its commitment in the event's top-level field 15. It reads back as
+    header + "." + body; an erased body as its marker alone, no header. Field 3 (wire 2), "in a
+    payload that holds its values as text (outside a ledger)", is the whole JWS.
+    GAP: "field 3 (wire 2)" does not say of which message; read here as the Signed message's own
+    field 3 (for transactionRevoked, field 3 of the event is wire 2 in both forms).
+    GAP: the page says an event whose header row is gone "does not decode", not whether that holds
+    when its body was erased too (and reads without the header); here it does not decode either.
+    """
+    s = parse_fields(blob)
+    whole = text(s, 3)
+    if whole is not None:
+        return whole
+    digest = last(s, 1, WIRE_BYTES)
+    if digest is None or len(digest) != 32:
+        raise FormatError("a Signed message without a 32-byte header digest")
+    if personal.headers is None:
+        raise FormatError("a Signed message in a ledger without signing_headers")
+    header = personal.headers.header(digest)
+    body, erased = personal.resolve(s, 2, False)
+    if body is None:
+        raise FormatError("a Signed message without a body")
+    return body if erased else header + "." + body
+
+
+def terms_field(obj, fields, personal):
+    """Field 8, the money as paid (docs/json.md), flattened into the event object; its field 9,
+    a Signed message, is `signedTransaction` (last: docs/json.md lists it after `unverified`)."""
     blob = last(fields, 8, WIRE_BYTES)
     if blob is None:
         return
@@ -365,6 +476,9 @@ def terms_field(obj, fields):
         put(offer, "id", offer_id)
         obj["offer"] = offer
     put(obj, "unverified", text(t, 8))
+    signed = last(t, 9, WIRE_BYTES)
+    if signed is not None:
+        obj["signedTransaction"] = signed_transaction(signed, personal)
 
 
 def exact_or_double(fields, scaled_number, scale, double_number):
@@ -413,13 +527,16 @@ def decode_payload(code, f, p):
         put(o, "user", p.read(f, 4, True))
         put(o, "storeTransactionId", p.read(f, 5, False))
         downloads_field(o, f)
-        terms_field(o, f)
+        terms_field(o, f, p)
     elif code == 6:  # transactionFailed
         o["transaction"] = text(f, 1)
         put(o, "error", error_field(f, 2, p))
     elif code == 8:  # transactionRevoked
         o["transaction"] = text(f, 1)
         put(o, "reason", p.read(f, 2, False))
+        signed = last(f, 3, WIRE_BYTES)
+        if signed is not None:
+            o["signedTransaction"] = signed_transaction(signed, p)
     elif code == 9:  # transactionFinished
         o["transaction"] = text(f, 1)
         if uint_field(f, 2) == 1:
@@ -766,8 +883,14 @@ def export(path, out, check_chain=False, key=None):
         info = dict(db.execute("SELECT key, value FROM ledger_info"))
         rows = {}
         if table_exists(db, "personal_values"):
-            rows = {row[0]: row[1:] for row in db.execute("SELECT ref, owner, salt, value FROM personal_values")}
-        personal = PersonalValues(rows)
+            # CAST: a value is bytes (docs/storage.md), and a row edited into TEXT must still be
+            # read as its bytes (then fail its commitment), not stop Python's UTF-8 decoding.
+            rows = {row[0]: row[1:] for row in db.execute(
+                "SELECT ref, owner, salt, CAST(value AS BLOB) FROM personal_values")}
+        headers = None
+        if table_exists(db, "signing_headers"):
+            headers = SigningHeaders(db.execute("SELECT digest, header FROM signing_headers"))
+        personal = PersonalValues(rows, headers)
         chain = Chain(info, key) if check_chain else None
         write = out.write
         for event, stored_link in read_log(db):
@@ -792,6 +915,8 @@ def export(path, out, check_chain=False, key=None):
             write("\n")
         if check_chain:
             personal.check_commitments()
+            if headers is not None:
+                headers.check()
     finally:
         db.close()
 

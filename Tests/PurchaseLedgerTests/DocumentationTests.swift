@@ -136,7 +136,13 @@ import Testing
             #expect(erased.status == 0, "\(forget): \(erased.stderr)")
         }
         #expect(try cli(["import", dir.path("keyed.ledger"), edges, "--key-file", dir.path("chain.key")]).status == 0)
-        for (name, key) in [("demo", false), ("edges", false), ("erased", false), ("keyed", true)] {
+        // Signed transactions (a chain made here): purchases, a restore with no other terms, a
+        // revocation, a flagged one; then the same with one user's erased.
+        let signed = try SignedTransactionLedgerTests.Fixture()
+        try signed.lines.write(toFile: dir.path("signed.jsonl"), atomically: true, encoding: .utf8)
+        for name in ["signed", "signed-erased"] { #expect(try cli(["import", dir.path("\(name).ledger"), dir.path("signed.jsonl")]).status == 0) }
+        #expect(try cli(["forget", dir.path("signed-erased.ledger"), "--user", "u2"]).status == 0)
+        for (name, key) in [("demo", false), ("edges", false), ("erased", false), ("keyed", true), ("signed", false), ("signed-erased", false)] {
             let path = dir.path("\(name).ledger")
             let keyArguments = key ? ["--key-file", dir.path("chain.key")] : []
             let exported = try cli(["export", path] + keyArguments)

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import GRDB
 import PurchaseLedgerTesting
@@ -171,5 +172,81 @@ import Testing
         let printed = text[start.upperBound..<end.lowerBound].split(separator: "\n").joined()
         #expect(Array(printed.utf8) == SignedParts.dictionary)
         #expect(text.contains("these \(SignedParts.dictionary.count) bytes"))
+        #expect(text.contains("SHA-256 `\(Hex.encode(Array(SHA256.hash(data: SignedParts.dictionary))))`"))
+    }
+
+    /// Each transaction's evidence: stored with the ledger as far as no root is needed, and
+    /// judged with the roots when read; every level, from real files.
+    @Test func eachTransactionsEvidenceIsStoredAndJudgedWithTheRoots() async throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let at = Self.signedAt
+        func purchase(_ t: String, _ store: String, environment: StoreEnvironment? = nil, jws: String) -> Event {
+            Event(
+                at: Timestamp(millisecondsSinceEpoch: at + 1000),
+                .transactionPurchased(
+                    transaction: t, product: "gems", user: "u3", storeTransactionId: store,
+                    terms: PurchaseTerms(environment: environment, signedTransaction: jws)))
+        }
+        let xcode = try f.chain.sign(
+            SigningChain.payload(transaction: "4", product: "gems", price: 9990, currency: "USD", environment: "Xcode", signedDate: at))
+        var tampered = try SignedTransaction.parts(
+            ofJWS: try f.chain.sign(
+                SigningChain.payload(transaction: "2000000005", product: "gems", price: 9990, currency: "USD", signedDate: at)))
+        let otherPayload = Base64URL.encode(
+            Array(
+                try JSONSerialization.data(
+                    withJSONObject: SigningChain.payload(transaction: "2000000005", product: "gems", price: 990, currency: "USD", signedDate: at), options: [.sortedKeys])))
+        tampered.payload = otherPayload[...]
+        let forged = "\(tampered.header).\(tampered.payload).\(tampered.signature)"
+        let future = try f.chain.sign(
+            SigningChain.payload(transaction: "2000000006", product: "gems", price: 9990, currency: "USD", signedDate: at + 3_600_000))
+        try ledger.append(contentsOf: [
+            purchase("t4", "4", environment: .xcode, jws: xcode), purchase("t5", "2000000005", jws: forged), purchase("t6", "2000000006", jws: future),
+        ])
+        let judged = try await ledger.appleEvidence(verifier: AppleSignatureVerifier(roots: try f.chain.roots))
+        func level(_ t: String) -> String { judged[t].map { $0.evidence.description } ?? "unsigned" }
+        #expect(level("t1") == "apple" && judged["t1"]?.seq == 7, "the revocation's statement is t1's latest")
+        #expect(level("t2") == "apple")
+        #expect(level("t3") == "invalid: the event states otherwise than its signed transaction: price is 0.99 in the event, 9.99 in its signed transaction")
+        #expect(level("t4") == "xcode")
+        #expect(level("t5") == "invalid: the signature does not verify with the leaf certificate's key")
+        #expect(level("t6").hasPrefix("invalid: signedDate 2026-05-28T21:26:40.000Z is more than ten minutes after"), "\(level("t6"))")
+        // Apple's own root does not trust the test chain: its signed transactions are invalid.
+        let apple = try await ledger.appleEvidence()
+        #expect(apple["t2"]?.evidence.reason?.contains("does not validate") == true, "\(String(describing: apple["t2"]))")
+        #expect(apple["t4"]?.evidence == .xcode)
+        #expect(try ledger.verify(all: true).isValid)
+    }
+
+    /// `rebuild` makes the evidence rows again from the log; `verify` checks every signature
+    /// again and names a row edited to say `signed` over a forged signature, with its seq.
+    @Test func rebuildRemakesTheEvidenceAndVerifyCatchesAForgedRow() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let path = dir.path("signed.ledger")
+        func rows() throws -> [String] {
+            try DatabaseQueue(path: path).read { db in
+                try String.fetchAll(db, sql: "SELECT transaction_id || ' ' || seq || ' ' || level FROM transaction_evidence ORDER BY 1")
+            }
+        }
+        #expect(try rows() == ["t1 7 signed", "t2 6 signed", "t3 9 invalid"])
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DELETE FROM transaction_evidence WHERE transaction_id = 't2'")
+            try db.execute(sql: "INSERT INTO transaction_evidence VALUES ('t9', 3, 'signed', NULL, NULL)")
+        }
+        let broken = try Ledger(path: path).verify(all: true)
+        #expect(broken.problems.filter { $0.kind == .signatures }.count == 2, "\(broken.problems)")
+        try Ledger(path: path).rebuildProjections()
+        #expect(try rows() == ["t1 7 signed", "t2 6 signed", "t3 9 invalid"])
+        // The liar's row edited to say its statement agrees: verify names it, exit 1.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE transaction_evidence SET level = 'signed', reason = NULL WHERE transaction_id = 't3'")
+        }
+        let verify = try cli(["verify", path])
+        #expect(verify.status == 1 && verify.stdout.contains("seq 9") && verify.stdout.contains("transaction t3's evidence is stored as signed"), "\(verify.stdout)")
+        _ = ledger
     }
 }

@@ -35,7 +35,8 @@ extension Ledger {
                     let interval = Int64(max(1, configuration.snapshotInterval)), overlay = configuration.snapshotOverlay
                     let spool = Spool()
                     var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress) { state in
+                    var evidence = EvidenceRows.Collector()
+                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence) { state in
                         guard retake, state.seq % interval == 0 else { return }
                         let pending: Snapshots.Pending
                         // No record of the personal refs assigned by then: a state loaded from
@@ -44,6 +45,8 @@ extension Ledger {
                         taken.append(pending)
                     }
                     summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
+                    // The signatures checked again; a row whose signature forget erased stands.
+                    try EvidenceRows.reconcile(evidence, db)
                     summary.events = state.seq
                     try Snapshots.write(taken, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
                     summary.snapshotsTaken = taken.count
@@ -85,13 +88,18 @@ extension Ledger {
     }
 
     /// `each`: sees the state after each event, and may change it (a snapshot taken of it).
+    /// `evidence`: gathers the `transaction_evidence` rows the log's signed events give.
     static func replayForProjections(
-        _ db: Database, progress: ((Int64, Int64) -> Void)? = nil, each: ((inout LedgerState) throws -> Void)? = nil
+        _ db: Database, progress: ((Int64, Int64) -> Void)? = nil, evidence: UnsafeMutablePointer<EvidenceRows.Collector>? = nil,
+        each: ((inout LedgerState) throws -> Void)? = nil
     ) throws -> (LedgerState, Projector.HistoryCollector) {
         var replay = LogReplay(collectingHistory: true)
         let total = try EventStore.lastSeq(db)
-        try replay.run(db) { step, _, state in
+        try replay.run(db) { step, replayed, state in
             if let progress, step.event.seq % 50_000 == 0 { progress(step.event.seq, total) }
+            if let evidence, step.event.event.body.signedTransaction != nil, case .outcome(let outcome) = replayed {
+                evidence.pointee.add(EvidenceRows.found(step.event, outcome: outcome, state: state))
+            }
             try each?(&state)
             return true
         }

@@ -340,108 +340,154 @@ public final class AppleSignatureVerifier: Sendable {
         self.bundleID = bundleID
     }
 
-    struct ChainKey: Hashable {
+    struct ChainKey: Hashable, Sendable {
         var leaf: String
         var intermediate: String
     }
 
-    /// A chain's verdict under ``roots``, whatever the time: its leaf key and the span every
-    /// certificate of the validated chain is valid in, or why it does not validate.
-    enum ChainVerdict: Sendable {
-        /// The leaf's key as its X9.63 bytes (swift-crypto's key type is not Sendable here).
-        case trusted(key: [UInt8], notBefore: Date, notAfter: Date)
+    /// A chain's verdict under ``roots``: whether it reaches one, through Apple's intermediate,
+    /// or why not. Time is the transaction's business (``ChainFacts``).
+    enum ChainVerdict: Sendable, Hashable {
+        case trusted
         case untrusted(String)
+    }
+
+    /// What a chain says whatever the roots: the leaf's key (X9.63 bytes) and the span both
+    /// certificates are valid in; or why it cannot sign a transaction.
+    enum ChainFacts: Sendable {
+        case usable(key: [UInt8], notBefore: Date, notAfter: Date)
+        case unusable(String)
+    }
+
+    /// The part of the evidence that needs no trust root, as a ledger stores it: everything
+    /// checked but whether the chain reaches a trusted root.
+    package enum Check: Sendable, Hashable {
+        /// The form, the time, the markers and the ES256 signature hold: `apple` once the chain
+        /// (leaf and intermediate) reaches a trusted root.
+        case signed(leaf: String, intermediate: String)
+        /// An Xcode or local-testing transaction, or one that is `invalid` whatever the roots.
+        case final(AppleEvidence)
     }
 
     /// The evidence `signed` gives, recorded at `recordedAt` (a `signedDate` after it is refused).
     public func evidence(of signed: SignedTransaction, recordedAt: Date) async -> AppleEvidence {
-        if signed.isLocalTesting { return .xcode }
-        switch precheck(signed) {
-        case .failure(let evidence): return evidence
-        case .success(let key):
-            if let verdict = verdicts.withLock({ $0[key] }) { return finish(signed, verdict, recordedAt: recordedAt) }
-            let verdict = await validate(signed)
-            remember(verdict, for: key)
-            return finish(signed, verdict, recordedAt: recordedAt)
+        switch check(signed, recordedAt: recordedAt) {
+        case .final(let evidence): return evidence
+        case .signed(let leaf, let intermediate): return await judge(leaf: leaf, intermediate: intermediate)
         }
     }
 
-    private func remember(_ verdict: ChainVerdict, for key: ChainKey) {
-        verdicts.withLock { verdicts in
-            if verdicts.count >= Self.rememberedChains { verdicts.removeAll(keepingCapacity: true) }
-            verdicts[key] = verdict
+    /// The root-independent part of ``evidence(of:recordedAt:)``, synchronous: form, bundle,
+    /// time, markers and the ES256 signature. Each chain's certificates are parsed once.
+    package func check(_ signed: SignedTransaction, recordedAt: Date) -> Check {
+        if signed.isLocalTesting { return .final(.xcode) }
+        guard signed.algorithm == "ES256" else { return .final(.invalid("alg is \(signed.algorithm), not ES256")) }
+        guard signed.certificateChain.count == 3 else {
+            return .final(.invalid("x5c holds \(signed.certificateChain.count) certificates, not leaf, intermediate and root"))
+        }
+        guard let signedDate = signed.claims.signedDate else { return .final(.invalid("the payload has no signedDate")) }
+        if let bundleID, signed.claims.bundleId != bundleID {
+            return .final(.invalid("signed for the app \(signed.claims.bundleId ?? "(none)"), not \(bundleID)"))
+        }
+        let key = ChainKey(leaf: signed.certificateChain[0], intermediate: signed.certificateChain[1])
+        let known = facts.withLock { $0[key] }
+        let chain = known ?? Self.facts(of: key)
+        if known == nil {
+            facts.withLock { facts in
+                if facts.count >= Self.rememberedChains { facts.removeAll(keepingCapacity: true) }
+                facts[key] = chain
+            }
+        }
+        switch chain {
+        case .unusable(let why):
+            return .final(.invalid(why))
+        case .usable(let leafKey, let notBefore, let notAfter):
+            let signedAt = Date(timeIntervalSince1970: Double(signedDate) / 1000)
+            if signedAt > recordedAt.addingTimeInterval(Self.clockSkew) {
+                return .final(.invalid("signedDate \(time(signedAt)) is more than ten minutes after the transaction was recorded (\(time(recordedAt)))"))
+            }
+            if signedAt < notBefore || signedAt > notAfter {
+                return .final(.invalid("the chain was not valid at signedDate \(time(signedAt)) (valid \(time(notBefore)) to \(time(notAfter)))"))
+            }
+            guard signed.signature.count == 64, let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signed.signature) else {
+                return .final(.invalid("the signature is not 64 bytes of ES256 (r and s)"))
+            }
+            guard let publicKey = try? P256.Signing.PublicKey(x963Representation: leafKey), publicKey.isValidSignature(signature, for: signed.signingInput)
+            else {
+                return .final(.invalid("the signature does not verify with the leaf certificate's key"))
+            }
+            return .signed(leaf: key.leaf, intermediate: key.intermediate)
+        }
+    }
+
+    /// Whether the chain of leaf and intermediate (standard base64 DER, as `x5c` has them)
+    /// reaches one of ``roots``: `apple` or `invalid` with why. Each chain is validated once.
+    package func judge(leaf: String, intermediate: String) async -> AppleEvidence {
+        let key = ChainKey(leaf: leaf, intermediate: intermediate)
+        let verdict: ChainVerdict
+        if let known = verdicts.withLock({ $0[key] }) {
+            verdict = known
+        } else {
+            verdict = await validate(key)
+            verdicts.withLock { verdicts in
+                if verdicts.count >= Self.rememberedChains { verdicts.removeAll(keepingCapacity: true) }
+                verdicts[key] = verdict
+            }
+        }
+        switch verdict {
+        case .trusted: return .apple
+        case .untrusted(let why): return .invalid(why)
         }
     }
 
     /// Validates the chains of `transactions` not seen before, so later checks of them answer at once.
     public func prepare(_ transactions: [SignedTransaction]) async {
-        for signed in transactions where !signed.isLocalTesting {
-            guard case .success(let key) = precheck(signed), verdicts.withLock({ $0[key] }) == nil else { continue }
-            let verdict = await validate(signed)
-            remember(verdict, for: key)
+        for signed in transactions where !signed.isLocalTesting && signed.certificateChain.count == 3 {
+            _ = await judge(leaf: signed.certificateChain[0], intermediate: signed.certificateChain[1])
         }
     }
 
     /// How many distinct chains were validated so far.
     public var chainsValidated: Int { verdicts.withLock { $0.count } }
 
-    private enum Precheck {
-        case success(ChainKey)
-        case failure(AppleEvidence)
+    private let facts = Locked<[ChainKey: ChainFacts]>([:])
+
+    private static func certificate(_ base64: String, _ name: String) -> Result<Certificate, ChainError> {
+        guard let der = Data(base64Encoded: base64) else { return .failure(ChainError(message: "\(name) is not base64")) }
+        guard let certificate = try? Certificate(derEncoded: Array(der)) else { return .failure(ChainError(message: "\(name) is not a certificate")) }
+        return .success(certificate)
     }
 
-    private func precheck(_ signed: SignedTransaction) -> Precheck {
-        guard signed.algorithm == "ES256" else { return .failure(.invalid("alg is \(signed.algorithm), not ES256")) }
-        guard signed.certificateChain.count == 3 else {
-            return .failure(.invalid("x5c holds \(signed.certificateChain.count) certificates, not leaf, intermediate and root"))
-        }
-        guard signed.claims.signedDate != nil else { return .failure(.invalid("the payload has no signedDate")) }
-        if let bundleID, signed.claims.bundleId != bundleID {
-            return .failure(.invalid("signed for the app \(signed.claims.bundleId ?? "(none)"), not \(bundleID)"))
-        }
-        return .success(ChainKey(leaf: signed.certificateChain[0], intermediate: signed.certificateChain[1]))
+    struct ChainError: Error {
+        var message: String
     }
 
-    private func finish(_ signed: SignedTransaction, _ verdict: ChainVerdict, recordedAt: Date) -> AppleEvidence {
-        switch verdict {
-        case .untrusted(let why):
-            return .invalid(why)
-        case .trusted(let key, let notBefore, let notAfter):
-            let signedAt = Date(timeIntervalSince1970: Double(signed.claims.signedDate!) / 1000)
-            if signedAt > recordedAt.addingTimeInterval(Self.clockSkew) {
-                return .invalid("signedDate \(time(signedAt)) is more than ten minutes after the transaction was recorded (\(time(recordedAt)))")
-            }
-            if signedAt < notBefore || signedAt > notAfter {
-                return .invalid(
-                    "the chain was not valid at signedDate \(time(signedAt)) (valid \(time(notBefore)) to \(time(notAfter)))")
-            }
-            guard signed.signature.count == 64, let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signed.signature) else {
-                return .invalid("the signature is not 64 bytes of ES256 (r and s)")
-            }
-            guard let key = try? P256.Signing.PublicKey(x963Representation: key), key.isValidSignature(signature, for: signed.signingInput) else {
-                return .invalid("the signature does not verify with the leaf certificate's key")
-            }
-            return .apple
+    /// The leaf's key and the span leaf and intermediate are both valid in; their markers.
+    private static func facts(of key: ChainKey) -> ChainFacts {
+        let leaf: Certificate, intermediate: Certificate
+        switch (certificate(key.leaf, "x5c[0]"), certificate(key.intermediate, "x5c[1]")) {
+        case (.failure(let e), _), (_, .failure(let e)): return .unusable(e.message)
+        case (.success(let l), .success(let i)): (leaf, intermediate) = (l, i)
         }
+        guard intermediate.extensions[oid: intermediateMarker] != nil else {
+            return .unusable("the intermediate certificate lacks Apple's marker \(intermediateMarker)")
+        }
+        guard leaf.extensions[oid: leafMarker] != nil else { return .unusable("the leaf certificate lacks Apple's marker \(leafMarker)") }
+        guard let publicKey = P256.Signing.PublicKey(leaf.publicKey) else { return .unusable("the leaf certificate's key is not a P-256 key") }
+        return .usable(
+            key: Array(publicKey.x963Representation), notBefore: max(leaf.notValidBefore, intermediate.notValidBefore),
+            notAfter: min(leaf.notValidAfter, intermediate.notValidAfter))
     }
 
     private func time(_ date: Date) -> String {
         RFC3339.format(Timestamp(millisecondsSinceEpoch: Int64((date.timeIntervalSince1970 * 1000).rounded())))
     }
 
-    private func validate(_ signed: SignedTransaction) async -> ChainVerdict {
+    private func validate(_ key: ChainKey) async -> ChainVerdict {
         let leaf: Certificate, intermediate: Certificate
-        do {
-            guard let der = Data(base64Encoded: signed.certificateChain[0]) else { return .untrusted("x5c[0] is not base64") }
-            leaf = try Certificate(derEncoded: Array(der))
-        } catch {
-            return .untrusted("x5c[0] is not a certificate")
-        }
-        do {
-            guard let der = Data(base64Encoded: signed.certificateChain[1]) else { return .untrusted("x5c[1] is not base64") }
-            intermediate = try Certificate(derEncoded: Array(der))
-        } catch {
-            return .untrusted("x5c[1] is not a certificate")
+        switch (Self.certificate(key.leaf, "x5c[0]"), Self.certificate(key.intermediate, "x5c[1]")) {
+        case (.failure(let e), _), (_, .failure(let e)): return .untrusted(e.message)
+        case (.success(let l), .success(let i)): (leaf, intermediate) = (l, i)
         }
         // The root is never taken from x5c[2]: only the trusted roots can end the chain. Time is
         // checked per transaction (at its signedDate), so the chain's validity is not checked here.
@@ -451,13 +497,8 @@ public final class AppleSignatureVerifier: Sendable {
         }
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
         switch result {
-        case .validCertificate(let chain):
-            let certificates = Array(chain)
-            guard let key = P256.Signing.PublicKey(certificates[0].publicKey) else {
-                return .untrusted("the leaf certificate's key is not a P-256 key")
-            }
-            return .trusted(
-                key: key.x963Representation.map { $0 }, notBefore: certificates.map(\.notValidBefore).max()!, notAfter: certificates.map(\.notValidAfter).min()!)
+        case .validCertificate:
+            return .trusted
         case .couldNotValidate(let failures):
             if let failure = failures.first {
                 return .untrusted("the certificate chain does not validate: \(failure.policyFailureReason)")

@@ -26,6 +26,9 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
         /// A personal value (`personal_values`) differs from the commitment its event stored,
         /// was added, or is missing without an erasure that recorded it.
         case personalValues
+        /// A transaction's stored evidence (`transaction_evidence`) is not what its signed
+        /// transaction says when checked again: the signature, or the row, was edited.
+        case signatures
     }
 
     /// What part of the ledger the problem is in.
@@ -85,6 +88,8 @@ private struct Verifier {
     var introduced: [Int64: (commitment: [UInt8], seq: Int64)] = [:]
     /// Refs an erasure event recorded, with its seq.
     var erased: [Int64: Int64] = [:]
+    /// The evidence rows the log's signed events give.
+    var evidence = EvidenceRows.Collector()
 
     init(chain: HashChain, all: Bool, everySnapshot: Bool, progress: ((Int64, Int64) -> Void)?) {
         self.chain = chain
@@ -106,6 +111,7 @@ private struct Verifier {
             let (state, history, trusted) = try checkLog(db)
             if trusted { try checkPersonalValues(db) }
             if trusted { try checkProjections(db, state: state, history: history) }
+            if trusted { try checkEvidence(db) }
         } catch is StopVerification {}
         return report
     }
@@ -274,6 +280,7 @@ private struct Verifier {
             },
             after: { step, replayed, state in
                 try me.checkAfter(step.event, replayed, state: state)
+                if case .outcome(let outcome) = replayed { me.evidence.add(EvidenceRows.found(step.event, outcome: outcome, state: state)) }
                 while let next = snapshots.first, next.seq <= step.event.seq {
                     snapshots.removeFirst()
                     guard next.seq == step.event.seq, !lost else { continue }
@@ -291,6 +298,14 @@ private struct Verifier {
                 return true
             })
         return (replay.state, replay.history!, !lost)
+    }
+
+    /// Every signed transaction checked again (its signature, time, markers and fields), against
+    /// the evidence stored for its transaction.
+    private mutating func checkEvidence(_ db: Database) throws {
+        for found in EvidenceRows.differences(evidence, stored: try EvidenceRows.stored(db)) {
+            try problem(.signatures, found.seq, found.message)
+        }
     }
 
     /// What the rules say of an event before it is applied.

@@ -25,6 +25,8 @@ struct AppendBatch {
     private let bulk: Bool
     private var history = Projector.HistoryCollector()
     private var dirty = Projector.Dirty()
+    /// The evidence rows of the signed events added (`transaction_evidence`).
+    private var evidence: [EvidenceRow] = []
 
     /// A batch appended after `lastLink`, inside the write transaction open on `db`.
     /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
@@ -56,6 +58,7 @@ struct AppendBatch {
                 FrameCodec.payload(body)
             }
         try blocks.add(EventStore.Frame(recorded, payload: payload), db)
+        if body.signedTransaction != nil, case .row(let row) = EvidenceRows.found(recorded, outcome: outcome, state: state) { evidence.append(row) }
         if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
             if bulk { history.apply(change) } else { changes.append(change) }
         }
@@ -83,6 +86,7 @@ struct AppendBatch {
     ) throws -> (lastLink: [UInt8], tail: Int) {
         let written = try blocks.write(db, statements)
         try personal.write(db)
+        try EvidenceRows.write(evidence, db)
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         if bulk {
             try Projector.writeAll(state: state, history: history, db)

@@ -132,13 +132,39 @@ extension Reducer {
     static func signedDisagreement(
         _ jws: String?, product: String?, quantity: Int?, storeID: String?, original: String?, terms: PurchaseTerms, revoking: Bool = false
     ) -> String? {
+        let found = signedDifferences(jws, product: product, quantity: quantity, storeID: storeID, original: original, terms: terms, revoking: revoking)
+        return found.isEmpty ? nil : found.map(\.description).joined(separator: "; ")
+    }
+
+    static func signedDifferences(
+        _ jws: String?, product: String?, quantity: Int?, storeID: String?, original: String?, terms: PurchaseTerms, revoking: Bool = false
+    ) -> [SignedFieldDifference] {
         guard let jws, let parts = try? SignedTransaction.parts(ofJWS: jws),
             let claims = try? SignedTransaction.claims(payloadSegment: parts.payload)
-        else { return nil }
-        let found = claims.differences(
+        else { return [] }
+        return claims.differences(
             product: product, quantity: quantity, storeTransactionID: storeID, originalTransaction: original, terms: terms, revoking: revoking)
-        guard !found.isEmpty else { return nil }
-        return found.map(\.description).joined(separator: "; ")
+    }
+
+    /// What a stored purchase, restore or revocation states otherwise than its own signed
+    /// transaction, in `state` (the state after it): the comparison its rule made.
+    static func signedDifferences(of body: EventBody, after state: LedgerState) -> [SignedFieldDifference] {
+        switch body {
+        case .transactionPurchased(let t, let product, _, let storeID, _, let terms):
+            let record = state.transactions[t]
+            return signedDifferences(
+                terms.signedTransaction, product: product ?? record?.product, quantity: record?.quantity, storeID: storeID, original: nil, terms: terms)
+        case .transactionRestored(_, let original, let product, _, let storeID, _, let terms):
+            return signedDifferences(
+                terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: state.transactions[original]?.storeTransactionId,
+                terms: terms)
+        case .transactionRevoked(let t, _, let jws):
+            let record = state.transactions[t]
+            return signedDifferences(
+                jws, product: record?.product, quantity: record?.quantity, storeID: record?.storeTransactionId, original: nil, terms: .none, revoking: true)
+        default:
+            return []
+        }
     }
 
     /// `outcome`, flagged `signedFieldsDiffer` when the observation disagrees with its own signed

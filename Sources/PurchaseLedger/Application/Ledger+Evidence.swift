@@ -1,0 +1,69 @@
+import Foundation
+import GRDB
+
+/// What Apple's signature says of each transaction (docs/rules.md, "Apple's signature").
+public struct TransactionEvidence: Sendable, Hashable {
+    /// The transaction.
+    public var transaction: String
+    /// The event whose signed transaction it judges (its latest applied one).
+    public var seq: Int64
+    /// `apple`, `xcode` or `invalid` with why (a transaction without one is ``AppleEvidence/unsigned``).
+    public var evidence: AppleEvidence
+}
+
+extension Ledger {
+    /// The evidence of every transaction that carries a signed transaction, by transaction id:
+    /// the root-independent check stored with the ledger (signature, time, markers, fields),
+    /// and whether its chain reaches one of `verifier`'s roots, judged now (each distinct chain
+    /// once). A transaction that is not in it is `unsigned`.
+    ///
+    /// ```swift
+    /// let evidence = try await ledger.appleEvidence(verifier: AppleSignatureVerifier(roots: .apple))
+    /// let vouched = evidence.values.filter { $0.evidence == .apple }.count
+    /// ```
+    public func appleEvidence(verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> [String: TransactionEvidence] {
+        let (rows, chains) = try read { db in (try EvidenceRows.stored(db), try SigningChains.read(db)) }
+        var judged: [[UInt8]: AppleEvidence] = [:]
+        for (digest, chain) in chains {
+            switch chain {
+            case .chain(let leaf, let intermediate): judged[digest] = await verifier.judge(leaf: leaf, intermediate: intermediate)
+            case .unreadable(let why): judged[digest] = .invalid(why)
+            }
+        }
+        var evidence: [String: TransactionEvidence] = [:]
+        for (t, row) in rows {
+            let level: AppleEvidence =
+                switch row.level {
+                case "signed": row.header.flatMap { judged[$0] } ?? .invalid("its chain's header is not in signing_headers")
+                case "xcode": .xcode
+                default: .invalid(row.reason ?? "invalid")
+                }
+            evidence[t] = TransactionEvidence(transaction: t, seq: row.seq, evidence: level)
+        }
+        return evidence
+    }
+}
+
+/// The chains of `signing_headers`, by digest: each header's leaf and intermediate.
+enum SigningChains {
+    enum Chain: Sendable {
+        case chain(leaf: String, intermediate: String)
+        case unreadable(String)
+    }
+
+    static func read(_ db: Database) throws -> [[UInt8]: Chain] {
+        var chains: [[UInt8]: Chain] = [:]
+        for (digest, header) in try SigningHeaders.read(db).byDigest {
+            // The header alone, with an empty payload and signature: the parser checks its form.
+            do {
+                let parsed = try SignedTransaction(jws: header + ".e30.")
+                chains[digest] =
+                    parsed.certificateChain.count >= 2
+                    ? .chain(leaf: parsed.certificateChain[0], intermediate: parsed.certificateChain[1]) : .unreadable("its x5c holds no chain")
+            } catch {
+                chains[digest] = .unreadable("its header does not parse: \(error.message)")
+            }
+        }
+        return chains
+    }
+}

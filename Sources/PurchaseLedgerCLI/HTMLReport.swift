@@ -26,6 +26,8 @@ struct HTMLReport {
         var daily: [DailyRevenue]
         var timelines: [String: [Ledger.TimelineEntry]] = [:]
         var source: String
+        /// Whether the revenue counted what Apple's signature vouches for (a ledger's page).
+        var appleJudged = false
     }
 
     /// The rows a view lists: "2,429 transactions: paid, not refunded, ...".
@@ -43,8 +45,8 @@ struct HTMLReport {
         }
     }
 
-    init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?, subject: Subject) throws {
-        var summary = try Summary(ledger: ledger, from: from, to: to)
+    init(ledger: Ledger, table: ReportTable, from: Timestamp?, to: Timestamp?, subject: Subject, apple: AppleChains? = nil, onlyApple: Bool = false) throws {
+        var summary = try Summary(ledger: ledger, from: from, to: to, apple: apple, onlyApple: onlyApple)
         summary.timelines = try ledger.timelines(transactions: Set(table.transactions.prefix(Self.maxTimelines)))
         self.init(table: table, from: from, to: to, summary: summary, subject: subject)
     }
@@ -153,7 +155,12 @@ struct HTMLReport {
             html += "<dt>net revenue</dt><dd>\(esc(MoneyText.text(t.net, currency: t.currency)))</dd>"
             html += "<dt>gross</dt><dd>\(esc(MoneyText.text(t.gross, currency: t.currency)))</dd>"
             html += "<dt>refunds</dt><dd>\(esc(MoneyText.text(t.refunds, currency: t.currency)))</dd>"
-            html += "<dt>units sold</dt><dd>\(t.units)</dd></dl></div>"
+            html += "<dt>units sold</dt><dd>\(t.units)</dd>"
+            if summary.appleJudged {
+                let share = t.net == 0 ? "" : " (" + NSDecimalNumber(decimal: t.appleNet / t.net * 100).intValue.description + "%)"
+                html += "<dt>Apple-evidenced net</dt><dd>\(esc(MoneyText.text(t.appleNet, currency: t.currency) + share))</dd>"
+            }
+            html += "</dl></div>"
         }
         if totals.isEmpty { html += "<p>No purchases in this period.</p>" }
         html += "</section>\n"
@@ -351,8 +358,11 @@ func appendEscaped(_ s: String, to html: inout String) {
 
 extension HTMLReport.Summary {
     /// A ledger's revenue figures and chart (the timelines are added once the rows are known).
-    init(ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
-        let days = try ledger.revenue(from: from, to: to, groupBy: .day)
+    /// `apple`: the chains judged Apple's, so the figures say how much of each currency's net
+    /// Apple's signature vouches for.
+    init(ledger: Ledger, from: Timestamp?, to: Timestamp?, apple: AppleChains?, onlyApple: Bool = false) throws {
+        let days = try ledger.revenue(from: from, to: to, groupBy: .day, apple: apple, onlyApple: onlyApple)
         self.init(revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days), source: "the ledger's projections")
+        appleJudged = apple != nil
     }
 }

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import PurchaseLedger
 
-struct ReplayCommand: ParsableCommand {
+struct ReplayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "replay",
         abstract: "Show the state at any point: after a seq, at a time, at the first anomaly, or when a condition first holds.",
@@ -33,6 +33,7 @@ struct ReplayCommand: ParsableCommand {
     @Option(name: .customLong("download"), help: "Show only this download and its transaction (repeat for several).")
     var downloads: [String] = []
     @Flag(help: "Print the state as JSON (docs/json.md).") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
 
     var focus: StateFocus { StateFocus(transactions: transactions, users: users, downloads: downloads) }
 
@@ -43,7 +44,7 @@ struct ReplayCommand: ParsableCommand {
         try NumberOption.check("--at", at, 0...Int64.max)
     }
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let ledger = try options.open()
         let state: LedgerState
@@ -92,10 +93,16 @@ struct ReplayCommand: ParsableCommand {
             }
             for id in missing { console.error("note: \(id) is not in the state after seq \(state.seq)") }
         }
+        // What Apple's signature says of each transaction, its chains judged with the roots.
+        let evidence = try await ledger.appleEvidence(verifier: appleRoots.verifier())
         if json {
-            console.print(selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state))
+            // A ledger without a signed transaction prints the state as ever, with no evidence.
+            console.print(
+                evidence.isEmpty
+                    ? selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state)
+                    : StateJSON.encode(state, selection: selection, evidence: evidence))
         } else {
-            printState(state, selection: selection, ledger: ledger, console: console)
+            printState(state, selection: selection, ledger: ledger, console: console, evidence: evidence)
         }
     }
 }
@@ -137,7 +144,11 @@ struct Condition {
     }
 }
 
-func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger: Ledger?, console: Console) {
+/// `evidence`: Apple's, per transaction; a column says it when some transaction has any.
+func printState(
+    _ s: LedgerState, selection: StateFocus.Selection? = nil, ledger: Ledger?, console: Console, evidence: [String: TransactionEvidence] = [:]
+) {
+    let signed = !evidence.isEmpty
     let transactions = selection?.transactions ?? s.transactions.keys.sorted().map { s.transactions[$0]! }
     let downloads = selection?.downloads ?? s.downloads.keys.sorted().map { s.downloads[$0]! }
     let owned = selection?.ownedContent ?? s.ownedContent
@@ -147,12 +158,13 @@ func printState(_ s: LedgerState, selection: StateFocus.Selection? = nil, ledger
         console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
     if !transactions.isEmpty {
         console.print("")
-        var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked", "downloads"]]
+        var rows = [["transaction", "product", "user", "qty", "state", "finished", "revoked"] + (signed ? ["evidence"] : []) + ["downloads"]]
         for t in transactions {
-            rows.append([
-                t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no",
-                t.revoked ? "yes" : "no", t.downloads.joined(separator: " "),
-            ])
+            let found = evidence[t.transaction]
+            let level = found.map { $0.seq <= s.seq ? $0.evidence.name : "(later)" } ?? "unsigned"
+            rows.append(
+                [t.transaction, t.product, t.user ?? "-", String(t.quantity), t.state.rawValue, t.finished ? "yes" : "no", t.revoked ? "yes" : "no"]
+                    + (signed ? [level] : []) + [t.downloads.joined(separator: " ")])
         }
         console.print(textTable(rows, console: console))
     }

@@ -97,6 +97,16 @@ struct ReportCommand: AsyncParsableCommand {
     var grouping: RevenueGrouping?
     @Flag(name: .customLong("all-environments"), help: "Revenue: add sandbox, Xcode and family-shared purchases, marked and totalled apart.")
     var allEnvironments = false
+    @Option(
+        help: ArgumentHelp(
+            "Revenue: any (every purchase; Apple-evidenced amounts in a column of their own) or apple (only purchases Apple's signature vouches for).",
+            valueName: "evidence"))
+    var evidence: EvidenceFilter = .any
+    @OptionGroup var appleRoots: AppleRootOptions
+
+    enum EvidenceFilter: String, ExpressibleByArgument, CaseIterable {
+        case any, apple
+    }
 
     enum RevenueGrouping: String, ExpressibleByArgument, CaseIterable {
         case day, week, month, storefront
@@ -117,6 +127,9 @@ struct ReportCommand: AsyncParsableCommand {
         if let asOf { _ = try Timestamp.parse(asOf) }
         if allEnvironments && view != .revenue {
             throw ValidationError("--all-environments applies to the revenue view only (add --view revenue)")
+        }
+        if evidence != .any && view != .revenue {
+            throw ValidationError("--evidence applies to the revenue view only (add --view revenue)")
         }
         // Seconds as a Duration must not overflow (about 292 years of nanoseconds).
         try NumberOption.check("--idle", idle, 0...(Int(Int64.max / 1_000_000_000) - 1))
@@ -140,9 +153,15 @@ struct ReportCommand: AsyncParsableCommand {
             try streamRows(ledger, from: fromTime, to: toTime)
             return try printUserSummary(ledger)
         }
-        let table = try makeTable(fetch(ledger, from: fromTime, to: toTime))
+        // Apple's signatures: the ledger's chains judged with the roots, once, for the revenue view.
+        let chains = view == .revenue ? try await AppleChains.judged(in: ledger, verifier: appleRoots.verifier()) : nil
+        // A ledger without any signed transaction shows no evidence column (StoreKit 1 apps).
+        let table = try makeTable(fetch(ledger, from: fromTime, to: toTime, apple: chains), evidence: (chains?.chains ?? 0) > 0)
         try print(table, from: fromTime, to: toTime) {
-            try HTMLReport(ledger: ledger, table: table, from: fromTime, to: toTime, subject: htmlSubject).render()
+            try HTMLReport(
+                ledger: ledger, table: table, from: fromTime, to: toTime, subject: htmlSubject, apple: (chains?.chains ?? 0) > 0 || evidence == .apple ? chains : nil,
+                onlyApple: evidence == .apple
+            ).render()
         }
     }
 
@@ -165,6 +184,9 @@ struct ReportCommand: AsyncParsableCommand {
     /// The same views over a fleet store, computed by PostgreSQL; rows of several devices say
     /// which ledger they come from (the `device` column).
     func runFleet(from: Timestamp?, to: Timestamp?) async throws {
+        if evidence == .apple || !appleRoots.files.isEmpty {
+            throw ValidationError("--evidence and --apple-root apply to a ledger file: a fleet store does not hold Apple's evidence yet")
+        }
         if view == .stuck && format == .table { Console.current.print(rowTitle) }
         let (data, summary) = try await fleetData(from: from, to: to)
         guard let data else { return }
@@ -251,7 +273,7 @@ struct ReportCommand: AsyncParsableCommand {
     /// A streamed view of a ledger, written through a ``RowStream`` as the fleet's are.
     func streamRows(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
         var summary: HTMLReport.Summary?
-        if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to) }
+        if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to, apple: nil) }
         let stream = RowStream(self, columns: rowColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0, subject: htmlSubject) })
         switch view {
         case .history, .undelivered:
@@ -385,9 +407,12 @@ struct ReportCommand: AsyncParsableCommand {
         case failures([FailureRate])
     }
 
-    func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws -> ReportData {
+    func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?, apple: AppleChains?) throws -> ReportData {
         view == .revenue
-            ? .revenue(try ledger.revenue(from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments))
+            ? .revenue(
+                try ledger.revenue(
+                    from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments, apple: apple,
+                    onlyApple: evidence == .apple))
             : .failures(try ledger.failureRates(from: from, to: to))
     }
 
@@ -402,7 +427,9 @@ struct ReportCommand: AsyncParsableCommand {
         PurchaseHistoryQuery(user: user, product: product, from: from, to: to, kinds: kind, limit: limit + 1)
     }
 
-    func makeTable(_ data: ReportData) -> ReportTable {
+    /// `evidence`: the revenue lines counted what Apple's signature vouches for (a ledger's
+    /// report): a column and JSON members of their own say it.
+    func makeTable(_ data: ReportData, evidence: Bool = false) -> ReportTable {
         /// One JSON row.
         func row(_ body: (inout JSONWriter) -> Void) -> String { JSONWriter.object { w in body(&w) } }
         switch data {
@@ -422,12 +449,17 @@ struct ReportCommand: AsyncParsableCommand {
                 w.field("gross", "\(a.gross)")
                 w.field("refunds", "\(a.refunds)")
                 w.field("net", "\(a.net)")
+                if evidence {
+                    w.field("appleUnits", a.appleUnits)
+                    w.field("appleNet", "\(a.appleNet)")
+                }
             }
             /// The cells of the same figures.
             func cells(_ a: some RevenueAmounts, _ currency: String) -> [String] {
                 (allEnvironments ? [a.environment.rawValue, a.ownership.rawValue] : [])
                     + [String(a.purchases), String(a.units), String(a.refundedUnits)]
                     + [a.gross, a.refunds, a.net].map { MoneyText.text($0, currency: currency) }
+                    + (evidence ? [MoneyText.text(a.appleNet, currency: currency)] : [])
             }
             let totals = RevenueTotal.totals(of: lines)
             // Leading columns: the period and the storefront when split by them; the environment
@@ -437,7 +469,7 @@ struct ReportCommand: AsyncParsableCommand {
             return ReportTable(
                 title: grouping.map { "Revenue by \($0.rawValue)" } ?? "Revenue",
                 columns: lead + ["product", "currency", "price"] + (allEnvironments ? ["environment", "ownership"] : [])
-                    + ["purchases", "units", "refunded units", "gross", "refunds", "net"],
+                    + ["purchases", "units", "refunded units", "gross", "refunds", "net"] + (evidence ? ["apple net"] : []),
                 rows: lines.map {
                     (groupBy == nil ? [] : [$0.period ?? ""]) + (byStorefront ? [$0.storefront ?? ""] : []) + [
                         $0.product, $0.currency, MoneyText.text($0.price, currency: $0.currency),

@@ -2,13 +2,14 @@ import ArgumentParser
 import Foundation
 import PurchaseLedger
 
-struct TimelineCommand: ParsableCommand {
+struct TimelineCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "timeline",
         abstract: "One transaction's life: time, event, state after it, its downloads beside it.",
         discussion: """
-            Anomalies and the cancellations the ledger appended are marked. This is the view that shows \
-            a bug at a glance.
+            Anomalies and the cancellations the ledger appended are marked, and what Apple's signature says \
+            of each event that carries one (apple, xcode or invalid with why; --apple-root trusts more roots). \
+            This is the view that shows a bug at a glance.
 
             Example:
               purchase-ledger timeline user.ledger --transaction t1
@@ -17,16 +18,28 @@ struct TimelineCommand: ParsableCommand {
     @OptionGroup var options: LedgerOptions
     @Option(help: "The transaction id.") var transaction: String
     @Flag(help: "One JSON object per step.") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let ledger = try options.open()
         let entries = try ledger.timeline(transaction: transaction)
+        // What Apple's signature says of each event carrying one, judged here with the roots.
+        let verifier = try appleRoots.verifier()
+        var evidence: [Int64: AppleEvidence] = [:]
+        for entry in entries {
+            guard let jws = entry.event.event.body.signedTransaction else { continue }
+            evidence[entry.event.seq] = await Self.evidence(jws, entry.event, verifier: verifier)
+        }
         if json {
             for entry in entries {
                 console.printJSON { w in
                     w.key("event")
                     w.raw(entry.event.jsonLine)
+                    if let found = evidence[entry.event.seq] {
+                        w.field("evidence", found.name)
+                        if let reason = found.reason { w.field("evidenceReason", reason) }
+                    }
                     w.key("transaction")
                     if let t = entry.transaction { StateJSON.write(t, to: &w) } else { w.null() }
                     w.key("downloads")
@@ -75,6 +88,9 @@ struct TimelineCommand: ParsableCommand {
             }.joined(separator: "; ")
             var marks = ""
             if let rule = e.anomaly { marks += "  " + console.yellow("! anomaly: \(rule.name)") }
+            if let found = evidence[e.seq] {
+                marks += "  " + (found == .apple ? console.dim("signed by Apple") : console.yellow("Apple's signature: \(found)"))
+            }
             if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
             lines.append((String(e.seq), e.event.at.description, what, after, downloads, marks))
         }
@@ -85,5 +101,15 @@ struct TimelineCommand: ParsableCommand {
             while text.last == " " { text.removeLast() }
             console.print(text + line.marks)
         }
+    }
+
+    /// What Apple's signature says of one stored event's `jws`: `invalid` when the event states
+    /// fields otherwise (its `signedFieldsDiffer` flag), or an erased signature, else the
+    /// verifier's verdict at the event's time.
+    static func evidence(_ jws: String, _ e: RecordedEvent, verifier: AppleSignatureVerifier) async -> AppleEvidence {
+        guard let signed = try? SignedTransaction(jws: jws) else { return .invalid("erased with its user, or not a signed transaction") }
+        let verdict = await verifier.evidence(of: signed, recordedAt: Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9))
+        if verdict == .apple, e.anomaly == .signedFieldsDiffer { return .invalid("the event states fields otherwise than its signed transaction") }
+        return verdict
     }
 }

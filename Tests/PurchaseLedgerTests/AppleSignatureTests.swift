@@ -95,7 +95,7 @@ struct AppleSignatureTests {
     @Test func malformedSignedTransactionsAreRefusedWithWhy() throws {
         for (jws, why) in [
             ("a.b", "three base64url parts"), ("%%%.e30.AA", "header is not base64url"), ("e30.e30.AA", "header has no alg"),
-            ("eyJhbGciOiJFUzI1NiJ9.WzFd.AA", "payload is not a JSON object"), ("e30.e30.AB", "signature is not base64url"),
+            ("eyJhbGciOiJFUzI1NiJ9.WzFd.AA", "payload is not a JSON object"), ("eyJhbGciOiJFUzI1NiJ9.e30.AB", "signature is not base64url"),
             ("eyJhbGciOiJFUzI1NiJ9.eyJwcmljZSI6IjQuOTkifQ.AA", "price is not a whole number"),
         ] {
             #expect(throws: SignedTransaction.FormError.self, "\(jws)") { try SignedTransaction(jws: jws) }

@@ -249,4 +249,58 @@ import Testing
         #expect(verify.status == 1 && verify.stdout.contains("seq 9") && verify.stdout.contains("transaction t3's evidence is stored as signed"), "\(verify.stdout)")
         _ = ledger
     }
+
+    /// The commands show the evidence: `report --view revenue` counts the money Apple vouches for
+    /// (and only that with `--evidence apple`), `replay` and `timeline` show each transaction's or
+    /// event's, all with the roots given by `--apple-root`.
+    @Test func theCommandsShowTheMoneyApplesSignatureVouchesFor() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let path = dir.path("signed.ledger")
+        let at = Self.signedAt
+        let good = try f.chain.sign(SigningChain.payload(transaction: "2000000005", product: "gems", price: 9990, currency: "USD", signedDate: at))
+        try ledger.append(
+            Event(
+                at: Timestamp(millisecondsSinceEpoch: at + 1000),
+                .transactionPurchased(
+                    transaction: "t5", product: "gems", user: "u5", storeTransactionId: "2000000005",
+                    terms: PurchaseTerms(price: "9.99", currency: "USD", signedTransaction: good))))
+        try f.chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        let roots = ["--apple-root", dir.path("root.pem")]
+        func totals(_ arguments: [String]) throws -> [String: Any] {
+            let run = try cli(["report", path, "--view", "revenue", "--format", "json"] + arguments)
+            #expect(run.status == 0, "\(run.stderr)")
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+            return try #require((json["totals"] as? [[String: Any]])?.first { $0["currency"] as? String == "USD" })
+        }
+        // t1 (4.99, apple, refunded), t3 (0.99, the liar: invalid), t5 (9.99, apple).
+        let trusted = try totals(roots)
+        #expect(trusted["net"] as? String == "10.98" && trusted["appleNet"] as? String == "9.99" && trusted["appleUnits"] as? Int == 2, "\(trusted)")
+        let untrusted = try totals([])
+        #expect(untrusted["net"] as? String == "10.98" && untrusted["appleNet"] as? String == "0", "\(untrusted)")
+        let onlyApple = try totals(roots + ["--evidence", "apple"])
+        #expect(onlyApple["net"] as? String == "9.99" && onlyApple["purchases"] as? Int == 2, "\(onlyApple)")
+        let table = try cli(["report", path, "--view", "revenue", "--format", "csv"] + roots)
+        #expect(table.stdout.split(separator: "\n").first?.hasSuffix(",apple net") == true, "\(table.stdout)")
+        let html = try cli(["report", path, "--view", "revenue", "--format", "html"] + roots)
+        #expect(html.status == 0 && html.stdout.contains("<dt>Apple-evidenced net</dt><dd>9.99 (90%)</dd>"), "\(html.stdout.prefix(3000))")
+        // replay: each transaction's evidence; timeline: each signed event's.
+        let replay = try cli(["replay", path, "--json"] + roots)
+        let state = try #require(try JSONSerialization.jsonObject(with: Data(replay.stdout.utf8)) as? [String: Any])
+        let evidence = Dictionary(
+            uniqueKeysWithValues: ((state["transactions"] as? [[String: Any]]) ?? []).map {
+                ($0["transaction"] as! String, ($0["evidence"] as? String ?? "-") + " " + ($0["evidenceReason"] as? String ?? ""))
+            })
+        #expect(evidence["t5"] == "apple " && evidence["t2"] == "apple " && evidence["t1"] == "apple ")
+        #expect(evidence["t3"]?.hasPrefix("invalid the event states otherwise than its signed transaction: price is 0.99") == true, "\(evidence)")
+        let timeline = try cli(["timeline", path, "--transaction", "t3"] + roots)
+        #expect(timeline.stdout.contains("Apple's signature: invalid"), "\(timeline.stdout)")
+        let trustedTimeline = try cli(["timeline", path, "--transaction", "t1"] + roots)
+        #expect(trustedTimeline.stdout.components(separatedBy: "signed by Apple").count == 3, "\(trustedTimeline.stdout)")
+        // A root file that is no certificate is named, and nothing is printed.
+        try "not a certificate".write(toFile: dir.path("bad.pem"), atomically: true, encoding: .utf8)
+        let bad = try cli(["report", path, "--view", "revenue", "--apple-root", dir.path("bad.pem")])
+        #expect(bad.status == 2 && bad.stderr.contains("bad.pem") && bad.stdout.isEmpty, "\(bad.stderr)")
+    }
 }

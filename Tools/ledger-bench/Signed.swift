@@ -103,7 +103,9 @@ func signedFigures(workload: String, runs: Int, out: String?) throws {
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     let signedPath = out ?? scratch + "/signed.jsonl"
     try (signedEvents.map { JSONLines.encode($0) }.joined(separator: "\n") + "\n").write(toFile: signedPath, atomically: true, encoding: .utf8)
-    print("\(input.events.count) events, \(signedCount) purchases and restores signed (one chain); signed workload: \(signedPath)")
+    // The chain's root, so that `--apple-root` can trust it (DER).
+    try Data(chain.root).write(to: URL(fileURLWithPath: signedPath + ".root.der"))
+    print("\(input.events.count) events, \(signedCount) purchases and restores signed (one chain, root in \(signedPath).root.der); signed workload: \(signedPath)")
     var sizes: [String: [Double]] = [:]
     var speeds: [String: [Double]] = [:]
     for round in 0..<runs {

@@ -44,6 +44,35 @@ extension Ledger {
     }
 }
 
+/// The chains of a ledger judged Apple's by a verifier's roots: what a revenue report needs to
+/// count the money Apple's signature vouches for (``Ledger/revenue(from:to:groupBy:byStorefront:allEnvironments:apple:onlyApple:)``).
+///
+/// ```swift
+/// let chains = try await AppleChains.judged(in: ledger)
+/// let vouched = try ledger.revenue(apple: chains, onlyApple: true)
+/// ```
+public struct AppleChains: Sendable {
+    /// The digests (`signing_headers`) of the chains that reach a trusted root.
+    package var trusted: Set<[UInt8]>
+    /// How many distinct chains the ledger's signed transactions came with (0: it holds none).
+    public var chains: Int
+
+    /// The chains of `ledger`'s signed transactions judged with `verifier`'s roots.
+    public static func judged(in ledger: Ledger, verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> AppleChains {
+        let chains = try ledger.read { db in try SigningChains.read(db) }
+        var trusted = Set<[UInt8]>()
+        for (digest, chain) in chains {
+            if case .chain(let leaf, let intermediate) = chain, await verifier.judge(leaf: leaf, intermediate: intermediate) == .apple {
+                trusted.insert(digest)
+            }
+        }
+        return AppleChains(trusted: trusted, chains: chains.count)
+    }
+
+    /// How many of ``chains`` reach a trusted root.
+    public var trustedCount: Int { trusted.count }
+}
+
 /// The chains of `signing_headers`, by digest: each header's leaf and intermediate.
 enum SigningChains {
     enum Chain: Sendable {

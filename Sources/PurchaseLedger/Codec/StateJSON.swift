@@ -23,6 +23,22 @@ public enum StateJSON {
         return w.string
     }
 
+    /// The state (all of it, or the records of `selection`), each transaction with what Apple's
+    /// signature says of it (``Ledger/appleEvidence(verifier:)``): `evidence` (`apple`,
+    /// `xcode`, `invalid`, `unsigned`) and `evidenceReason` when invalid. Evidence judged after
+    /// the state's seq (a transaction signed again later) is left out: no `evidence` member.
+    public static func encode(_ s: LedgerState, selection: StateFocus.Selection? = nil, evidence: [String: TransactionEvidence]) -> String {
+        var w = JSONWriter()
+        if let selection {
+            write(s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, evidence: evidence, to: &w)
+        } else {
+            write(
+                s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! }, downloads: s.downloads.keys.sorted().map { s.downloads[$0]! },
+                owned: s.ownedContent, evidence: evidence, to: &w)
+        }
+        return w.string
+    }
+
     static func write(_ s: LedgerState, to w: inout JSONWriter) {
         write(
             s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
@@ -31,12 +47,28 @@ public enum StateJSON {
 
     private static func write(
         _ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
-        owned ownedContent: [OwnedContent], to w: inout JSONWriter
+        owned ownedContent: [OwnedContent], evidence: [String: TransactionEvidence]? = nil, to w: inout JSONWriter
     ) {
         w.beginObject()
         w.field("seq", s.seq)
         w.key("transactions"); w.beginArray()
-        for t in transactions { write(t, to: &w) }
+        for t in transactions {
+            guard let evidence else {
+                write(t, to: &w)
+                continue
+            }
+            w.beginObject()
+            TransactionRecord.schema.writeJSON(TransactionRow(record: t), to: &w)
+            if let found = evidence[t.transaction] {
+                if found.seq <= s.seq {
+                    w.field("evidence", found.evidence.name)
+                    if let reason = found.evidence.reason { w.field("evidenceReason", reason) }
+                }
+            } else {
+                w.field("evidence", AppleEvidence.unsigned.name)
+            }
+            w.endObject()
+        }
         w.endArray()
         w.key("downloads"); w.beginArray()
         for d in downloads { download(d, contentURL: s.contentURL(for: d.download), to: &w) }

@@ -119,9 +119,27 @@ public struct SignedTransaction: Sendable, Hashable {
     /// base64url, RFC 7515) with a JSON header naming `alg` and a JSON object for payload.
     public init(jws: String) throws(FormError) {
         let parts = try Self.parts(ofJWS: jws)
-        guard let header = Base64URL.decode(parts.header) else { throw FormError(message: "its header is not base64url") }
+        let (alg, chain) = try Self.header(parts.header)
         let claims = try Self.claims(payloadSegment: parts.payload)
         guard let signature = Base64URL.decode(parts.signature) else { throw FormError(message: "its signature is not base64url") }
+        self.jws = jws
+        algorithm = alg
+        certificateChain = chain
+        self.claims = claims
+        var text = jws
+        let signed = parts.header.utf8.count + 1 + parts.payload.utf8.count
+        signingInput = text.withUTF8 { Array($0.prefix(signed)) }
+        self.signature = signature
+    }
+
+    /// The header's `alg` and `x5c`. The last header read is remembered: the transactions of an
+    /// app come with one chain, and its header (about 4 KB of certificates) was decoded and
+    /// parsed again for each.
+    private static func header(_ text: Substring) throws(FormError) -> (alg: String, chain: [String]) {
+        var text = text
+        let bytes = text.withUTF8 { Array($0) }
+        if let last = lastHeader.withLock({ $0 }), last.bytes == bytes { return (last.alg, last.chain) }
+        guard let header = Base64URL.decode(text) else { throw FormError(message: "its header is not base64url") }
         let tape: JSONTape
         do { tape = try JSONTape(header) } catch { throw FormError(message: "its header is not JSON (\(error.message), byte \(error.offset))") }
         guard tape.tokens.first?.kind == .object else { throw FormError(message: "its header is not a JSON object") }
@@ -134,13 +152,11 @@ public struct SignedTransaction: Sendable, Hashable {
                 chain.append(tape.string(item))
             }
         }
-        self.jws = jws
-        algorithm = alg
-        certificateChain = chain
-        self.claims = claims
-        signingInput = Array(jws.utf8.prefix(parts.header.utf8.count + 1 + parts.payload.utf8.count))
-        self.signature = signature
+        lastHeader.withLock { $0 = (bytes, alg, chain) }
+        return (alg, chain)
     }
+
+    private static let lastHeader = Locked<(bytes: [UInt8], alg: String, chain: [String])?>(nil)
 
     /// The three dot-separated parts of `jws`, unchecked.
     static func parts(ofJWS jws: String) throws(FormError) -> (header: Substring, payload: Substring, signature: Substring) {

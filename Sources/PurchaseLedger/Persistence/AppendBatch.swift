@@ -25,8 +25,10 @@ struct AppendBatch {
     private let bulk: Bool
     private var history = Projector.HistoryCollector()
     private var dirty = Projector.Dirty()
-    /// The evidence rows of the signed events added (`transaction_evidence`).
+    /// The evidence rows of the signed events added (`transaction_evidence`), and the checks
+    /// still to make (their signatures verified in parallel, a few hundred at a time).
     private var evidence: [EvidenceRow] = []
+    private var checks: [EvidenceRows.Check] = []
 
     /// A batch appended after `lastLink`, inside the write transaction open on `db`.
     /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
@@ -58,7 +60,13 @@ struct AppendBatch {
                 FrameCodec.payload(body)
             }
         try blocks.add(EventStore.Frame(recorded, payload: payload), db)
-        if body.signedTransaction != nil, case .row(let row) = EvidenceRows.found(recorded, outcome: outcome, state: state) { evidence.append(row) }
+        if body.signedTransaction != nil, case .check(let check) = EvidenceRows.pending(recorded, outcome: outcome, state: state) {
+            checks.append(check)
+            if checks.count >= 512 {
+                evidence += EvidenceRows.rows(checks)
+                checks.removeAll(keepingCapacity: true)
+            }
+        }
         if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
             if bulk { history.apply(change) } else { changes.append(change) }
         }
@@ -86,7 +94,10 @@ struct AppendBatch {
     ) throws -> (lastLink: [UInt8], tail: Int) {
         let written = try blocks.write(db, statements)
         try personal.write(db)
+        evidence += EvidenceRows.rows(checks)
+        checks.removeAll()
         try EvidenceRows.write(evidence, db)
+        evidence.removeAll()
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         if bulk {
             try Projector.writeAll(state: state, history: history, db)

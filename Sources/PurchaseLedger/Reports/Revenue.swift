@@ -30,6 +30,13 @@ public struct RevenueLine: Sendable, Hashable {
     public var gross: Decimal
     /// ``price`` times ``refundedUnits``, in currency units.
     public var refunds: Decimal
+    /// Of ``units`` and ``refundedUnits``, those of purchases Apple's signature vouches for
+    /// (evidence `apple`: docs/rules.md); 0 when the report was not asked to judge them.
+    public var appleUnits = 0
+    public var appleRefundedUnits = 0
+    /// ``price`` times ``appleUnits`` and times ``appleRefundedUnits``.
+    public var appleGross: Decimal = 0
+    public var appleRefunds: Decimal = 0
 }
 
 /// All the revenue of one currency: the sum of its ``RevenueLine``s. Lines that are not revenue
@@ -52,6 +59,11 @@ public struct RevenueTotal: Sendable, Hashable {
     public var gross: Decimal
     /// The lines' refunds summed, in currency units.
     public var refunds: Decimal
+    /// The lines' Apple-evidenced units, refunded units and amounts summed.
+    public var appleUnits = 0
+    public var appleRefundedUnits = 0
+    public var appleGross: Decimal = 0
+    public var appleRefunds: Decimal = 0
 
     /// One total per currency, sorted by currency: the revenue first, then the totals of lines
     /// that are not revenue (per environment and ownership), marked as such. Amounts in
@@ -86,11 +98,18 @@ public protocol RevenueAmounts {
     var refundedUnits: Int { get set }
     var gross: Decimal { get set }
     var refunds: Decimal { get set }
+    /// The same for the purchases Apple's signature vouches for (evidence `apple`).
+    var appleUnits: Int { get set }
+    var appleRefundedUnits: Int { get set }
+    var appleGross: Decimal { get set }
+    var appleRefunds: Decimal { get set }
 }
 
 extension RevenueAmounts {
     /// ``gross`` minus ``refunds``, in currency units.
     public var net: Decimal { gross - refunds }
+    /// The part of ``net`` Apple's signature vouches for.
+    public var appleNet: Decimal { appleGross - appleRefunds }
 
     /// Whether totals add it: production purchases their buyer paid for.
     public var countsAsRevenue: Bool { environment == .production && ownership == .purchased }
@@ -102,6 +121,10 @@ extension RevenueAmounts {
         refundedUnits += other.refundedUnits
         gross += other.gross
         refunds += other.refunds
+        appleUnits += other.appleUnits
+        appleRefundedUnits += other.appleRefundedUnits
+        appleGross += other.appleGross
+        appleRefunds += other.appleRefunds
     }
 }
 
@@ -152,12 +175,21 @@ extension Ledger {
     /// for total in RevenueTotal.totals(of: march) { print(total.currency, total.net) }
     /// let weekly = try ledger.revenue(groupBy: .week)   // one line per week, product and price
     /// ```
+    ///
+    /// `apple`: the chains judged Apple's (``AppleChains``): each line then also counts the units
+    /// and amounts Apple's signature vouches for, and with `onlyApple` counts nothing else.
     public func revenue(
-        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false
+        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false,
+        apple: AppleChains? = nil, onlyApple: Bool = false
     ) throws -> [RevenueLine] {
-        let sql = RevenueGroup.sql(byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .sqlite)
         let rows = try readProjections { db in
-            try Row.fetchAll(db, sql: sql, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
+            // A ledger from before migration 0008 has no evidence: nothing of it is Apple's.
+            let judged = try db.tableExists("transaction_evidence") ? apple : nil
+            let sql = RevenueGroup.sql(
+                byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .sqlite,
+                apple: judged.map { RevenueGroup.AppleEvidence(trusted: $0.trusted, only: onlyApple) }
+                    ?? (onlyApple ? RevenueGroup.AppleEvidence(trusted: [], only: true) : nil))
+            return try Row.fetchAll(db, sql: sql, arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
         }
         return RevenueLine.lines(rows.map { RevenueGroup(columns: RowColumns($0)) }, groupBy: groupBy)
     }
@@ -189,7 +221,22 @@ package struct RevenueGroup {
     /// The one query both stores sum purchases with, from each transaction's own fixed price
     /// (no catalog join: a registration made later never changes it). Its two parameters bound
     /// the purchase time, in ms.
-    package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect) -> String {
+    /// Which purchases Apple's signature vouches for, in SQLite: a `transaction_evidence` row
+    /// `signed` whose chain is one of `trusted` (digests, judged with the roots); `only` counts no
+    /// other purchase.
+    package struct AppleEvidence: Sendable {
+        package var trusted: Set<[UInt8]>
+        package var only: Bool
+
+        /// The condition, over the evidence row `e` (hex literals of digests the code made).
+        var condition: String {
+            guard !trusted.isEmpty else { return "1 = 0" }
+            return "(e.level = 'signed' AND e.signing_header IN (" + trusted.map { "X'" + Hex.encode($0) + "'" }.sorted().joined(separator: ", ") + "))"
+        }
+    }
+
+    package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect, apple: AppleEvidence? = nil) -> String {
+        let vouched = apple?.condition ?? "1 = 0"
         let day = byDay ? dialect.day : "0"
         let (low, high, int) = (dialect.low, dialect.high, dialect.integerCast)
         // Without every environment the two columns are constants, and the groups fewer.
@@ -201,10 +248,12 @@ package struct RevenueGroup {
             SELECT \(day) AS day, \(byStorefront ? "coalesce(t.storefront, '')" : "NULL") AS storefront,
                    t.product, t.currency, t.price, \(environment) AS environment, \(ownership) AS ownership,
                    count(*)\(int) AS purchases, sum(t.quantity)\(int) AS units,
-                   sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded
-            FROM transactions t
+                   sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded,
+                   sum(CASE WHEN \(vouched) THEN t.quantity ELSE 0 END)\(int) AS apple_units,
+                   sum(CASE WHEN \(vouched) AND t.revoked THEN t.quantity ELSE 0 END)\(int) AS apple_refunded
+            FROM transactions t\(vouched == "1 = 0" ? "" : " LEFT JOIN transaction_evidence e ON e.transaction_id = t.transaction_id")
             WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.purchased_at_ms >= \(low) AND t.purchased_at_ms < \(high)
-            \(allEnvironments ? "" : "AND t.environment IS NULL AND t.ownership IS NULL")
+            \(allEnvironments ? "" : "AND t.environment IS NULL AND t.ownership IS NULL")\(apple?.only == true ? " AND \(vouched)" : "")
             GROUP BY \(byDay ? "1, " : "")\(byStorefront ? "2, " : "")t.product, t.currency, t.price\(marks)
             """
     }
@@ -219,6 +268,8 @@ package struct RevenueGroup {
     package var purchases: Int
     package var units: Int
     package var refundedUnits: Int
+    package var appleUnits = 0
+    package var appleRefundedUnits = 0
 
     /// A group as both stores' revenue queries return it, in SQLite and in PostgreSQL (columns
     /// day, storefront, product, currency, price, environment, ownership, purchases, units,
@@ -229,6 +280,8 @@ package struct RevenueGroup {
             price: row.string("price") ?? "", purchases: row.int("purchases") ?? 0, units: row.int("units") ?? 0,
             refundedUnits: row.int("refunded") ?? 0)
         storefront = row.string("storefront")
+        appleUnits = row.int("apple_units") ?? 0
+        appleRefundedUnits = row.int("apple_refunded") ?? 0
         environment = row.string("environment").flatMap(StoreEnvironment.init(rawValue:)) ?? .production
         ownership = row.string("ownership").flatMap(Ownership.init(rawValue:)) ?? .purchased
     }
@@ -262,10 +315,15 @@ extension RevenueLine {
                     period = labels[group.day] ?? groupBy.label(ofDay: group.day)
                     labels[group.day] = period
                 }
-                return RevenueLine(
+                var line = RevenueLine(
                     period: period, storefront: group.storefront, product: group.product, currency: group.currency,
                     price: group.price, environment: group.environment, ownership: group.ownership, purchases: group.purchases, units: group.units,
                     refundedUnits: group.refundedUnits, gross: unitPrice * Decimal(group.units), refunds: unitPrice * Decimal(group.refundedUnits))
+                line.appleUnits = group.appleUnits
+                line.appleRefundedUnits = group.appleRefundedUnits
+                line.appleGross = unitPrice * Decimal(group.appleUnits)
+                line.appleRefunds = unitPrice * Decimal(group.appleRefundedUnits)
+                return line
             })
     }
 

@@ -34,32 +34,82 @@ enum EvidenceRows {
 
     /// The evidence `e` (stored with `outcome`, leaving `state`) gives its transaction.
     static func found(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> Found {
-        guard outcome.changedState, let jws = e.event.body.signedTransaction, let t = e.event.body.transactionID else { return .none }
-        if SignedTransaction.isErasedMarker(jws) { return .erased(transaction: t) }
-        let header = SignedTransaction.split(jws: jws).header.map(SignedParts.digest(ofHeader:))
-        func row(_ level: String, _ reason: String? = nil) -> Found {
-            .row(EvidenceRow(transaction: t, seq: e.seq, level: level, reason: reason, header: header))
+        switch pending(e, outcome: outcome, state: state) {
+        case .none: .none
+        case .erased(let t): .erased(transaction: t)
+        case .check(let check): .row(check.row())
         }
-        let signed: SignedTransaction
-        do {
-            signed = try SignedTransaction(jws: jws)
-        } catch {
-            return row("invalid", "it is not a signed transaction: \(error.message)")
-        }
-        let at = Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9)
-        switch checker.check(signed, recordedAt: at) {
-        case .final(.xcode):
-            return row("xcode")
-        case .final(let evidence):
-            return row("invalid", evidence.reason ?? evidence.name)
-        case .signed:
-            let differences = Reducer.signedDifferences(of: e.event.body, after: state)
-            guard differences.isEmpty else {
-                let named = differences.map { personalFields.contains($0.field) ? "\($0.field) differs" : $0.description }
-                return row("invalid", "the event states otherwise than its signed transaction: " + named.joined(separator: "; "))
+    }
+
+    /// What `found` computes, before the signature: the parse and the fields, which need the
+    /// state; ``Check/row()`` then verifies the signature (the costly part, ES256), on any thread.
+    enum Pending: Sendable {
+        case none
+        case erased(String)
+        case check(Check)
+    }
+
+    struct Check: Sendable {
+        var transaction: String
+        var seq: Int64
+        var header: [UInt8]?
+        var signed: Result<SignedTransaction, SignedTransaction.FormError>
+        var recordedAt: Date
+        /// The fields the event states otherwise, described (personal ones by name only).
+        var differences: [String]
+
+        func row() -> EvidenceRow {
+            func row(_ level: String, _ reason: String? = nil) -> EvidenceRow {
+                EvidenceRow(transaction: transaction, seq: seq, level: level, reason: reason, header: header)
             }
-            return row("signed")
+            let signed: SignedTransaction
+            switch self.signed {
+            case .failure(let error): return row("invalid", "it is not a signed transaction: \(error.message)")
+            case .success(let parsed): signed = parsed
+            }
+            switch checker.check(signed, recordedAt: recordedAt) {
+            case .final(.xcode):
+                return row("xcode")
+            case .final(let evidence):
+                return row("invalid", evidence.reason ?? evidence.name)
+            case .signed:
+                guard differences.isEmpty else {
+                    return row("invalid", "the event states otherwise than its signed transaction: " + differences.joined(separator: "; "))
+                }
+                return row("signed")
+            }
         }
+    }
+
+    static func pending(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> Pending {
+        guard outcome.changedState, let jws = e.event.body.signedTransaction, let t = e.event.body.transactionID else { return .none }
+        if SignedTransaction.isErasedMarker(jws) { return .erased(t) }
+        let header = SignedTransaction.split(jws: jws).header.map(SignedParts.digest(ofHeader:))
+        let signed = Result { () throws(SignedTransaction.FormError) in try SignedTransaction(jws: jws) }
+        let differences = Reducer.signedDifferences(of: e.event.body, after: state).map {
+            personalFields.contains($0.field) ? "\($0.field) differs" : $0.description
+        }
+        return .check(
+            Check(
+                transaction: t, seq: e.seq, header: header, signed: signed,
+                recordedAt: Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9), differences: differences))
+    }
+
+    /// The rows of `checks`, their signatures verified on every core.
+    static func rows(_ checks: [Check]) -> [EvidenceRow] {
+        guard checks.count > 1 else { return checks.map { $0.row() } }
+        let rows = Locked([EvidenceRow?](repeating: nil, count: checks.count))
+        let chunks = min(checks.count, ProcessInfo.processInfo.activeProcessorCount * 2)
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            var i = chunk
+            var done: [(Int, EvidenceRow)] = []
+            while i < checks.count {
+                done.append((i, checks[i].row()))
+                i += chunks
+            }
+            rows.withLock { for (i, row) in done { $0[i] = row } }
+        }
+        return rows.withLock { $0.map { $0! } }
     }
 
     /// The rows by transaction, as a replay finds them (a later signed event replaces an earlier).

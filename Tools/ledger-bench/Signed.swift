@@ -129,4 +129,32 @@ func signedFigures(workload: String, runs: Int, out: String?) throws {
             format: "file: unsigned median %.0f bytes, signed median %.0f bytes: %.0f bytes per signed purchase or restore", median(sizes["unsigned"]!), median(sizes["signed"]!),
             added))
     print(String(format: "import: unsigned median %.0f events/s, signed median %.0f events/s", median(speeds["unsigned"]!), median(speeds["signed"]!)))
+    // What each signed purchase adds to the import, against the machine's ES256 verify ceiling
+    // (OpenSSL's, one core, measured now).
+    let events = Double(input.events.count)
+    let signedSeconds = events / median(speeds["signed"]!)
+    let perSigned = (signedSeconds - events / median(speeds["unsigned"]!)) / Double(max(signedCount, 1))
+    let ceiling = opensslVerifiesPerSecond()
+    print(
+        String(
+            format:
+                "signed purchases: %.1f us more each (%.0f per second of the time they add); openssl speed ecdsap256: %.0f verify/s, so %.2fx of it; over the whole import %.0f signed purchases/s (%.2fx)",
+            perSigned * 1e6, 1 / perSigned, ceiling, (1 / perSigned) / ceiling, Double(signedCount) / signedSeconds,
+            Double(signedCount) / signedSeconds / ceiling))
+}
+
+/// `openssl speed -seconds 3 ecdsap256`'s verifications per second (0 when openssl is missing).
+func opensslVerifiesPerSecond() -> Double {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["openssl", "speed", "-seconds", "3", "ecdsap256"]
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return 0 }
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    // "256 bits ecdsa (nistp256)   0.0000s   0.0001s  49927.6  16319.3": the last number.
+    guard let line = output.split(separator: "\n").last(where: { $0.contains("nistp256") }), let value = line.split(separator: " ").last else { return 0 }
+    return Double(value) ?? 0
 }

@@ -177,9 +177,18 @@ public struct SignedTransaction: Sendable, Hashable {
     /// The claims of the payload part alone: what the rules compare with the event (the header's
     /// certificates are the verifier's business). Read with the ledger's own JSON parser.
     static func claims(payloadSegment: Substring) throws(FormError) -> Claims {
+        // The same event's payload is read by the input check, the rules and the evidence: the
+        // last one is remembered.
+        var segment = payloadSegment
+        let bytes = segment.withUTF8 { Array($0) }
+        if let last = lastClaims.withLock({ $0 }), last.bytes == bytes { return last.claims }
         guard let payload = Base64URL.decode(payloadSegment) else { throw FormError(message: "its payload is not base64url") }
-        return try Claims(json: payload)
+        let claims = try Claims(json: payload)
+        lastClaims.withLock { $0 = (bytes, claims) }
+        return claims
     }
+
+    private static let lastClaims = Locked<(bytes: [UInt8], claims: Claims)?>(nil)
 
     fileprivate static func claims(json payload: [UInt8]) throws(FormError) -> Claims {
         let tape: JSONTape

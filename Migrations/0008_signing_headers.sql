@@ -20,5 +20,8 @@ CREATE TABLE transaction_evidence (
     seq INTEGER NOT NULL,        -- the event whose signedTransaction it judges
     level TEXT NOT NULL,         -- 'signed', 'xcode' or 'invalid'
     reason TEXT,                 -- why, for 'invalid'
-    signing_header BLOB          -- signing_headers.digest of its chain (NULL when it has none)
+    signing_header BLOB,         -- signing_headers.digest of its chain (NULL when it has none)
+    signed_key BLOB              -- HMAC-SHA-256 of Apple's transactionId under redaction_secret, 16 bytes: one
+                                 -- Apple transaction vouches for one ledger transaction; NULL once forget erased it
 ) WITHOUT ROWID;
+CREATE INDEX transaction_evidence_by_key ON transaction_evidence (signed_key) WHERE signed_key IS NOT NULL;

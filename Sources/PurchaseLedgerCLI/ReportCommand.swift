@@ -184,33 +184,34 @@ struct ReportCommand: AsyncParsableCommand {
     /// The same views over a fleet store, computed by PostgreSQL; rows of several devices say
     /// which ledger they come from (the `device` column).
     func runFleet(from: Timestamp?, to: Timestamp?) async throws {
-        if evidence == .apple || !appleRoots.files.isEmpty {
-            throw ValidationError("--evidence and --apple-root apply to a ledger file: a fleet store does not hold Apple's evidence yet")
-        }
         if view == .stuck && format == .table { Console.current.print(rowTitle) }
-        let (data, summary) = try await fleetData(from: from, to: to)
+        let (data, summary, chains) = try await fleetData(from: from, to: to)
         guard let data else { return }
-        let table = makeTable(data)
+        let table = makeTable(data, evidence: (chains?.chains ?? 0) > 0)
         try print(table, from: from, to: to) {
             try HTMLReport(table: table, from: from, to: to, summary: summary!, subject: htmlSubject).render()
         }
     }
 
     /// Streams the row views (nil data); fetches the aggregate ones, with the HTML summary.
-    func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?) {
+    func fleetData(from: Timestamp?, to: Timestamp?) async throws -> (ReportData?, HTMLReport.Summary?, AppleChains?) {
         let fleet = try await FleetStore.connect(options.ledger)
         do {
             if let user, try await fleet.purchaseHistory(PurchaseHistoryQuery(user: user, limit: 1)).isEmpty {
                 throw LedgerError.make(.malformedInput, "no transaction in this fleet store names the user given with --user")
             }
+            // Apple's signatures: the store's chains judged with the roots, once, for the revenue view.
+            let chains = view == .revenue ? try await fleet.appleChains(verifier: appleRoots.verifier()) : nil
+            let judged = (chains?.chains ?? 0) > 0 || evidence == .apple ? chains : nil
             var summary: HTMLReport.Summary?
             if format == .html {
                 // The totals from the daily lines: one revenue query over the fleet, not two.
-                let days = try await fleet.revenue(from: from, to: to, groupBy: .day)
+                let days = try await fleet.revenue(from: from, to: to, groupBy: .day, apple: judged, onlyApple: evidence == .apple)
                 let (ledgers, events) = try await fleet.shippedTotals()
                 summary = HTMLReport.Summary(
                     revenue: RevenueLine.acrossPeriods(days), daily: DailyRevenue.perDay(days),
                     source: "the fleet store \(fleet.address) (\(ledgers) ledger\(ledgers == 1 ? "" : "s"), \(events) event\(events == 1 ? "" : "s"))")
+                summary?.appleJudged = judged != nil
             }
             if streamsRows {
                 // Rows are written as the server sends them: memory stays flat (HTML: see RowStream).
@@ -251,11 +252,11 @@ struct ReportCommand: AsyncParsableCommand {
                 writer.finish()
                 await fleet.close()
                 stream.finish { _ in [:] }
-                return (nil, nil)
+                return (nil, nil, nil)
             }
-            let data = try await fetch(fleet, from: from, to: to)
+            let data = try await fetch(fleet, from: from, to: to, apple: judged)
             await fleet.close()
-            return (data, summary)
+            return (data, summary, chains)
         } catch {
             await fleet.close()
             throw error
@@ -416,9 +417,12 @@ struct ReportCommand: AsyncParsableCommand {
             : .failures(try ledger.failureRates(from: from, to: to))
     }
 
-    func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?) async throws -> ReportData {
+    func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?, apple: AppleChains?) async throws -> ReportData {
         view == .revenue
-            ? .revenue(try await fleet.revenue(from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments))
+            ? .revenue(
+                try await fleet.revenue(
+                    from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments, apple: apple,
+                    onlyApple: evidence == .apple))
             : .failures(try await fleet.failureRates(from: from, to: to))
     }
 

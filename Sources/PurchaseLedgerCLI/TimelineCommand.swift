@@ -89,7 +89,8 @@ struct TimelineCommand: AsyncParsableCommand {
             var marks = ""
             if let rule = e.anomaly { marks += "  " + console.yellow("! anomaly: \(rule.name)") }
             if let found = evidence[e.seq] {
-                marks += "  " + (found == .apple ? console.dim("signed by Apple") : console.yellow("Apple's signature: \(found)"))
+                // The reason may quote the JWS (its alg): one line, escaped.
+                marks += "  " + (found == .apple ? console.dim("signed by Apple") : console.yellow("Apple's signature: " + VerifyCommand.oneLine("\(found)")))
             }
             if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
             lines.append((String(e.seq), e.event.at.description, what, after, downloads, marks))

@@ -153,15 +153,31 @@ extension FleetStore {
     /// Revenue per product and currency over the fleet
     /// (``Ledger/revenue(from:to:groupBy:byStorefront:allEnvironments:)``): summed per day, product
     /// and price in SQL, made into lines by the same Swift code.
+    ///
+    /// `apple`: the chains judged Apple's (``appleChains(verifier:)``); each line then also
+    /// counts what Apple's signature vouches for, as ship checked it, and with `onlyApple` nothing else.
     public func revenue(
-        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false
+        from: Timestamp? = nil, to: Timestamp? = nil, groupBy: RevenuePeriod? = nil, byStorefront: Bool = false, allEnvironments: Bool = false,
+        apple: AppleChains? = nil, onlyApple: Bool = false
     ) async throws -> [RevenueLine] {
         var binds = PostgresBindings()
         binds.append(from.map(Projector.ms) ?? Int64.min)
         binds.append(to.map(Projector.ms) ?? Int64.max)
-        let sql = RevenueGroup.sql(byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .postgres)
+        let evidence = apple.map { RevenueGroup.AppleEvidence(trusted: $0.trusted, only: onlyApple) } ?? (onlyApple ? .init(trusted: [], only: true) : nil)
+        let sql = RevenueGroup.sql(
+            byDay: groupBy != nil, byStorefront: byStorefront, allEnvironments: allEnvironments, dialect: .postgres, apple: evidence)
         let rows = try await fetchRows(PostgresQuery(unsafeSQL: sql, binds: binds))
         return RevenueLine.lines(rows.map { RevenueGroup(columns: $0) }, groupBy: groupBy)
+    }
+
+    /// The chains of the store's signed transactions (`signing_headers`, every ledger's) judged
+    /// with `verifier`'s roots: what ``revenue(from:to:groupBy:byStorefront:allEnvironments:apple:onlyApple:)`` counts as Apple's.
+    public func appleChains(verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> AppleChains {
+        var headers: [([UInt8], String)] = []
+        for row in try await fetchRows(PostgresQuery(unsafeSQL: "SELECT digest, header FROM signing_headers ORDER BY digest")) {
+            headers.append((row.bytes("digest") ?? [], row.string("header") ?? ""))
+        }
+        return await AppleChains.judged(headers: headers, verifier: verifier)
     }
 
     /// Started downloads with no progress for `idle` as of `asOf` (by default, the fleet's latest
@@ -447,7 +463,8 @@ extension RevenueGroup.Dialect {
     /// this day expression, to the letter: change both together.
     static let postgres = RevenueGroup.Dialect(
         day: "(t.purchased_at_ms - (t.purchased_at_ms % 86400000 + 86400000) % 86400000) / 86400000", low: "$1", high: "$2",
-        integerCast: "::bigint")
+        integerCast: "::bigint", evidenceJoin: "e.ledger_id = t.ledger_id AND e.transaction_id = t.transaction_id", bytesPrefix: "'\\x",
+        bytesSuffix: "'::bytea")
 }
 
 extension ColumnType {

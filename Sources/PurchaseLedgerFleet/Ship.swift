@@ -317,6 +317,7 @@ extension FleetStore {
             """, logger: logger)
         try await copyEvents(accepted.map { ($0.ledger, $0.shipment.events) })
         try await copyProjections(accepted)
+        try await copyEvidence(accepted)
         try await connection.query(
             """
             UPDATE ledgers l SET last_seq = k.seq, last_link = decode(k.link, 'hex'), last_shipped_at = now(), rows_version = \(FleetStore.rowsVersion),
@@ -408,6 +409,39 @@ extension FleetStore {
         }
     }
 
+    /// Replaces each ledger's evidence rows with those the ship checked, keeping the rows of
+    /// transactions whose signature the device erased (the store checked them while it could),
+    /// and adds the chains' headers the store does not hold.
+    private func copyEvidence(_ batches: [(ledger: String, shipment: Shipment)]) async throws {
+        for (ledger, shipment) in batches {
+            try await connection.query(
+                """
+                DELETE FROM transaction_evidence WHERE ledger_id = \(ledger)::uuid AND NOT (transaction_id = ANY(\(shipment.erasedSignatures)::text[]))
+                """, logger: logger)
+        }
+        let headers = Dictionary(batches.flatMap { $0.shipment.signingHeaders.map { ($0.key, $0.value) } }, uniquingKeysWith: { first, _ in first })
+        if !headers.isEmpty {
+            let digests = headers.keys.sorted { Self.hex($0) < Self.hex($1) }
+            try await connection.query(
+                """
+                INSERT INTO signing_headers (digest, header)
+                SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
+                ON CONFLICT (digest) DO NOTHING
+                """, logger: logger)
+        }
+        let rows = batches.flatMap { batch in batch.shipment.evidence.map { (batch.ledger, $0) } }
+        guard !rows.isEmpty else { return }
+        try await connection.query(
+            """
+            INSERT INTO transaction_evidence (ledger_id, transaction_id, seq, level, reason, signing_header)
+            SELECT k.ledger::uuid, k.t, k.seq, k.level, nullif(k.reason, ''), decode(nullif(k.header, ''), 'hex')
+            FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1.transaction))::text[], \(rows.map(\.1.seq))::int8[], \(rows.map(\.1.level))::text[],
+                        \(rows.map { $0.1.reason ?? "" })::text[], \(rows.map { $0.1.header.map(Self.hex) ?? "" })::text[]) AS k(ledger, t, seq, level, reason, header)
+            ON CONFLICT (ledger_id, transaction_id) DO UPDATE SET seq = excluded.seq, level = excluded.level, reason = excluded.reason,
+                signing_header = excluded.signing_header
+            """, logger: logger)
+    }
+
     /// Runs `COPY table (columns) FROM STDIN WITH (FORMAT binary)`, fed by `writeRows`.
     ///
     /// PostgresNIO (1.33) offers COPY in text format only, and writes the table name it is given
@@ -470,7 +504,8 @@ extension FleetStore {
 
     /// Every table the fleet's migrations make: what the audit checks no role reads another version of.
     static let fleetTables: [String] =
-        ["ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations"] + Projector.Table.all.map(\.name)
+        ["ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence"]
+        + Projector.Table.all.map(\.name)
 
     /// Columns the fleet's `transactions` rows hold besides the declared ones (migration 0006):
     /// their product's kind, price and currency as the ledger's catalog holds them (NULL: never
@@ -502,7 +537,10 @@ extension FleetStore {
 
     /// The layout of the projection rows a ship writes; a ledger whose rows are older (shipped
     /// before migration 0003) has them all replaced on its next ship.
-    static let rowsVersion: Int16 = 2
+    ///
+    /// 3: with each signed transaction's evidence (migration 0008), which a ledger shipped
+    /// before gets on its next ship.
+    static let rowsVersion: Int16 = 3
 }
 
 /// Rows in PostgreSQL's binary COPY format: a signature and a header, then each row as its number

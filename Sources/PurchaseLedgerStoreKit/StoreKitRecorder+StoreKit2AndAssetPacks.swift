@@ -75,7 +75,11 @@ extension StoreKitRecorder {
         let id = Self.transactionID(storeKit2: t.id)
         let state = ledger.currentState
         let recorded = state.transactions[id]
-        let terms = t.terms
+        var terms = t.terms
+        // A refunded transaction's statement says so: it goes with the revocation, not the purchase
+        // (a purchase carrying a refund's statement is flagged).
+        let signed = terms.signedTransaction
+        if t.revocationDate != nil { terms.signedTransaction = nil }
         let user = t.appAccountToken?.uuidString.lowercased()
         let bought = Timestamp(t.purchaseDate)
         var events: [Event] = []
@@ -106,7 +110,7 @@ extension StoreKitRecorder {
             events.append(
                 Event(
                     at: Timestamp(revoked),
-                    .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked", signedTransaction: terms.signedTransaction)))
+                    .transactionRevoked(transaction: id, reason: t.revocationReason ?? "revoked", signedTransaction: signed)))
         }
         return events
     }

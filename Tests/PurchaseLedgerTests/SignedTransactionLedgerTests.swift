@@ -235,7 +235,7 @@ import Testing
         #expect(try rows() == ["t1 7 signed", "t2 6 signed", "t3 9 invalid"])
         try DatabaseQueue(path: path).write { db in
             try db.execute(sql: "DELETE FROM transaction_evidence WHERE transaction_id = 't2'")
-            try db.execute(sql: "INSERT INTO transaction_evidence VALUES ('t9', 3, 'signed', NULL, NULL)")
+            try db.execute(sql: "INSERT INTO transaction_evidence VALUES ('t9', 3, 'signed', NULL, NULL, NULL)")
         }
         let broken = try Ledger(path: path).verify(all: true)
         #expect(broken.problems.filter { $0.kind == .signatures }.count == 2, "\(broken.problems)")
@@ -302,5 +302,79 @@ import Testing
         try "not a certificate".write(toFile: dir.path("bad.pem"), atomically: true, encoding: .utf8)
         let bad = try cli(["report", path, "--view", "revenue", "--apple-root", dir.path("bad.pem")])
         #expect(bad.status == 2 && bad.stderr.contains("bad.pem") && bad.stdout.isEmpty, "\(bad.stderr)")
+    }
+
+    /// What an outside attacker got past the first version: a price left to the catalog, one
+    /// Apple transaction on several purchases, no store id, a refund's statement on a purchase,
+    /// an erased marker as input, a purchase dated far from Apple's date.
+    @Test func applesStatementVouchesForOneTransactionAtItsOwnPrice() async throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let at = Self.signedAt
+        func jws(_ id: String, price: Int64 = 9990, revoked: Int64? = nil) throws -> String {
+            try f.chain.sign(SigningChain.payload(transaction: id, product: "gems", price: price, currency: "USD", signedDate: at, revocationDate: revoked))
+        }
+        func purchase(_ t: String, store: String?, _ signed: String, at time: Int64 = at + 1000) -> Event {
+            Event(
+                at: Timestamp(millisecondsSinceEpoch: time),
+                .transactionPurchased(transaction: t, product: "gems", user: "m1", storeTransactionId: store, terms: PurchaseTerms(signedTransaction: signed)))
+        }
+        let first = try jws("2000000010")
+        let registered = Event(
+            at: Timestamp(millisecondsSinceEpoch: at),
+            .productRegistered(ProductRegistration(product: "gems", kind: .consumable, price: "999.99", currency: "USD", downloadable: false)))
+        try ledger.append(contentsOf: [
+            purchase("a1", store: "2000000010", first),  // its own: apple
+            purchase("a2", store: "2000000010", first),  // the same Apple transaction again
+            purchase("a3", store: nil, try jws("2000000011")),  // nothing ties it to its transaction
+            purchase("a4", store: "2000000012", try jws("2000000012", revoked: at)),  // a refund's statement
+            purchase("a5", store: "2000000013", try jws("2000000013"), at: at + 400 * 86_400_000),  // a year later
+            registered,  // the catalog says 999.99 now
+            purchase("a6", store: "2000000014", try jws("2000000014")),  // Apple says 9.99
+        ])
+        let judged = try await ledger.appleEvidence(verifier: AppleSignatureVerifier(roots: try f.chain.roots))
+        func level(_ t: String) -> String { judged[t].map { $0.evidence.description } ?? "unsigned" }
+        #expect(level("a1") == "apple")
+        #expect(level("a2") == "invalid: its signed transaction (the same Apple transaction) already vouches for transaction a1")
+        #expect(level("a3") == "invalid: the transaction has no storeTransactionId, so nothing ties its signed transaction to it")
+        #expect(level("a4").hasPrefix("invalid: the event states otherwise than its signed transaction: revocation is not revoked"), "\(level("a4"))")
+        #expect(level("a5").hasPrefix("invalid: the event's time is 9600 hours from its signed transaction's purchaseDate"), "\(level("a5"))")
+        #expect(level("a6") == "invalid: the event states otherwise than its signed transaction: price is 999.99 in the event, 9.99 in its signed transaction")
+        let flagged = try ledger.events(from: 10, limit: 100).filter { $0.anomaly == .signedFieldsDiffer }.map { $0.event.body.transactionID ?? "" }
+        #expect(flagged == ["a4", "a6"])
+        #expect(try ledger.verify(all: true).isValid)
+        // A rebuild finds the same (the first holder of an Apple transaction keeps it).
+        try ledger.rebuildProjections()
+        #expect(try await ledger.appleEvidence(verifier: AppleSignatureVerifier(roots: try f.chain.roots)).mapValues(\.evidence) == judged.mapValues(\.evidence))
+
+        // What an erased one reads as is no input: JSON Lines leave it out, the library refuses it.
+        try """
+        {"type":"transactionPurchased","at":"2026-05-28T20:40:00Z","transaction":"m1","product":"gems","storeTransactionId":"9","signedTransaction":"[erased 0011223344aa]"}
+
+        """.write(toFile: dir.path("marker.jsonl"), atomically: true, encoding: .utf8)
+        #expect(try ledger.importJSONLines(from: try JSONLinesReader(path: dir.path("marker.jsonl"))).stored == 1)
+        #expect(try ledger.events(inStream: "transaction:m1").first?.event.body.signedTransaction == nil)
+        #expect(throws: LedgerError.self) { try ledger.append(purchase("m2", store: "9", "[erased 0011223344aa]")) }
+    }
+
+    /// A restore whose original belongs to a user forgotten since: the original's store id reads
+    /// as erased, is not compared, and the ledger still verifies.
+    @Test func forgettingTheOriginalsBuyerLeavesARestoreVerifying() throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let at = Self.signedAt
+        let restore = try f.chain.sign(
+            SigningChain.payload(transaction: "2000000020", original: "2000000003", product: "gems", price: 9990, currency: "USD", signedDate: at))
+        try ledger.append(
+            Event(
+                at: Timestamp(millisecondsSinceEpoch: at + 1000),
+                .transactionRestored(
+                    transaction: "r1", originalTransaction: "t3", product: "gems", user: "u9", storeTransactionId: "2000000020",
+                    terms: PurchaseTerms(signedTransaction: restore))))
+        _ = try ledger.forget(user: "u2")
+        let report = try ledger.verify(all: true)
+        #expect(report.isValid, "\(report.problems)")
     }
 }

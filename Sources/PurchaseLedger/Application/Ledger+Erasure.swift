@@ -198,7 +198,16 @@ extension Ledger {
         try db.execute(sql: "DELETE FROM snapshot_pages")
         let pool = self.pool
         let storedRows = Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.storedRowHashes($0, db) } } }])
-        let (replayed, history) = try Ledger.replayForProjections(db)
+        var evidence = EvidenceRows.Collector()
+        let (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence)
+        // The erased signatures' evidence stands, without the keyed digest of their Apple
+        // transaction ids (the file's secret would confirm a guess of one).
+        let erasedSignatures = evidence.found.compactMap { t, found -> String? in if case .erased = found { t } else { nil } }
+        if !erasedSignatures.isEmpty, try db.tableExists("transaction_evidence") {
+            for t in erasedSignatures {
+                try db.execute(sql: "UPDATE transaction_evidence SET signed_key = NULL WHERE transaction_id = ?", arguments: [t])
+            }
+        }
 
         // The erasure event, after the log as replayed.
         var w = Writer(state: replayed, lastLink: try EventStore.lastLink(db))

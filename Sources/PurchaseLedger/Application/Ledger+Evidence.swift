@@ -57,6 +57,24 @@ public struct AppleChains: Sendable {
     /// How many distinct chains the ledger's signed transactions came with (0: it holds none).
     public var chains: Int
 
+    package init(trusted: Set<[UInt8]>, chains: Int) {
+        self.trusted = trusted
+        self.chains = chains
+    }
+
+    /// The chains of `headers` (`signing_headers` rows: digest, header text) judged with
+    /// `verifier`'s roots: a fleet store's, or any other holder of headers.
+    package static func judged(headers: [([UInt8], String)], verifier: AppleSignatureVerifier) async -> AppleChains {
+        var trusted = Set<[UInt8]>()
+        for (digest, header) in headers {
+            guard SignedParts.digest(ofHeader: header[...]) == digest, let parsed = try? SignedTransaction(jws: header + ".e30."),
+                parsed.certificateChain.count >= 2
+            else { continue }
+            if await verifier.judge(leaf: parsed.certificateChain[0], intermediate: parsed.certificateChain[1]) == .apple { trusted.insert(digest) }
+        }
+        return AppleChains(trusted: trusted, chains: headers.count)
+    }
+
     /// The chains of `ledger`'s signed transactions judged with `verifier`'s roots.
     public static func judged(in ledger: Ledger, verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> AppleChains {
         let chains = try ledger.read { db in try SigningChains.read(db) }

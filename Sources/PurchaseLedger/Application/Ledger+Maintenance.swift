@@ -36,7 +36,8 @@ extension Ledger {
                     let spool = Spool()
                     var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
                     var evidence = EvidenceRows.Collector()
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence) { state in
+                    let secret = try EvidenceRows.secret(db)
+                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in
                         guard retake, state.seq % interval == 0 else { return }
                         let pending: Snapshots.Pending
                         // No record of the personal refs assigned by then: a state loaded from
@@ -46,7 +47,7 @@ extension Ledger {
                     }
                     summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
                     // The signatures checked again; a row whose signature forget erased stands.
-                    try EvidenceRows.reconcile(evidence, db)
+                    summary.rowsWritten += try EvidenceRows.reconcile(evidence, db)
                     summary.events = state.seq
                     try Snapshots.write(taken, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
                     summary.snapshotsTaken = taken.count
@@ -88,17 +89,25 @@ extension Ledger {
     }
 
     /// `each`: sees the state after each event, and may change it (a snapshot taken of it).
-    /// `evidence`: gathers the `transaction_evidence` rows the log's signed events give.
+    /// `evidence`: gathers the `transaction_evidence` rows the log's signed events give (with
+    /// `secret`, the ledger's), or without it only which transactions' signatures were erased.
     static func replayForProjections(
         _ db: Database, progress: ((Int64, Int64) -> Void)? = nil, evidence: UnsafeMutablePointer<EvidenceRows.Collector>? = nil,
-        each: ((inout LedgerState) throws -> Void)? = nil
+        secret: [UInt8]? = nil, each: ((inout LedgerState) throws -> Void)? = nil
     ) throws -> (LedgerState, Projector.HistoryCollector) {
         var replay = LogReplay(collectingHistory: true)
         let total = try EventStore.lastSeq(db)
         try replay.run(db) { step, replayed, state in
             if let progress, step.event.seq % 50_000 == 0 { progress(step.event.seq, total) }
             if let evidence, step.event.event.body.signedTransaction != nil, case .outcome(let outcome) = replayed {
-                evidence.pointee.add(EvidenceRows.found(step.event, outcome: outcome, state: state))
+                if let secret {
+                    evidence.pointee.add(EvidenceRows.found(step.event, outcome: outcome, state: state, secret: secret))
+                } else if outcome.changedState, let jws = step.event.event.body.signedTransaction, SignedTransaction.isErasedMarker(jws),
+                    let t = step.event.event.body.transactionID
+                {
+                    // Without a secret: only which signatures were erased (no signature checked).
+                    evidence.pointee.add(.erased(transaction: t))
+                }
             }
             try each?(&state)
             return true

@@ -17,6 +17,13 @@ package struct Shipment: Sendable {
     package var lastSeq: Int64
     package var lastLink: [UInt8]
     package var projections: [(table: Projector.Table, rows: [[ColumnValue]])]
+    /// What each signed transaction's signature says, checked here from the signed data itself
+    /// (the file's own `transaction_evidence` is never read: a device's claim is not trusted),
+    /// with the headers of their chains; and the transactions whose signature `forget` erased on
+    /// the device (the store keeps the row it holds for them).
+    package var evidence: [EvidenceRow] = []
+    package var signingHeaders: [[UInt8]: String] = [:]
+    package var erasedSignatures: [String] = []
 
     /// The chain link before the first event: what a store holds for a ledger it has no event of.
     package static var genesis: [UInt8] { HashChain.genesis }
@@ -57,6 +64,9 @@ extension Ledger {
             var events: [ChainedEvent] = []
             var expected: Int64 = 1
             var frame = BinaryWriter(capacity: 256)
+            var checks: [EvidenceRows.Check] = []
+            var erasedSignatures: [String] = []
+            let secret = try EvidenceRows.secret(db)
             try replay.run(
                 db, integrity: true,
                 before: { step, _ in
@@ -90,6 +100,13 @@ extension Ledger {
                             "event \(step.event.seq) does not pass the rules as recorded (\(found.message)): the file was edited; `verify` reports it",
                             seq: step.event.seq)
                     }
+                    if step.event.event.body.signedTransaction != nil, case .outcome(let outcome) = replayed {
+                        switch EvidenceRows.pending(step.event, outcome: outcome, state: state, secret: secret) {
+                        case .none: break
+                        case .erased(let t): erasedSignatures.append(t)
+                        case .check(let check): checks.append(check)
+                        }
+                    }
                     return true
                 })
             let last = expected - 1
@@ -121,7 +138,21 @@ extension Ledger {
                     (table, ErasedRows.mask(rows, of: table, users: users, transactions: transactions, downloads: downloads))
                 }
             }
-            return Shipment(events: events, lastSeq: last, lastLink: previous, projections: projections)
+            var shipment = Shipment(events: events, lastSeq: last, lastLink: previous, projections: projections)
+            // A transaction's evidence is its latest signed event's (checked on every core).
+            var latest: [String: EvidenceRow] = [:]
+            var collector = EvidenceRows.Collector()
+            for row in EvidenceRows.rows(checks) { collector.add(.row(row)) }
+            for case (let t, .row(var row)) in collector.found {
+                row.key = nil  // the store keeps no digest of an Apple transaction id
+                latest[t] = row
+            }
+            let erased = Set(erasedSignatures).subtracting(latest.keys)
+            shipment.evidence = latest.keys.sorted().map { latest[$0]! }
+            shipment.erasedSignatures = erased.sorted()
+            let headers = try SigningHeaders.read(db).byDigest
+            for row in shipment.evidence { if let digest = row.header, let header = headers[digest] { shipment.signingHeaders[digest] = header } }
+            return shipment
         }
     }
 }

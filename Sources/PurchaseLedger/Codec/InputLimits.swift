@@ -45,6 +45,8 @@ public enum InputLimits {
     /// form cost a fsync-less append a fifth of its speed.
     static func check(_ event: Event) throws(LedgerError) {
         if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
+        // What an erased signed transaction reads as is no input: only forget makes one.
+        if let jws = event.body.signedTransaction, let wrong = SignedTransaction.problem(jws: jws) { throw .malformed(wrong) }
         // Input only (a ledger written before these limits still verifies): prices within their
         // range and scale, one spelling per amount (JSON input is normalised as it is read; the
         // library is told).
@@ -94,7 +96,8 @@ extension InputLimits {
             if let problem = terms.problem { return problem }
             return lengths(downloads)
         case .transactionRevoked(_, _, let signed):
-            return signed.flatMap(SignedTransaction.problem(jws:))
+            guard let signed, !SignedTransaction.isErasedMarker(signed) else { return nil }
+            return SignedTransaction.problem(jws: signed)
         case .contentCopiedOut(_, _, _, let bytes):
             if let bytes, bytes < 0 { return "bytesCopied \(bytes) is negative" }
         case .contentRegistered(_, _, let length):

@@ -101,9 +101,7 @@ public enum JSONLines {
                 product: try f.string("product"), user: try f.optionalString("user"),
                 storeTransactionId: try f.optionalString("storeTransactionId"), downloads: try downloads(f), terms: try terms(f))
         case .transactionRevoked:
-            let signed = try f.optionalString("signedTransaction")
-            if let problem = signed.flatMap(SignedTransaction.problem(jws:)) { throw .malformed(problem) }
-            return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"), signedTransaction: signed)
+            return .transactionRevoked(transaction: try f.string("transaction"), reason: try f.string("reason"), signedTransaction: try signed(f))
         case .transactionFinished:
             return .transactionFinished(transaction: try f.string("transaction"), discardContent: try f.optionalBool("discardContent") ?? false)
         case .downloadStarted:
@@ -184,6 +182,15 @@ public enum JSONLines {
         }
     }
 
+    /// A line's `signedTransaction`, checked: a JWS, or nil. What an erased one reads as (an
+    /// export of a ledger after `forget`) is left out: it vouches for nothing, and only `forget`
+    /// makes one.
+    private static func signed(_ f: Fields) throws(LedgerError) -> String? {
+        guard let jws = try f.optionalString("signedTransaction"), !SignedTransaction.isErasedMarker(jws) else { return nil }
+        if let problem = SignedTransaction.problem(jws: jws) { throw .malformed(problem) }
+        return jws
+    }
+
     /// The v2 fields of a purchase or restore (contract 5.1), checked.
     private static func terms(_ f: Fields) throws(LedgerError) -> PurchaseTerms {
         func named<T: RawRepresentable<String> & CaseIterable>(_ key: String, _ g: Fields, _: T.Type) throws(LedgerError) -> T? {
@@ -197,7 +204,7 @@ public enum JSONLines {
         var terms = PurchaseTerms(
             price: try f.optionalString("price").map(normalizedPrice), currency: try f.optionalString("currency"), storefront: try f.optionalString("storefront"),
             environment: try named("environment", f, StoreEnvironment.self), ownership: try named("ownership", f, Ownership.self),
-            unverified: try f.optionalString("unverified"), signedTransaction: try f.optionalString("signedTransaction"))
+            unverified: try f.optionalString("unverified"), signedTransaction: try signed(f))
         if let item = try f.optionalItem("offer") {
             let g = try f.object(item, "offer")
             guard let type = try named("type", g, OfferType.self) else { throw .malformed("missing field \(g.qualified("type"))") }

@@ -148,7 +148,11 @@ public struct PurchaseTerms: Sendable, Hashable {
         if let storefront, !Self.isUpperLetters(storefront, count: 3) {
             return "field `storefront` must be an ISO 3166-1 alpha-3 country code such as USA"
         }
-        if let signedTransaction { return SignedTransaction.problem(jws: signedTransaction) }
+        // A stored signed transaction may read as an erased marker; input refuses one
+        // (``InputLimits``, JSON Lines), and a JWS is checked there.
+        if let signedTransaction, !SignedTransaction.isErasedMarker(signedTransaction) {
+            return SignedTransaction.problem(jws: signedTransaction)
+        }
         return nil
     }
 

@@ -196,7 +196,9 @@ public struct SignedTransaction: Sendable, Hashable {
         guard tape.tokens.first?.kind == .object else { throw FormError(message: "its payload is not a JSON object") }
         func text(_ key: String) throws(FormError) -> String? { try string(key, tape, in: "payload") }
         func integer(_ key: String) throws(FormError) -> Int64? {
-            guard let i = tape.member(0, key).value, tape.tokens[i].kind != .null else { return nil }
+            let (found, repeated) = tape.member(0, key)
+            guard let i = found, tape.tokens[i].kind != .null else { return nil }
+            guard !repeated else { throw FormError(message: "its payload names \(key) twice") }
             guard tape.tokens[i].kind == .number, let value = tape.tokens[i].integer else {
                 throw FormError(message: "its payload's \(key) is not a whole number")
             }
@@ -227,9 +229,9 @@ public struct SignedTransaction: Sendable, Hashable {
     }
 
     /// What is wrong with `jws` as a recorded signed transaction, naming the field; nil when it
-    /// is one, or when it is what an erased one reads as (`[erased <hex>]`, ``PersonalValues``).
+    /// is one. What an erased one reads as (`[erased <hex>]`) is no signed transaction: only
+    /// `forget` makes one, and an import of an erased export leaves it out.
     static func problem(jws: String) -> String? {
-        if isErasedMarker(jws) { return nil }
         do throws(FormError) {
             _ = try SignedTransaction(jws: jws)
             return nil
@@ -640,7 +642,9 @@ extension SignedTransaction.Claims {
     ) -> [SignedFieldDifference] {
         var found: [SignedFieldDifference] = []
         func compare(_ field: String, _ observed: String?, _ signed: String?) {
-            if let observed, let signed, observed != signed { found.append(SignedFieldDifference(field: field, observed: observed, signed: signed)) }
+            // A ledger value erased with another user (a restore's original) is not compared.
+            guard let observed, !SignedTransaction.isErasedMarker(observed), let signed, observed != signed else { return }
+            found.append(SignedFieldDifference(field: field, observed: observed, signed: signed))
         }
         compare("storeTransactionId", storeTransactionID, transactionId)
         compare("originalTransaction", originalTransaction, originalTransactionId)
@@ -689,6 +693,10 @@ extension SignedTransaction.Claims {
         }
         if revoking && revocationDate == nil {
             found.append(SignedFieldDifference(field: "revocation", observed: "revoked", signed: "no revocationDate"))
+        }
+        // A refund's statement is not a purchase's: a purchase or restore carrying one is flagged.
+        if !revoking, let revoked = revocationDate {
+            found.append(SignedFieldDifference(field: "revocation", observed: "not revoked", signed: "revocationDate \(revoked)"))
         }
         return found
     }

@@ -88,8 +88,9 @@ private struct Verifier {
     var introduced: [Int64: (commitment: [UInt8], seq: Int64)] = [:]
     /// Refs an erasure event recorded, with its seq.
     var erased: [Int64: Int64] = [:]
-    /// The evidence rows the log's signed events give.
+    /// The evidence rows the log's signed events give, and the secret their keys are made with.
     var evidence = EvidenceRows.Collector()
+    var evidenceSecret: [UInt8] = []
 
     init(chain: HashChain, all: Bool, everySnapshot: Bool, progress: ((Int64, Int64) -> Void)?) {
         self.chain = chain
@@ -106,6 +107,7 @@ private struct Verifier {
     mutating func run(_ db: Database) throws -> VerificationReport {
         do {
             try checkIntegrity(db)
+            evidenceSecret = try EvidenceRows.secret(db)
             try checkIdentity(db)
             try checkUnfinishedErasure(db)
             let (state, history, trusted) = try checkLog(db)
@@ -280,7 +282,9 @@ private struct Verifier {
             },
             after: { step, replayed, state in
                 try me.checkAfter(step.event, replayed, state: state)
-                if case .outcome(let outcome) = replayed { me.evidence.add(EvidenceRows.found(step.event, outcome: outcome, state: state)) }
+                if case .outcome(let outcome) = replayed, step.event.event.body.signedTransaction != nil {
+                    me.evidence.add(EvidenceRows.found(step.event, outcome: outcome, state: state, secret: me.evidenceSecret))
+                }
                 while let next = snapshots.first, next.seq <= step.event.seq {
                     snapshots.removeFirst()
                     guard next.seq == step.event.seq, !lost else { continue }

@@ -29,6 +29,8 @@ struct AppendBatch {
     /// still to make (their signatures verified in parallel, a few hundred at a time).
     private var evidence: [EvidenceRow] = []
     private var checks: [EvidenceRows.Check] = []
+    private var uniqueness = EvidenceRows.Uniqueness()
+    private var evidenceSecret: [UInt8]?
 
     /// A batch appended after `lastLink`, inside the write transaction open on `db`.
     /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:
@@ -60,11 +62,11 @@ struct AppendBatch {
                 FrameCodec.payload(body)
             }
         try blocks.add(EventStore.Frame(recorded, payload: payload), db)
-        if body.signedTransaction != nil, case .check(let check) = EvidenceRows.pending(recorded, outcome: outcome, state: state) {
-            checks.append(check)
-            if checks.count >= 512 {
-                evidence += EvidenceRows.rows(checks)
-                checks.removeAll(keepingCapacity: true)
+        if body.signedTransaction != nil {
+            if evidenceSecret == nil { evidenceSecret = try EvidenceRows.secret(db) }
+            if case .check(let check) = EvidenceRows.pending(recorded, outcome: outcome, state: state, secret: evidenceSecret!) {
+                checks.append(check)
+                if checks.count >= 512 { try settleEvidence() }
             }
         }
         if let change = Projector.ownedChange(recorded, outcome: outcome, state: state) {
@@ -72,6 +74,16 @@ struct AppendBatch {
         }
         // A bulk write builds every row from the final state: no need to track what changed.
         if !bulk { dirty.touch(recorded.event, state: state) }
+    }
+
+    /// The rows of the checks made so far (signatures verified on every core), in log order,
+    /// each Apple transaction vouching for one ledger transaction.
+    private mutating func settleEvidence() throws {
+        let db = self.db
+        for row in EvidenceRows.rows(checks) {
+            evidence.append(try uniqueness.apply(row) { key, t in try EvidenceRows.holder(of: key, besides: t, db) })
+        }
+        checks.removeAll(keepingCapacity: true)
     }
 
     /// Adds a snapshot of `state` (the state after its last event), sharing the pages of the
@@ -94,8 +106,7 @@ struct AppendBatch {
     ) throws -> (lastLink: [UInt8], tail: Int) {
         let written = try blocks.write(db, statements)
         try personal.write(db)
-        evidence += EvidenceRows.rows(checks)
-        checks.removeAll()
+        try settleEvidence()
         try EvidenceRows.write(evidence, db)
         evidence.removeAll()
         try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)

@@ -209,8 +209,16 @@ package struct RevenueGroup {
         /// What follows a count or a sum to make it a 64-bit integer.
         package var integerCast: String
 
-        package init(day: String, low: String, high: String, integerCast: String) {
+        /// How a transaction row `t` joins its evidence row `e`, and a byte string's literal.
+        package var evidenceJoin: String
+        package var bytesPrefix: String, bytesSuffix: String
+
+        package init(
+            day: String, low: String, high: String, integerCast: String, evidenceJoin: String = "e.transaction_id = t.transaction_id",
+            bytesPrefix: String = "X'", bytesSuffix: String = "'"
+        ) {
             (self.day, self.low, self.high, self.integerCast) = (day, low, high, integerCast)
+            (self.evidenceJoin, self.bytesPrefix, self.bytesSuffix) = (evidenceJoin, bytesPrefix, bytesSuffix)
         }
 
         /// SQLite's: `?` parameters, and integer sums as they are.
@@ -228,15 +236,20 @@ package struct RevenueGroup {
         package var trusted: Set<[UInt8]>
         package var only: Bool
 
+        package init(trusted: Set<[UInt8]>, only: Bool) {
+            (self.trusted, self.only) = (trusted, only)
+        }
+
         /// The condition, over the evidence row `e` (hex literals of digests the code made).
-        var condition: String {
+        func condition(_ dialect: Dialect) -> String {
             guard !trusted.isEmpty else { return "1 = 0" }
-            return "(e.level = 'signed' AND e.signing_header IN (" + trusted.map { "X'" + Hex.encode($0) + "'" }.sorted().joined(separator: ", ") + "))"
+            let literals = trusted.map { dialect.bytesPrefix + Hex.encode($0) + dialect.bytesSuffix }.sorted()
+            return "(e.level = 'signed' AND e.signing_header IN (" + literals.joined(separator: ", ") + "))"
         }
     }
 
     package static func sql(byDay: Bool, byStorefront: Bool, allEnvironments: Bool, dialect: Dialect, apple: AppleEvidence? = nil) -> String {
-        let vouched = apple?.condition ?? "1 = 0"
+        let vouched = apple?.condition(dialect) ?? "1 = 0"
         let day = byDay ? dialect.day : "0"
         let (low, high, int) = (dialect.low, dialect.high, dialect.integerCast)
         // Without every environment the two columns are constants, and the groups fewer.
@@ -251,7 +264,7 @@ package struct RevenueGroup {
                    sum(CASE WHEN t.revoked THEN t.quantity ELSE 0 END)\(int) AS refunded,
                    sum(CASE WHEN \(vouched) THEN t.quantity ELSE 0 END)\(int) AS apple_units,
                    sum(CASE WHEN \(vouched) AND t.revoked THEN t.quantity ELSE 0 END)\(int) AS apple_refunded
-            FROM transactions t\(vouched == "1 = 0" ? "" : " LEFT JOIN transaction_evidence e ON e.transaction_id = t.transaction_id")
+            FROM transactions t\(vouched == "1 = 0" ? "" : " LEFT JOIN transaction_evidence e ON \(dialect.evidenceJoin)")
             WHERE t.state = 'purchased' AND t.price IS NOT NULL AND t.purchased_at_ms >= \(low) AND t.purchased_at_ms < \(high)
             \(allEnvironments ? "" : "AND t.environment IS NULL AND t.ownership IS NULL")\(apple?.only == true ? " AND \(vouched)" : "")
             GROUP BY \(byDay ? "1, " : "")\(byStorefront ? "2, " : "")t.product, t.currency, t.price\(marks)

@@ -41,9 +41,10 @@ extension Reducer {
         if let why = terms.unverified {
             throw .violation(.unverifiedTransaction, "transaction \(t)'s store signature did not verify (\(why)): kept, never applied", e)
         }
+        let owned = product ?? s.transactions[t]?.product
         let disagreement = signedDisagreement(
-            terms.signedTransaction, product: product ?? s.transactions[t]?.product, quantity: s.transactions[t]?.quantity, storeID: storeID,
-            original: nil, terms: terms)
+            terms.signedTransaction, product: owned, quantity: s.transactions[t]?.quantity, storeID: storeID, original: nil,
+            terms: owned.map { fixed(terms, paid(terms, $0, s)) } ?? terms)
         guard let record = s.transactions[t] else {
             guard let product else {
                 throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
@@ -120,7 +121,7 @@ extension Reducer {
         }
         let disagreement = signedDisagreement(
             terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: s.transactions[original]?.storeTransactionId,
-            terms: terms)
+            terms: fixed(terms, paid(terms, product, s)))
         return flag(try arrive(&s, t, product, user, storeID, specs, terms, as: .restored, original: original, e), disagreement)
     }
 
@@ -146,6 +147,23 @@ extension Reducer {
             product: product, quantity: quantity, storeTransactionID: storeID, originalTransaction: original, terms: terms, revoking: revoking)
     }
 
+    /// `terms` with the price and currency the transaction is fixed at (``paid(_:_:_:)``: the
+    /// event's own, else the catalog's): what Apple's statement must say, whichever gave it.
+    static func fixed(_ terms: PurchaseTerms, _ paid: PaidTerms) -> PurchaseTerms {
+        guard terms.price == nil, let price = paid.price, let currency = paid.currency else { return terms }
+        var terms = terms
+        terms.price = price
+        terms.currency = currency
+        return terms
+    }
+
+    /// A transaction's fixed terms as the terms an event would state.
+    static func stated(_ paid: PaidTerms) -> PurchaseTerms {
+        PurchaseTerms(
+            price: paid.price, currency: paid.currency, storefront: paid.storefront, environment: paid.environment, ownership: paid.ownership,
+            offer: paid.offer)
+    }
+
     /// What a stored purchase, restore or revocation states otherwise than its own signed
     /// transaction, in `state` (the state after it): the comparison its rule made.
     static func signedDifferences(of body: EventBody, after state: LedgerState) -> [SignedFieldDifference] {
@@ -153,15 +171,17 @@ extension Reducer {
         case .transactionPurchased(let t, let product, _, let storeID, _, let terms):
             let record = state.transactions[t]
             return signedDifferences(
-                terms.signedTransaction, product: product ?? record?.product, quantity: record?.quantity, storeID: storeID, original: nil, terms: terms)
-        case .transactionRestored(_, let original, let product, _, let storeID, _, let terms):
+                terms.signedTransaction, product: product ?? record?.product, quantity: record?.quantity, storeID: storeID, original: nil,
+                terms: record.map { fixed(terms, $0.paid) } ?? terms)
+        case .transactionRestored(let t, let original, let product, _, let storeID, _, let terms):
             return signedDifferences(
                 terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: state.transactions[original]?.storeTransactionId,
-                terms: terms)
+                terms: state.transactions[t].map { fixed(terms, $0.paid) } ?? terms)
         case .transactionRevoked(let t, _, let jws):
             let record = state.transactions[t]
             return signedDifferences(
-                jws, product: record?.product, quantity: record?.quantity, storeID: record?.storeTransactionId, original: nil, terms: .none, revoking: true)
+                jws, product: record?.product, quantity: record?.quantity, storeID: record?.storeTransactionId, original: nil,
+                terms: record.map { stated($0.paid) } ?? .none, revoking: true)
         default:
             return []
         }
@@ -178,7 +198,7 @@ extension Reducer {
     static func revoke(_ s: inout LedgerState, _ t: String, _ reason: String, _ jws: String?, _ e: Event) throws(LedgerError) -> Outcome {
         let record = try transaction(s, t, e)
         let disagreement = signedDisagreement(
-            jws, product: record.product, quantity: record.quantity, storeID: record.storeTransactionId, original: nil, terms: .none,
+            jws, product: record.product, quantity: record.quantity, storeID: record.storeTransactionId, original: nil, terms: stated(record.paid),
             revoking: true)
         if try verdict(TransactionMachine.revocation, record, e) == .redelivery {
             guard record.revocationReason == reason else {

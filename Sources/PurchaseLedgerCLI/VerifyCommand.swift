@@ -42,6 +42,7 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Compare every snapshot with the log, not only the newest (about 0.1 s each at 1,000,000 events).")
     var everySnapshot = false
     @Flag(help: "Print the report as JSON.") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
     @Option(help: "A checkpoint (from `checkpoint`) the file must extend.", completion: .file()) var checkpoint: String?
     @Option(name: .customLong("public-key"), help: "The public key the checkpoint must be signed with (FILE.pub from keygen).", completion: .file())
     var publicKey: String?
@@ -187,7 +188,12 @@ struct VerifyCommand: AsyncParsableCommand {
         // vouches for the links, not for a personal value edited beside its commitment or a
         // snapshot bound to another chain (the check an edit of personal_values must not pass).
         let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
-        try printReport(report)
+        // What Apple's signatures say, their chains judged with the roots: a count, not a
+        // problem (a signature that does not verify is what the device recorded).
+        let evidence = try await ledger.appleEvidence(verifier: appleRoots.verifier())
+        var levels: [String: Int] = [:]
+        for found in evidence.values { levels[found.evidence.name, default: 0] += 1 }
+        try printReport(report, evidence: evidence.isEmpty ? nil : levels)
     }
 
     /// Runs a check of the file's history; a mismatch or damage is a problem (exit 1), printed.
@@ -204,7 +210,8 @@ struct VerifyCommand: AsyncParsableCommand {
         }
     }
 
-    private func printReport(_ report: VerificationReport) throws {
+    /// `evidence`: how many signed transactions have each evidence level (nil: none signed).
+    private func printReport(_ report: VerificationReport, evidence: [String: Int]? = nil) throws {
         let console = Console.current
         console.endProgress()
         if json {
@@ -227,6 +234,10 @@ struct VerifyCommand: AsyncParsableCommand {
                         w.field("seq", a.seq); w.field("rule", a.rule.name)
                     }
                 }
+                if let evidence {
+                    w.key("evidence")
+                    w.object { w in for level in ["apple", "xcode", "invalid"] { w.field(level, evidence[level] ?? 0) } }
+                }
             }
         } else {
             for p in report.problems { console.print(console.red("problem: ") + p.description) }
@@ -239,6 +250,12 @@ struct VerifyCommand: AsyncParsableCommand {
                             default: "every snapshot bound to the chain, \(report.snapshotsChecked) equal to the log at their seqs, "]
                         + "every personal value matches its commitment, projections equal a fresh rebuild, SQLite integrity ok"
                 )
+            }
+            if let evidence {
+                let total = evidence.values.reduce(0, +)
+                console.print(
+                    "\(total) signed transaction\(total == 1 ? "" : "s") checked again: \(evidence["apple"] ?? 0) apple, \(evidence["xcode"] ?? 0) xcode, "
+                        + "\(evidence["invalid"] ?? 0) invalid (replay --json names each; --apple-root trusts more roots)")
             }
             if !report.anomalies.isEmpty {
                 var byRule: [String: Int] = [:]

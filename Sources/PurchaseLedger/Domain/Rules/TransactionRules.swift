@@ -41,10 +41,14 @@ extension Reducer {
         if let why = terms.unverified {
             throw .violation(.unverifiedTransaction, "transaction \(t)'s store signature did not verify (\(why)): kept, never applied", e)
         }
-        let owned = product ?? s.transactions[t]?.product
-        let disagreement = signedDisagreement(
-            terms.signedTransaction, product: owned, quantity: s.transactions[t]?.quantity, storeID: storeID, original: nil,
-            terms: owned.map { fixed(terms, paid(terms, $0, s)) } ?? terms)
+        // Only a signed purchase is compared (the catalog lookup is not made for the others).
+        var disagreement: String?
+        if let jws = terms.signedTransaction {
+            let owned = product ?? s.transactions[t]?.product
+            disagreement = signedDisagreement(
+                jws, product: owned, quantity: s.transactions[t]?.quantity, storeID: storeID, original: nil,
+                terms: owned.map { fixed(terms, paid(terms, $0, s)) } ?? terms)
+        }
         guard let record = s.transactions[t] else {
             guard let product else {
                 throw .malformed("transaction \(t) is unknown; a purchase the ledger has not seen queued must carry its product", event: e)
@@ -119,9 +123,12 @@ extension Reducer {
             }
             return .unchanged
         }
-        let disagreement = signedDisagreement(
-            terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: s.transactions[original]?.storeTransactionId,
-            terms: fixed(terms, paid(terms, product, s)))
+        let disagreement =
+            terms.signedTransaction == nil
+            ? nil
+            : signedDisagreement(
+                terms.signedTransaction, product: product, quantity: nil, storeID: storeID, original: s.transactions[original]?.storeTransactionId,
+                terms: fixed(terms, paid(terms, product, s)))
         return flag(try arrive(&s, t, product, user, storeID, specs, terms, as: .restored, original: original, e), disagreement)
     }
 
@@ -197,9 +204,12 @@ extension Reducer {
     /// `transactionRevoked`.
     static func revoke(_ s: inout LedgerState, _ t: String, _ reason: String, _ jws: String?, _ e: Event) throws(LedgerError) -> Outcome {
         let record = try transaction(s, t, e)
-        let disagreement = signedDisagreement(
-            jws, product: record.product, quantity: record.quantity, storeID: record.storeTransactionId, original: nil, terms: stated(record.paid),
-            revoking: true)
+        let disagreement =
+            jws == nil
+            ? nil
+            : signedDisagreement(
+                jws, product: record.product, quantity: record.quantity, storeID: record.storeTransactionId, original: nil, terms: stated(record.paid),
+                revoking: true)
         if try verdict(TransactionMachine.revocation, record, e) == .redelivery {
             guard record.revocationReason == reason else {
                 throw .violation(.illegalTransactionTransition, "transaction \(t) was already revoked for another reason", e)

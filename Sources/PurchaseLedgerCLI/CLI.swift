@@ -229,10 +229,16 @@ struct LedgerOptions: ParsableArguments {
     @Option(name: .customLong("key-file"), help: "A file holding the secret key of a keyed (HMAC) hash chain.", completion: .file())
     var keyFile: String?
 
+    @Option(
+        name: .customLong("apple-bundle-id"),
+        help: "The app's bundle id: Apple's signed transactions for another app are invalid evidence. Recorded in the ledger by a command that writes.")
+    var appleBundleID: String?
+
     func configuration(readOnly: Bool) throws -> LedgerConfiguration {
         var configuration = LedgerConfiguration()
         configuration.readOnly = readOnly
         configuration.chainKey = try keyFile.map(Self.chainKey(fromFile:))
+        configuration.appleBundleID = appleBundleID
         // Fault injection for the test suite: end the process as a kill would, right after an
         // erasure's commit (before its checkpoint), to show the next open finishes it.
         if ProcessInfo.processInfo.environment["PURCHASE_LEDGER_FAULT"] == "exit-after-erasure-commit" {

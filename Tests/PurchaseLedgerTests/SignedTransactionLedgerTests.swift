@@ -377,4 +377,30 @@ import Testing
         let report = try ledger.verify(all: true)
         #expect(report.isValid, "\(report.problems)")
     }
+
+    /// A ledger bound to its app: Apple's signature on another app's transaction is invalid, and
+    /// binding a ledger that holds signatures checks them again; another app's id is refused.
+    @Test func aLedgerBoundToItsAppRefusesAnotherAppsSignatures() async throws {
+        let dir = try TemporaryDirectory()
+        let f = try Fixture()
+        let (ledger, _) = try f.ledger(dir)
+        let path = dir.path("signed.ledger")
+        let roots = AppleSignatureVerifier(roots: try f.chain.roots)
+        #expect(try await ledger.appleEvidence(verifier: roots)["t2"]?.evidence == .apple)
+        // The fixture's transactions were signed for com.example.app.
+        var other = testConfiguration()
+        other.appleBundleID = "com.example.other"
+        let bound = try Ledger(path: path, configuration: other)
+        #expect(try await bound.appleEvidence(verifier: roots)["t2"]?.evidence.reason == "signed for the app com.example.app, not com.example.other")
+        #expect(try bound.verify(all: true).isValid)
+        var mine = testConfiguration()
+        mine.appleBundleID = "com.example.app"
+        #expect(throws: LedgerError.self) { _ = try Ledger(path: path, configuration: mine) }
+        let refused = try cli(["import", path, dir.path("signed.ledger.jsonl"), "--apple-bundle-id", "com.example.app"])
+        #expect(refused.status == 2 && refused.stderr.contains("for the app com.example.other, not com.example.app"), "\(refused.stderr)")
+        // A new ledger bound to the right app: apple.
+        let right = dir.path("right.ledger")
+        #expect(try cli(["import", right, dir.path("signed.ledger.jsonl"), "--apple-bundle-id", "com.example.app"]).status == 0)
+        #expect(try await Ledger(path: right).appleEvidence(verifier: roots)["t2"]?.evidence == .apple)
+    }
 }

@@ -93,7 +93,7 @@ extension Ledger {
     /// `secret`, the ledger's), or without it only which transactions' signatures were erased.
     static func replayForProjections(
         _ db: Database, progress: ((Int64, Int64) -> Void)? = nil, evidence: UnsafeMutablePointer<EvidenceRows.Collector>? = nil,
-        secret: [UInt8]? = nil, each: ((inout LedgerState) throws -> Void)? = nil
+        secret: EvidenceRows.Context? = nil, each: ((inout LedgerState) throws -> Void)? = nil
     ) throws -> (LedgerState, Projector.HistoryCollector) {
         var replay = LogReplay(collectingHistory: true)
         let total = try EventStore.lastSeq(db)

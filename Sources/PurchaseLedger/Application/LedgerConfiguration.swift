@@ -18,6 +18,11 @@ public struct LedgerConfiguration: Sendable {
     public var busyTimeout: Duration = .seconds(10)
     /// A secret that turns the hash chain into an HMAC chain. Fixed when the ledger is created.
     public var chainKey: [UInt8]?
+    /// The app's bundle id (`Bundle.main.bundleIdentifier`): a signed transaction Apple made for
+    /// another app is `invalid` evidence (docs/rules.md, "Apple's signature"). Recorded in the
+    /// ledger on the first writable open that gives it (`ledger_info.apple_bundle_id`; its
+    /// evidence is then checked again); an open giving another one is refused.
+    public var appleBundleID: String?
     /// Events per sealed, compressed block.
     public var blockSize: Int = 1024
     /// How the blocks this writer seals are compressed: LZ4 with the ledger's dictionary by default.

@@ -90,7 +90,7 @@ private struct Verifier {
     var erased: [Int64: Int64] = [:]
     /// The evidence rows the log's signed events give, and the secret their keys are made with.
     var evidence = EvidenceRows.Collector()
-    var evidenceSecret: [UInt8] = []
+    var evidenceSecret = EvidenceRows.Context(secret: [], bundleID: nil)
 
     init(chain: HashChain, all: Bool, everySnapshot: Bool, progress: ((Int64, Int64) -> Void)?) {
         self.chain = chain

@@ -30,7 +30,7 @@ struct AppendBatch {
     private var evidence: [EvidenceRow] = []
     private var checks: [EvidenceRows.Check] = []
     private var uniqueness = EvidenceRows.Uniqueness()
-    private var evidenceSecret: [UInt8]?
+    private var evidenceSecret: EvidenceRows.Context?
 
     /// A batch appended after `lastLink`, inside the write transaction open on `db`.
     /// `storedTail`: the rows of the log's open tail, when the caller knows them. `emptyLedger`:

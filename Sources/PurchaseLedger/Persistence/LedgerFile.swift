@@ -214,6 +214,12 @@ final class LedgerFile: Sendable {
             }
             let keys = try String.fetchAll(
                 db, sql: "SELECT key FROM ledger_info WHERE key IN ('chain', 'ledger_id', 'redaction_secret', 'identity_key')")
+            // An app given that the ledger does not record (or records otherwise) is written, or refused, below.
+            if let bundle = configuration.appleBundleID,
+                try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'apple_bundle_id'") != bundle
+            {
+                return false
+            }
             return keys.count == 4
         }
         // An up-to-date ledger is opened without writing a byte.
@@ -251,6 +257,21 @@ final class LedgerFile: Sendable {
                 // The secret of this ledger's pseudonyms (Redactor), made once.
                 try db.execute(
                     sql: "INSERT OR IGNORE INTO ledger_info (key, value) VALUES ('redaction_secret', ?)", arguments: [Data(Redactor.randomSecret())])
+                // The app whose signed transactions count as Apple's evidence, recorded once.
+                if let bundle = configuration.appleBundleID {
+                    let recorded = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'apple_bundle_id'")
+                    if let recorded, recorded != bundle {
+                        throw LedgerError(
+                            .malformedInput, "this ledger checks Apple's signatures for the app \(recorded), not \(bundle): a ledger belongs to one app")
+                    }
+                    if recorded == nil {
+                        try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('apple_bundle_id', ?)", arguments: [bundle])
+                        // The evidence stored so far was checked without it: checked again by the rebuild this open runs.
+                        if try db.tableExists("transaction_evidence"), try Int.fetchOne(db, sql: "SELECT count(*) FROM transaction_evidence") ?? 0 > 0 {
+                            try db.execute(sql: "UPDATE ledger_info SET value = 'stale' WHERE key = 'projection_stamp'")
+                        }
+                    }
+                }
             }
             // A migration that rebuilds a table (0003, 0004) leaves the old one's pages free in
             // the file: past a tenth of it, they are given back, once, on the upgrading open (a

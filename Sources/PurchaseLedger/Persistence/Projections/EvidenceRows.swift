@@ -22,8 +22,23 @@ package struct EvidenceRow: Hashable, Sendable {
 /// Computes, stores and compares the `transaction_evidence` rows. The append path adds the row
 /// of each applied signed event; a rebuild and `verify` compute them all again from the log.
 enum EvidenceRows {
-    /// The root-independent check, its chains' certificates parsed once per process.
-    static let checker = AppleSignatureVerifier()
+    /// The root-independent check, per app (nil: any app), its chains' certificates parsed once
+    /// per process.
+    private static let checkers = Locked<[String: AppleSignatureVerifier]>([:])
+    static func checker(_ bundleID: String?) -> AppleSignatureVerifier {
+        checkers.withLock { checkers in
+            if let known = checkers[bundleID ?? ""] { return known }
+            let made = AppleSignatureVerifier(bundleID: bundleID)
+            checkers[bundleID ?? ""] = made
+            return made
+        }
+    }
+
+    /// What the checks of one ledger use: its redaction secret (the keys) and its app.
+    struct Context: Sendable {
+        var secret: [UInt8]
+        var bundleID: String?
+    }
 
     /// How far an event's time may lie from the date its signed transaction states (a purchase's
     /// `purchaseDate`, a revocation's `revocationDate`): one day.
@@ -43,7 +58,7 @@ enum EvidenceRows {
 
     /// The evidence `e` (stored with `outcome`, leaving `state`) gives its transaction, before
     /// the one-transaction-per-Apple-transaction check (``Collector``, ``Uniqueness``).
-    static func found(_ e: RecordedEvent, outcome: Outcome, state: LedgerState, secret: [UInt8]) -> Found {
+    static func found(_ e: RecordedEvent, outcome: Outcome, state: LedgerState, secret: Context) -> Found {
         switch pending(e, outcome: outcome, state: state, secret: secret) {
         case .none: .none
         case .erased(let t): .erased(transaction: t)
@@ -71,6 +86,7 @@ enum EvidenceRows {
         /// The fields the event states otherwise, described (personal ones by name only).
         var differences: [String]
         var key: [UInt8]?
+        var bundleID: String?
 
         func row() -> EvidenceRow {
             func row(_ level: String, _ reason: String? = nil) -> EvidenceRow {
@@ -81,7 +97,7 @@ enum EvidenceRows {
             case .failure(let error): return row("invalid", "it is not a signed transaction: \(error.message)")
             case .success(let parsed): signed = parsed
             }
-            switch checker.check(signed, recordedAt: recordedAt) {
+            switch checker(bundleID).check(signed, recordedAt: recordedAt) {
             case .final(.xcode):
                 return row("xcode")
             case .final(let evidence):
@@ -115,7 +131,7 @@ enum EvidenceRows {
         }
     }
 
-    static func pending(_ e: RecordedEvent, outcome: Outcome, state: LedgerState, secret: [UInt8]) -> Pending {
+    static func pending(_ e: RecordedEvent, outcome: Outcome, state: LedgerState, secret context: Context) -> Pending {
         guard outcome.changedState, let jws = e.event.body.signedTransaction, let t = e.event.body.transactionID else { return .none }
         if SignedTransaction.isErasedMarker(jws) { return .erased(t) }
         let header = SignedTransaction.split(jws: jws).header.map(SignedParts.digest(ofHeader:))
@@ -125,12 +141,12 @@ enum EvidenceRows {
         }
         var revocation = false
         if case .transactionRevoked = e.event.body { revocation = true }
-        let key = (try? signed.get())?.claims.transactionId.map { Self.key($0, secret: secret) }
+        let key = (try? signed.get())?.claims.transactionId.map { Self.key($0, secret: context.secret) }
         return .check(
             Check(
                 transaction: t, seq: e.seq, header: header, signed: signed,
                 recordedAt: Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9), revocation: revocation,
-                storeID: state.transactions[t]?.storeTransactionId, differences: differences, key: key))
+                storeID: state.transactions[t]?.storeTransactionId, differences: differences, key: key, bundleID: context.bundleID))
     }
 
     /// The keyed digest of Apple's transaction id a row keeps: HMAC-SHA-256 under the ledger's
@@ -142,9 +158,12 @@ enum EvidenceRows {
         return Array(mac.prefix(16))
     }
 
-    /// The ledger's redaction secret (made on the first writable open); empty when it has none.
-    static func secret(_ db: Database) throws -> [UInt8] {
-        (try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'redaction_secret'")).map { [UInt8]($0) } ?? []
+    /// The ledger's redaction secret (made on the first writable open; empty when it has none)
+    /// and the app it checks Apple's signatures for (``LedgerConfiguration/appleBundleID``).
+    static func secret(_ db: Database) throws -> Context {
+        Context(
+            secret: (try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'redaction_secret'")).map { [UInt8]($0) } ?? [],
+            bundleID: try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'apple_bundle_id'"))
     }
 
     /// The rows of `checks`, their signatures verified on every core.

@@ -80,8 +80,11 @@ struct AppendBatch {
     /// each Apple transaction vouching for one ledger transaction.
     private mutating func settleEvidence() throws {
         let db = self.db
+        // A batch into an empty ledger has no stored row to look a key up in: its own are in
+        // `uniqueness` already.
+        let stored = !bulk
         for row in EvidenceRows.rows(checks) {
-            evidence.append(try uniqueness.apply(row) { key, t in try EvidenceRows.holder(of: key, besides: t, db) })
+            evidence.append(try uniqueness.apply(row) { key, t in stored ? try EvidenceRows.holder(of: key, besides: t, db) : nil })
         }
         checks.removeAll(keepingCapacity: true)
     }

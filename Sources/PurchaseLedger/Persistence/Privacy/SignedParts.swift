@@ -22,9 +22,17 @@ enum SignedParts {
 
     /// The SHA-256 of a header's text: its key in `signing_headers` and in payloads.
     static func digest(ofHeader header: Substring) -> [UInt8] {
+        // The last header's digest is remembered: one chain signs an app's transactions, and the
+        // encoder and the evidence both ask for each event's.
         var header = header
-        return header.withUTF8 { Array(SHA256.hash(data: UnsafeRawBufferPointer($0))) }
+        let bytes = header.withUTF8 { Array($0) }
+        if let last = lastDigest.withLock({ $0 }), last.header == bytes { return last.digest }
+        let digest = Array(SHA256.hash(data: bytes))
+        lastDigest.withLock { $0 = (bytes, digest) }
+        return digest
     }
+
+    private static let lastDigest = Locked<(header: [UInt8], digest: [UInt8])?>(nil)
 
     /// `body` packed, or nil when it is not `payload.signature` in canonical base64url (then it
     /// is stored as its text, like any value).

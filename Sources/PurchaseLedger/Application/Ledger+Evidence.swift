@@ -22,14 +22,8 @@ extension Ledger {
     /// let vouched = evidence.values.filter { $0.evidence == .apple }.count
     /// ```
     public func appleEvidence(verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> [String: TransactionEvidence] {
-        let (rows, chains) = try read { db in (try EvidenceRows.stored(db), try SigningChains.read(db)) }
-        var judged: [[UInt8]: AppleEvidence] = [:]
-        for (digest, chain) in chains {
-            switch chain {
-            case .chain(let leaf, let intermediate): judged[digest] = await verifier.judge(leaf: leaf, intermediate: intermediate)
-            case .unreadable(let why): judged[digest] = .invalid(why)
-            }
-        }
+        let (rows, headers) = try read { db in (try EvidenceRows.stored(db), try SigningHeaders.read(db).byDigest) }
+        let judged = await SigningChains.judge(headers, verifier: verifier)
         var evidence: [String: TransactionEvidence] = [:]
         for (t, row) in rows {
             let level: AppleEvidence =
@@ -63,54 +57,43 @@ public struct AppleChains: Sendable {
     }
 
     /// The chains of `headers` (`signing_headers` rows: digest, header text) judged with
-    /// `verifier`'s roots: a fleet store's, or any other holder of headers.
+    /// `verifier`'s roots: a fleet store's, or any other holder of headers. A row whose text
+    /// does not hash to its digest is no chain.
     package static func judged(headers: [([UInt8], String)], verifier: AppleSignatureVerifier) async -> AppleChains {
-        var trusted = Set<[UInt8]>()
-        for (digest, header) in headers {
-            guard SignedParts.digest(ofHeader: header[...]) == digest, let parsed = try? SignedTransaction(jws: header + ".e30."),
-                parsed.certificateChain.count >= 2
-            else { continue }
-            if await verifier.judge(leaf: parsed.certificateChain[0], intermediate: parsed.certificateChain[1]) == .apple { trusted.insert(digest) }
-        }
-        return AppleChains(trusted: trusted, chains: headers.count)
+        let sound = headers.filter { SignedParts.digest(ofHeader: $0.1[...]) == $0.0 }
+        let judged = await SigningChains.judge(Dictionary(sound, uniquingKeysWith: { first, _ in first }), verifier: verifier)
+        return AppleChains(trusted: Set(judged.filter { $0.value == .apple }.keys), chains: headers.count)
     }
 
     /// The chains of `ledger`'s signed transactions judged with `verifier`'s roots.
     public static func judged(in ledger: Ledger, verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> AppleChains {
-        let chains = try ledger.read { db in try SigningChains.read(db) }
-        var trusted = Set<[UInt8]>()
-        for (digest, chain) in chains {
-            if case .chain(let leaf, let intermediate) = chain, await verifier.judge(leaf: leaf, intermediate: intermediate) == .apple {
-                trusted.insert(digest)
-            }
-        }
-        return AppleChains(trusted: trusted, chains: chains.count)
+        let headers = try ledger.read { db in try SigningHeaders.read(db).byDigest }
+        let judged = await SigningChains.judge(headers, verifier: verifier)
+        return AppleChains(trusted: Set(judged.filter { $0.value == .apple }.keys), chains: headers.count)
     }
 
     /// How many of ``chains`` reach a trusted root.
     public var trustedCount: Int { trusted.count }
 }
 
-/// The chains of `signing_headers`, by digest: each header's leaf and intermediate.
+/// The chains of signing headers, judged: each header's leaf and intermediate, through the
+/// verifier's roots (once per distinct chain).
 enum SigningChains {
-    enum Chain: Sendable {
-        case chain(leaf: String, intermediate: String)
-        case unreadable(String)
-    }
-
-    static func read(_ db: Database) throws -> [[UInt8]: Chain] {
-        var chains: [[UInt8]: Chain] = [:]
-        for (digest, header) in try SigningHeaders.read(db).byDigest {
+    /// What `verifier` says of each header's chain, by digest: `apple`, or `invalid` with why.
+    static func judge(_ headers: [[UInt8]: String], verifier: AppleSignatureVerifier) async -> [[UInt8]: AppleEvidence] {
+        var judged: [[UInt8]: AppleEvidence] = [:]
+        for (digest, header) in headers {
             // The header alone, with an empty payload and signature: the parser checks its form.
             do {
                 let parsed = try SignedTransaction(jws: header + ".e30.")
-                chains[digest] =
+                judged[digest] =
                     parsed.certificateChain.count >= 2
-                    ? .chain(leaf: parsed.certificateChain[0], intermediate: parsed.certificateChain[1]) : .unreadable("its x5c holds no chain")
+                    ? await verifier.judge(leaf: parsed.certificateChain[0], intermediate: parsed.certificateChain[1])
+                    : .invalid("its x5c holds no chain")
             } catch {
-                chains[digest] = .unreadable("its header does not parse: \(error.message)")
+                judged[digest] = .invalid("its header does not parse: \(error.message)")
             }
         }
-        return chains
+        return judged
     }
 }

@@ -137,8 +137,10 @@ public struct SignedTransaction: Sendable, Hashable {
     /// parsed again for each.
     private static func header(_ text: Substring) throws(FormError) -> (alg: String, chain: [String]) {
         var text = text
-        let bytes = text.withUTF8 { Array($0) }
-        if let last = lastHeader.withLock({ $0 }), last.bytes == bytes { return (last.alg, last.chain) }
+        return try lastHeader.value(for: text.withUTF8 { Array($0) }) { () throws(FormError) in try parseHeader(text) }
+    }
+
+    private static func parseHeader(_ text: Substring) throws(FormError) -> (alg: String, chain: [String]) {
         guard let header = Base64URL.decode(text) else { throw FormError(message: "its header is not base64url") }
         let tape: JSONTape
         do { tape = try JSONTape(header) } catch { throw FormError(message: "its header is not JSON (\(error.message), byte \(error.offset))") }
@@ -152,11 +154,10 @@ public struct SignedTransaction: Sendable, Hashable {
                 chain.append(tape.string(item))
             }
         }
-        lastHeader.withLock { $0 = (bytes, alg, chain) }
         return (alg, chain)
     }
 
-    private static let lastHeader = Locked<(bytes: [UInt8], alg: String, chain: [String])?>(nil)
+    private static let lastHeader = LastResult<(alg: String, chain: [String])>()
 
     /// The three dot-separated parts of `jws`, unchecked.
     static func parts(ofJWS jws: String) throws(FormError) -> (header: Substring, payload: Substring, signature: Substring) {
@@ -180,15 +181,13 @@ public struct SignedTransaction: Sendable, Hashable {
         // The same event's payload is read by the input check, the rules and the evidence: the
         // last one is remembered.
         var segment = payloadSegment
-        let bytes = segment.withUTF8 { Array($0) }
-        if let last = lastClaims.withLock({ $0 }), last.bytes == bytes { return last.claims }
-        guard let payload = Base64URL.decode(payloadSegment) else { throw FormError(message: "its payload is not base64url") }
-        let claims = try Claims(json: payload)
-        lastClaims.withLock { $0 = (bytes, claims) }
-        return claims
+        return try lastClaims.value(for: segment.withUTF8 { Array($0) }) { () throws(FormError) in
+            guard let payload = Base64URL.decode(payloadSegment) else { throw FormError(message: "its payload is not base64url") }
+            return try Claims(json: payload)
+        }
     }
 
-    private static let lastClaims = Locked<(bytes: [UInt8], claims: Claims)?>(nil)
+    private static let lastClaims = LastResult<Claims>()
 
     fileprivate static func claims(json payload: [UInt8]) throws(FormError) -> Claims {
         let tape: JSONTape

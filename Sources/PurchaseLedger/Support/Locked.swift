@@ -25,3 +25,20 @@ package final class Locked<Value>: @unchecked Sendable {  // unchecked: `value` 
         return try body(&value)
     }
 }
+
+/// The result of the last call of a function of some bytes, kept for the next call with the same
+/// bytes: what one signed transaction's parts give is asked for several times per event (the
+/// input check, the rules, the evidence), and an app's transactions share one chain's header.
+package final class LastResult<Value: Sendable>: Sendable {
+    private let last = Locked<(key: [UInt8], value: Value)?>(nil)
+
+    package init() {}
+
+    /// `make()`'s value for `key`, remembered; a thrown error is not.
+    package func value<E: Error>(for key: [UInt8], _ make: () throws(E) -> Value) throws(E) -> Value {
+        if let last = last.withLock({ $0 }), last.key == key { return last.value }
+        let value = try make()
+        last.withLock { $0 = (key, value) }
+        return value
+    }
+}

@@ -26,13 +26,10 @@ enum SignedParts {
         // encoder and the evidence both ask for each event's.
         var header = header
         let bytes = header.withUTF8 { Array($0) }
-        if let last = lastDigest.withLock({ $0 }), last.header == bytes { return last.digest }
-        let digest = Array(SHA256.hash(data: bytes))
-        lastDigest.withLock { $0 = (bytes, digest) }
-        return digest
+        return lastDigest.value(for: bytes) { Array(SHA256.hash(data: bytes)) }
     }
 
-    private static let lastDigest = Locked<(header: [UInt8], digest: [UInt8])?>(nil)
+    private static let lastDigest = LastResult<[UInt8]>()
 
     /// `body` packed, or nil when it is not `payload.signature` in canonical base64url (then it
     /// is stored as its text, like any value).

@@ -185,7 +185,7 @@ enum EvidenceRows {
 
     /// One Apple transaction vouches for one ledger transaction, the first (in log order) whose
     /// row says so: a later one's row becomes `invalid`.
-    struct Uniqueness {
+    struct Uniqueness: Sendable {
         private var holders: [[UInt8]: String] = [:]
 
         /// `row`, invalid when another transaction holds its key; `stored` looks a key up among
@@ -205,26 +205,17 @@ enum EvidenceRows {
         }
     }
 
-    /// The rows by transaction, as a replay finds them (a later signed event replaces an earlier).
+    /// The rows by transaction, as a replay finds them (a later signed event replaces an earlier),
+    /// each Apple transaction vouching for the first transaction that held it.
     struct Collector: Sendable {
         private(set) var found: [String: Found] = [:]
-        private var holders: [[UInt8]: String] = [:]
+        private var uniqueness = Uniqueness()
 
         mutating func add(_ f: Found) {
             switch f {
             case .none: break
             case .erased(let t): found[t] = f
-            case .row(var r):
-                if let key = r.key {
-                    if let holder = holders[key], holder != r.transaction {
-                        r.level = "invalid"
-                        r.reason = "its signed transaction (the same Apple transaction) already vouches for transaction \(holder)"
-                        r.key = nil
-                    } else {
-                        holders[key] = r.transaction
-                    }
-                }
-                found[r.transaction] = .row(r)
+            case .row(let r): found[r.transaction] = .row(uniqueness.apply(r) { _, _ in nil })
             }
         }
     }

@@ -8,7 +8,9 @@ func inputReader(_ file: String?) throws -> JSONLinesReader {
     return JSONLinesReader(fileDescriptor: STDIN_FILENO)
 }
 
-func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
+/// `evidence`: the evidence levels of the ledger's signed transactions after the write (nil:
+/// it holds none).
+func appendSummary(_ result: ImportSummary, json: Bool, console: Console, evidence: [String: Int]? = nil) {
     if json {
         console.printJSON { w in
             w.field("stored", result.stored)
@@ -17,6 +19,7 @@ func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
             w.field("appendedByLedger", result.appendedByLedger)
             w.field("firstSeq", result.firstSeq)
             w.field("lastSeq", result.lastSeq)
+            if let evidence { AppleRootOptions.write(evidence, to: &w) }
         }
         return
     }
@@ -29,9 +32,10 @@ func appendSummary(_ result: ImportSummary, json: Bool, console: Console) {
     let skipped = result.skippedLedgerAppended
     if skipped > 0 { line += ", \(skipped) exported automatic cancellation\(skipped == 1 ? "" : "s") left to the ledger" }
     console.print(line)
+    if let evidence { console.print(AppleRootOptions.describe(evidence)) }
 }
 
-struct AppendCommand: ParsableCommand {
+struct AppendCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "append",
         abstract: "Append JSON Lines events in one atomic write: all or nothing.",
@@ -48,14 +52,15 @@ struct AppendCommand: ParsableCommand {
     @Argument(help: "A JSON Lines file (default: stdin).", completion: .file(extensions: ["jsonl"]))
     var file: String?
     @Flag(help: "Print the summary as JSON.") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
 
-    func run() throws {
+    func run() async throws {
         let result = try options.importJSONLines(try inputReader(file))
-        appendSummary(result, json: json, console: .current)
+        appendSummary(result, json: json, console: .current, evidence: try await appleRoots.evidenceLevels(of: options.open()))
     }
 }
 
-struct ImportCommand: ParsableCommand {
+struct ImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import",
         abstract: "Import a whole exported log (JSONL) in one atomic write, streamed, with progress.",
@@ -72,8 +77,9 @@ struct ImportCommand: ParsableCommand {
     @Argument(help: "The JSON Lines file to import.", completion: .file(extensions: ["jsonl"]))
     var file: String
     @Flag(help: "Print the summary as JSON.") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         console.progress("reading \(file)...")
         let result = try options.importJSONLines(try inputReader(file)) { progress in
@@ -82,6 +88,6 @@ struct ImportCommand: ParsableCommand {
             console.progress(line)
         }
         console.endProgress()
-        appendSummary(result, json: json, console: console)
+        appendSummary(result, json: json, console: console, evidence: try await appleRoots.evidenceLevels(of: options.open()))
     }
 }

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import PurchaseLedger
 
-struct RebuildCommand: ParsableCommand {
+struct RebuildCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rebuild",
         abstract: "Rebuild every projection table from the log.",
@@ -26,14 +26,17 @@ struct RebuildCommand: ParsableCommand {
     var full = false
 
     @Flag(help: "Print the summary as JSON.") var json = false
+    @OptionGroup var appleRoots: AppleRootOptions
 
-    func run() throws {
+    func run() async throws {
         let console = Console.current
         let start = Date()
         let ledger = try options.open(readOnly: false)
         let summary = try ledger.rebuildProjections(rewritingEveryRow: full) { done, total in console.progress("replayed \(done)/\(total)") }
         console.endProgress()
         let seconds = String(format: "%.2f", Date().timeIntervalSince(start))
+        // The evidence rows were remade with the projections: what they say under the roots.
+        let evidence = try await appleRoots.evidenceLevels(of: ledger)
         if json {
             console.printJSON { w in
                 w.field("events", summary.events)
@@ -44,6 +47,7 @@ struct RebuildCommand: ParsableCommand {
                 w.field("full", full)
                 w.key("seconds")
                 w.raw(seconds)
+                if let evidence { AppleRootOptions.write(evidence, to: &w) }
             }
             return
         }
@@ -55,6 +59,7 @@ struct RebuildCommand: ParsableCommand {
         if summary.snapshotsTaken > 0 {
             console.print("took \(summary.snapshotsTaken) snapshots again: the stored ones were written by an earlier version and could not be read")
         }
+        if let evidence { console.print(AppleRootOptions.describe(evidence)) }
     }
 }
 

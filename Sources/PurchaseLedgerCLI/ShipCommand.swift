@@ -42,6 +42,9 @@ struct ShipCommand: AsyncParsableCommand {
     @Option(name: .customLong("key-file"), help: "A file holding the secret key of keyed (HMAC) hash chains.", completion: .file())
     var keyFile: String?
 
+    /// Given, the shipped ledgers' signed transactions are counted at each evidence level.
+    @OptionGroup var appleRoots: AppleRootOptions
+
     func validate() throws {
         guard !ledgers.isEmpty else { throw ValidationError("give at least one ledger file") }
         try NumberOption.check("--connections", connections, 1...64)
@@ -81,6 +84,17 @@ struct ShipCommand: AsyncParsableCommand {
         let shipped = outcomes.compactMap(\.result)
         let events = shipped.reduce(0) { $0 + $1.shippedEvents }
         let failed = outcomes.filter { $0.error != nil }
+        // With --apple-root: what the shipped ledgers' signatures say under those roots (the
+        // fleet computed its evidence rows from the same signed data, never from the device's).
+        var evidence: [String: Int]?
+        if !appleRoots.files.isEmpty {
+            var reading = configuration
+            reading.readOnly = true
+            for o in outcomes where o.result != nil {
+                let ledger = try Ledger(path: o.path, configuration: reading)
+                for (level, n) in try await appleRoots.evidenceLevels(of: ledger) ?? [:] { evidence = evidence ?? [:]; evidence![level, default: 0] += n }
+            }
+        }
         if json {
             console.printJSON { w in
                 w.key("ledgers")
@@ -101,6 +115,7 @@ struct ShipCommand: AsyncParsableCommand {
                 w.field("failed", failed.count)
                 w.key("seconds")
                 w.raw(String(format: "%.3f", seconds))
+                if let evidence { AppleRootOptions.write(evidence, to: &w) }
             }
         } else {
             for o in outcomes {
@@ -114,6 +129,7 @@ struct ShipCommand: AsyncParsableCommand {
             }
             for o in failed { console.error("\(o.path): refused: \(o.error!)") }
             console.print("\(shipped.count) of \(outcomes.count) ledger\(outcomes.count == 1 ? "" : "s") shipped, \(events) new events, \(String(format: "%.2f", seconds)) s")
+            if let evidence { console.print("in the shipped ledgers: " + AppleRootOptions.describe(evidence)) }
         }
         if !failed.isEmpty { throw CommandExit(status: 1) }
     }

@@ -190,10 +190,7 @@ struct VerifyCommand: AsyncParsableCommand {
         let report = try ledger.verify(all: all, everySnapshot: everySnapshot) { done, total in console.progress("verified \(done)/\(total)") }
         // What Apple's signatures say, their chains judged with the roots: a count, not a
         // problem (a signature that does not verify is what the device recorded).
-        let evidence = try await ledger.appleEvidence(verifier: appleRoots.verifier())
-        var levels: [String: Int] = [:]
-        for found in evidence.values { levels[found.evidence.name, default: 0] += 1 }
-        try printReport(report, evidence: evidence.isEmpty ? nil : levels)
+        try printReport(report, evidence: try await appleRoots.evidenceLevels(of: ledger))
     }
 
     /// Runs a check of the file's history; a mismatch or damage is a problem (exit 1), printed.
@@ -234,10 +231,7 @@ struct VerifyCommand: AsyncParsableCommand {
                         w.field("seq", a.seq); w.field("rule", a.rule.name)
                     }
                 }
-                if let evidence {
-                    w.key("evidence")
-                    w.object { w in for level in ["apple", "xcode", "invalid"] { w.field(level, evidence[level] ?? 0) } }
-                }
+                if let evidence { AppleRootOptions.write(evidence, to: &w) }
             }
         } else {
             for p in report.problems { console.print(console.red("problem: ") + p.description) }
@@ -251,12 +245,7 @@ struct VerifyCommand: AsyncParsableCommand {
                         + "every personal value matches its commitment, projections equal a fresh rebuild, SQLite integrity ok"
                 )
             }
-            if let evidence {
-                let total = evidence.values.reduce(0, +)
-                console.print(
-                    "\(total) signed transaction\(total == 1 ? "" : "s") checked again: \(evidence["apple"] ?? 0) apple, \(evidence["xcode"] ?? 0) xcode, "
-                        + "\(evidence["invalid"] ?? 0) invalid (replay --json names each; --apple-root trusts more roots)")
-            }
+            if let evidence { console.print(AppleRootOptions.describe(evidence, checkedAgain: true)) }
             if !report.anomalies.isEmpty {
                 var byRule: [String: Int] = [:]
                 for a in report.anomalies { byRule[a.rule.name, default: 0] += 1 }

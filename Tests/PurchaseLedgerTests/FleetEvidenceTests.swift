@@ -67,8 +67,12 @@ struct FleetEvidenceTests {
         let verifier = AppleSignatureVerifier(roots: try chain.roots)
         let liarEvidence = try await liar.appleEvidence(verifier: verifier)
         #expect(liarEvidence[lie]?.evidence.reason?.contains("price is 0.99 in the event, 9.99 in its signed transaction") == true)
-        let shipped = try cli(["ship"] + paths + ["--to", url])
+        try chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        let shipped = try cli(["ship"] + paths + ["--to", url, "--apple-root", dir.path("root.pem"), "--json"])
         #expect(shipped.status == 0, "\(shipped.stderr)")
+        // Every signed purchase of the twelve is Apple's but the liar's one.
+        let evidence = try #require((try JSONSerialization.jsonObject(with: Data(shipped.stdout.utf8)) as? [String: Any])?["evidence"] as? [String: Int])
+        #expect(evidence["invalid"] == 1 && evidence["xcode"] == 0 && (evidence["apple"] ?? 0) > 0, "\(evidence)")
 
         // The devices' Apple-vouched revenue, summed, against the fleet's.
         var expected: [String: RevenueLine] = [:]

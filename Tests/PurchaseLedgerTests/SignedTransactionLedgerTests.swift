@@ -298,6 +298,15 @@ import Testing
         #expect(timeline.stdout.contains("Apple's signature: invalid"), "\(timeline.stdout)")
         let trustedTimeline = try cli(["timeline", path, "--transaction", "t1"] + roots)
         #expect(trustedTimeline.stdout.components(separatedBy: "signed by Apple").count == 3, "\(trustedTimeline.stdout)")
+        // The commands that write count the evidence under the roots once they are done.
+        let rebuilt = try cli(["rebuild", path] + roots)
+        #expect(rebuilt.stdout.contains("4 signed transactions: 3 apple, 0 xcode, 1 invalid"), "\(rebuilt.stdout)")
+        let untrustedRebuild = try cli(["rebuild", path, "--json"])
+        #expect(untrustedRebuild.stdout.contains(#""evidence":{"apple":0,"xcode":0,"invalid":4}"#), "\(untrustedRebuild.stdout)")
+        let exported = try cli(["export", path]).stdout
+        try exported.write(toFile: dir.path("again.jsonl"), atomically: true, encoding: .utf8)
+        let imported = try cli(["import", dir.path("again.ledger"), dir.path("again.jsonl")] + roots)
+        #expect(imported.status == 0 && imported.stdout.contains("\n4 signed transactions: 3 apple, 0 xcode, 1 invalid"), "\(imported.stdout)")
         // A root file that is no certificate is named, and nothing is printed.
         try "not a certificate".write(toFile: dir.path("bad.pem"), atomically: true, encoding: .utf8)
         let bad = try cli(["report", path, "--view", "revenue", "--apple-root", dir.path("bad.pem")])

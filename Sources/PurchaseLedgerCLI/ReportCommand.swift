@@ -41,12 +41,12 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     enum View: String, ExpressibleByArgument, CaseIterable {
-        case history, revenue, undelivered, stuck, unfinished, failures
+        case history, revenue, undelivered, stuck, unfinished, failures, divergence
     }
 
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures.",
+        abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures, divergence.",
         discussion: """
             history: what was bought, when, for how much, what was delivered (sorted by purchase date). \
             revenue: per product, currency and price paid, refunds deducted, then a total per currency (gross, \
@@ -56,6 +56,7 @@ struct ReportCommand: AsyncParsableCommand {
             content never copied out. stuck: started downloads with no progress for --idle seconds, as of \
             --as-of (default: the latest download activity of the ledger, or of the whole fleet). \
             unfinished: transactions the store keeps redelivering. failures: payment failures by error code. \
+            divergence: where the device's record and Apple's (stored by `apple-import`) disagree, one row each. \
             Prices are per unit, in the currency's units, as paid: fixed when the transaction was purchased or \
             restored (its own price, else the product's registration then), never changed by a later registration.
 
@@ -78,7 +79,7 @@ struct ReportCommand: AsyncParsableCommand {
             """)
 
     @OptionGroup var options: LedgerOptions
-    @Option(help: "history, revenue, undelivered, stuck, unfinished or failures.") var view: View = .history
+    @Option(help: "history, revenue, undelivered, stuck, unfinished, failures or divergence.") var view: View = .history
     @Option(help: "Only this user's transactions (history).") var user: String?
     @Option(help: "Only this product's transactions (history).") var product: String?
     @Option(help: "Purchased at or after this RFC 3339 time.") var from: String?
@@ -140,6 +141,9 @@ struct ReportCommand: AsyncParsableCommand {
         let fromTime = try from.map(Timestamp.parse)
         let toTime = try to.map(Timestamp.parse)
         if FleetAddress.isURL(options.ledger) {
+            if view == .divergence {
+                throw ValidationError("the divergence view reads a ledger file; over a fleet store it is not built yet")
+            }
             return try await runFleet(from: fromTime, to: toTime)
         }
         if view == .stuck && format == .table { Console.current.print(rowTitle) }
@@ -243,7 +247,7 @@ struct ReportCommand: AsyncParsableCommand {
                                     transaction: t.transaction.transaction)
                             }
                         }
-                    case .revenue, .failures: break
+                    case .revenue, .failures, .divergence: break
                     }
                 } catch {
                     writer.finish()
@@ -290,6 +294,10 @@ struct ReportCommand: AsyncParsableCommand {
             for t in try ledger.unfinishedTransactions().prefix(limit + 1) {
                 stream.add(unfinishedCells(t, device: nil), json: unfinishedJSON(t, device: nil), transaction: t.transaction)
             }
+        case .divergence:
+            for d in try ledger.divergences() where user == nil || d.user == user {
+                stream.add(divergenceCells(d), json: divergenceJSON(d), transaction: d.transaction ?? "")
+            }
         case .revenue, .failures: break
         }
         try stream.finish { ids in try ledger.timelines(transactions: Set(ids)) }
@@ -313,6 +321,8 @@ struct ReportCommand: AsyncParsableCommand {
                 one: "revenue line", many: "revenue lines",
                 about: "per product, currency and price paid" + (grouping.map { ", by \($0.rawValue)" } ?? ""), revenue: true, money: true)
         case .failures: HTMLReport.Subject(one: "kind of payment failure", many: "kinds of payment failure", about: "by error domain and code")
+        case .divergence:
+            HTMLReport.Subject(one: "disagreement", many: "disagreements", about: "between the device's record and Apple's signed one")
         }
     }
 
@@ -325,6 +335,7 @@ struct ReportCommand: AsyncParsableCommand {
             "Stuck downloads: no progress for \(idle) s as of "
                 + (asOf ?? (FleetAddress.isURL(options.ledger) ? "the latest download activity of the whole fleet" : "the ledger's latest download activity"))
         case .unfinished: "Never finished (redelivered at every launch)"
+        case .divergence: "Where the device and Apple disagree"
         case .revenue, .failures: ""
         }
     }
@@ -334,7 +345,32 @@ struct ReportCommand: AsyncParsableCommand {
         switch view {
         case .stuck: (fleet ? ["device"] : []) + ["download", "transaction", "content", "state", "progress", "last activity", "attempts"]
         case .unfinished: (fleet ? ["device"] : []) + ["transaction", "user", "product", "state", "since", "events"]
+        case .divergence:
+            (fleet ? ["device"] : []) + ["kind", "transaction", "apple transaction", "user", "product", "device says", "apple says", "device seq", "apple seq"]
         default: historyColumns(fleet: fleet)
+        }
+    }
+
+    func divergenceCells(_ d: Divergence) -> [String] {
+        [
+            d.kind.rawValue, d.transaction ?? "", d.appleTransaction ?? "", d.user ?? "", d.product ?? "", d.device,
+            d.apple + (d.notification.map { " (notification \($0))" } ?? ""), d.deviceSeq.map(String.init) ?? "", d.appleSeq.map(String.init) ?? "",
+        ]
+    }
+
+    func divergenceJSON(_ d: Divergence) -> String {
+        JSONWriter.object { w in
+            w.field("kind", d.kind.rawValue)
+            w.field("transaction", d.transaction)
+            w.field("appleTransaction", d.appleTransaction)
+            w.field("user", d.user)
+            w.field("product", d.product)
+            w.field("device", d.device)
+            w.field("apple", d.apple)
+            w.field("deviceSeq", d.deviceSeq)
+            w.field("appleSeq", d.appleSeq)
+            if let n = d.notification { w.field("notification", n) }
+            if let h = d.history { w.field("history", h) }
         }
     }
 

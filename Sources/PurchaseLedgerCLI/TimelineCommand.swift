@@ -74,6 +74,9 @@ struct TimelineCommand: AsyncParsableCommand {
             case .assetPackRemoved(let pack): what += " \(pack)"
             case .storePaymentPromoted(let product, let accepted): what += " \(product) (\(accepted ? "accepted" : "declined"))"
             case .personalDataErased(let refs): what += " (\(refs.count) personal values)"
+            case .appleTransactionReceived(_, let source, _): what += " (\(source.rawValue))"
+            case .appleHistoryCompleted(let revision, _): what += " (revision \(revision))"
+            case .appleNotificationReceived: break
             case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
                 .contentRegistered:

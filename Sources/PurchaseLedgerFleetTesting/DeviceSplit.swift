@@ -43,6 +43,9 @@ package enum DeviceSplit {
             case .personalDataErased:
                 // A ledger's own record of an erasure: never input.
                 continue
+            case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+                // Apple's record goes to every device of its user: not split.
+                device = nil
             case .paymentQueued(let t, let product, _, let user):
                 transactionProduct[t] = product
                 device = deviceFor(transaction: t, user: user)

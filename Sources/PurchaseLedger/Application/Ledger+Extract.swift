@@ -158,7 +158,7 @@ extension Ledger {
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered, .assetPackBegan, .assetPackProgressed,
                 .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
-                .personalDataErased:
+                .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
                 break
             }
             return true
@@ -255,6 +255,9 @@ private struct ExtractPlan {
             products.contains(product)
         case .personalDataErased:
             // Its refs are this ledger's; the repro's erased values read as the markers they are.
+            false
+        case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            // Apple's record is not the repro's: it would name transactions the repro leaves out.
             false
         }
     }

@@ -75,7 +75,7 @@ extension Ledger {
                     if let d = body.downloadID, let record = state.downloads[d] { observer.updatedDownloads([record], step: step) }
                 case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered,
                     .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed,
-                    .assetPackRemoved, .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+                    .assetPackRemoved, .assetPackOpened, .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
                     // Not the payment queue's: asset packs are Background Assets', and a promoted
                     // purchase reaches the queue as its own paymentQueued.
                     break

@@ -8,6 +8,7 @@
 /// | an id (transaction, original and store transaction, download, product, related product, content, user, a registered URL, asset pack) | 1,024 bytes |
 /// | free text (title, destination, content URL, error domain and message, reason, checksum) | 4,096 bytes |
 /// | a signed transaction (`signedTransaction`, a JWS with its certificates) | 16,384 bytes |
+/// | a signed notification (`signedPayload`: a JWS holding signed transaction and renewal info) | 65,536 bytes |
 /// | one JSON Lines line | 1 MiB |
 public enum InputLimits {
     /// The most UTF-8 bytes an id may hold: 1,024.
@@ -17,12 +18,16 @@ public enum InputLimits {
     /// The most UTF-8 bytes a signed transaction may hold: 16,384 (Apple's are about 5,000, most
     /// of them the three certificates).
     public static let signedBytes = 16384
+    /// The most UTF-8 bytes a signed notification may hold: 65,536 (Apple's hold a signed
+    /// transaction and a signed renewal info, each with its certificates, inside their own).
+    public static let notificationBytes = 65536
     /// The most bytes one JSON Lines line may hold: 1 MiB, refused before the rest of it is read.
     public static let lineBytes = 1 << 20
 
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = [
         "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id", "pack",
+        "revision",
     ]
 
     /// `name` is built only for the error: building it for every field cost an import 4%.
@@ -34,7 +39,11 @@ public enum InputLimits {
     }
 
     private static func refuse(_ count: Int, key: String, name: String) throws(LedgerError) {
-        let (limit, kind) = idKeys.contains(key) ? (idBytes, "an id") : key == "signedTransaction" ? (signedBytes, "a signed transaction") : (textBytes, "free text")
+        let (limit, kind) =
+            idKeys.contains(key)
+            ? (idBytes, "an id")
+            : key == "signedTransaction"
+                ? (signedBytes, "a signed transaction") : key == "signedPayload" ? (notificationBytes, "a signed notification") : (textBytes, "free text")
         guard count > limit else { return }
         throw LedgerError.malformed("field \(name) is \(count) bytes; at most \(limit) are allowed (\(kind), docs/json.md)")
     }
@@ -47,6 +56,9 @@ public enum InputLimits {
         if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
         // What an erased signed transaction reads as is no input: only forget makes one.
         if let jws = event.body.signedTransaction, let wrong = SignedTransaction.problem(jws: jws) { throw .malformed(wrong) }
+        if event.body.signedTransaction == nil, let jws = event.body.signedDocument, SignedTransaction.isMarker(jws) {
+            throw .malformed("Apple's record is \(jws.prefix(40)), not a signed document: only forget and redaction make one")
+        }
         // Input only (a ledger written before these limits still verifies): prices within their
         // range and scale, one spelling per amount (JSON input is normalised as it is read; the
         // library is told).
@@ -108,6 +120,19 @@ extension InputLimits {
         case .assetPackPublished(_, let version, _), .assetPackBegan(_, let version), .assetPackPaused(_, let version),
             .assetPackFinished(_, let version), .assetPackFailed(_, let version, _), .assetPackOpened(_, let version):
             if !(0...Int(Int32.max)).contains(version) { return "asset pack version \(version) is not in 0...2147483647" }
+        // What an erased or redacted record reads as is kept (the event is Apple's record of
+        // something; the library refuses one as input).
+        case .appleTransactionReceived(let jws, _, _):
+            return SignedTransaction.isMarker(jws) ? nil : SignedTransaction.problem(jws: jws)
+        case .appleNotificationReceived(let jws, _):
+            guard !SignedTransaction.isMarker(jws) else { return nil }
+            do throws(SignedTransaction.FormError) {
+                _ = try SignedTransaction(jws: jws)
+            } catch {
+                return "field `signedPayload` is not a signed notification: \(error.message)"
+            }
+        case .appleHistoryCompleted(let revision, _):
+            if revision.isEmpty { return "field `revision` is empty" }
         default:
             return nil
         }
@@ -215,6 +240,15 @@ extension EventBody {
             body("product", "product", product)
         case .personalDataErased:
             break
+        case .appleTransactionReceived(let jws, _, let user):
+            body("signedTransaction", "signedTransaction", jws)
+            optional("user", user)
+        case .appleNotificationReceived(let jws, let user):
+            body("signedPayload", "signedPayload", jws)
+            optional("user", user)
+        case .appleHistoryCompleted(let revision, let user):
+            body("revision", "revision", revision)
+            optional("user", user)
         }
     }
 }

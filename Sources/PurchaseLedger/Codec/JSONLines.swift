@@ -179,6 +179,16 @@ public enum JSONLines {
             return .storePaymentPromoted(product: try f.string("product"), accepted: try f.bool("accepted"))
         case .personalDataErased:
             return .personalDataErased(refs: try f.integers("refs"))
+        case .appleTransactionReceived:
+            let name = try f.string("source")
+            guard let source = AppleSource(rawValue: name) else { throw .malformed("field `source` must be history or transactionInfo") }
+            let jws = try f.string("signedTransaction")
+            if !SignedTransaction.isMarker(jws), let problem = SignedTransaction.problem(jws: jws) { throw .malformed(problem) }
+            return .appleTransactionReceived(signedTransaction: jws, source: source, user: try f.optionalString("user"))
+        case .appleNotificationReceived:
+            return .appleNotificationReceived(signedPayload: try f.string("signedPayload"), user: try f.optionalString("user"))
+        case .appleHistoryCompleted:
+            return .appleHistoryCompleted(revision: try f.string("revision"), user: try f.optionalString("user"))
         }
     }
 
@@ -391,6 +401,12 @@ public enum JSONLines {
             w.key("refs"); w.beginArray()
             for ref in refs { w.value(ref) }
             w.endArray()
+        case .appleTransactionReceived(let jws, let source, let user):
+            w.field("signedTransaction", jws); w.field("source", source.rawValue); opt("user", user)
+        case .appleNotificationReceived(let jws, let user):
+            w.field("signedPayload", jws); opt("user", user)
+        case .appleHistoryCompleted(let revision, let user):
+            w.field("revision", revision); opt("user", user)
         }
     }
 }

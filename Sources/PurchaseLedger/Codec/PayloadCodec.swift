@@ -112,6 +112,13 @@ enum PayloadField {
         /// Repeated.
         static let ref: UInt64 = 1
     }
+
+    /// Apple's record: the signed document (a ``Signed`` message), where it came from (a code of
+    /// ``AppleSource``) and the user the import matched. `appleHistoryCompleted` keeps its
+    /// revision in field 1.
+    enum Apple {
+        static let signed: UInt64 = 2, source: UInt64 = 3, user: UInt64 = 4
+    }
 }
 
 /// The binary payload of each event type (format version 1, docs/format.md).
@@ -222,6 +229,13 @@ package enum PayloadCodec {
             if accepted { w.field(F.Second.value, unsigned: 1) }
         case .personalDataErased(let refs):
             for ref in refs { w.field(F.Erased.ref, signed: ref) }
+        case .appleTransactionReceived(let jws, let source, let user):
+            signed(F.Apple.signed, jws, &w, p); w.field(F.Apple.source, unsigned: UInt64(source.storedCode))
+            personal(F.Apple.user, user, user: true, &w, p)
+        case .appleNotificationReceived(let jws, let user):
+            signed(F.Apple.signed, jws, &w, p); personal(F.Apple.user, user, user: true, &w, p)
+        case .appleHistoryCompleted(let revision, let user):
+            w.field(id, revision); personal(F.Apple.user, user, user: true, &w, p)
         }
     }
 

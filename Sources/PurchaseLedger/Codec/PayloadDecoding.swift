@@ -174,11 +174,12 @@ extension PayloadCodec {
             case .transactionPurchased, .transactionRestored: PayloadField.Purchase.download
             case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: PayloadField.error
             case .transactionRevoked: PayloadField.Revoked.signed
+            case .appleTransactionReceived, .appleNotificationReceived: PayloadField.Apple.signed
             case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
                 .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved, .assetPackOpened,
-                .storePaymentPromoted, .personalDataErased:
+                .storePaymentPromoted, .personalDataErased, .appleHistoryCompleted:
                 nil
             }
         let f = try read(
@@ -285,6 +286,16 @@ extension PayloadCodec {
             return .storePaymentPromoted(product: try f.string(id, "product"), accepted: f.ints[F.Second.value] == 1)
         case .personalDataErased:
             return .personalDataErased(refs: f.repeatedInts.map(ZigZag.decode))
+        case .appleTransactionReceived, .appleNotificationReceived:
+            guard let jws = try signed(f.messages.last(where: { $0.0 == F.Apple.signed })?.1, p, introductions: f.introductions) else {
+                throw Failure(message: "Apple's record without its signed document")
+            }
+            let user = try f.personal(F.Apple.user, p, user: true)
+            if type == .appleNotificationReceived { return .appleNotificationReceived(signedPayload: jws, user: user) }
+            guard let source = AppleSource(storedCode: f.ints[F.Apple.source] ?? 0) else { throw Failure(message: "bad source") }
+            return .appleTransactionReceived(signedTransaction: jws, source: source, user: user)
+        case .appleHistoryCompleted:
+            return .appleHistoryCompleted(revision: try f.string(id, "revision"), user: try f.personal(F.Apple.user, p, user: true))
         }
     }
 }

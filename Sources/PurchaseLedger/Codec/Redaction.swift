@@ -10,13 +10,13 @@ public enum PersonalData {
     /// transaction ids and original transaction ids.
     public static let personal: Set<String> = [
         "user", "destination", "contentURL", "url", "message", "reason", "storeTransactionId", "originalTransaction",
-        "signedTransaction",
+        "signedTransaction", "signedPayload",
     ]
     /// Text fields that are not personal: ids the app chooses (it must not put personal data in
     /// them), the catalog, error domains, checksums, money, offers and asset pack ids.
     public static let nonPersonal: Set<String> = [
         "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
-        "unverified", "pack",
+        "unverified", "pack", "revision",
     ]
 
     /// Calls `visit` with every personal value of `body` (`isUser`: a user id). The event codec
@@ -49,6 +49,11 @@ public enum PersonalData {
             .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
             .assetPackOpened, .storePaymentPromoted, .personalDataErased:
             break
+        case .appleTransactionReceived(let jws, _, let user), .appleNotificationReceived(let jws, let user):
+            if let user { try visit(user, true) }
+            try visit(String(SignedTransaction.split(jws: jws).body), false)
+        case .appleHistoryCompleted(_, let user):
+            if let user { try visit(user, true) }
         }
     }
 
@@ -156,6 +161,13 @@ public struct Redactor: Sendable {
             .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
             .assetPackOpened, .storePaymentPromoted, .personalDataErased:
             break
+        // Apple's statement cannot be pseudonymised either: it is replaced whole.
+        case .appleTransactionReceived(let jws, let source, let user):
+            e.body = .appleTransactionReceived(signedTransaction: pseudonym(text: jws), source: source, user: u(user))
+        case .appleNotificationReceived(let jws, let user):
+            e.body = .appleNotificationReceived(signedPayload: pseudonym(text: jws), user: u(user))
+        case .appleHistoryCompleted(let revision, let user):
+            e.body = .appleHistoryCompleted(revision: revision, user: u(user))
         }
         return e
     }

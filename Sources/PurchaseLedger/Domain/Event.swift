@@ -80,6 +80,11 @@ public struct Event: Sendable, Hashable {
 /// - ``assetPackRemoved(pack:)``
 /// - ``assetPackOpened(pack:version:)``
 ///
+/// ### Apple's record
+/// - ``appleTransactionReceived(signedTransaction:source:user:)``
+/// - ``appleNotificationReceived(signedPayload:user:)``
+/// - ``appleHistoryCompleted(revision:user:)``
+///
 /// ### Privacy
 /// - ``personalDataErased(refs:)``
 ///
@@ -142,6 +147,16 @@ public enum EventBody: Sendable, Hashable {
     /// Appended by ``Ledger/forget(user:)``, never given: the personal values numbered `refs`
     /// were erased. It names no user, and no value (docs/storage.md, "Erasure").
     case personalDataErased(refs: [Int64])
+    /// Apple's own record of a transaction, as the App Store Server API gave it (a history
+    /// page's `signedTransactions`, or `getTransactionInfo`), verified when it was imported
+    /// (``Ledger/importApple(_:verifier:at:)``). `user`: the ledger's user whose transaction it
+    /// is, when the import matched one.
+    case appleTransactionReceived(signedTransaction: String, source: AppleSource, user: String? = nil)
+    /// An App Store Server Notification V2 (its `signedPayload`), verified when imported.
+    case appleNotificationReceived(signedPayload: String, user: String? = nil)
+    /// Every page of a user's transaction history down to `hasMore: false` was imported: Apple's
+    /// record of `user`'s purchases is complete as of this event, the last page's `revision`.
+    case appleHistoryCompleted(revision: String, user: String? = nil)
 
     /// The type of this case (`type` in JSON).
     public var type: EventType {
@@ -178,6 +193,9 @@ public enum EventBody: Sendable, Hashable {
         case .assetPackOpened: .assetPackOpened
         case .storePaymentPromoted: .storePaymentPromoted
         case .personalDataErased: .personalDataErased
+        case .appleTransactionReceived: .appleTransactionReceived
+        case .appleNotificationReceived: .appleNotificationReceived
+        case .appleHistoryCompleted: .appleHistoryCompleted
         }
     }
 
@@ -187,14 +205,17 @@ public enum EventBody: Sendable, Hashable {
         case download(String)
         case restore
         case catalog
+        /// Apple's record of the user's transactions (``EventBody/appleTransactionReceived(signedTransaction:source:user:)``...).
+        case apple
 
-        /// The stream's name: `transaction:<id>`, `download:<id>`, `restore` or `catalog`.
+        /// The stream's name: `transaction:<id>`, `download:<id>`, `restore`, `catalog` or `apple`.
         public var stream: String {
             switch self {
             case .transaction(let t): "transaction:" + t
             case .download(let d): "download:" + d
             case .restore: "restore"
             case .catalog: "catalog"
+            case .apple: "apple"
             }
         }
     }
@@ -218,6 +239,8 @@ public enum EventBody: Sendable, Hashable {
         case .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted,
             .personalDataErased:
             .catalog
+        case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .apple
         }
     }
 
@@ -233,7 +256,7 @@ public enum EventBody: Sendable, Hashable {
             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
             .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackBegan, .assetPackProgressed,
             .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
-            .personalDataErased:
+            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             nil
         }
     }
@@ -245,6 +268,15 @@ public enum EventBody: Sendable, Hashable {
         case .transactionPurchased(_, _, _, _, _, let terms), .transactionRestored(_, _, _, _, _, _, let terms): terms.signedTransaction
         case .transactionRevoked(_, _, let signed): signed
         default: nil
+        }
+    }
+
+    /// Any JWS the event carries: a device's ``signedTransaction``, or Apple's record (an
+    /// imported transaction or notification). Its header is stored once per chain.
+    var signedDocument: String? {
+        switch self {
+        case .appleTransactionReceived(let jws, _, _), .appleNotificationReceived(let jws, _): jws
+        default: signedTransaction
         }
     }
 
@@ -261,7 +293,7 @@ public enum EventBody: Sendable, Hashable {
         case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
             .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted,
-            .personalDataErased:
+            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             nil
         }
     }
@@ -304,6 +336,9 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     case assetPackOpened = 30
     case storePaymentPromoted = 31
     case personalDataErased = 32
+    case appleTransactionReceived = 33
+    case appleNotificationReceived = 34
+    case appleHistoryCompleted = 35
 
     /// The contract's name, as in the JSON `type` field.
     public var name: String {
@@ -340,6 +375,9 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .assetPackOpened: "assetPackOpened"
         case .storePaymentPromoted: "storePaymentPromoted"
         case .personalDataErased: "personalDataErased"
+        case .appleTransactionReceived: "appleTransactionReceived"
+        case .appleNotificationReceived: "appleNotificationReceived"
+        case .appleHistoryCompleted: "appleHistoryCompleted"
         }
     }
 
@@ -364,8 +402,33 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionPurchased, .transactionFailed,
             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
             .restoreCompleted, .restoreFailed, .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused,
-            .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted, .personalDataErased:
+            .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted, .personalDataErased,
+            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             false
+        }
+    }
+}
+
+/// Where Apple's record of a transaction came from (``EventBody/appleTransactionReceived(signedTransaction:source:user:)``).
+public enum AppleSource: String, Sendable, Hashable, CaseIterable {
+    /// A page of `GET /inApps/v2/history/{transactionId}` (`signedTransactions`).
+    case history
+    /// `GET /inApps/v1/transactions/{transactionId}` (`signedTransactionInfo`).
+    case transactionInfo
+
+    /// Its stored code (never renumber one).
+    var storedCode: UInt8 {
+        switch self {
+        case .history: 1
+        case .transactionInfo: 2
+        }
+    }
+
+    init?(storedCode: UInt64) {
+        switch storedCode {
+        case 1: self = .history
+        case 2: self = .transactionInfo
+        default: return nil
         }
     }
 }

@@ -141,6 +141,12 @@ extension EventBody {
             return .storePaymentPromoted(product: n(product), accepted: accepted)
         case .personalDataErased:
             return self
+        case .appleTransactionReceived(let jws, let source, let user):
+            return .appleTransactionReceived(signedTransaction: jws, source: source, user: o(user))
+        case .appleNotificationReceived(let jws, let user):
+            return .appleNotificationReceived(signedPayload: jws, user: o(user))
+        case .appleHistoryCompleted(let revision, let user):
+            return .appleHistoryCompleted(revision: revision, user: o(user))
         }
     }
 

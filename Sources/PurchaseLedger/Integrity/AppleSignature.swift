@@ -244,6 +244,11 @@ public struct SignedTransaction: Sendable, Hashable {
         text.hasPrefix("[erased ") && text.hasSuffix("]") && !text.contains(".")
     }
 
+    /// Whether `text` is what an erased or redacted statement reads as.
+    static func isMarker(_ text: String) -> Bool {
+        (text.hasPrefix("[erased ") || text.hasPrefix("[redacted ")) && text.hasSuffix("]") && !text.contains(".")
+    }
+
     /// The part of `jws` that is personal (payload and signature, with the dot between them) and
     /// the header (the certificates, stored once per chain). An erased marker is all body.
     static func split(jws: String) -> (header: Substring?, body: Substring) {

@@ -102,7 +102,7 @@ enum DownloadMachine {
             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .contentCopiedOut,
             .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
             .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
-            .storePaymentPromoted, .personalDataErased:
+            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             nil
         }
     }

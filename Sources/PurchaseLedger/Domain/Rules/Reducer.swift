@@ -189,6 +189,9 @@ public enum Reducer {
         case .personalDataErased:
             // The values are already gone from what a replay reads: nothing to change.
             return .applied
+        case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            // Apple's record changes none of the device's: it is compared with it (``Reconciliation``).
+            return .applied
         }
     }
 }

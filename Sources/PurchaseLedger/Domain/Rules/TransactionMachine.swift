@@ -96,7 +96,7 @@ enum TransactionMachine {
             .downloadPaused, .downloadResumed, .downloadCancelled, .downloadProgressed, .downloadFinished, .downloadFailed, .contentCopiedOut,
             .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
             .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
-            .storePaymentPromoted, .personalDataErased:
+            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             nil
         }
     }

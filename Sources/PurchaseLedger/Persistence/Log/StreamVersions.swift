@@ -5,20 +5,26 @@ extension LedgerState {
     /// Counts one more stored event in the stream of `body`, and returns its version there.
     mutating func recordStreamEvent(_ body: EventBody) -> Int64 {
         if let t = body.transactionID {
-            if orphanStreamEvents.isEmpty, let version = transactions.update(t, { $0.recordEvent(adopting: nil) }) { return version }
+            if noOrphans, let version = transactions.update(t, { $0.recordEvent(adopting: nil) }) { return version }
             guard transactions.contains(t) else { return orphan("transaction:" + t) }
             let adopted = orphanStreamEvents.removeValue(forKey: "transaction:" + t)
             return transactions.update(t) { $0.recordEvent(adopting: adopted) }!
         }
         if let d = body.downloadID {
-            if orphanStreamEvents.isEmpty, let version = downloads.update(d, { $0.recordEvent(adopting: nil) }) { return version }
+            if noOrphans, let version = downloads.update(d, { $0.recordEvent(adopting: nil) }) { return version }
             guard downloads.contains(d) else { return orphan("download:" + d) }
             let adopted = orphanStreamEvents.removeValue(forKey: "download:" + d)
             return downloads.update(d) { $0.recordEvent(adopting: adopted) }!
         }
-        if case .restore = body.subject {
+        switch body.subject {
+        case .restore:
             restoreEvents += 1
             return restoreEvents
+        case .apple:
+            // Counted with the orphan streams' counters, which snapshots already keep.
+            return orphan(Self.appleStream)
+        case .transaction, .download, .catalog:
+            break
         }
         catalogEvents += 1
         return catalogEvents
@@ -31,7 +37,16 @@ extension LedgerState {
         switch body.subject {
         case .transaction, .download, .catalog: return catalogEvents
         case .restore: return restoreEvents
+        case .apple: return orphanStreamEvents[Self.appleStream] ?? 0
         }
+    }
+
+    static let appleStream = "apple"
+
+    /// Whether no transaction or download stream counts events ahead of its record (the
+    /// `apple` stream's counter aside).
+    private var noOrphans: Bool {
+        orphanStreamEvents.isEmpty || (orphanStreamEvents.count == 1 && orphanStreamEvents[Self.appleStream] != nil)
     }
 
     fileprivate mutating func orphan(_ stream: String) -> Int64 {

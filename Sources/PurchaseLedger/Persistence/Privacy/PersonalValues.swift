@@ -315,7 +315,7 @@ struct PersonalEncoder {
             }
         }
         signingHeader = nil
-        if let jws = body.signedTransaction, let header = SignedTransaction.split(jws: jws).header {
+        if let jws = body.signedDocument, let header = SignedTransaction.split(jws: jws).header {
             let digest = SignedParts.digest(ofHeader: header)
             if knownHeaders.insert(digest).inserted { pendingHeaders.append((digest, header)) }
             signingHeader = digest

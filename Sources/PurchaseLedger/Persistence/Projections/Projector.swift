@@ -52,7 +52,8 @@ package enum Projector {
             case .paymentQueued, .transactionDeferred, .transactionFailed, .transactionRevoked, .downloadStarted, .downloadProgressed,
                 .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed, .contentCopiedOut,
                 .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackBegan, .assetPackProgressed,
-                .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+                .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived,
+                .appleHistoryCompleted:
                 if let t = event.body.transactionID { transactions.insert(t) }
                 if let d = event.body.downloadID { downloads.insert(d) }
             case .assetPackPublished(let pack, _, let unlockedBy):
@@ -97,7 +98,8 @@ package enum Projector {
             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .downloadStarted,
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
             .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
-            .assetPackProgressed, .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+            .assetPackProgressed, .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted, .personalDataErased,
+            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             return nil
         }
     }

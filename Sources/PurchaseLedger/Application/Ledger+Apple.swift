@@ -1,0 +1,178 @@
+public import Foundation
+import GRDB
+
+/// What ``Ledger/importApple(_:verifier:user:at:)`` stored.
+public struct AppleImportSummary: Sendable, Hashable {
+    /// Apple transactions stored (new facts; a statement already held is not stored again).
+    public var transactions = 0
+    /// Notifications stored (a `notificationUUID` already held is not stored again).
+    public var notifications = 0
+    /// Complete histories recorded (pages down to `hasMore: false`).
+    public var histories = 0
+    /// Documents' statements that were already in the ledger.
+    public var alreadyHeld = 0
+    /// The seqs of the events stored, if any.
+    public var firstSeq: Int64?
+    public var lastSeq: Int64 = 0
+}
+
+/// One of Apple's documents, with where it came from (for errors).
+public struct PlacedAppleDocument: Sendable, Hashable {
+    public var file: String
+    public var line: Int
+    public var document: AppleDocument
+
+    public init(file: String, line: Int, document: AppleDocument) {
+        self.file = file
+        self.line = line
+        self.document = document
+    }
+}
+
+extension Ledger {
+    /// Stores Apple's record of this ledger's user (history pages, transactions' info and
+    /// notifications: ``AppleDocument``) as events of the log, after verifying every signature
+    /// with `verifier`'s roots: each JWS must be Apple's (`apple` evidence: ES256, Apple's chain
+    /// with its marker extensions, valid at its `signedDate`, not after `at`) and, when the ledger
+    /// is bound to an app, that app's. Anything else refuses the whole import with the file, the
+    /// line and the reason, and nothing is written.
+    ///
+    /// Idempotent: a notification whose `notificationUUID` the ledger holds, and a statement of
+    /// facts it holds (the same claims, whatever the `signedDate`), are not stored again. Each
+    /// record names the ledger's user whose transaction it is (by Apple's `transactionId` or
+    /// `originalTransactionId` against the transactions' `storeTransactionId`), else `user`.
+    /// When history pages end with one whose `hasMore` is false, an `appleHistoryCompleted`
+    /// event records that Apple's record of that user is complete as of now.
+    ///
+    /// ```swift
+    /// let documents = try AppleDocument.parse(Array(pageBytes), file: "history.json")
+    ///     .map { PlacedAppleDocument(file: "history.json", line: $0.line, document: $0.document) }
+    /// let summary = try await ledger.importApple(documents)
+    /// ```
+    @discardableResult
+    public func importApple(
+        _ documents: [PlacedAppleDocument], verifier: AppleSignatureVerifier = AppleSignatureVerifier(), user: String? = nil, at now: Date = Date()
+    ) async throws -> AppleImportSummary {
+        let bundle = try read { db in try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'apple_bundle_id'") }
+        let transactionVerifier = AppleSignatureVerifier(roots: verifier.roots, bundleID: bundle ?? verifier.bundleID)
+        let notificationVerifier = AppleSignatureVerifier(roots: verifier.roots)
+        func verified(_ jws: String, _ place: PlacedAppleDocument, _ what: String, _ v: AppleSignatureVerifier) async throws -> SignedTransaction {
+            func fail(_ message: String) -> AppleImportError { AppleImportError(file: place.file, line: place.line, message: "\(what): \(message)") }
+            let signed: SignedTransaction
+            do { signed = try SignedTransaction(jws: jws) } catch { throw fail("not a JWS: \(error.message)") }
+            if signed.isLocalTesting { throw fail("environment \(signed.claims.environment ?? "Xcode"): signed by Xcode, not by Apple") }
+            let evidence: AppleEvidence
+            switch v.check(signed, recordedAt: now) {
+            case .final(let e): evidence = e
+            case .signed(let leaf, let intermediate): evidence = await v.judge(leaf: leaf, intermediate: intermediate)
+            }
+            guard evidence == .apple else { throw fail("not verified as Apple's: \(evidence.reason ?? evidence.name)") }
+            return signed
+        }
+
+        // Every signature first: a refusal writes nothing.
+        var transactions: [(SignedTransaction, AppleSource)] = []
+        var notifications: [(SignedTransaction, AppleNotification)] = []
+        var completedRevisions: [String] = []
+        var historyTransactionIDs: [String] = []
+        for place in documents {
+            switch place.document {
+            case .historyPage(let revision, let hasMore, let list):
+                for (i, jws) in list.enumerated() {
+                    let signed = try await verified(jws, place, "signedTransactions[\(i)]", transactionVerifier)
+                    transactions.append((signed, .history))
+                    if let id = signed.claims.transactionId { historyTransactionIDs.append(id) }
+                }
+                if !hasMore {
+                    guard let revision, !revision.isEmpty else {
+                        throw AppleImportError(file: place.file, line: place.line, message: "the last history page has no revision")
+                    }
+                    completedRevisions.append(revision)
+                }
+            case .transactionInfo(let jws):
+                transactions.append((try await verified(jws, place, "signedTransactionInfo", transactionVerifier), .transactionInfo))
+            case .notification(let jws):
+                let outer = try await verified(jws, place, "signedPayload", notificationVerifier)
+                let n: AppleNotification
+                do { n = try AppleNotification(payloadOf: outer) } catch {
+                    throw AppleImportError(file: place.file, line: place.line, message: "signedPayload: \(error.message)")
+                }
+                if let bundle, let other = n.bundleId, other != bundle {
+                    throw AppleImportError(file: place.file, line: place.line, message: "signedPayload: a notification for the app \(other), not \(bundle)")
+                }
+                if let inner = n.signedTransaction { _ = try await verified(inner, place, "data.signedTransactionInfo", transactionVerifier) }
+                notifications.append((outer, n))
+            }
+        }
+
+        // What the ledger holds already, and whose each transaction is.
+        var heldKeys = Set<String>()
+        var heldNotifications = Set<String>()
+        var heldHistories = Set<String>()
+        for e in try events(inStream: LedgerState.appleStream) {
+            for record in AppleRecord.records(in: e) {
+                if case .notification(let uuid, _, _) = record.origin { heldNotifications.insert(uuid) } else { heldKeys.insert(record.contentKey) }
+            }
+            if case .appleNotificationReceived(let jws, _) = e.event.body, let signed = try? SignedTransaction(jws: jws),
+                let n = try? AppleNotification(payloadOf: signed)
+            {
+                heldNotifications.insert(n.uuid)
+            }
+            if case .appleHistoryCompleted(let revision, let u) = e.event.body { heldHistories.insert(revision + "\u{0}" + (u ?? "")) }
+        }
+        var userByStoreID: [String: String] = [:]
+        for t in try self.transactions() {
+            if let store = t.storeTransactionId, let u = t.user { userByStoreID[store] = u }
+        }
+        func owner(_ claims: SignedTransaction.Claims) -> String? {
+            claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] } ?? user
+        }
+
+        let stamp = Timestamp(millisecondsSinceEpoch: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)))
+        var events: [Event] = []
+        var summary = AppleImportSummary()
+        for (signed, source) in transactions {
+            let record = AppleRecord(claims: signed.claims, origin: source == .history ? .history : .transactionInfo, seq: 0, user: nil)
+            guard heldKeys.insert(record.contentKey).inserted else {
+                summary.alreadyHeld += 1
+                continue
+            }
+            events.append(Event(at: stamp, .appleTransactionReceived(signedTransaction: signed.jws, source: source, user: owner(signed.claims))))
+            summary.transactions += 1
+        }
+        for (signed, n) in notifications {
+            guard heldNotifications.insert(n.uuid).inserted else {
+                summary.alreadyHeld += 1
+                continue
+            }
+            let inner = n.signedTransaction.flatMap { try? SignedTransaction(jws: $0) }
+            events.append(Event(at: stamp, .appleNotificationReceived(signedPayload: signed.jws, user: inner.flatMap { owner($0.claims) } ?? user)))
+            summary.notifications += 1
+        }
+        if let revision = completedRevisions.last {
+            // The users the history's transactions belong to (else the one given): Apple's
+            // transactions no device recorded belong to them too.
+            var users: [String?] = []
+            for id in historyTransactionIDs {
+                if let u = userByStoreID[id], !users.contains(u) { users.append(u) }
+            }
+            if users.isEmpty { users = [user] }
+            for u in users {
+                guard heldHistories.insert(revision + "\u{0}" + (u ?? "")).inserted else {
+                    summary.alreadyHeld += 1
+                    continue
+                }
+                events.append(Event(at: stamp, .appleHistoryCompleted(revision: revision, user: u)))
+                summary.histories += 1
+            }
+        }
+        guard !events.isEmpty else {
+            summary.lastSeq = try lastSeq()
+            return summary
+        }
+        let result = try append(contentsOf: events)
+        summary.lastSeq = result.lastSeq
+        summary.firstSeq = result.events.first?.seq
+        return summary
+    }
+}

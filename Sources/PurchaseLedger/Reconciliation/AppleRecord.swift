@@ -1,0 +1,152 @@
+import Foundation
+
+/// One document of Apple's server side, as `apple-import` reads it (docs/reconciling.md):
+///
+/// - a page of the App Store Server API's transaction history (`GET /inApps/v2/history/{id}`):
+///   `{"revision", "hasMore", "bundleId", "environment", "signedTransactions": [JWS...]}`;
+/// - a transaction's info (`GET /inApps/v1/transactions/{id}`): `{"signedTransactionInfo": JWS}`;
+/// - an App Store Server Notification V2 body: `{"signedPayload": JWS}`.
+public enum AppleDocument: Sendable, Hashable {
+    case historyPage(revision: String?, hasMore: Bool, signedTransactions: [String])
+    case transactionInfo(signedTransaction: String)
+    case notification(signedPayload: String)
+
+    /// The documents of a file's bytes: one JSON document, or JSON Lines (one per line, blank
+    /// lines skipped), each with its line number. Throws ``AppleImportError`` naming the line.
+    public static func parse(_ bytes: [UInt8], file: String) throws(AppleImportError) -> [(line: Int, document: AppleDocument)] {
+        if let whole = try? JSONTape(bytes) {
+            return [(1, try document(whole, file: file, line: 1))]
+        }
+        var found: [(Int, AppleDocument)] = []
+        var line = 0
+        for text in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            line += 1
+            guard text.contains(where: { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\r") && $0 != UInt8(ascii: "\t") }) else { continue }
+            let tape: JSONTape
+            do { tape = try JSONTape(Array(text)) } catch {
+                throw AppleImportError(file: file, line: line, message: "not JSON (\(error.message), byte \(error.offset))")
+            }
+            found.append((line, try document(tape, file: file, line: line)))
+        }
+        guard !found.isEmpty else { throw AppleImportError(file: file, line: nil, message: "holds no document") }
+        return found
+    }
+
+    private static func document(_ tape: JSONTape, file: String, line: Int) throws(AppleImportError) -> AppleDocument {
+        func fail(_ message: String) -> AppleImportError { AppleImportError(file: file, line: line, message: message) }
+        guard tape.tokens.first?.kind == .object else { throw fail("not a JSON object") }
+        func string(_ key: String) throws(AppleImportError) -> String? {
+            guard let i = tape.member(0, key).value, tape.tokens[i].kind != .null else { return nil }
+            guard tape.tokens[i].kind == .string else { throw fail("field `\(key)` is not a string") }
+            return tape.string(i)
+        }
+        if let list = tape.member(0, "signedTransactions").value {
+            guard tape.tokens[list].kind == .array else { throw fail("field `signedTransactions` is not an array") }
+            var jws: [String] = []
+            for item in tape.items(list) {
+                guard tape.tokens[item].kind == .string else { throw fail("field `signedTransactions` holds something other than strings") }
+                jws.append(tape.string(item))
+            }
+            guard let more = tape.member(0, "hasMore").value, tape.tokens[more].kind == .bool else {
+                throw fail("a history page without `hasMore` (true or false)")
+            }
+            return .historyPage(revision: try string("revision"), hasMore: tape.tokens[more].flag, signedTransactions: jws)
+        }
+        if let jws = try string("signedTransactionInfo") { return .transactionInfo(signedTransaction: jws) }
+        if let jws = try string("signedPayload") { return .notification(signedPayload: jws) }
+        throw fail("not a history page, a transaction's info or a notification (no `signedTransactions`, `signedTransactionInfo` or `signedPayload`)")
+    }
+}
+
+/// Why Apple's documents were refused: the file, the line and the reason. Nothing was written.
+public struct AppleImportError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var file: String
+    public var line: Int?
+    public var message: String
+    public var description: String { "\(file)\(line.map { ":\($0)" } ?? ""): \(message)" }
+}
+
+/// What an App Store Server Notification V2 says, from its verified `signedPayload`.
+public struct AppleNotification: Sendable, Hashable {
+    public var uuid: String
+    /// `notificationType`: `REFUND`, `REVOKE`, `ONE_TIME_CHARGE`, `DID_RENEW`, `REFUND_REVERSED`...
+    public var type: String
+    public var subtype: String?
+    public var bundleId: String?
+    public var environment: String?
+    /// `data.signedTransactionInfo`, when the notification carries one.
+    public var signedTransaction: String?
+    public var signedDate: Int64?
+
+    /// The notification of a JWS's payload; throws naming what is missing.
+    init(payloadOf signed: SignedTransaction) throws(SignedTransaction.FormError) {
+        let segment = try SignedTransaction.parts(ofJWS: signed.jws).payload
+        guard let payload = Base64URL.decode(segment) else { throw .init(message: "its payload is not base64url") }
+        let tape: JSONTape
+        do { tape = try JSONTape(payload) } catch { throw .init(message: "its payload is not JSON (\(error.message))") }
+        guard tape.tokens.first?.kind == .object else { throw .init(message: "its payload is not a JSON object") }
+        func string(_ object: Int, _ key: String) throws(SignedTransaction.FormError) -> String? {
+            guard let i = tape.member(object, key).value, tape.tokens[i].kind != .null else { return nil }
+            guard tape.tokens[i].kind == .string else { throw .init(message: "its payload's \(key) is not a string") }
+            return tape.string(i)
+        }
+        guard let uuid = try string(0, "notificationUUID") else { throw .init(message: "its payload has no notificationUUID") }
+        guard let type = try string(0, "notificationType") else { throw .init(message: "its payload has no notificationType") }
+        self.uuid = uuid
+        self.type = type
+        subtype = try string(0, "subtype")
+        signedDate = signed.claims.signedDate
+        if let data = tape.member(0, "data").value {
+            guard tape.tokens[data].kind == .object else { throw .init(message: "its payload's data is not an object") }
+            bundleId = try string(data, "bundleId")
+            environment = try string(data, "environment")
+            signedTransaction = try string(data, "signedTransactionInfo")
+        }
+    }
+}
+
+/// One statement of Apple's about a transaction, as a ledger holds it: its claims, the event
+/// that recorded it, and where it came from.
+public struct AppleRecord: Sendable, Hashable {
+    public enum Origin: Sendable, Hashable {
+        case history
+        case transactionInfo
+        /// A notification's `signedTransactionInfo`.
+        case notification(uuid: String, type: String, subtype: String?)
+    }
+
+    public var claims: SignedTransaction.Claims
+    public var origin: Origin
+    /// The seq of the event that recorded it.
+    public var seq: Int64
+    /// The ledger's user the import matched, if any.
+    public var user: String?
+
+    /// Equal for two statements of the same facts (Apple signs the same transaction again, with
+    /// a new `signedDate`, at each request): what makes an import idempotent.
+    var contentKey: String {
+        let c = claims
+        let parts: [String?] = [
+            c.transactionId, c.originalTransactionId, c.bundleId, c.productId, c.purchaseDate.map(String.init), c.quantity.map(String.init), c.type,
+            c.inAppOwnershipType, c.environment, c.storefront, c.price.map(String.init), c.currency, c.offerType.map(String.init),
+            c.revocationDate.map(String.init), c.revocationReason.map(String.init),
+        ]
+        return parts.map { $0.map { "\($0.utf8.count):\($0)" } ?? "-" }.joined(separator: "|")
+    }
+
+    /// The records an event of Apple's holds (none for another event, or an erased one).
+    static func records(in e: RecordedEvent) -> [AppleRecord] {
+        switch e.event.body {
+        case .appleTransactionReceived(let jws, let source, let user):
+            guard let signed = try? SignedTransaction(jws: jws) else { return [] }
+            return [AppleRecord(claims: signed.claims, origin: source == .history ? .history : .transactionInfo, seq: e.seq, user: user)]
+        case .appleNotificationReceived(let jws, let user):
+            guard let signed = try? SignedTransaction(jws: jws), let n = try? AppleNotification(payloadOf: signed),
+                let inner = n.signedTransaction, let transaction = try? SignedTransaction(jws: inner)
+            else { return [] }
+            return [AppleRecord(claims: transaction.claims, origin: .notification(uuid: n.uuid, type: n.type, subtype: n.subtype), seq: e.seq, user: user)]
+        default:
+            return []
+        }
+    }
+}

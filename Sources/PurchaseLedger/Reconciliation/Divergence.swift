@@ -1,0 +1,214 @@
+/// One disagreement between what the device recorded and what Apple's signed record says
+/// (docs/reconciling.md says what each kind means and what to do about it).
+public struct Divergence: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// Apple refunded the transaction; the device still grants its content.
+        case refundNotSeen
+        /// Apple revoked a Family Sharing transaction; the device still grants its content.
+        case familyRevokeNotSeen
+        /// Apple has a production purchase the device never recorded.
+        case chargedNotRecorded
+        /// A device purchase absent from a complete Apple history of its user.
+        case recordedNotCharged
+        case priceDiffers
+        case ownershipDiffers
+        case environmentDiffers
+        /// A consumable the device finished that Apple's history still lists (only unfinished
+        /// consumables are listed).
+        case unfinishedAtApple
+    }
+
+    public var kind: Kind
+    /// The ledger's transaction, when the device recorded one.
+    public var transaction: String?
+    /// Apple's `transactionId` (the device's `storeTransactionId`).
+    public var appleTransaction: String?
+    public var user: String?
+    public var product: String?
+    /// What the device says, and what Apple says.
+    public var device: String
+    public var apple: String
+    /// The seq of the device's event that shows its side (the purchase), if any.
+    public var deviceSeq: Int64?
+    /// The seq of the event that holds Apple's side (its record, or the complete history).
+    public var appleSeq: Int64?
+    /// The notification that shows Apple's side, if one does.
+    public var notification: String?
+    /// The complete history that makes a `recordedNotCharged` (its revision).
+    public var history: String?
+}
+
+/// Joins a ledger's device events and Apple's records (``EventBody/appleTransactionReceived(signedTransaction:source:user:)``
+/// and the others) into ``Divergence`` rows. Pure: fed the events in log order, then asked.
+///
+/// ```swift
+/// var reconciliation = Reconciliation()
+/// try ledger.forEachEvent { e in reconciliation.add(e); return true }
+/// let rows = reconciliation.divergences(in: try ledger.state(atSeq: try ledger.lastSeq()))
+/// ```
+public struct Reconciliation: Sendable {
+    private var records: [AppleRecord] = []
+    private var histories: [(seq: Int64, revision: String, user: String?, at: Timestamp)] = []
+    /// The seq of each transaction's purchase or restore event.
+    private var arrivals: [String: Int64] = [:]
+    /// When the ledger's first event happened: Apple's purchases before it predate the ledger.
+    private var firstEventAt: Timestamp?
+
+    public init() {}
+
+    /// Takes one stored event, in log order.
+    public mutating func add(_ e: RecordedEvent) {
+        if firstEventAt == nil || e.event.at < firstEventAt! {
+            if e.event.body.subject != .apple { firstEventAt = e.event.at }
+        }
+        switch e.event.body {
+        case .transactionPurchased(let t, _, _, _, _, _), .transactionRestored(let t, _, _, _, _, _, _):
+            if arrivals[t] == nil, e.anomaly == nil { arrivals[t] = e.seq }
+        case .appleHistoryCompleted(let revision, let user):
+            histories.append((e.seq, revision, user, e.event.at))
+        case .appleTransactionReceived, .appleNotificationReceived:
+            records.append(contentsOf: AppleRecord.records(in: e))
+        default:
+            break
+        }
+    }
+
+    /// Whether any of Apple's records has been added.
+    public var holdsAppleRecords: Bool { !records.isEmpty || !histories.isEmpty }
+
+    /// The disagreements between `state` (the device's transactions after the events added) and
+    /// Apple's records, ordered by kind, then by the device's seq.
+    public func divergences(in state: LedgerState) -> [Divergence] {
+        var byStore: [String: [TransactionRecord]] = [:]
+        for (_, t) in state.transactions {
+            if let store = t.storeTransactionId { byStore[store, default: []].append(t) }
+        }
+        // Apple's latest statement of each transaction (by signedDate, then seq), and whether a
+        // notification says the revocation was a Family Sharing one.
+        var latest: [String: AppleRecord] = [:]
+        var familyRevoked: Set<String> = []
+        var listedInHistory: [String: AppleRecord] = [:]
+        for r in records {
+            guard let id = r.claims.transactionId else { continue }
+            if let held = latest[id], (held.claims.signedDate ?? 0, held.seq) > (r.claims.signedDate ?? 0, r.seq) {
+            } else {
+                latest[id] = r
+            }
+            if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
+            if case .history = r.origin, (listedInHistory[id]?.claims.signedDate ?? .min) < (r.claims.signedDate ?? 0) { listedInHistory[id] = r }
+        }
+        var rows: [Divergence] = []
+        func row(_ kind: Divergence.Kind, _ t: TransactionRecord?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
+            var notification: String?
+            if case .notification(let uuid, _, _) = r?.origin { notification = uuid }
+            return Divergence(
+                kind: kind, transaction: t?.transaction, appleTransaction: r?.claims.transactionId ?? t?.storeTransactionId, user: t?.user ?? r?.user,
+                product: t?.product ?? r?.claims.productId, device: device, apple: apple, deviceSeq: t.flatMap { arrivals[$0.transaction] },
+                appleSeq: r?.seq, notification: notification)
+        }
+        for (id, r) in latest.sorted(by: { $0.key < $1.key }) {
+            let c = r.claims
+            guard let matched = byStore[id] else {
+                // Before the ledger's first event the device could not have recorded it.
+                let after = c.purchaseDate.map { Timestamp(millisecondsSinceEpoch: $0) >= (firstEventAt ?? Timestamp(millisecondsSinceEpoch: 0)) } ?? true
+                if c.environment == "Production", after {
+                    rows.append(row(.chargedNotRecorded, nil, r, device: "no transaction", apple: Self.describe(c)))
+                }
+                continue
+            }
+            for t in matched {
+                if let revoked = c.revocationDate, !t.revoked {
+                    let family = familyRevoked.contains(id) || c.inAppOwnershipType == "FAMILY_SHARED"
+                    rows.append(
+                        row(
+                            family ? .familyRevokeNotSeen : .refundNotSeen, t, r, device: "\(t.state.rawValue), not revoked",
+                            apple: (family ? "revoked " : "refunded ") + Timestamp(millisecondsSinceEpoch: revoked).description
+                                + (c.revocationReason.map { " (revocationReason \($0))" } ?? "")))
+                }
+                if let devicePrice = t.paid.price, let deviceCurrency = t.paid.currency, let price = c.price, let currency = c.currency,
+                    SignedTransaction.Claims.milliunits(devicePrice) != price || deviceCurrency != currency
+                {
+                    rows.append(
+                        row(.priceDiffers, t, r, device: "\(devicePrice) \(deviceCurrency)", apple: "\(SignedTransaction.Claims.decimal(milliunits: price)) \(currency)"))
+                }
+                if let ownership = c.inAppOwnershipType, let apple = Self.ownership(ownership), apple != t.paid.ownership {
+                    rows.append(row(.ownershipDiffers, t, r, device: t.paid.ownership.rawValue, apple: ownership))
+                }
+                if let environment = c.environment, let apple = Self.environment(environment), apple != t.paid.environment {
+                    rows.append(row(.environmentDiffers, t, r, device: t.paid.environment.rawValue, apple: environment))
+                }
+                if c.type == "Consumable", t.finished, let listed = listedInHistory[id], let finishedAt = t.finishedAt,
+                    let signed = listed.claims.signedDate, Timestamp(millisecondsSinceEpoch: signed) > finishedAt
+                {
+                    var found = row(
+                        .unfinishedAtApple, t, listed, device: "finished \(finishedAt)", apple: "listed as unfinished, signed \(Timestamp(millisecondsSinceEpoch: signed))")
+                    found.apple = "listed unfinished in a history signed \(Timestamp(millisecondsSinceEpoch: signed))"
+                    rows.append(found)
+                }
+            }
+        }
+        // Device purchases Apple never charged, by a complete history of their user made after them.
+        let consumables = Set(state.products.values.filter { $0.registration.kind == .consumable }.map(\.registration.product))
+        for (_, t) in state.transactions.sorted(by: { (arrivals[$0.key] ?? 0) < (arrivals[$1.key] ?? 0) }) {
+            guard let store = t.storeTransactionId, latest[store] == nil, t.state == .purchased || t.state == .restored,
+                t.paid.environment == .production, let arrived = arrivals[t.transaction], let purchasedAt = t.purchasedAt
+            else { continue }
+            // A history omits finished consumables: such a purchase is no disagreement.
+            if t.finished && consumables.contains(t.product) { continue }
+            guard let history = histories.first(where: { $0.user == t.user && $0.seq > arrived && $0.at >= purchasedAt }) else { continue }
+            var found = row(.recordedNotCharged, t, nil, device: "\(t.state.rawValue) \(purchasedAt)", apple: "absent from the complete history \(history.revision)")
+            found.appleSeq = history.seq
+            found.history = history.revision
+            rows.append(found)
+        }
+        let order = Dictionary(uniqueKeysWithValues: Divergence.Kind.allCases.enumerated().map { ($1, $0) })
+        return rows.enumerated().sorted { a, b in
+            (order[a.element.kind]!, a.element.deviceSeq ?? .max, a.offset) < (order[b.element.kind]!, b.element.deviceSeq ?? .max, b.offset)
+        }.map(\.element)
+    }
+
+    static func describe(_ c: SignedTransaction.Claims) -> String {
+        var text = "purchased"
+        if let price = c.price, let currency = c.currency { text += " for \(SignedTransaction.Claims.decimal(milliunits: price)) \(currency)" }
+        if let date = c.purchaseDate { text += " \(Timestamp(millisecondsSinceEpoch: date))" }
+        if c.revocationDate != nil { text += ", since revoked" }
+        return text
+    }
+
+    static func ownership(_ apple: String) -> Ownership? {
+        switch apple {
+        case "PURCHASED": .purchased
+        case "FAMILY_SHARED": .familyShared
+        default: nil
+        }
+    }
+
+    static func environment(_ apple: String) -> StoreEnvironment? {
+        switch apple {
+        case "Production": .production
+        case "Sandbox": .sandbox
+        case "Xcode", "LocalTesting": .xcode
+        default: nil
+        }
+    }
+}
+
+extension Ledger {
+    /// The disagreements between the device's record and Apple's in this ledger, as of `seq`
+    /// (default: the last event). Reads the log once.
+    ///
+    /// ```swift
+    /// for d in try ledger.divergences() { print(d.kind, d.transaction ?? "-", d.device, "/", d.apple) }
+    /// ```
+    public func divergences(throughSeq seq: Int64 = .max) throws -> [Divergence] {
+        var reconciliation = Reconciliation()
+        var last: Int64 = 0
+        try forEachEvent(through: seq) { e in
+            reconciliation.add(e)
+            last = e.seq
+            return true
+        }
+        guard reconciliation.holdsAppleRecords else { return [] }
+        return reconciliation.divergences(in: try state(atSeq: last))
+    }
+}

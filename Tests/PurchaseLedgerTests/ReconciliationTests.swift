@@ -1,0 +1,224 @@
+import Foundation
+import GRDB
+import PurchaseLedgerTesting
+import Testing
+
+@testable import PurchaseLedger
+
+/// Apple's record kept in a ledger and compared with the device's (#51): each divergence kind
+/// from a device ledger and Apple documents signed at test time by a chain with the marker OIDs.
+@Suite struct ReconciliationTests {
+    static let at: Int64 = 1_780_000_000_000  // 2026-05-28T20:26:40Z, Apple's signedDate
+    static let catalog = """
+        {"type":"productRegistered","at":"2026-05-28T20:00:00Z","product":"book","kind":"nonConsumable","price":"4.99","currency":"USD","downloadable":false}
+        {"type":"productRegistered","at":"2026-05-28T20:00:00Z","product":"gems","kind":"consumable","price":"0.99","currency":"USD","downloadable":false}
+        """
+
+    let chain: SigningChain
+    let dir: TemporaryDirectory
+
+    init() throws {
+        chain = try SigningChain()
+        dir = try TemporaryDirectory()
+    }
+
+    /// A ledger of the catalog and `lines` (JSON Lines of device events).
+    func ledger(_ lines: String, name: String = "user.ledger") throws -> Ledger {
+        let input = dir.path(name + ".jsonl")
+        try (Self.catalog + "\n" + lines).write(toFile: input, atomically: true, encoding: .utf8)
+        let ledger = try Ledger(path: dir.path(name), configuration: testConfiguration(blockSize: 4, snapshotInterval: 4))
+        try ledger.importJSONLines(from: try JSONLinesReader(path: input))
+        return ledger
+    }
+
+    /// u1 bought the book (Apple's 1001) for `price`, as `extra` says.
+    func purchase(_ t: String = "t1", store: String = "1001", product: String = "book", price: String = "4.99", extra: String = "") -> String {
+        """
+        {"type":"paymentQueued","at":"2026-05-28T20:05:00Z","transaction":"\(t)","product":"\(product)","user":"u1"}
+        {"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"\(t)","storeTransactionId":"\(store)","price":"\(price)","currency":"USD"\(extra)}
+        """
+    }
+
+    func signed(
+        _ id: String, product: String = "book", price: Int64 = 4990, type: String = "Non-Consumable", ownership: String = "PURCHASED",
+        environment: String = "Production", revoked: Bool = false, signedDate: Int64 = at
+    ) throws -> String {
+        var p = SigningChain.payload(
+            transaction: id, product: product, price: price, currency: "USD", environment: environment, ownership: ownership, signedDate: signedDate,
+            revocationDate: revoked ? signedDate - 500 : nil)
+        p["type"] = type
+        p["purchaseDate"] = Self.at - 1_000_000  // 2026-05-28T20:10:00Z
+        return try chain.sign(p)
+    }
+
+    func notification(_ type: String, uuid: String, transaction jws: String) throws -> String {
+        let payload: [String: any Sendable] = [
+            "notificationType": type, "notificationUUID": uuid, "version": "2.0", "signedDate": Self.at,
+            "data": ["bundleId": "com.example.app", "environment": "Production", "signedTransactionInfo": jws] as [String: any Sendable],
+        ]
+        return #"{"signedPayload":""# + (try chain.sign(payload)) + #""}"#
+    }
+
+    func history(_ jws: [String], revision: String = "rev-1", hasMore: Bool = false) -> String {
+        #"{"revision":""# + revision + #"","hasMore":\#(hasMore),"bundleId":"com.example.app","environment":"Production","signedTransactions":["#
+            + jws.map { "\"\($0)\"" }.joined(separator: ",") + "]}"
+    }
+
+    func info(_ jws: String) -> String { #"{"signedTransactionInfo":""# + jws + #""}"# }
+
+    @discardableResult
+    func importApple(_ ledger: Ledger, _ documents: String...) async throws -> AppleImportSummary {
+        var placed: [PlacedAppleDocument] = []
+        for (i, text) in documents.enumerated() {
+            for found in try AppleDocument.parse(Array(text.utf8), file: "doc\(i).json") {
+                placed.append(PlacedAppleDocument(file: "doc\(i).json", line: found.line, document: found.document))
+            }
+        }
+        return try await ledger.importApple(placed, verifier: AppleSignatureVerifier(roots: try chain.roots))
+    }
+
+    func kinds(_ ledger: Ledger) throws -> [String] { try ledger.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-")" } }
+
+    @Test func aRefundTheDeviceNeverSawIsRefundNotSeen() async throws {
+        let ledger = try ledger(purchase())
+        try await importApple(ledger, info(try signed("1001", revoked: true)))
+        #expect(try kinds(ledger) == ["refundNotSeen t1 1001"])
+        let row = try #require(try ledger.divergences().first)
+        #expect(row.device == "purchased, not revoked" && row.apple.hasPrefix("refunded 2026-05-28T20:26:39.500Z") && row.user == "u1" && row.deviceSeq == 4)
+        // Once the device records the revocation, they agree.
+        try ledger.append(Event(at: try Timestamp.parse("2026-05-29T00:00:00Z"), .transactionRevoked(transaction: "t1", reason: "refund")))
+        #expect(try kinds(ledger).isEmpty)
+    }
+
+    @Test func aFamilyRevocationTheDeviceNeverSawIsFamilyRevokeNotSeen() async throws {
+        let ledger = try ledger(purchase(extra: #","ownership":"familyShared""#))
+        let summary = try await importApple(
+            ledger, try notification("REVOKE", uuid: "n-1", transaction: try signed("1001", ownership: "FAMILY_SHARED", revoked: true)))
+        #expect(summary.notifications == 1 && summary.transactions == 0)
+        #expect(try kinds(ledger) == ["familyRevokeNotSeen t1 1001"])
+        #expect(try ledger.divergences().first?.notification == "n-1")
+    }
+
+    @Test func anAppleChargeTheDeviceNeverRecordedIsChargedNotRecorded() async throws {
+        let ledger = try ledger(purchase())
+        try await importApple(ledger, history([try signed("1001"), try signed("1002", product: "gems", price: 990, type: "Consumable")]))
+        #expect(try kinds(ledger) == ["chargedNotRecorded - 1002"])
+    }
+
+    @Test func aDevicePurchaseAbsentFromACompleteHistoryIsRecordedNotCharged() async throws {
+        let ledger = try ledger(purchase() + "\n" + purchase("t2", store: "1002"))
+        // An incomplete history (more pages to come) proves nothing missing.
+        try await importApple(ledger, history([try signed("1001")], revision: "rev-1", hasMore: true))
+        #expect(try kinds(ledger).isEmpty)
+        try await importApple(ledger, history([try signed("1001")], revision: "rev-2"))
+        #expect(try kinds(ledger) == ["recordedNotCharged t2 1002"])
+        let row = try #require(try ledger.divergences().first)
+        #expect(row.history == "rev-2" && row.apple == "absent from the complete history rev-2" && row.user == "u1")
+    }
+
+    @Test func aPriceOtherThanApplesIsPriceDiffers() async throws {
+        let ledger = try ledger(purchase(price: "0.99"))
+        try await importApple(ledger, info(try signed("1001")))
+        let rows = try ledger.divergences()
+        #expect(rows.map(\.kind) == [.priceDiffers] && rows.first?.device == "0.99 USD" && rows.first?.apple == "4.99 USD")
+    }
+
+    @Test func anOwnershipOtherThanApplesIsOwnershipDiffers() async throws {
+        let ledger = try ledger(purchase())
+        try await importApple(ledger, info(try signed("1001", ownership: "FAMILY_SHARED")))
+        #expect(try kinds(ledger) == ["ownershipDiffers t1 1001"])
+    }
+
+    @Test func anEnvironmentOtherThanApplesIsEnvironmentDiffers() async throws {
+        let ledger = try ledger(purchase(extra: #","environment":"sandbox""#))
+        try await importApple(ledger, info(try signed("1001")))
+        #expect(try kinds(ledger) == ["environmentDiffers t1 1001"])
+    }
+
+    @Test func aFinishedConsumableAppleStillListsIsUnfinishedAtApple() async throws {
+        let ledger = try ledger(
+            purchase(product: "gems", price: "0.99") + "\n" + #"{"type":"transactionFinished","at":"2026-05-28T20:06:00Z","transaction":"t1"}"#)
+        try await importApple(ledger, history([try signed("1001", product: "gems", price: 990, type: "Consumable")], hasMore: true))
+        #expect(try kinds(ledger) == ["unfinishedAtApple t1 1001"])
+    }
+
+    @Test func theSameNotificationOrStatementTwiceIsStoredOnce() async throws {
+        let ledger = try ledger(purchase())
+        let body = try notification("REFUND", uuid: "n-7", transaction: try signed("1001", revoked: true))
+        let first = try await importApple(ledger, body, info(try signed("1001")))
+        #expect(first.notifications == 1 && first.transactions == 1)
+        let last = try ledger.lastSeq()
+        // The same notification again, and Apple's same facts signed anew (a later signedDate).
+        let again = try await importApple(ledger, body, info(try signed("1001", signedDate: Self.at + 60_000)))
+        #expect(again.notifications == 0 && again.transactions == 0 && again.alreadyHeld == 2 && again.firstSeq == nil)
+        #expect(try ledger.lastSeq() == last)
+        #expect(try kinds(ledger) == ["refundNotSeen t1 1001"])
+        // The records are events of the chain: they verify, export and import exactly.
+        #expect(try ledger.verify(all: true).isValid)
+        let exported = try cli(["export", dir.path("user.ledger")])
+        try exported.stdout.write(toFile: dir.path("copy.jsonl"), atomically: true, encoding: .utf8)
+        #expect(try cli(["import", dir.path("copy.ledger"), dir.path("copy.jsonl")]).status == 0)
+        #expect(try cli(["export", dir.path("copy.ledger")]).stdout == exported.stdout)
+        #expect(try Ledger(path: dir.path("copy.ledger")).divergences().map(\.kind) == [.refundNotSeen])
+    }
+
+    @Test func whatIsNotApplesIsRefusedNamingTheFileAndLineAndNothingIsWritten() async throws {
+        let ledger = try ledger(purchase())
+        let last = try ledger.lastSeq()
+        let good = try signed("1001")
+        // A payload byte changed: the signature no longer verifies.
+        var parts = good.split(separator: ".").map(String.init)
+        var payload = Base64URL.decode(Substring(parts[1]))!
+        let price = Array(#""price":4990"#.utf8)
+        let at = payload.firstRange(of: price)!.lowerBound
+        payload[at + 8] = UInt8(ascii: "1")
+        parts[1] = Base64URL.encode(payload)
+        let tampered = parts.joined(separator: ".")
+        await #expect {
+            try await importApple(ledger, info(good) + "\n" + info(tampered))
+        } throws: { error in
+            "\(error)" == "doc0.json:2: signedTransactionInfo: not verified as Apple's: the signature does not verify with the leaf certificate's key"
+        }
+        // A notification whose own signature is another chain's.
+        let stranger = try SigningChain()
+        let foreign = #"{"signedPayload":""# + (try stranger.sign(["notificationType": "REFUND", "notificationUUID": "n-9", "signedDate": Self.at])) + #""}"#
+        await #expect {
+            try await importApple(ledger, foreign)
+        } throws: { error in
+            "\(error)".hasPrefix("doc0.json:1: signedPayload: not verified as Apple's: ")
+        }
+        // Xcode's signature is not Apple's.
+        await #expect {
+            try await importApple(ledger, info(try signed("1001", environment: "Xcode")))
+        } throws: { error in
+            "\(error)" == "doc0.json:1: signedTransactionInfo: environment Xcode: signed by Xcode, not by Apple"
+        }
+        #expect(throws: AppleImportError.self) { try AppleDocument.parse(Array(#"{"hasMore":false}"#.utf8), file: "x.json") }
+        #expect(try ledger.lastSeq() == last)
+    }
+
+    @Test func theCommandsImportAndReportTheDivergences() throws {
+        _ = try ledger(purchase() + "\n" + purchase("t2", store: "1002", price: "0.99"))
+        let path = dir.path("user.ledger")
+        try chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        try history([try signed("1001", revoked: true), try signed("1002"), try signed("1003")]).write(
+            toFile: dir.path("page.json"), atomically: true, encoding: .utf8)
+        let refused = try cli(["apple-import", path, dir.path("page.json")])
+        #expect(refused.status != 0 && refused.stderr.contains("page.json:1: signedTransactions[0]: not verified as Apple's"), "\(refused.stderr)")
+        let imported = try cli(["apple-import", path, dir.path("page.json"), "--apple-root", dir.path("root.pem")])
+        #expect(imported.status == 0 && imported.stdout.contains("stored 3 Apple transactions, 0 notifications, 1 complete history"), "\(imported.stdout)")
+        let again = try cli(["apple-import", path, dir.path("page.json"), "--apple-root", dir.path("root.pem"), "--json"])
+        #expect(again.stdout.contains(#""transactions":0"#) && again.stdout.contains(#""alreadyHeld":4,"firstSeq":null,"lastSeq":10"#), "\(again.stdout)")
+        let table = try cli(["report", path, "--view", "divergence"])
+        #expect(table.status == 0, "\(table.stderr)")
+        for expected in ["refundNotSeen", "chargedNotRecorded", "priceDiffers"] { #expect(table.stdout.contains(expected), "\(table.stdout)") }
+        let csv = try cli(["report", path, "--view", "divergence", "--format", "csv"])
+        #expect(csv.stdout.split(separator: "\n").count == 4, "\(csv.stdout)")
+        let json = try cli(["report", path, "--view", "divergence", "--format", "json"])
+        let rows = try #require((try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["rows"] as? [[String: Any]])
+        #expect(rows.map { $0["kind"] as? String } == ["refundNotSeen", "chargedNotRecorded", "priceDiffers"], "\(rows)")
+        let html = try cli(["report", path, "--view", "divergence", "--format", "html"])
+        #expect(html.status == 0 && html.stdout.contains("refundNotSeen"))
+        #expect(try cli(["verify", path]).status == 0)
+    }
+}

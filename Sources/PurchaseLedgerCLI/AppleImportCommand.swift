@@ -18,7 +18,7 @@ struct AppleImportCommand: AsyncParsableCommand {
             `report --view divergence` shows where the device and Apple disagree.
 
             Examples:
-              purchase-ledger apple-import user.ledger history-page-1.json history-page-2.json
+              purchase-ledger apple-import user.ledger page-1.json page-2.json
               purchase-ledger apple-import user.ledger notifications.jsonl --json
             """)
 

@@ -59,6 +59,9 @@ import Testing
             .assetPackOpened(pack: v("pack"), version: 1),
             .storePaymentPromoted(product: v("product"), accepted: true),
             .personalDataErased(refs: [1, 2]),
+            .appleTransactionReceived(signedTransaction: "signed-value-apple", source: .history, user: v("user")),
+            .appleNotificationReceived(signedPayload: "signed-value-notification", user: v("user")),
+            .appleHistoryCompleted(revision: v("revision"), user: v("user")),
         ]
         return bodies.map { Event(at: at, $0) }
     }()

@@ -124,8 +124,13 @@ extension Ledger {
         for t in try self.transactions() {
             if let store = t.storeTransactionId, let u = t.user { userByStoreID[store] = u }
         }
-        func owner(_ claims: SignedTransaction.Claims) -> String? {
-            claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] } ?? user
+        // A history is one Apple customer's: when its matched transactions name one user, its
+        // other transactions are that user's too.
+        let historyUsers = Set(historyTransactionIDs.compactMap { userByStoreID[$0] })
+        let historyUser = historyUsers.count == 1 ? historyUsers.first : nil
+        func owner(_ claims: SignedTransaction.Claims, inHistory: Bool = false) -> String? {
+            claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] }
+                ?? (inHistory ? historyUser : nil) ?? user
         }
 
         let stamp = Timestamp(millisecondsSinceEpoch: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)))
@@ -137,7 +142,7 @@ extension Ledger {
                 summary.alreadyHeld += 1
                 continue
             }
-            events.append(Event(at: stamp, .appleTransactionReceived(signedTransaction: signed.jws, source: source, user: owner(signed.claims))))
+            events.append(Event(at: stamp, .appleTransactionReceived(signedTransaction: signed.jws, source: source, user: owner(signed.claims, inHistory: source == .history))))
             summary.transactions += 1
         }
         for (signed, n) in notifications {

@@ -58,9 +58,7 @@ public struct Reconciliation: Sendable {
 
     /// Takes one stored event, in log order.
     public mutating func add(_ e: RecordedEvent) {
-        if firstEventAt == nil || e.event.at < firstEventAt! {
-            if e.event.body.subject != .apple { firstEventAt = e.event.at }
-        }
+        if e.event.body.subject != .apple, firstEventAt.map({ e.event.at < $0 }) ?? true { firstEventAt = e.event.at }
         switch e.event.body {
         case .transactionPurchased(let t, _, _, _, _, _), .transactionRestored(let t, _, _, _, _, _, _):
             if arrivals[t] == nil, e.anomaly == nil { arrivals[t] = e.seq }
@@ -90,10 +88,7 @@ public struct Reconciliation: Sendable {
         var listedInHistory: [String: AppleRecord] = [:]
         for r in records {
             guard let id = r.claims.transactionId else { continue }
-            if let held = latest[id], (held.claims.signedDate ?? 0, held.seq) > (r.claims.signedDate ?? 0, r.seq) {
-            } else {
-                latest[id] = r
-            }
+            if latest[id].map({ ($0.claims.signedDate ?? 0, $0.seq) < (r.claims.signedDate ?? 0, r.seq) }) ?? true { latest[id] = r }
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
             if case .history = r.origin, (listedInHistory[id]?.claims.signedDate ?? .min) < (r.claims.signedDate ?? 0) { listedInHistory[id] = r }
         }
@@ -140,10 +135,10 @@ public struct Reconciliation: Sendable {
                 if c.type == "Consumable", t.finished, let listed = listedInHistory[id], let finishedAt = t.finishedAt,
                     let signed = listed.claims.signedDate, Timestamp(millisecondsSinceEpoch: signed) > finishedAt
                 {
-                    var found = row(
-                        .unfinishedAtApple, t, listed, device: "finished \(finishedAt)", apple: "listed as unfinished, signed \(Timestamp(millisecondsSinceEpoch: signed))")
-                    found.apple = "listed unfinished in a history signed \(Timestamp(millisecondsSinceEpoch: signed))"
-                    rows.append(found)
+                    rows.append(
+                        row(
+                            .unfinishedAtApple, t, listed, device: "finished \(finishedAt)",
+                            apple: "listed unfinished in a history signed \(Timestamp(millisecondsSinceEpoch: signed))"))
                 }
             }
         }

@@ -154,7 +154,9 @@ struct ReportCommand: AsyncParsableCommand {
             throw LedgerError.make(.malformedInput, "no transaction in this ledger names the user given with --user")
         }
         if streamsRows {
-            try streamRows(ledger, from: fromTime, to: toTime)
+            // Apple's records count only when they verify with the roots.
+            let divergences = view == .divergence ? try await ledger.divergences(verifier: appleRoots.verifier()) : []
+            try streamRows(ledger, from: fromTime, to: toTime, divergences: divergences)
             return try printUserSummary(ledger)
         }
         // Apple's signatures: the ledger's chains judged with the roots, once, for the revenue view.
@@ -276,7 +278,7 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     /// A streamed view of a ledger, written through a ``RowStream`` as the fleet's are.
-    func streamRows(_ ledger: Ledger, from: Timestamp?, to: Timestamp?) throws {
+    func streamRows(_ ledger: Ledger, from: Timestamp?, to: Timestamp?, divergences: [Divergence] = []) throws {
         var summary: HTMLReport.Summary?
         if format == .html { summary = try HTMLReport.Summary(ledger: ledger, from: from, to: to, apple: nil) }
         let stream = RowStream(self, columns: rowColumns(fleet: false), html: summary.map { HTMLReport(table: emptyTable, from: from, to: to, summary: $0, subject: htmlSubject) })
@@ -295,7 +297,7 @@ struct ReportCommand: AsyncParsableCommand {
                 stream.add(unfinishedCells(t, device: nil), json: unfinishedJSON(t, device: nil), transaction: t.transaction)
             }
         case .divergence:
-            for d in try ledger.divergences() where user == nil || d.user == user {
+            for d in divergences where user == nil || d.user == user {
                 stream.add(divergenceCells(d), json: divergenceJSON(d), transaction: d.transaction ?? "")
             }
         case .revenue, .failures: break

@@ -77,17 +77,21 @@ import Testing
         return try await ledger.importApple(placed, verifier: AppleSignatureVerifier(roots: try chain.roots))
     }
 
-    func kinds(_ ledger: Ledger) throws -> [String] { try ledger.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-")" } }
+    func rows(_ ledger: Ledger) async throws -> [Divergence] { try await ledger.divergences(verifier: AppleSignatureVerifier(roots: try chain.roots)) }
+
+    func kinds(_ ledger: Ledger) async throws -> [String] {
+        try await rows(ledger).map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-")" }
+    }
 
     @Test func aRefundTheDeviceNeverSawIsRefundNotSeen() async throws {
         let ledger = try ledger(purchase())
         try await importApple(ledger, info(try signed("1001", revoked: true)))
-        #expect(try kinds(ledger) == ["refundNotSeen t1 1001"])
-        let row = try #require(try ledger.divergences().first)
+        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001"])
+        let row = try #require(try await rows(ledger).first)
         #expect(row.device == "purchased, not revoked" && row.apple.hasPrefix("refunded 2026-05-28T20:26:39.500Z") && row.user == "u1" && row.deviceSeq == 4)
         // Once the device records the revocation, they agree.
         try ledger.append(Event(at: try Timestamp.parse("2026-05-29T00:00:00Z"), .transactionRevoked(transaction: "t1", reason: "refund")))
-        #expect(try kinds(ledger).isEmpty)
+        #expect(try await kinds(ledger).isEmpty)
     }
 
     @Test func aFamilyRevocationTheDeviceNeverSawIsFamilyRevokeNotSeen() async throws {
@@ -95,71 +99,72 @@ import Testing
         let summary = try await importApple(
             ledger, try notification("REVOKE", uuid: "n-1", transaction: try signed("1001", ownership: "FAMILY_SHARED", revoked: true)))
         #expect(summary.notifications == 1 && summary.transactions == 0)
-        #expect(try kinds(ledger) == ["familyRevokeNotSeen t1 1001"])
-        #expect(try ledger.divergences().first?.notification == "n-1")
+        #expect(try await kinds(ledger) == ["familyRevokeNotSeen t1 1001"])
+        #expect(try await rows(ledger).first?.notification == "n-1")
     }
 
     @Test func anAppleChargeTheDeviceNeverRecordedIsChargedNotRecorded() async throws {
         let ledger = try ledger(purchase())
         try await importApple(ledger, history([try signed("1001"), try signed("1002", product: "gems", price: 990, type: "Consumable")]))
-        #expect(try kinds(ledger) == ["chargedNotRecorded - 1002"])
+        #expect(try await kinds(ledger) == ["chargedNotRecorded - 1002"])
     }
 
     @Test func aDevicePurchaseAbsentFromACompleteHistoryIsRecordedNotCharged() async throws {
         let ledger = try ledger(purchase() + "\n" + purchase("t2", store: "1002"))
         // An incomplete history (more pages to come) proves nothing missing.
         try await importApple(ledger, history([try signed("1001")], revision: "rev-1", hasMore: true))
-        #expect(try kinds(ledger).isEmpty)
+        #expect(try await kinds(ledger).isEmpty)
         try await importApple(ledger, history([try signed("1001")], revision: "rev-2"))
-        #expect(try kinds(ledger) == ["recordedNotCharged t2 1002"])
-        let row = try #require(try ledger.divergences().first)
+        #expect(try await kinds(ledger) == ["recordedNotCharged t2 1002"])
+        let row = try #require(try await rows(ledger).first)
         #expect(row.history == "rev-2" && row.apple == "absent from the complete history rev-2" && row.user == "u1")
     }
 
     @Test func aPriceOtherThanApplesIsPriceDiffers() async throws {
         let ledger = try ledger(purchase(price: "0.99"))
         try await importApple(ledger, info(try signed("1001")))
-        let rows = try ledger.divergences()
+        let rows = try await rows(ledger)
         #expect(rows.map(\.kind) == [.priceDiffers] && rows.first?.device == "0.99 USD" && rows.first?.apple == "4.99 USD")
     }
 
     @Test func anOwnershipOtherThanApplesIsOwnershipDiffers() async throws {
         let ledger = try ledger(purchase())
         try await importApple(ledger, info(try signed("1001", ownership: "FAMILY_SHARED")))
-        #expect(try kinds(ledger) == ["ownershipDiffers t1 1001"])
+        #expect(try await kinds(ledger) == ["ownershipDiffers t1 1001"])
     }
 
     @Test func anEnvironmentOtherThanApplesIsEnvironmentDiffers() async throws {
         let ledger = try ledger(purchase(extra: #","environment":"sandbox""#))
         try await importApple(ledger, info(try signed("1001")))
-        #expect(try kinds(ledger) == ["environmentDiffers t1 1001"])
+        #expect(try await kinds(ledger) == ["environmentDiffers t1 1001"])
     }
 
     @Test func aFinishedConsumableAppleStillListsIsUnfinishedAtApple() async throws {
         let ledger = try ledger(
             purchase(product: "gems", price: "0.99") + "\n" + #"{"type":"transactionFinished","at":"2026-05-28T20:06:00Z","transaction":"t1"}"#)
         try await importApple(ledger, history([try signed("1001", product: "gems", price: 990, type: "Consumable")], hasMore: true))
-        #expect(try kinds(ledger) == ["unfinishedAtApple t1 1001"])
+        #expect(try await kinds(ledger) == ["unfinishedAtApple t1 1001"])
     }
 
     @Test func theSameNotificationOrStatementTwiceIsStoredOnce() async throws {
         let ledger = try ledger(purchase())
         let body = try notification("REFUND", uuid: "n-7", transaction: try signed("1001", revoked: true))
-        let first = try await importApple(ledger, body, info(try signed("1001")))
+        let statement = info(try signed("1001"))
+        let first = try await importApple(ledger, body, statement)
         #expect(first.notifications == 1 && first.transactions == 1)
         let last = try ledger.lastSeq()
-        // The same notification again, and Apple's same facts signed anew (a later signedDate).
-        let again = try await importApple(ledger, body, info(try signed("1001", signedDate: Self.at + 60_000)))
+        // The same notification again, and the same statement.
+        let again = try await importApple(ledger, body, statement)
         #expect(again.notifications == 0 && again.transactions == 0 && again.alreadyHeld == 2 && again.firstSeq == nil)
         #expect(try ledger.lastSeq() == last)
-        #expect(try kinds(ledger) == ["refundNotSeen t1 1001"])
+        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001"])
         // The records are events of the chain: they verify, export and import exactly.
         #expect(try ledger.verify(all: true).isValid)
         let exported = try cli(["export", dir.path("user.ledger")])
         try exported.stdout.write(toFile: dir.path("copy.jsonl"), atomically: true, encoding: .utf8)
         #expect(try cli(["import", dir.path("copy.ledger"), dir.path("copy.jsonl")]).status == 0)
         #expect(try cli(["export", dir.path("copy.ledger")]).stdout == exported.stdout)
-        #expect(try Ledger(path: dir.path("copy.ledger")).divergences().map(\.kind) == [.refundNotSeen])
+        #expect(try await rows(Ledger(path: dir.path("copy.ledger"))).map(\.kind) == [.refundNotSeen])
     }
 
     @Test func whatIsNotApplesIsRefusedNamingTheFileAndLineAndNothingIsWritten() async throws {
@@ -209,19 +214,39 @@ import Testing
         #expect(imported.status == 0 && imported.stdout.contains("stored 3 Apple transactions, 0 notifications, 1 complete history"), "\(imported.stdout)")
         let again = try cli(["apple-import", path, dir.path("page.json"), "--apple-root", dir.path("root.pem"), "--json"])
         #expect(again.stdout.contains(#""transactions":0"#) && again.stdout.contains(#""alreadyHeld":4,"firstSeq":null,"lastSeq":10"#), "\(again.stdout)")
-        let table = try cli(["report", path, "--view", "divergence"])
+        let table = try cli(["report", path, "--view", "divergence", "--apple-root", dir.path("root.pem")])
         #expect(table.status == 0, "\(table.stderr)")
         // docs/reconciling.md prints this very table.
         let docs = try String(contentsOf: packageRoot.appending(path: "docs/reconciling.md"), encoding: .utf8)
         let example = try #require(docs.components(separatedBy: "A small example").last?.components(separatedBy: "```\n").dropFirst().first)
         #expect(table.stdout == String(example.prefix { $0 != "`" }), "\(table.stdout)")
-        let csv = try cli(["report", path, "--view", "divergence", "--format", "csv"])
+        let csv = try cli(["report", path, "--view", "divergence", "--apple-root", dir.path("root.pem"), "--format", "csv"])
         #expect(csv.stdout.split(separator: "\n").count == 4, "\(csv.stdout)")
-        let json = try cli(["report", path, "--view", "divergence", "--format", "json"])
+        let json = try cli(["report", path, "--view", "divergence", "--apple-root", dir.path("root.pem"), "--format", "json"])
         let rows = try #require((try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["rows"] as? [[String: Any]])
         #expect(rows.map { $0["kind"] as? String } == ["refundNotSeen", "chargedNotRecorded", "priceDiffers"], "\(rows)")
-        let html = try cli(["report", path, "--view", "divergence", "--format", "html"])
+        let html = try cli(["report", path, "--view", "divergence", "--apple-root", dir.path("root.pem"), "--format", "html"])
         #expect(html.status == 0 && html.stdout.contains("refundNotSeen"))
         #expect(try cli(["verify", path]).status == 0)
+    }
+
+    /// A record of Apple's written without apple-import (an append of a JWS another chain signed)
+    /// compares nothing; a refund Apple reversed is a new statement, and the latest one counts.
+    @Test func onlyApplesVerifiedLatestStatementCounts() async throws {
+        let ledger = try ledger(purchase())
+        let stranger = try SigningChain()
+        var p = SigningChain.payload(transaction: "7777", product: "book", price: 4990, currency: "USD", signedDate: Self.at)
+        p["purchaseDate"] = Self.at - 1_000_000
+        let forged = try stranger.sign(p)
+        let line = #"{"type":"appleTransactionReceived","at":"2026-05-29T00:00:00Z","signedTransaction":""# + forged + #"","source":"transactionInfo"}"#
+        #expect(try cli(["append", dir.path("user.ledger")], stdin: line).status == 0)
+        #expect(try await kinds(ledger).isEmpty)
+        try await importApple(ledger, info(try signed("1001")))
+        try await importApple(ledger, info(try signed("1001", revoked: true, signedDate: Self.at + 1000)))
+        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001"])
+        // Apple reverses the refund: the purchase's facts again, signed later.
+        let reversed = try await importApple(ledger, info(try signed("1001", signedDate: Self.at + 2000)))
+        #expect(reversed.transactions == 1)
+        #expect(try await kinds(ledger).isEmpty)
     }
 }

@@ -75,6 +75,7 @@ extension Ledger {
         var notifications: [(SignedTransaction, AppleNotification)] = []
         var completedRevisions: [String] = []
         var historyTransactionIDs: [String] = []
+        var historySignedDates: [Int64] = []
         for place in documents {
             switch place.document {
             case .historyPage(let revision, let hasMore, let list):
@@ -82,6 +83,7 @@ extension Ledger {
                     let signed = try await verified(jws, place, "signedTransactions[\(i)]", transactionVerifier)
                     transactions.append((signed, .history))
                     if let id = signed.claims.transactionId { historyTransactionIDs.append(id) }
+                    if let date = signed.claims.signedDate { historySignedDates.append(date) }
                 }
                 if !hasMore {
                     guard let revision, !revision.isEmpty else {
@@ -106,12 +108,31 @@ extension Ledger {
         }
 
         // What the ledger holds already, and whose each transaction is.
-        var heldKeys = Set<String>()
+        // Per Apple transaction, its latest statement held (by signedDate): a statement is new
+        // unless it states the same facts as that one (a refund reversed states the purchase's
+        // facts again, and is new).
+        var latestHeld: [String: (signedDate: Int64, key: String)] = [:]
+        var statements = Set<String>()
+        func hold(_ record: AppleRecord) {
+            let id = record.claims.transactionId ?? ""
+            let date = record.claims.signedDate ?? 0
+            statements.insert(record.contentKey + "|\(date)")
+            if latestHeld[id].map({ $0.signedDate <= date }) ?? true { latestHeld[id] = (date, record.contentKey) }
+        }
+        func isHeld(_ record: AppleRecord) -> Bool {
+            // The very statement again (Apple's retries, a page fetched twice).
+            if statements.contains(record.contentKey + "|\(record.claims.signedDate ?? 0)") { return true }
+            guard let held = latestHeld[record.claims.transactionId ?? ""], held.key == record.contentKey else { return false }
+            // A consumable listed by a later history is a new fact: still unfinished at Apple then.
+            if case .history = record.origin, record.claims.type == "Consumable" { return (record.claims.signedDate ?? 0) <= held.signedDate }
+            return true
+        }
         var heldNotifications = Set<String>()
         var heldHistories = Set<String>()
         for e in try events(inStream: LedgerState.appleStream) {
             for record in AppleRecord.records(in: e) {
-                if case .notification(let uuid, _, _) = record.origin { heldNotifications.insert(uuid) } else { heldKeys.insert(record.contentKey) }
+                if case .notification(let uuid, _, _) = record.origin { heldNotifications.insert(uuid) }
+                hold(record)
             }
             if case .appleNotificationReceived(let jws, _) = e.event.body, let signed = try? SignedTransaction(jws: jws),
                 let n = try? AppleNotification(payloadOf: signed)
@@ -138,10 +159,11 @@ extension Ledger {
         var summary = AppleImportSummary()
         for (signed, source) in transactions {
             let record = AppleRecord(claims: signed.claims, origin: source == .history ? .history : .transactionInfo, seq: 0, user: nil)
-            guard heldKeys.insert(record.contentKey).inserted else {
+            guard !isHeld(record) else {
                 summary.alreadyHeld += 1
                 continue
             }
+            hold(record)
             events.append(Event(at: stamp, .appleTransactionReceived(signedTransaction: signed.jws, source: source, user: owner(signed.claims, inHistory: source == .history))))
             summary.transactions += 1
         }
@@ -155,19 +177,22 @@ extension Ledger {
             summary.notifications += 1
         }
         if let revision = completedRevisions.last {
-            // The users the history's transactions belong to (else the one given): Apple's
-            // transactions no device recorded belong to them too.
-            var users: [String?] = []
-            for id in historyTransactionIDs {
-                if let u = userByStoreID[id], !users.contains(u) { users.append(u) }
+            // The user the history's transactions belong to (else the one given). A history is one
+            // customer's: pages matching several users are not known to make one history.
+            guard historyUsers.count <= 1 else {
+                throw AppleImportError(
+                    file: documents.last { if case .historyPage = $0.document { true } else { false } }?.file ?? "-", line: nil,
+                    message: "the history pages name transactions of several users (\(historyUsers.sorted().joined(separator: ", "))): import each user's history on its own")
             }
-            if users.isEmpty { users = [user] }
+            let users: [String?] = historyUser.map { [$0] } ?? [user]
+            // Complete as of when Apple signed it, not when it was imported.
+            let signedAt = historySignedDates.max().map { Timestamp(millisecondsSinceEpoch: $0) } ?? stamp
             for u in users {
                 guard heldHistories.insert(revision + "\u{0}" + (u ?? "")).inserted else {
                     summary.alreadyHeld += 1
                     continue
                 }
-                events.append(Event(at: stamp, .appleHistoryCompleted(revision: revision, user: u)))
+                events.append(Event(at: signedAt, .appleHistoryCompleted(revision: revision, user: u)))
                 summary.histories += 1
             }
         }

@@ -121,6 +121,11 @@ public struct AppleRecord: Sendable, Hashable {
     public var seq: Int64
     /// The ledger's user the import matched, if any.
     public var user: String?
+    /// The signed documents that make it Apple's (a notification's and the transaction's inside
+    /// it), checked again whenever it is compared: an event of Apple's is only as good as them.
+    var documents: [String] = []
+    /// When it was recorded (its event's time).
+    var recordedAt: Timestamp = Timestamp(millisecondsSinceEpoch: 0)
 
     /// Equal for two statements of the same facts (Apple signs the same transaction again, with
     /// a new `signedDate`, at each request): what makes an import idempotent.
@@ -139,12 +144,20 @@ public struct AppleRecord: Sendable, Hashable {
         switch e.event.body {
         case .appleTransactionReceived(let jws, let source, let user):
             guard let signed = try? SignedTransaction(jws: jws) else { return [] }
-            return [AppleRecord(claims: signed.claims, origin: source == .history ? .history : .transactionInfo, seq: e.seq, user: user)]
+            return [
+                AppleRecord(
+                    claims: signed.claims, origin: source == .history ? .history : .transactionInfo, seq: e.seq, user: user, documents: [jws],
+                    recordedAt: e.event.at)
+            ]
         case .appleNotificationReceived(let jws, let user):
             guard let signed = try? SignedTransaction(jws: jws), let n = try? AppleNotification(payloadOf: signed),
                 let inner = n.signedTransaction, let transaction = try? SignedTransaction(jws: inner)
             else { return [] }
-            return [AppleRecord(claims: transaction.claims, origin: .notification(uuid: n.uuid, type: n.type, subtype: n.subtype), seq: e.seq, user: user)]
+            return [
+                AppleRecord(
+                    claims: transaction.claims, origin: .notification(uuid: n.uuid, type: n.type, subtype: n.subtype), seq: e.seq, user: user,
+                    documents: [jws, inner], recordedAt: e.event.at)
+            ]
         default:
             return []
         }

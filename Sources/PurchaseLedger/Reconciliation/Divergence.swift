@@ -1,3 +1,5 @@
+import Foundation
+
 /// One disagreement between what the device recorded and what Apple's signed record says
 /// (docs/reconciling.md says what each kind means and what to do about it).
 public struct Divergence: Sendable, Hashable {
@@ -73,6 +75,38 @@ public struct Reconciliation: Sendable {
 
     /// Whether any of Apple's records has been added.
     public var holdsAppleRecords: Bool { !records.isEmpty || !histories.isEmpty }
+
+    /// Keeps only the records whose every signed document verifies as Apple's with `verifier`'s
+    /// roots (at the time it was recorded): a record written into the log some other way than
+    /// `apple-import` (an `append` of a forged JWS, an edited file) compares nothing. Returns how
+    /// many were dropped.
+    public mutating func keepOnlyVerified(by verifier: AppleSignatureVerifier) async -> Int {
+        let v = AppleSignatureVerifier(roots: verifier.roots)
+        var kept: [AppleRecord] = []
+        for record in records {
+            var apple = true
+            for jws in record.documents {
+                guard let signed = try? SignedTransaction(jws: jws) else {
+                    apple = false
+                    break
+                }
+                let at = Date(timeIntervalSince1970: Double(record.recordedAt.nanosecondsSinceEpoch) / 1e9)
+                let evidence: AppleEvidence
+                switch v.check(signed, recordedAt: at) {
+                case .final(let e): evidence = e
+                case .signed(let leaf, let intermediate): evidence = await v.judge(leaf: leaf, intermediate: intermediate)
+                }
+                if evidence != .apple {
+                    apple = false
+                    break
+                }
+            }
+            if apple { kept.append(record) }
+        }
+        let dropped = records.count - kept.count
+        records = kept
+        return dropped
+    }
 
     /// The disagreements between `state` (the device's transactions after the events added) and
     /// Apple's records, ordered by kind, then by the device's seq.
@@ -195,7 +229,10 @@ extension Ledger {
     /// ```swift
     /// for d in try ledger.divergences() { print(d.kind, d.transaction ?? "-", d.device, "/", d.apple) }
     /// ```
-    public func divergences(throughSeq seq: Int64 = .max) throws -> [Divergence] {
+    ///
+    /// Apple's records count only when their signatures verify as Apple's with `verifier`'s roots
+    /// (``Reconciliation/keepOnlyVerified(by:)``).
+    public func divergences(throughSeq seq: Int64 = .max, verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> [Divergence] {
         var reconciliation = Reconciliation()
         var last: Int64 = 0
         try forEachEvent(through: seq) { e in
@@ -204,6 +241,7 @@ extension Ledger {
             return true
         }
         guard reconciliation.holdsAppleRecords else { return [] }
+        _ = await reconciliation.keepOnlyVerified(by: verifier)
         return reconciliation.divergences(in: try state(atSeq: last))
     }
 }

@@ -49,9 +49,7 @@ struct AppleImportCommand: AsyncParsableCommand {
             }
             let name = file == "-" ? "stdin" : file
             do {
-                for found in try AppleDocument.parse(bytes, file: name) {
-                    documents.append(PlacedAppleDocument(file: name, line: found.line, document: found.document))
-                }
+                documents += try AppleDocument.parse(bytes, file: name)
             } catch {
                 throw LedgerError.make(.malformedInput, error.description + "; nothing was written")
             }

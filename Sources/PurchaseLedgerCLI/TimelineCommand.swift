@@ -112,7 +112,7 @@ struct TimelineCommand: AsyncParsableCommand {
     /// verifier's verdict at the event's time.
     static func evidence(_ jws: String, _ e: RecordedEvent, verifier: AppleSignatureVerifier) async -> AppleEvidence {
         guard let signed = try? SignedTransaction(jws: jws) else { return .invalid("erased with its user, or not a signed transaction") }
-        let verdict = await verifier.evidence(of: signed, recordedAt: Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9))
+        let verdict = await verifier.evidence(of: signed, recordedAt: e.event.at.date)
         if verdict == .apple, e.anomaly == .signedFieldsDiffer { return .invalid("the event states fields otherwise than its signed transaction") }
         return verdict
     }

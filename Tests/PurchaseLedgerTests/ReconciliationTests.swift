@@ -70,9 +70,7 @@ import Testing
     func importApple(_ ledger: Ledger, _ documents: String...) async throws -> AppleImportSummary {
         var placed: [PlacedAppleDocument] = []
         for (i, text) in documents.enumerated() {
-            for found in try AppleDocument.parse(Array(text.utf8), file: "doc\(i).json") {
-                placed.append(PlacedAppleDocument(file: "doc\(i).json", line: found.line, document: found.document))
-            }
+            placed += try AppleDocument.parse(Array(text.utf8), file: "doc\(i).json")
         }
         return try await ledger.importApple(placed, verifier: AppleSignatureVerifier(roots: try chain.roots))
     }

@@ -16,19 +16,6 @@ public struct AppleImportSummary: Sendable, Hashable {
     public var lastSeq: Int64 = 0
 }
 
-/// One of Apple's documents, with where it came from (for errors).
-public struct PlacedAppleDocument: Sendable, Hashable {
-    public var file: String
-    public var line: Int
-    public var document: AppleDocument
-
-    public init(file: String, line: Int, document: AppleDocument) {
-        self.file = file
-        self.line = line
-        self.document = document
-    }
-}
-
 extension Ledger {
     /// Stores Apple's record of this ledger's user (history pages, transactions' info and
     /// notifications: ``AppleDocument``) as events of the log, after verifying every signature
@@ -37,16 +24,17 @@ extension Ledger {
     /// is bound to an app, that app's. Anything else refuses the whole import with the file, the
     /// line and the reason, and nothing is written.
     ///
-    /// Idempotent: a notification whose `notificationUUID` the ledger holds, and a statement of
-    /// facts it holds (the same claims, whatever the `signedDate`), are not stored again. Each
-    /// record names the ledger's user whose transaction it is (by Apple's `transactionId` or
-    /// `originalTransactionId` against the transactions' `storeTransactionId`), else `user`.
-    /// When history pages end with one whose `hasMore` is false, an `appleHistoryCompleted`
-    /// event records that Apple's record of that user is complete as of now.
+    /// Idempotent: a notification whose `notificationUUID` the ledger holds, a statement it holds,
+    /// and a statement of the same facts as the latest one it holds of that transaction (Apple
+    /// re-signs at every request) are not stored again. Each record names the ledger's user whose
+    /// transaction it is (by Apple's `transactionId` or `originalTransactionId` against the
+    /// transactions' `storeTransactionId`; in a history, the one user its matched transactions
+    /// name), else `user`. When history pages end with one whose `hasMore` is false, an
+    /// `appleHistoryCompleted` event records that Apple's record of that user is complete as of
+    /// the latest `signedDate` of its pages.
     ///
     /// ```swift
     /// let documents = try AppleDocument.parse(Array(pageBytes), file: "history.json")
-    ///     .map { PlacedAppleDocument(file: "history.json", line: $0.line, document: $0.document) }
     /// let summary = try await ledger.importApple(documents)
     /// ```
     @discardableResult
@@ -61,11 +49,7 @@ extension Ledger {
             let signed: SignedTransaction
             do { signed = try SignedTransaction(jws: jws) } catch { throw fail("not a JWS: \(error.message)") }
             if signed.isLocalTesting { throw fail("environment \(signed.claims.environment ?? "Xcode"): signed by Xcode, not by Apple") }
-            let evidence: AppleEvidence
-            switch v.check(signed, recordedAt: now) {
-            case .final(let e): evidence = e
-            case .signed(let leaf, let intermediate): evidence = await v.judge(leaf: leaf, intermediate: intermediate)
-            }
+            let evidence = await v.evidence(of: signed, recordedAt: now)
             guard evidence == .apple else { throw fail("not verified as Apple's: \(evidence.reason ?? evidence.name)") }
             return signed
         }
@@ -130,10 +114,7 @@ extension Ledger {
         var heldNotifications = Set<String>()
         var heldHistories = Set<String>()
         for e in try events(inStream: LedgerState.appleStream) {
-            for record in AppleRecord.records(in: e) {
-                if case .notification(let uuid, _, _) = record.origin { heldNotifications.insert(uuid) }
-                hold(record)
-            }
+            for record in AppleRecord.records(in: e) { hold(record) }
             if case .appleNotificationReceived(let jws, _) = e.event.body, let signed = try? SignedTransaction(jws: jws),
                 let n = try? AppleNotification(payloadOf: signed)
             {
@@ -184,16 +165,14 @@ extension Ledger {
                     file: documents.last { if case .historyPage = $0.document { true } else { false } }?.file ?? "-", line: nil,
                     message: "the history pages name transactions of several users (\(historyUsers.sorted().joined(separator: ", "))): import each user's history on its own")
             }
-            let users: [String?] = historyUser.map { [$0] } ?? [user]
+            let historyOwner = historyUser ?? user
             // Complete as of when Apple signed it, not when it was imported.
             let signedAt = historySignedDates.max().map { Timestamp(millisecondsSinceEpoch: $0) } ?? stamp
-            for u in users {
-                guard heldHistories.insert(revision + "\u{0}" + (u ?? "")).inserted else {
-                    summary.alreadyHeld += 1
-                    continue
-                }
-                events.append(Event(at: signedAt, .appleHistoryCompleted(revision: revision, user: u)))
+            if heldHistories.insert(revision + "\u{0}" + (historyOwner ?? "")).inserted {
+                events.append(Event(at: signedAt, .appleHistoryCompleted(revision: revision, user: historyOwner)))
                 summary.histories += 1
+            } else {
+                summary.alreadyHeld += 1
             }
         }
         guard !events.isEmpty else {

@@ -623,6 +623,11 @@ package enum Base64URL {
     }
 }
 
+extension Timestamp {
+    /// The same instant as a `Date` (what the verifier's clock checks take).
+    package var date: Date { Date(timeIntervalSince1970: Double(nanosecondsSinceEpoch) / 1e9) }
+}
+
 /// One field an observation and its own signed transaction both state, differently.
 public struct SignedFieldDifference: Sendable, Hashable, CustomStringConvertible {
     /// The event's field (`price`, `storeTransactionId`, ...).

@@ -12,12 +12,12 @@ public enum AppleDocument: Sendable, Hashable {
     case notification(signedPayload: String)
 
     /// The documents of a file's bytes: one JSON document, or JSON Lines (one per line, blank
-    /// lines skipped), each with its line number. Throws ``AppleImportError`` naming the line.
-    public static func parse(_ bytes: [UInt8], file: String) throws(AppleImportError) -> [(line: Int, document: AppleDocument)] {
+    /// lines skipped), each placed at its file and line. Throws ``AppleImportError`` naming the line.
+    public static func parse(_ bytes: [UInt8], file: String) throws(AppleImportError) -> [PlacedAppleDocument] {
         if let whole = try? JSONTape(bytes) {
-            return [(1, try document(whole, file: file, line: 1))]
+            return [PlacedAppleDocument(file: file, line: 1, document: try document(whole, file: file, line: 1))]
         }
-        var found: [(Int, AppleDocument)] = []
+        var found: [PlacedAppleDocument] = []
         var line = 0
         for text in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
             line += 1
@@ -26,7 +26,7 @@ public enum AppleDocument: Sendable, Hashable {
             do { tape = try JSONTape(Array(text)) } catch {
                 throw AppleImportError(file: file, line: line, message: "not JSON (\(error.message), byte \(error.offset))")
             }
-            found.append((line, try document(tape, file: file, line: line)))
+            found.append(PlacedAppleDocument(file: file, line: line, document: try document(tape, file: file, line: line)))
         }
         guard !found.isEmpty else { throw AppleImportError(file: file, line: nil, message: "holds no document") }
         return found
@@ -55,6 +55,19 @@ public enum AppleDocument: Sendable, Hashable {
         if let jws = try string("signedTransactionInfo") { return .transactionInfo(signedTransaction: jws) }
         if let jws = try string("signedPayload") { return .notification(signedPayload: jws) }
         throw fail("not a history page, a transaction's info or a notification (no `signedTransactions`, `signedTransactionInfo` or `signedPayload`)")
+    }
+}
+
+/// One of Apple's documents, with where it came from (for errors).
+public struct PlacedAppleDocument: Sendable, Hashable {
+    public var file: String
+    public var line: Int
+    public var document: AppleDocument
+
+    public init(file: String, line: Int, document: AppleDocument) {
+        self.file = file
+        self.line = line
+        self.document = document
     }
 }
 

@@ -41,12 +41,12 @@ public struct Divergence: Sendable, Hashable {
 }
 
 /// Joins a ledger's device events and Apple's records (``EventBody/appleTransactionReceived(signedTransaction:source:user:)``
-/// and the others) into ``Divergence`` rows. Pure: fed the events in log order, then asked.
+/// and the others) into ``Divergence`` rows: fed the events in log order, then asked.
 ///
 /// ```swift
 /// var reconciliation = Reconciliation()
 /// try ledger.forEachEvent { e in reconciliation.add(e); return true }
-/// let rows = reconciliation.divergences(in: try ledger.state(atSeq: try ledger.lastSeq()))
+/// let rows = await reconciliation.divergences(in: try ledger.state(atSeq: try ledger.lastSeq()), verifier: AppleSignatureVerifier())
 /// ```
 public struct Reconciliation: Sendable {
     private var records: [AppleRecord] = []
@@ -76,41 +76,26 @@ public struct Reconciliation: Sendable {
     /// Whether any of Apple's records has been added.
     public var holdsAppleRecords: Bool { !records.isEmpty || !histories.isEmpty }
 
-    /// Keeps only the records whose every signed document verifies as Apple's with `verifier`'s
-    /// roots (at the time it was recorded): a record written into the log some other way than
-    /// `apple-import` (an `append` of a forged JWS, an edited file) compares nothing. Returns how
-    /// many were dropped.
-    public mutating func keepOnlyVerified(by verifier: AppleSignatureVerifier) async -> Int {
-        let v = AppleSignatureVerifier(roots: verifier.roots)
-        var kept: [AppleRecord] = []
-        for record in records {
-            var apple = true
-            for jws in record.documents {
-                guard let signed = try? SignedTransaction(jws: jws) else {
-                    apple = false
-                    break
-                }
-                let at = Date(timeIntervalSince1970: Double(record.recordedAt.nanosecondsSinceEpoch) / 1e9)
-                let evidence: AppleEvidence
-                switch v.check(signed, recordedAt: at) {
-                case .final(let e): evidence = e
-                case .signed(let leaf, let intermediate): evidence = await v.judge(leaf: leaf, intermediate: intermediate)
-                }
-                if evidence != .apple {
-                    apple = false
-                    break
-                }
+    /// Whether every signed document of `record` verifies as Apple's with `verifier`'s roots, at
+    /// the time it was recorded.
+    private static func verifies(_ record: AppleRecord, _ verifier: AppleSignatureVerifier) async -> Bool {
+        for jws in record.documents {
+            guard let signed = try? SignedTransaction(jws: jws), await verifier.evidence(of: signed, recordedAt: record.recordedAt.date) == .apple else {
+                return false
             }
-            if apple { kept.append(record) }
         }
-        let dropped = records.count - kept.count
-        records = kept
-        return dropped
+        return true
     }
 
     /// The disagreements between `state` (the device's transactions after the events added) and
-    /// Apple's records, ordered by kind, then by the device's seq.
-    public func divergences(in state: LedgerState) -> [Divergence] {
+    /// Apple's records, ordered by kind, then by the device's seq. Only the records whose
+    /// signatures verify again with `verifier`'s roots count: one written into the log some other
+    /// way than `apple-import` (an `append` of a forged JWS, an edited file) compares nothing.
+    public func divergences(in state: LedgerState, verifier: AppleSignatureVerifier) async -> [Divergence] {
+        // The app binding was checked at import; here, whose signature it is.
+        let roots = AppleSignatureVerifier(roots: verifier.roots)
+        var records: [AppleRecord] = []
+        for record in self.records where await Self.verifies(record, roots) { records.append(record) }
         var byStore: [String: [TransactionRecord]] = [:]
         for (_, t) in state.transactions {
             if let store = t.storeTransactionId { byStore[store, default: []].append(t) }
@@ -154,17 +139,18 @@ public struct Reconciliation: Sendable {
                             apple: (family ? "revoked " : "refunded ") + Timestamp(millisecondsSinceEpoch: revoked).description
                                 + (c.revocationReason.map { " (revocationReason \($0))" } ?? "")))
                 }
-                if let devicePrice = t.paid.price, let deviceCurrency = t.paid.currency, let price = c.price, let currency = c.currency,
-                    SignedTransaction.Claims.milliunits(devicePrice) != price || deviceCurrency != currency
+                // The fields the evidence rules compare, compared the same way.
+                let paid = PurchaseTerms(price: t.paid.price, currency: t.paid.currency, environment: t.paid.environment, ownership: t.paid.ownership)
+                let differences = c.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: paid)
+                if let price = t.paid.price, let currency = t.paid.currency, let applePrice = c.price, let appleCurrency = c.currency,
+                    differences.contains(where: { $0.field == "price" || $0.field == "currency" })
                 {
                     rows.append(
-                        row(.priceDiffers, t, r, device: "\(devicePrice) \(deviceCurrency)", apple: "\(SignedTransaction.Claims.decimal(milliunits: price)) \(currency)"))
+                        row(.priceDiffers, t, r, device: "\(price) \(currency)", apple: "\(SignedTransaction.Claims.decimal(milliunits: applePrice)) \(appleCurrency)"))
                 }
-                if let ownership = c.inAppOwnershipType, let apple = Self.ownership(ownership), apple != t.paid.ownership {
-                    rows.append(row(.ownershipDiffers, t, r, device: t.paid.ownership.rawValue, apple: ownership))
-                }
-                if let environment = c.environment, let apple = Self.environment(environment), apple != t.paid.environment {
-                    rows.append(row(.environmentDiffers, t, r, device: t.paid.environment.rawValue, apple: environment))
+                for d in differences {
+                    if d.field == "ownership" { rows.append(row(.ownershipDiffers, t, r, device: d.observed, apple: d.signed)) }
+                    if d.field == "environment" { rows.append(row(.environmentDiffers, t, r, device: d.observed, apple: d.signed)) }
                 }
                 if c.type == "Consumable", t.finished, let listed = listedInHistory[id], let finishedAt = t.finishedAt,
                     let signed = listed.claims.signedDate, Timestamp(millisecondsSinceEpoch: signed) > finishedAt
@@ -204,22 +190,6 @@ public struct Reconciliation: Sendable {
         return text
     }
 
-    static func ownership(_ apple: String) -> Ownership? {
-        switch apple {
-        case "PURCHASED": .purchased
-        case "FAMILY_SHARED": .familyShared
-        default: nil
-        }
-    }
-
-    static func environment(_ apple: String) -> StoreEnvironment? {
-        switch apple {
-        case "Production": .production
-        case "Sandbox": .sandbox
-        case "Xcode", "LocalTesting": .xcode
-        default: nil
-        }
-    }
 }
 
 extension Ledger {
@@ -227,11 +197,10 @@ extension Ledger {
     /// (default: the last event). Reads the log once.
     ///
     /// ```swift
-    /// for d in try ledger.divergences() { print(d.kind, d.transaction ?? "-", d.device, "/", d.apple) }
+    /// for d in try await ledger.divergences() { print(d.kind, d.transaction ?? "-", d.device, "/", d.apple) }
     /// ```
     ///
-    /// Apple's records count only when their signatures verify as Apple's with `verifier`'s roots
-    /// (``Reconciliation/keepOnlyVerified(by:)``).
+    /// Apple's records count only when their signatures verify as Apple's with `verifier`'s roots.
     public func divergences(throughSeq seq: Int64 = .max, verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> [Divergence] {
         var reconciliation = Reconciliation()
         var last: Int64 = 0
@@ -241,7 +210,6 @@ extension Ledger {
             return true
         }
         guard reconciliation.holdsAppleRecords else { return [] }
-        _ = await reconciliation.keepOnlyVerified(by: verifier)
-        return reconciliation.divergences(in: try state(atSeq: last))
+        return await reconciliation.divergences(in: try state(atSeq: last), verifier: verifier)
     }
 }

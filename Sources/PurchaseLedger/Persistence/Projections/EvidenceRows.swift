@@ -145,7 +145,7 @@ enum EvidenceRows {
         return .check(
             Check(
                 transaction: t, seq: e.seq, header: header, signed: signed,
-                recordedAt: Date(timeIntervalSince1970: Double(e.event.at.nanosecondsSinceEpoch) / 1e9), revocation: revocation,
+                recordedAt: e.event.at.date, revocation: revocation,
                 storeID: state.transactions[t]?.storeTransactionId, differences: differences, key: key, bundleID: context.bundleID))
     }
 

@@ -229,7 +229,7 @@ import Testing
     }
 
     /// A record of Apple's written without apple-import (an append of a JWS another chain signed)
-    /// compares nothing; a refund Apple reversed is a new statement, and the latest one counts.
+    /// compares nothing and is reported; a refund Apple reversed is a new statement, and the latest one counts.
     @Test func onlyApplesVerifiedLatestStatementCounts() async throws {
         let ledger = try ledger(purchase())
         let stranger = try SigningChain()
@@ -238,13 +238,35 @@ import Testing
         let forged = try stranger.sign(p)
         let line = #"{"type":"appleTransactionReceived","at":"2026-05-29T00:00:00Z","signedTransaction":""# + forged + #"","source":"transactionInfo"}"#
         #expect(try cli(["append", dir.path("user.ledger")], stdin: line).status == 0)
-        #expect(try await kinds(ledger).isEmpty)
+        // Compared with nothing, and said: no chargedNotRecorded for 7777.
+        let forgedRows = try await rows(ledger)
+        #expect(forgedRows.map(\.kind) == [.appleRecordUnverified] && forgedRows.first?.appleSeq == 5, "\(forgedRows)")
+        #expect(forgedRows.first?.apple.hasPrefix("its signature does not verify: ") == true, "\(forgedRows)")
         try await importApple(ledger, info(try signed("1001")))
         try await importApple(ledger, info(try signed("1001", revoked: true, signedDate: Self.at + 1000)))
-        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001"])
+        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001", "appleRecordUnverified - 7777"])
         // Apple reverses the refund: the purchase's facts again, signed later.
         let reversed = try await importApple(ledger, info(try signed("1001", signedDate: Self.at + 2000)))
         #expect(reversed.transactions == 1)
-        #expect(try await kinds(ledger).isEmpty)
+        #expect(try await kinds(ledger) == ["appleRecordUnverified - 7777"])
+    }
+
+    /// A ledger bound to its app takes a notification only when it names that app.
+    @Test func aBoundLedgerRefusesANotificationThatNamesNoApp() async throws {
+        _ = try ledger(purchase())
+        var configuration = testConfiguration()
+        configuration.appleBundleID = "com.example.app"
+        let bound = try Ledger(path: dir.path("user.ledger"), configuration: configuration)
+        let last = try bound.lastSeq()
+        let payload: [String: any Sendable] = ["notificationType": "REFUND", "notificationUUID": "n-3", "signedDate": Self.at, "data": [:] as [String: any Sendable]]
+        let anonymous = #"{"signedPayload":""# + (try chain.sign(payload)) + #""}"#
+        await #expect {
+            try await importApple(bound, anonymous)
+        } throws: { error in
+            "\(error)" == "doc0.json:1: signedPayload: a notification for the app (none named), not com.example.app"
+        }
+        #expect(try bound.lastSeq() == last)
+        let named = try notification("REFUND", uuid: "n-4", transaction: try signed("1001", revoked: true))
+        #expect(try await importApple(bound, named).notifications == 1)
     }
 }

@@ -83,8 +83,10 @@ extension Ledger {
                 do { n = try AppleNotification(payloadOf: outer) } catch {
                     throw AppleImportError(file: place.file, line: place.line, message: "signedPayload: \(error.message)")
                 }
-                if let bundle, let other = n.bundleId, other != bundle {
-                    throw AppleImportError(file: place.file, line: place.line, message: "signedPayload: a notification for the app \(other), not \(bundle)")
+                // A ledger bound to its app takes only that app's notifications, named.
+                if let bundle, n.bundleId != bundle {
+                    throw AppleImportError(
+                        file: place.file, line: place.line, message: "signedPayload: a notification for the app \(n.bundleId ?? "(none named)"), not \(bundle)")
                 }
                 if let inner = n.signedTransaction { _ = try await verified(inner, place, "data.signedTransactionInfo", transactionVerifier) }
                 notifications.append((outer, n))

@@ -18,6 +18,9 @@ public struct Divergence: Sendable, Hashable {
         /// A consumable the device finished that Apple's history still lists (only unfinished
         /// consumables are listed).
         case unfinishedAtApple
+        /// A record of Apple's in the log whose signature does not verify with the roots (written
+        /// some other way than `apple-import`, or edited): it is compared with nothing.
+        case appleRecordUnverified
     }
 
     public var kind: Kind
@@ -76,15 +79,15 @@ public struct Reconciliation: Sendable {
     /// Whether any of Apple's records has been added.
     public var holdsAppleRecords: Bool { !records.isEmpty || !histories.isEmpty }
 
-    /// Whether every signed document of `record` verifies as Apple's with `verifier`'s roots, at
-    /// the time it was recorded.
-    private static func verifies(_ record: AppleRecord, _ verifier: AppleSignatureVerifier) async -> Bool {
+    /// Why a signed document of `record` does not verify as Apple's with `verifier`'s roots, at
+    /// the time it was recorded; nil when every one does.
+    private static func problem(_ record: AppleRecord, _ verifier: AppleSignatureVerifier) async -> String? {
         for jws in record.documents {
-            guard let signed = try? SignedTransaction(jws: jws), await verifier.evidence(of: signed, recordedAt: record.recordedAt.date) == .apple else {
-                return false
-            }
+            guard let signed = try? SignedTransaction(jws: jws) else { return "not a JWS" }
+            let evidence = await verifier.evidence(of: signed, recordedAt: record.recordedAt.date)
+            if evidence != .apple { return evidence.reason ?? evidence.name }
         }
-        return true
+        return nil
     }
 
     /// The disagreements between `state` (the device's transactions after the events added) and
@@ -95,7 +98,20 @@ public struct Reconciliation: Sendable {
         // The app binding was checked at import; here, whose signature it is.
         let roots = AppleSignatureVerifier(roots: verifier.roots)
         var records: [AppleRecord] = []
-        for record in self.records where await Self.verifies(record, roots) { records.append(record) }
+        var unverified: [Divergence] = []
+        for record in self.records {
+            guard let problem = await Self.problem(record, roots) else {
+                records.append(record)
+                continue
+            }
+            var notification: String?
+            if case .notification(let uuid, _, _) = record.origin { notification = uuid }
+            unverified.append(
+                Divergence(
+                    kind: .appleRecordUnverified, transaction: nil, appleTransaction: record.claims.transactionId, user: record.user,
+                    product: record.claims.productId, device: "-", apple: "its signature does not verify: " + problem, deviceSeq: nil,
+                    appleSeq: record.seq, notification: notification))
+        }
         var byStore: [String: [TransactionRecord]] = [:]
         for (_, t) in state.transactions {
             if let store = t.storeTransactionId { byStore[store, default: []].append(t) }
@@ -111,7 +127,7 @@ public struct Reconciliation: Sendable {
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
             if case .history = r.origin, (listedInHistory[id]?.claims.signedDate ?? .min) < (r.claims.signedDate ?? 0) { listedInHistory[id] = r }
         }
-        var rows: [Divergence] = []
+        var rows = unverified
         func row(_ kind: Divergence.Kind, _ t: TransactionRecord?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
             var notification: String?
             if case .notification(let uuid, _, _) = r?.origin { notification = uuid }

@@ -13,8 +13,9 @@ struct AppleImportCommand: AsyncParsableCommand {
             document per file or JSON Lines, "-" for stdin. Every JWS is verified with Apple Root CA - G3 \
             and any --apple-root: one that is not Apple's refuses the whole import, naming the file and \
             the line, and nothing is written. What the ledger holds already (the same notificationUUID, \
-            or the same facts of a transaction, re-signed) is not stored again. History pages down to \
-            one with "hasMore": false record that the user's history is complete. Then \
+            or the facts of a transaction's latest statement, re-signed) is not stored again. History \
+            pages down to one with "hasMore": false record that the user's history is complete: give \
+            one customer's pages per run. Then \
             `report --view divergence` shows where the device and Apple disagree.
 
             Examples:

@@ -142,8 +142,7 @@ public struct AppleRecord: Sendable, Hashable {
 
     /// Equal for two statements of the same facts (Apple signs the same transaction again, with
     /// a new `signedDate`, at each request): what makes an import idempotent.
-    var contentKey: String {
-        let c = claims
+    static func contentKey(of c: SignedTransaction.Claims) -> String {
         let parts: [String?] = [
             c.transactionId, c.originalTransactionId, c.bundleId, c.productId, c.purchaseDate.map(String.init), c.quantity.map(String.init), c.type,
             c.inAppOwnershipType, c.environment, c.storefront, c.price.map(String.init), c.currency, c.offerType.map(String.init),

@@ -24,6 +24,8 @@ public struct Divergence: Sendable, Hashable {
     }
 
     public var kind: Kind
+    /// In a fleet store: the device ledger whose transaction this is (nil in a ledger file).
+    public var ledger: String? = nil
     /// The ledger's transaction, when the device recorded one.
     public var transaction: String?
     /// Apple's `transactionId` (the device's `storeTransactionId`).
@@ -35,7 +37,8 @@ public struct Divergence: Sendable, Hashable {
     public var apple: String
     /// The seq of the device's event that shows its side (the purchase), if any.
     public var deviceSeq: Int64?
-    /// The seq of the event that holds Apple's side (its record, or the complete history).
+    /// The seq of the event that holds Apple's side (its record, or the complete history); in a
+    /// fleet store, the number of Apple's record (`apple_transactions.record`).
     public var appleSeq: Int64?
     /// The notification that shows Apple's side, if one does.
     public var notification: String?
@@ -112,8 +115,87 @@ public struct Reconciliation: Sendable {
                     product: record.claims.productId, device: "-", apple: "its signature does not verify: " + problem, deviceSeq: nil,
                     appleSeq: record.seq, notification: notification))
         }
-        var byStore: [String: [TransactionRecord]] = [:]
+        var transactions: [DeviceTransaction] = []
+        let consumables = Set(state.products.values.filter { $0.registration.kind == .consumable }.map(\.registration.product))
         for (_, t) in state.transactions {
+            transactions.append(
+                DeviceTransaction(
+                    ledger: nil, transaction: t.transaction, user: t.user, product: t.product, state: t.state.rawValue, revoked: t.revoked,
+                    finished: t.finished, finishedAt: t.finishedAt, purchasedAt: t.purchasedAt, storeTransactionId: t.storeTransactionId,
+                    paid: PurchaseTerms(price: t.paid.price, currency: t.paid.currency, environment: t.paid.environment, ownership: t.paid.ownership),
+                    consumable: consumables.contains(t.product), arrival: arrivals[t.transaction]))
+        }
+        let first = firstEventAt ?? Timestamp(millisecondsSinceEpoch: 0)
+        let marks = histories.map { HistoryMark(seq: $0.seq, revision: $0.revision, user: $0.user, at: $0.at) }
+        return Self.compare(records: records, transactions: transactions, histories: marks, firstEventAt: { _ in first }, leading: unverified)
+    }
+
+    /// A device's transaction as reconciliation compares it: from a ledger's state, or a fleet
+    /// store's row.
+    package struct DeviceTransaction: Sendable {
+        package var ledger: String?
+        package var transaction: String
+        package var user: String?
+        package var product: String
+        /// As ``TransactionState``'s raw value: `purchased`, `restored`...
+        package var state: String
+        package var revoked: Bool
+        package var finished: Bool
+        package var finishedAt: Timestamp?
+        package var purchasedAt: Timestamp?
+        package var storeTransactionId: String?
+        /// Price, currency, environment and ownership as paid.
+        package var paid: PurchaseTerms
+        package var consumable: Bool
+        /// The seq of its purchase or restore event.
+        package var arrival: Int64?
+
+        package init(
+            ledger: String?, transaction: String, user: String?, product: String, state: String, revoked: Bool, finished: Bool,
+            finishedAt: Timestamp?, purchasedAt: Timestamp?, storeTransactionId: String?, paid: PurchaseTerms, consumable: Bool, arrival: Int64?
+        ) {
+            self.ledger = ledger
+            self.transaction = transaction
+            self.user = user
+            self.product = product
+            self.state = state
+            self.revoked = revoked
+            self.finished = finished
+            self.finishedAt = finishedAt
+            self.purchasedAt = purchasedAt
+            self.storeTransactionId = storeTransactionId
+            self.paid = paid
+            self.consumable = consumable
+            self.arrival = arrival
+        }
+    }
+
+    /// A complete history of Apple's: its user, revision and when Apple signed it (and, in a
+    /// ledger, the seq that recorded it).
+    package struct HistoryMark: Sendable {
+        package var seq: Int64?
+        package var revision: String
+        package var user: String?
+        package var at: Timestamp
+
+        package init(seq: Int64?, revision: String, user: String?, at: Timestamp) {
+            self.seq = seq
+            self.revision = revision
+            self.user = user
+            self.at = at
+        }
+    }
+
+    /// The disagreements between device transactions and Apple's verified `records` (after
+    /// `leading`), ordered by kind, then by the device's seq: the one comparison a ledger and a
+    /// fleet store share. `firstEventAt` says, for a user, from when the devices could have
+    /// recorded a purchase (nil: not known, so no `chargedNotRecorded` is claimed).
+    package static func compare(
+        records: [AppleRecord], transactions: [DeviceTransaction], histories: [HistoryMark], firstEventAt: (String?) -> Timestamp?,
+        leading: [Divergence] = []
+    ) -> [Divergence] {
+        var byStore: [String: [DeviceTransaction]] = [:]
+        for t in transactions {
             if let store = t.storeTransactionId { byStore[store, default: []].append(t) }
         }
         // Apple's latest statement of each transaction (by signedDate, then seq), and whether a
@@ -127,22 +209,22 @@ public struct Reconciliation: Sendable {
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
             if case .history = r.origin, (listedInHistory[id]?.claims.signedDate ?? .min) < (r.claims.signedDate ?? 0) { listedInHistory[id] = r }
         }
-        var rows = unverified
-        func row(_ kind: Divergence.Kind, _ t: TransactionRecord?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
+        var rows = leading
+        func row(_ kind: Divergence.Kind, _ t: DeviceTransaction?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
             var notification: String?
             if case .notification(let uuid, _, _) = r?.origin { notification = uuid }
             return Divergence(
-                kind: kind, transaction: t?.transaction, appleTransaction: r?.claims.transactionId ?? t?.storeTransactionId, user: t?.user ?? r?.user,
-                product: t?.product ?? r?.claims.productId, device: device, apple: apple, deviceSeq: t.flatMap { arrivals[$0.transaction] },
+                kind: kind, ledger: t?.ledger, transaction: t?.transaction, appleTransaction: r?.claims.transactionId ?? t?.storeTransactionId,
+                user: t?.user ?? r?.user, product: t?.product ?? r?.claims.productId, device: device, apple: apple, deviceSeq: t?.arrival,
                 appleSeq: r?.seq, notification: notification)
         }
         for (id, r) in latest.sorted(by: { $0.key < $1.key }) {
             let c = r.claims
             guard let matched = byStore[id] else {
-                // Before the ledger's first event the device could not have recorded it.
-                let after = c.purchaseDate.map { Timestamp(millisecondsSinceEpoch: $0) >= (firstEventAt ?? Timestamp(millisecondsSinceEpoch: 0)) } ?? true
-                if c.environment == "Production", after {
-                    rows.append(row(.chargedNotRecorded, nil, r, device: "no transaction", apple: Self.describe(c)))
+                // Before the devices' first event they could not have recorded it.
+                guard c.environment == "Production", let first = firstEventAt(r.user) else { continue }
+                if c.purchaseDate.map({ Timestamp(millisecondsSinceEpoch: $0) >= first }) ?? true {
+                    rows.append(row(.chargedNotRecorded, nil, r, device: "no transaction", apple: describe(c)))
                 }
                 continue
             }
@@ -151,13 +233,12 @@ public struct Reconciliation: Sendable {
                     let family = familyRevoked.contains(id) || c.inAppOwnershipType == "FAMILY_SHARED"
                     rows.append(
                         row(
-                            family ? .familyRevokeNotSeen : .refundNotSeen, t, r, device: "\(t.state.rawValue), not revoked",
+                            family ? .familyRevokeNotSeen : .refundNotSeen, t, r, device: "\(t.state), not revoked",
                             apple: (family ? "revoked " : "refunded ") + Timestamp(millisecondsSinceEpoch: revoked).description
                                 + (c.revocationReason.map { " (revocationReason \($0))" } ?? "")))
                 }
                 // The fields the evidence rules compare, compared the same way.
-                let paid = PurchaseTerms(price: t.paid.price, currency: t.paid.currency, environment: t.paid.environment, ownership: t.paid.ownership)
-                let differences = c.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: paid)
+                let differences = c.differences(product: nil, quantity: nil, storeTransactionID: nil, originalTransaction: nil, terms: t.paid)
                 if let price = t.paid.price, let currency = t.paid.currency, let applePrice = c.price, let appleCurrency = c.currency,
                     differences.contains(where: { $0.field == "price" || $0.field == "currency" })
                 {
@@ -179,15 +260,20 @@ public struct Reconciliation: Sendable {
             }
         }
         // Device purchases Apple never charged, by a complete history of their user made after them.
-        let consumables = Set(state.products.values.filter { $0.registration.kind == .consumable }.map(\.registration.product))
-        for (_, t) in state.transactions.sorted(by: { (arrivals[$0.key] ?? 0) < (arrivals[$1.key] ?? 0) }) {
-            guard let store = t.storeTransactionId, latest[store] == nil, t.state == .purchased || t.state == .restored,
-                t.paid.environment == .production, let arrived = arrivals[t.transaction], let purchasedAt = t.purchasedAt
+        var historiesByUser: [String: [HistoryMark]] = [:]
+        for h in histories { historiesByUser[h.user ?? "", default: []].append(h) }
+        for t in transactions.sorted(by: { ($0.arrival ?? 0, $0.ledger ?? "", $0.transaction) < ($1.arrival ?? 0, $1.ledger ?? "", $1.transaction) }) {
+            guard let store = t.storeTransactionId, latest[store] == nil, t.state == "purchased" || t.state == "restored",
+                t.paid.environment == .production, let purchasedAt = t.purchasedAt
             else { continue }
             // A history omits finished consumables: such a purchase is no disagreement.
-            if t.finished && consumables.contains(t.product) { continue }
-            guard let history = histories.first(where: { $0.user == t.user && $0.seq > arrived && $0.at >= purchasedAt }) else { continue }
-            var found = row(.recordedNotCharged, t, nil, device: "\(t.state.rawValue) \(purchasedAt)", apple: "absent from the complete history \(history.revision)")
+            if t.finished && t.consumable { continue }
+            guard
+                let history = historiesByUser[t.user ?? ""]?.first(where: { h in
+                    h.at >= purchasedAt && (h.seq == nil || t.arrival.map { h.seq! > $0 } ?? false)
+                })
+            else { continue }
+            var found = row(.recordedNotCharged, t, nil, device: "\(t.state) \(purchasedAt)", apple: "absent from the complete history \(history.revision)")
             found.appleSeq = history.seq
             found.history = history.revision
             rows.append(found)

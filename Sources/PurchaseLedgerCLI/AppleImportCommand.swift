@@ -6,7 +6,7 @@ import PurchaseLedgerFleet
 struct AppleImportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apple-import",
-        abstract: "Store Apple's signed record (transaction history, transaction info, notifications) in a ledger, verified.",
+        abstract: "Store Apple's signed record (transaction history, transaction info, notifications) in a ledger or a fleet store, verified.",
         discussion: """
             Reads App Store Server API responses (a getTransactionHistory page, a getTransactionInfo \
             response) and App Store Server Notifications V2 bodies ({"signedPayload": ...}), one JSON \
@@ -18,24 +18,26 @@ struct AppleImportCommand: AsyncParsableCommand {
             one customer's pages per run. Then \
             `report --view divergence` shows where the device and Apple disagree.
 
+            Into a fleet store (a postgres:// URL, migrated), Apple's records go to tables of their \
+            own, keyed by Apple's transaction id, matched to users by every shipped ledger; its \
+            divergence report joins them to all of a user's devices.
+
             Examples:
               purchase-ledger apple-import user.ledger page-1.json page-2.json
               purchase-ledger apple-import user.ledger notifications.jsonl --json
+              purchase-ledger apple-import postgres://db.internal/fleet n.jsonl
             """)
 
     @OptionGroup var options: LedgerOptions
     @Argument(help: "Apple's documents: JSON or JSON Lines files, - for stdin.", completion: .file(extensions: ["json", "jsonl"]))
     var files: [String]
-    @Option(help: "The ledger's user whose history this is, for Apple transactions that match none of the ledger's.")
+    @Option(help: "The user whose history this is, for Apple transactions that match none of the ledger's (or the fleet's).")
     var user: String?
     @Flag(help: "Print the summary as JSON.") var json = false
     @OptionGroup var appleRoots: AppleRootOptions
 
     func validate() throws {
         guard !files.isEmpty else { throw ValidationError("give at least one file of Apple's documents (- for stdin)") }
-        if FleetAddress.isURL(options.ledger) {
-            throw ValidationError("apple-import stores into a ledger file; a fleet store of Apple's records is not built yet")
-        }
     }
 
     func run() async throws {
@@ -55,10 +57,22 @@ struct AppleImportCommand: AsyncParsableCommand {
                 throw LedgerError.make(.malformedInput, error.description + "; nothing was written")
             }
         }
-        let ledger = try options.open(readOnly: false)
         let summary: AppleImportSummary
         do {
-            summary = try await ledger.importApple(documents, verifier: appleRoots.verifier(), user: user)
+            if FleetAddress.isURL(options.ledger) {
+                let fleet = try await FleetStore.connect(options.ledger)
+                do {
+                    // A fleet records no app: --apple-bundle-id names the one to take.
+                    let roots = try appleRoots.verifier().roots
+                    summary = try await fleet.importApple(documents, verifier: AppleSignatureVerifier(roots: roots, bundleID: options.appleBundleID), user: user)
+                    await fleet.close()
+                } catch {
+                    await fleet.close()
+                    throw error
+                }
+            } else {
+                summary = try await options.open(readOnly: false).importApple(documents, verifier: appleRoots.verifier(), user: user)
+            }
         } catch let error as AppleImportError {
             throw LedgerError.make(.malformedInput, error.description + "; nothing was written")
         }

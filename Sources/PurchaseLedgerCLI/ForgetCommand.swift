@@ -82,7 +82,10 @@ struct ForgetCommand: AsyncParsableCommand {
                 { w in
                     w.field("ledgers", erased.ledgers)
                     w.field("rows", erased.rows)
-                }, "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows)")
+                    w.field("appleRecords", erased.appleRecords)
+                },
+                "erased the user from \(erased.ledgers) ledgers of the fleet store (\(erased.rows) rows)"
+                    + (erased.appleRecords > 0 ? "; deleted \(erased.appleRecords) of Apple's records of the user" : ""))
             return
         }
         let ledger = try options.open(readOnly: false)

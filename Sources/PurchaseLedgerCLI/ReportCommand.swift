@@ -141,9 +141,6 @@ struct ReportCommand: AsyncParsableCommand {
         let fromTime = try from.map(Timestamp.parse)
         let toTime = try to.map(Timestamp.parse)
         if FleetAddress.isURL(options.ledger) {
-            if view == .divergence {
-                throw ValidationError("the divergence view reads a ledger file; over a fleet store it is not built yet")
-            }
             return try await runFleet(from: fromTime, to: toTime)
         }
         if view == .stuck && format == .table { Console.current.print(rowTitle) }
@@ -249,7 +246,12 @@ struct ReportCommand: AsyncParsableCommand {
                                     transaction: t.transaction.transaction)
                             }
                         }
-                    case .revenue, .failures, .divergence: break
+                    case .divergence:
+                        // Apple's records were verified when `apple-import` stored them.
+                        for d in try await fleet.divergences() where user == nil || d.user == user {
+                            writer.add { stream.add(divergenceCells(d, fleet: true), json: divergenceJSON(d), transaction: d.transaction ?? "") }
+                        }
+                    case .revenue, .failures: break
                     }
                 } catch {
                     writer.finish()
@@ -298,7 +300,7 @@ struct ReportCommand: AsyncParsableCommand {
             }
         case .divergence:
             for d in divergences where user == nil || d.user == user {
-                stream.add(divergenceCells(d), json: divergenceJSON(d), transaction: d.transaction ?? "")
+                stream.add(divergenceCells(d, fleet: false), json: divergenceJSON(d), transaction: d.transaction ?? "")
             }
         case .revenue, .failures: break
         }
@@ -353,8 +355,8 @@ struct ReportCommand: AsyncParsableCommand {
         }
     }
 
-    func divergenceCells(_ d: Divergence) -> [String] {
-        [
+    func divergenceCells(_ d: Divergence, fleet: Bool) -> [String] {
+        (fleet ? [d.ledger ?? ""] : []) + [
             d.kind.rawValue, d.transaction ?? "", d.appleTransaction ?? "", d.user ?? "", d.product ?? "", d.device,
             d.apple + (d.notification.map { " (notification \($0))" } ?? ""), d.deviceSeq.map(String.init) ?? "", d.appleSeq.map(String.init) ?? "",
         ]
@@ -362,6 +364,7 @@ struct ReportCommand: AsyncParsableCommand {
 
     func divergenceJSON(_ d: Divergence) -> String {
         JSONWriter.object { w in
+            if let ledger = d.ledger { w.field("ledger", ledger) }
             w.field("kind", d.kind.rawValue)
             w.field("transaction", d.transaction)
             w.field("appleTransaction", d.appleTransaction)

@@ -7,6 +7,8 @@ public struct FleetErasure: Sendable, Hashable {
     public var ledgers: Int
     /// Projection rows whose personal values were replaced.
     public var rows: Int
+    /// Apple's records of the user deleted (their transactions, notifications and histories).
+    public var appleRecords: Int = 0
 }
 
 extension FleetStore {
@@ -36,7 +38,8 @@ extension FleetStore {
             for try await row in try await connection.query(
                 """
                 SELECT coalesce(bool_and(pg_has_role(current_user, c.relowner, 'MEMBER')), false)
-                FROM pg_class c WHERE c.relname IN ('transactions', 'downloads', 'owned_content', 'owned_content_history')
+                FROM pg_class c WHERE c.relname IN ('transactions', 'downloads', 'owned_content', 'owned_content_history',
+                    'apple_transactions', 'apple_notifications', 'apple_histories')
                     AND c.relnamespace = 'public'::regnamespace
                 """, logger: logger)
             {
@@ -82,7 +85,20 @@ extension FleetStore {
                             + "they were written before personal values were kept apart (migration 0007), so the store cannot erase the user "
                             + "without breaking their chains; nothing was changed")
                 }
+                // Apple's record of the user, which names the user id: deleted.
+                var apple = 0
+                for try await count in try await connection.query(
+                    """
+                    WITH a AS (DELETE FROM apple_transactions WHERE user_id = \(user) RETURNING 1),
+                        n AS (DELETE FROM apple_notifications WHERE user_id = \(user) RETURNING 1),
+                        h AS (DELETE FROM apple_histories WHERE user_id = \(user) RETURNING 1)
+                    SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM n) + (SELECT count(*) FROM h)
+                    """, logger: logger
+                ).decode(Int64.self) {
+                    apple = Int(count)
+                }
                 guard !refs.isEmpty else {
+                    if apple > 0 { return FleetErasure(ledgers: 0, rows: 0, appleRecords: apple) }
                     throw LedgerError.make(.unknownUser, "the fleet store holds no transaction of that user (never shipped, or already erased)")
                 }
                 let ledgers = refs.keys.sorted()
@@ -124,12 +140,14 @@ extension FleetStore {
                     logger: logger)
                 var rows = 0
                 for try await row in counts { rows = Int(try row.decode(Int64.self)) }
-                return FleetErasure(ledgers: ledgers.count, rows: rows)
+                return FleetErasure(ledgers: ledgers.count, rows: rows, appleRecords: apple)
             }
         }
         // The old row versions are dead but still in the table files until VACUUM.
         _ = try await run {
-            try await connection.query("VACUUM transactions, downloads, owned_content, owned_content_history", logger: logger)
+            try await connection.query(
+                "VACUUM transactions, downloads, owned_content, owned_content_history, apple_transactions, apple_notifications, apple_histories",
+                logger: logger)
         }
         return erasure
     }

@@ -328,6 +328,8 @@ public final class FleetStore: Sendable {
             throw error
         } catch let error as LedgerError {
             throw error
+        } catch let error as AppleImportError {
+            throw error
         } catch {
             throw FleetStore.describe(error, address: address)
         }

@@ -452,7 +452,7 @@ extension FleetStore {
     /// Table and column names are this module's constants. Binary rows cost the server about a
     /// third less than text to store (no hex to decode for bytea, no numbers or uuids to parse;
     /// docs/fleet.md has the measurement), and the client a copy instead of an encoding.
-    private func copyBinary(into table: String, columns: [String], writeRows: (PostgresCopyFromWriter) async throws -> Void) async throws {
+    func copyBinary(into table: String, columns: [String], writeRows: (PostgresCopyFromWriter) async throws -> Void) async throws {
         precondition(
             ([table] + columns).allSatisfy { name in name.utf8.allSatisfy { $0 == UInt8(ascii: "_") || ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) } },
             "table and column names are plain identifiers")

@@ -14,6 +14,9 @@ public struct AppleImportSummary: Sendable, Hashable {
     /// The seqs of the events stored, if any.
     public var firstSeq: Int64?
     public var lastSeq: Int64 = 0
+
+    /// Nothing stored yet.
+    public init() {}
 }
 
 extension Ledger {

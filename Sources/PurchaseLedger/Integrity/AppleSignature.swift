@@ -84,7 +84,7 @@ public struct SignedTransaction: Sendable, Hashable {
             self = try SignedTransaction.claims(json: json)
         }
 
-        init(
+        package init(
             transactionId: String?, originalTransactionId: String?, bundleId: String?, productId: String?, purchaseDate: Int64?, quantity: Int?,
             type: String?, inAppOwnershipType: String?, environment: String?, storefront: String?, price: Int64?, currency: String?,
             offerType: Int?, transactionReason: String?, revocationDate: Int64?, revocationReason: Int?, signedDate: Int64?

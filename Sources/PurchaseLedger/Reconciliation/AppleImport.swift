@@ -11,7 +11,7 @@ public struct VerifiedAppleDocuments: Sendable {
     /// The revision of the last history page whose `hasMore` is false, if one is.
     public var completedRevision: String?
     /// The file of the last history page (for errors about the history as a whole).
-    var historyFile = "-"
+    package var historyFile = "-"
     /// Apple's ids of the transactions the history pages list.
     var historyTransactionIDs: [String] = []
     /// The latest `signedDate` of the history pages' transactions.

@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 
 /// One document of Apple's server side, as `apple-import` reads it (docs/reconciling.md):
 ///
@@ -77,6 +78,13 @@ public struct AppleImportError: Error, Sendable, Hashable, CustomStringConvertib
     public var line: Int?
     public var message: String
     public var description: String { "\(file)\(line.map { ":\($0)" } ?? ""): \(message)" }
+
+    /// An error about `file` (at `line`, when one) saying `message`.
+    public init(file: String, line: Int?, message: String) {
+        self.file = file
+        self.line = line
+        self.message = message
+    }
 }
 
 /// What an App Store Server Notification V2 says, from its verified `signedPayload`.
@@ -139,6 +147,26 @@ public struct AppleRecord: Sendable, Hashable {
     var documents: [String] = []
     /// When it was recorded (its event's time).
     var recordedAt: Timestamp = Timestamp(millisecondsSinceEpoch: 0)
+
+    /// A record of `claims` from `origin`, numbered `seq`, of `user`: as a fleet store holds one
+    /// (its signatures verified when it was stored).
+    package init(claims: SignedTransaction.Claims, origin: Origin, seq: Int64, user: String?) {
+        self.claims = claims
+        self.origin = origin
+        self.seq = seq
+        self.user = user
+    }
+
+    init(claims: SignedTransaction.Claims, origin: Origin, seq: Int64, user: String?, documents: [String], recordedAt: Timestamp) {
+        self.init(claims: claims, origin: origin, seq: seq, user: user)
+        self.documents = documents
+        self.recordedAt = recordedAt
+    }
+
+    /// The digest that identifies a statement: its facts and its `signedDate`.
+    package static func statementDigest(of claims: SignedTransaction.Claims) -> [UInt8] {
+        Array(SHA256.hash(data: Array((contentKey(of: claims) + "|\(claims.signedDate ?? 0)").utf8)))
+    }
 
     /// Equal for two statements of the same facts (Apple signs the same transaction again, with
     /// a new `signedDate`, at each request): what makes an import idempotent.

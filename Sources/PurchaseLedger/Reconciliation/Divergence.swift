@@ -192,7 +192,7 @@ public struct Reconciliation: Sendable {
     /// recorded a purchase (nil: not known, so no `chargedNotRecorded` is claimed).
     package static func compare(
         records: [AppleRecord], transactions: [DeviceTransaction], histories: [HistoryMark], firstEventAt: (String?) -> Timestamp?,
-        leading: [Divergence] = []
+        revokedByFamily: Set<String> = [], leading: [Divergence] = []
     ) -> [Divergence] {
         var byStore: [String: [DeviceTransaction]] = [:]
         for t in transactions {
@@ -201,7 +201,7 @@ public struct Reconciliation: Sendable {
         // Apple's latest statement of each transaction (by signedDate, then seq), and whether a
         // notification says the revocation was a Family Sharing one.
         var latest: [String: AppleRecord] = [:]
-        var familyRevoked: Set<String> = []
+        var familyRevoked = revokedByFamily
         var listedInHistory: [String: AppleRecord] = [:]
         for r in records {
             guard let id = r.claims.transactionId else { continue }

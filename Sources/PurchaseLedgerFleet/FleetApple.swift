@@ -1,0 +1,311 @@
+public import Foundation
+import NIOCore
+import PostgresNIO
+public import PurchaseLedger
+
+extension FleetStore {
+    /// Stores Apple's record (history pages, transactions' info, notifications:
+    /// ``AppleDocument``) in the store's own tables (migration 0009), after verifying every
+    /// signature with `verifier`'s roots exactly as ``Ledger/importApple(_:verifier:user:at:)``
+    /// does; anything not Apple's refuses the whole import with the file, the line and the
+    /// reason, and nothing is written. The same rules decide what is new: a `notificationUUID`
+    /// held, a statement held, or one of the same facts as the latest held of its transaction is
+    /// not stored again.
+    ///
+    /// Each record names the fleet's user whose transaction it is: the user of any shipped
+    /// transaction whose `store_transaction_id` is Apple's `transactionId` or
+    /// `originalTransactionId` (in a history, the one user its matched transactions name), else
+    /// `user`. A complete history must have a user. Imports take turns (an advisory lock), so
+    /// two at once never store one statement twice.
+    ///
+    /// ```swift
+    /// let fleet = try await FleetStore.connect("postgres://ledger_apple@db.internal/fleet")
+    /// let documents = try AppleDocument.parse(Array(body), file: "notification")
+    /// let summary = try await fleet.importApple(documents)
+    /// ```
+    @discardableResult
+    public func importApple(
+        _ documents: [PlacedAppleDocument], verifier: AppleSignatureVerifier = AppleSignatureVerifier(), user: String? = nil, at now: Date = Date()
+    ) async throws -> AppleImportSummary {
+        let verified = try await VerifiedAppleDocuments.verify(documents, verifier: verifier, at: now)
+        var ids = Set<String>(), storeIDs = Set<String>()
+        func note(_ claims: SignedTransaction.Claims) {
+            if let id = claims.transactionId {
+                ids.insert(id)
+                storeIDs.insert(id)
+            }
+            if let original = claims.originalTransactionId { storeIDs.insert(original) }
+        }
+        for (signed, _) in verified.transactions { note(signed.claims) }
+        for (_, _, inner) in verified.notifications { if let inner { note(inner.claims) } }
+        let uuids = verified.notifications.map(\.notification.uuid)
+        let idList = Array(ids), storeList = Array(storeIDs)
+        let user = user.map(Identifier.normalize)
+        return try await run {
+            try await transaction { () -> AppleImportSummary in
+                try await connection.query("SELECT pg_advisory_xact_lock(7074127451)", logger: logger)
+                var holdings = AppleHoldings()
+                let held = try await connection.query(
+                    """
+                    SELECT \(unescaped: Self.claimColumns) FROM apple_transactions WHERE transaction_id = ANY(\(idList)::text[])
+                    """, logger: logger)
+                for try await row in held { holdings.hold(try Self.claims(row.makeRandomAccess(), from: 0)) }
+                for try await uuid in try await connection.query(
+                    "SELECT notification_uuid FROM apple_notifications WHERE notification_uuid = ANY(\(uuids)::text[])", logger: logger
+                ).decode(String.self) {
+                    holdings.notifications.insert(uuid)
+                }
+                if let revision = verified.completedRevision {
+                    for try await holder in try await connection.query(
+                        "SELECT user_id FROM apple_histories WHERE revision = \(revision)", logger: logger
+                    ).decode(String.self) {
+                        holdings.holdHistory(revision: revision, user: holder)
+                    }
+                }
+                var userByStoreID: [String: String] = [:]
+                for try await (store, owner) in try await connection.query(
+                    """
+                    SELECT store_transaction_id, min(user_id) FROM transactions
+                    WHERE store_transaction_id = ANY(\(storeList)::text[]) AND user_id IS NOT NULL AND user_id NOT LIKE '[erased %'
+                    GROUP BY store_transaction_id
+                    """, logger: logger
+                ).decode((String, String).self) {
+                    userByStoreID[store] = owner
+                }
+                let plan = try holdings.plan(verified, userByStoreID: userByStoreID, user: user)
+                if let history = plan.history, history.user == nil {
+                    throw AppleImportError(
+                        file: verified.historyFile, line: nil,
+                        message: "a complete history whose transactions match no user of the fleet: give its user (--user)")
+                }
+                var rows: [(SignedTransaction, String, String?, String?)] = plan.transactions.map { ($0.signed, $0.source.rawValue, nil, $0.user) }
+                for n in plan.notifications {
+                    if let inner = n.transaction { rows.append((inner, "notification", n.notification.uuid, n.user)) }
+                }
+                if !rows.isEmpty { try await copyAppleTransactions(rows) }
+                for n in plan.notifications {
+                    try await connection.query(
+                        """
+                        INSERT INTO apple_notifications (notification_uuid, notification_type, subtype, transaction_id, user_id, signed_date_ms, signed_payload)
+                        VALUES (\(n.notification.uuid), \(n.notification.type), \(n.notification.subtype), \(n.transaction?.claims.transactionId),
+                            \(n.user), \(n.notification.signedDate), \(n.signed.jws))
+                        """, logger: logger)
+                }
+                var summary = AppleImportSummary()
+                summary.transactions = plan.transactions.count
+                summary.notifications = plan.notifications.count
+                summary.alreadyHeld = plan.alreadyHeld
+                if let (revision, owner, signedAt) = plan.history, let owner {
+                    try await connection.query(
+                        """
+                        INSERT INTO apple_histories (user_id, revision, signed_date_ms)
+                        VALUES (\(owner), \(revision), \(signedAt ?? Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
+                        """, logger: logger)
+                    summary.histories = 1
+                }
+                return summary
+            }
+        }
+    }
+
+    /// The statements `rows` (transaction, source, notification, user), by binary COPY; a
+    /// statement held (the same facts and signedDate: a notification's transaction also listed
+    /// by a history) is skipped.
+    private func copyAppleTransactions(_ rows: [(signed: SignedTransaction, source: String, notification: String?, user: String?)]) async throws {
+        try await connection.query(
+            "CREATE TEMPORARY TABLE apple_incoming (LIKE apple_transactions INCLUDING DEFAULTS) ON COMMIT DROP", logger: logger)
+        let columns = [
+            "transaction_id", "signed_date_ms", "statement", "record", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
+            "product", "type", "ownership", "environment", "storefront", "quantity", "price", "currency", "offer_type", "purchase_date_ms",
+            "revocation_date_ms", "revocation_reason", "signed_transaction",
+        ]
+        try await copyBinary(into: "apple_incoming", columns: columns) { writer in
+            var out = CopyBinary()
+            for (signed, source, notification, user) in rows {
+                let c = signed.claims
+                out.startRow(fields: columns.count)
+                out.field(c.transactionId)
+                out.field(c.signedDate ?? 0)
+                out.field(bytes: AppleRecord.statementDigest(of: c))
+                out.field(0 as Int64)
+                out.field(source)
+                out.field(notification)
+                out.field(user)
+                out.field(c.originalTransactionId)
+                out.field(c.bundleId)
+                out.field(c.productId)
+                out.field(c.type)
+                out.field(c.inAppOwnershipType)
+                out.field(c.environment)
+                out.field(c.storefront)
+                out.optional(c.quantity.map(Int64.init))
+                out.optional(c.price)
+                out.field(c.currency)
+                out.optional(c.offerType.map(Int64.init))
+                out.optional(c.purchaseDate)
+                out.optional(c.revocationDate)
+                out.optional(c.revocationReason.map(Int64.init))
+                out.field(signed.jws)
+                if out.buffer.readableBytes > 1 << 20 { try await writer.write(out.take()) }
+            }
+            try await writer.write(out.finish())
+        }
+        let kept = Self.appleColumns.filter { $0 != "record" }.joined(separator: ", ")
+        try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    INSERT INTO apple_transactions (\(kept)) SELECT \(kept) FROM pg_temp.apple_incoming
+                    ON CONFLICT (transaction_id, statement) DO NOTHING
+                    """), logger: logger)
+    }
+
+    static let appleColumns = [
+        "transaction_id", "signed_date_ms", "statement", "record", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
+        "product", "type", "ownership", "environment", "storefront", "quantity", "price", "currency", "offer_type", "purchase_date_ms",
+        "revocation_date_ms", "revocation_reason", "signed_transaction",
+    ]
+
+    /// The columns ``claims(_:from:)`` reads, in its order.
+    static let claimColumns =
+        "transaction_id, original_transaction_id, bundle_id, product, purchase_date_ms, quantity, type, ownership, environment, storefront, "
+        + "price, currency, offer_type, revocation_date_ms, revocation_reason, signed_date_ms"
+
+    /// The claims in a row's ``claimColumns``, starting at column `first`.
+    static func claims(_ row: PostgresRandomAccessRow, from first: Int) throws -> SignedTransaction.Claims {
+        func text(_ i: Int) throws -> String? { try row[first + i].decode(String?.self) }
+        func number(_ i: Int) throws -> Int64? { try row[first + i].decode(Int64?.self) }
+        return SignedTransaction.Claims(
+            transactionId: try text(0), originalTransactionId: try text(1), bundleId: try text(2), productId: try text(3), purchaseDate: try number(4),
+            quantity: try number(5).map { Int($0) }, type: try text(6), inAppOwnershipType: try text(7), environment: try text(8), storefront: try text(9),
+            price: try number(10), currency: try text(11), offerType: try number(12).map { Int($0) }, transactionReason: nil,
+            revocationDate: try number(13), revocationReason: try number(14).map { Int($0) }, signedDate: try number(15))
+    }
+
+    /// The disagreements between the fleet's devices and Apple's record in the store, joined
+    /// across every ledger: a transaction Apple charged is recorded when any ledger holds it
+    /// (the iPad's purchase is not missing from the iPhone's ledger), and each device that
+    /// still grants refunded content is a row of its own. Rows are ordered by kind, then
+    /// ledger and seq. Apple's records were verified when stored; the store's roles keep others
+    /// from writing them (docs/fleet.md).
+    ///
+    /// ```swift
+    /// for d in try await fleet.divergences() { print(d.kind, d.ledger ?? "-", d.transaction ?? "-") }
+    /// ```
+    public func divergences() async throws -> [Divergence] {
+        try await run {
+            var records: [AppleRecord] = []
+            let recordRows = try await connection.query(
+                """
+                SELECT a.record, a.source, a.notification_uuid, n.notification_type, n.subtype, a.user_id, \(unescaped: Self.claimColumns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                FROM apple_transactions a LEFT JOIN apple_notifications n ON n.notification_uuid = a.notification_uuid
+                """, logger: logger)
+            for try await row in recordRows {
+                let r = row.makeRandomAccess()
+                let origin: AppleRecord.Origin
+                switch try r[1].decode(String.self) {
+                case "history": origin = .history
+                case "notification":
+                    origin = .notification(
+                        uuid: try r[2].decode(String?.self) ?? "", type: try r[3].decode(String?.self) ?? "", subtype: try r[4].decode(String?.self))
+                default: origin = .transactionInfo
+                }
+                records.append(AppleRecord(claims: try Self.claims(r, from: 6), origin: origin, seq: try r[0].decode(Int64.self), user: try r[5].decode(String?.self)))
+            }
+            guard !records.isEmpty else { return [] }
+            var family = Set<String>()
+            for try await id in try await connection.query(
+                "SELECT DISTINCT transaction_id FROM apple_notifications WHERE notification_type = 'REVOKE' AND transaction_id IS NOT NULL", logger: logger
+            ).decode(String.self) {
+                family.insert(id)
+            }
+            var histories: [Reconciliation.HistoryMark] = []
+            for try await (owner, revision, signed) in try await connection.query(
+                "SELECT user_id, revision, signed_date_ms FROM apple_histories ORDER BY signed_date_ms, user_id, revision", logger: logger
+            ).decode((String, String, Int64).self) {
+                histories.append(Reconciliation.HistoryMark(seq: nil, revision: revision, user: owner, at: Timestamp(millisecondsSinceEpoch: signed)))
+            }
+            // The device transactions Apple's record names, and the purchases of users whose
+            // complete history may lack them.
+            let columns =
+                "t.ledger_id::text, t.transaction_id, t.user_id, t.product, t.state, t.revoked, t.finished, t.finished_at_ms, t.purchased_at_ms, "
+                + "t.store_transaction_id, t.price, t.currency, t.environment, t.ownership, t.product_kind"
+            var transactions: [Reconciliation.DeviceTransaction] = []
+            let deviceRows = try await connection.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT \(columns) FROM transactions t
+                        WHERE t.store_transaction_id IN (SELECT transaction_id FROM apple_transactions)
+                        UNION
+                        SELECT \(columns) FROM transactions t
+                        JOIN (SELECT user_id, max(signed_date_ms) AS signed FROM apple_histories GROUP BY user_id) h ON h.user_id = t.user_id
+                        WHERE t.state IN ('purchased', 'restored') AND t.environment IS NULL AND t.store_transaction_id IS NOT NULL
+                            AND t.purchased_at_ms <= h.signed
+                        """), logger: logger)
+            for try await row in deviceRows {
+                let r = row.makeRandomAccess()
+                func text(_ i: Int) throws -> String? { try r[i].decode(String?.self) }
+                func number(_ i: Int) throws -> Int64? { try r[i].decode(Int64?.self) }
+                let paid = PurchaseTerms(
+                    price: try text(10), currency: try text(11), environment: try text(12).flatMap(StoreEnvironment.init(rawValue:)) ?? .production,
+                    ownership: try text(13).flatMap(Ownership.init(rawValue:)) ?? .purchased)
+                transactions.append(
+                    Reconciliation.DeviceTransaction(
+                        ledger: try text(0), transaction: try text(1) ?? "", user: try text(2), product: try text(3) ?? "", state: try text(4) ?? "",
+                        revoked: try r[5].decode(Bool.self), finished: try r[6].decode(Bool.self),
+                        finishedAt: try number(7).map(Timestamp.init(millisecondsSinceEpoch:)),
+                        purchasedAt: try number(8).map(Timestamp.init(millisecondsSinceEpoch:)), storeTransactionId: try text(9), paid: paid,
+                        consumable: try text(14) == ProductKind.consumable.rawValue, arrival: nil))
+            }
+            // From when each user's devices could have recorded a purchase: the first event of
+            // the earliest of their ledgers. A user with no ledger in the store is not compared.
+            let recorded = Set(transactions.compactMap(\.storeTransactionId))
+            let unmatchedUsers = Array(Set(records.filter { !recorded.contains($0.claims.transactionId ?? "") }.compactMap(\.user)))
+            var firstEvents: [String: Timestamp] = [:]
+            if !unmatchedUsers.isEmpty {
+                for try await (owner, at) in try await connection.query(
+                    """
+                    SELECT u.user_id, min(e.at_ns) FROM (SELECT DISTINCT ledger_id, user_id FROM transactions WHERE user_id = ANY(\(unmatchedUsers)::text[])) u
+                    JOIN events e ON e.ledger_id = u.ledger_id AND e.seq = 1 GROUP BY u.user_id
+                    """, logger: logger
+                ).decode((String, Int64).self) {
+                    firstEvents[owner] = Timestamp(nanosecondsSinceEpoch: at)
+                }
+            }
+            var rows = Reconciliation.compare(
+                records: records, transactions: transactions, histories: histories, firstEventAt: { $0.flatMap { firstEvents[$0] } },
+                revokedByFamily: family)
+            // The seq of each row's purchase or restore event in its ledger.
+            let keyed = rows.filter { $0.ledger != nil && $0.transaction != nil }
+            if !keyed.isEmpty {
+                var seqs: [String: Int64] = [:]
+                for try await (ledger, stream, seq) in try await connection.query(
+                    """
+                    SELECT e.ledger_id::text, e.stream, min(e.seq) FROM events e
+                    JOIN unnest(\(keyed.map { $0.ledger! })::text[]::uuid[], \(keyed.map { "transaction:" + $0.transaction! })::text[]) AS k(ledger_id, stream)
+                        ON e.ledger_id = k.ledger_id AND e.stream = k.stream
+                    WHERE e.type IN ('transactionPurchased', 'transactionRestored') AND e.anomaly IS NULL
+                    GROUP BY e.ledger_id, e.stream
+                    """, logger: logger
+                ).decode((String, String, Int64).self) {
+                    seqs[ledger + "\u{0}" + stream] = seq
+                }
+                for i in rows.indices {
+                    guard let ledger = rows[i].ledger, let transaction = rows[i].transaction else { continue }
+                    rows[i].deviceSeq = seqs[ledger + "\u{0}transaction:" + transaction]
+                }
+            }
+            let order = Dictionary(uniqueKeysWithValues: Divergence.Kind.allCases.enumerated().map { ($1, $0) })
+            return rows.sorted {
+                (order[$0.kind]!, $0.ledger ?? "", $0.deviceSeq ?? .max, $0.appleTransaction ?? "")
+                    < (order[$1.kind]!, $1.ledger ?? "", $1.deviceSeq ?? .max, $1.appleTransaction ?? "")
+            }
+        }
+    }
+}
+
+extension CopyBinary {
+    /// A bigint field, NULL when nil.
+    mutating func optional(_ number: Int64?) {
+        if let number { field(number) } else { null() }
+    }
+}

@@ -49,7 +49,12 @@ extension FleetStore {
                     """
                     SELECT \(unescaped: Self.claimColumns) FROM apple_transactions WHERE transaction_id = ANY(\(idList)::text[])
                     """, logger: logger)
-                for try await row in held { holdings.hold(try Self.claims(row.makeRandomAccess(), from: 0)) }
+                var heldStatements = Set<[UInt8]>()
+                for try await row in held {
+                    let claims = try Self.claims(row.makeRandomAccess(), from: 0)
+                    holdings.hold(claims)
+                    heldStatements.insert(AppleRecord.statementDigest(of: claims))
+                }
                 for try await uuid in try await connection.query(
                     "SELECT notification_uuid FROM apple_notifications WHERE notification_uuid = ANY(\(uuids)::text[])", logger: logger
                 ).decode(String.self) {
@@ -82,6 +87,8 @@ extension FleetStore {
                 for n in plan.notifications {
                     if let inner = n.transaction { rows.append((inner, "notification", n.notification.uuid, n.user)) }
                 }
+                // A statement held (a notification's transaction a history listed) is not stored twice.
+                rows = rows.filter { heldStatements.insert(AppleRecord.statementDigest(of: $0.0.claims)).inserted }
                 if !rows.isEmpty { try await copyAppleTransactions(rows) }
                 for n in plan.notifications {
                     try await connection.query(
@@ -108,18 +115,16 @@ extension FleetStore {
         }
     }
 
-    /// The statements `rows` (transaction, source, notification, user), by binary COPY; a
-    /// statement held (the same facts and signedDate: a notification's transaction also listed
-    /// by a history) is skipped.
+    /// The statements `rows` (transaction, source, notification, user), none held, by binary COPY
+    /// (the record numbers are the table's own). No temporary table: the shipping role may not
+    /// make one (docs/fleet.md).
     private func copyAppleTransactions(_ rows: [(signed: SignedTransaction, source: String, notification: String?, user: String?)]) async throws {
-        try await connection.query(
-            "CREATE TEMPORARY TABLE apple_incoming (LIKE apple_transactions INCLUDING DEFAULTS) ON COMMIT DROP", logger: logger)
         let columns = [
-            "transaction_id", "signed_date_ms", "statement", "record", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
+            "transaction_id", "signed_date_ms", "statement", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
             "product", "type", "ownership", "environment", "storefront", "quantity", "price", "currency", "offer_type", "purchase_date_ms",
             "revocation_date_ms", "revocation_reason", "signed_transaction",
         ]
-        try await copyBinary(into: "apple_incoming", columns: columns) { writer in
+        try await copyBinary(into: "apple_transactions", columns: columns) { writer in
             var out = CopyBinary()
             for (signed, source, notification, user) in rows {
                 let c = signed.claims
@@ -127,7 +132,6 @@ extension FleetStore {
                 out.field(c.transactionId)
                 out.field(c.signedDate ?? 0)
                 out.field(bytes: AppleRecord.statementDigest(of: c))
-                out.field(0 as Int64)
                 out.field(source)
                 out.field(notification)
                 out.field(user)
@@ -150,20 +154,7 @@ extension FleetStore {
             }
             try await writer.write(out.finish())
         }
-        let kept = Self.appleColumns.filter { $0 != "record" }.joined(separator: ", ")
-        try await connection.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    INSERT INTO apple_transactions (\(kept)) SELECT \(kept) FROM pg_temp.apple_incoming
-                    ON CONFLICT (transaction_id, statement) DO NOTHING
-                    """), logger: logger)
     }
-
-    static let appleColumns = [
-        "transaction_id", "signed_date_ms", "statement", "record", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
-        "product", "type", "ownership", "environment", "storefront", "quantity", "price", "currency", "offer_type", "purchase_date_ms",
-        "revocation_date_ms", "revocation_reason", "signed_transaction",
-    ]
 
     /// The columns ``claims(_:from:)`` reads, in its order.
     static let claimColumns =
@@ -238,7 +229,7 @@ extension FleetStore {
                         UNION
                         SELECT \(columns) FROM transactions t
                         JOIN (SELECT user_id, max(signed_date_ms) AS signed FROM apple_histories GROUP BY user_id) h ON h.user_id = t.user_id
-                        WHERE t.state IN ('purchased', 'restored') AND t.environment IS NULL AND t.store_transaction_id IS NOT NULL
+                        WHERE t.state = 'purchased' AND t.environment IS NULL AND t.store_transaction_id IS NOT NULL
                             AND t.purchased_at_ms <= h.signed
                         """), logger: logger)
             for try await row in deviceRows {

@@ -5,6 +5,7 @@ import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
 import PurchaseLedgerFleetTesting
+import PurchaseLedgerTesting
 
 /// A certificate authority and server certificates made with openssl, in a folder of the test's.
 struct TestCertificates {
@@ -224,6 +225,14 @@ struct FleetProductionTests {
         #expect(try cli(["ship", path, "--to", shipURL]).status == 0)
         let report = try cli(["report", reportURL, "--format", "csv"])
         #expect(report.status == 0 && report.stdout.contains("t9"), "\(report.stderr)")
+        // Apple's record: the shipping role stores it, the reporting role reads the divergences.
+        let apple = try ReconciliationTests()
+        try apple.chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        try apple.info(try apple.signed("1001")).write(toFile: dir.path("info.json"), atomically: true, encoding: .utf8)
+        let appleImported = try cli(["apple-import", shipURL, dir.path("info.json"), "--apple-root", dir.path("root.pem"), "--user", "bob"])
+        #expect(appleImported.status == 0, "\(appleImported.stderr)")
+        let divergence = try cli(["report", reportURL, "--view", "divergence", "--format", "csv"])
+        #expect(divergence.status == 0 && divergence.stdout.contains("chargedNotRecorded"), "\(divergence.stdout)\(divergence.stderr)")
 
         // Neither role can do more than that.
         let reporterShips = try cli(["ship", path, "--to", reportURL])

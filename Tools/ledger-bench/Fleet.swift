@@ -13,26 +13,9 @@ import PurchaseLedgerFleetTesting
 /// With `tls`, the server also takes TLS (a certificate made here with openssl), and each run ships
 /// the same ledgers a third time, with `sslmode=require`, against the plain ship (`sslmode=disable`).
 func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool = false, binary: String? = nil, auditBaseline: String? = nil) throws {
-    let scratch = "bench-results/fleet-\(count)-" + URL(fileURLWithPath: workload).deletingPathExtension().lastPathComponent
-    var paths = (0..<count).map { "\(scratch)/device-\($0).ledger" }
-    if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
-        try? FileManager.default.removeItem(atPath: scratch)
-        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
-        let (logs, split) = time { DeviceSplit.split(input.events, devices: count) }
-        let (_, write) = try time {
-            for (i, log) in logs.enumerated() { _ = try Ledger(path: paths[i]).append(contentsOf: log) }
-        }
-        print(String(format: "split %d events into %d device ledgers in %.1f s, written in %.1f s", input.events.count, count, split, write))
-    }
-    paths = paths.filter { FileManager.default.fileExists(atPath: $0) }
+    let (scratch, paths) = try deviceLedgers(workload: workload, count: count)
     var readOnly = LedgerConfiguration()
     readOnly.readOnly = true
-    // Ledgers written by an earlier version get their report tables rebuilt once (a writable
-    // open), as a user's would: the history figure reads them.
-    for path in paths where try !Ledger(path: path, configuration: readOnly).projectionsAreCurrent() {
-        _ = try Ledger(path: path)
-    }
     // One ledger open at a time: 5,000 open ledgers hold more files than a process may.
     let (shipments, reading) = try time {
         try paths.map { path in
@@ -196,6 +179,32 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool =
                 format: "forget one user in the fleet: median %.3f s (min %.3f, max %.3f) over %d users", median(erasures), erasures.min()!, erasures.max()!,
                 erasures.count))
     }
+}
+
+/// The workload split into `count` device ledgers in bench-results (made once, then reused): the
+/// scratch folder and the ledgers' paths.
+func deviceLedgers(workload: String, count: Int) throws -> (scratch: String, paths: [String]) {
+    let scratch = "bench-results/fleet-\(count)-" + URL(fileURLWithPath: workload).deletingPathExtension().lastPathComponent
+    var paths = (0..<count).map { "\(scratch)/device-\($0).ledger" }
+    if !paths.allSatisfy({ FileManager.default.fileExists(atPath: $0) }) {
+        try? FileManager.default.removeItem(atPath: scratch)
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: workload))))
+        let (logs, split) = time { DeviceSplit.split(input.events, devices: count) }
+        let (_, write) = try time {
+            for (i, log) in logs.enumerated() { _ = try Ledger(path: paths[i]).append(contentsOf: log) }
+        }
+        print(String(format: "split %d events into %d device ledgers in %.1f s, written in %.1f s", input.events.count, count, split, write))
+    }
+    paths = paths.filter { FileManager.default.fileExists(atPath: $0) }
+    var readOnly = LedgerConfiguration()
+    readOnly.readOnly = true
+    // Ledgers written by an earlier version get their report tables rebuilt once (a writable
+    // open), as a user's would: the history figure reads them.
+    for path in paths where try !Ledger(path: path, configuration: readOnly).projectionsAreCurrent() {
+        _ = try Ledger(path: path)
+    }
+    return (scratch, paths)
 }
 
 /// `ledger-bench fleet-crash`: `purchase-ledger ship` killed with SIGKILL at random moments,

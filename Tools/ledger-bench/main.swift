@@ -30,6 +30,10 @@ import PurchaseLedgerTesting
 //                                                 --tls, also over TLS, same run); reports over them, the CLI's
 //                                                 undelivered one and its fleet audit too (alternated with the
 //                                                 baseline build's audit when given)
+//   ledger-bench fleet-apple WORKLOAD [--ledgers N] [--apple M] [--runs R] [--binary PATH]
+//                                                 M of Apple's signed transactions (a chain made here) beside N
+//                                                 shipped ledgers: the import's verify rate against openssl's,
+//                                                 the CLI's apple-import, and its fleet divergence report
 //   ledger-bench fleet-report URL [--binary PATH] [--runs N]   the CLI's undelivered report in each format
 //                                                 over a fleet already shipped: wall time and peak memory
 
@@ -638,6 +642,13 @@ case "fleet":
         workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
         binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil,
         auditBaseline: args.firstIndex(of: "--audit-baseline").map { args[$0 + 1] })
+case "fleet-apple":
+    try fleetAppleBenchmark(
+        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl",
+        ledgers: args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 5000 } ?? 5000,
+        apple: args.firstIndex(of: "--apple").map { Int(args[$0 + 1]) ?? 100_000 } ?? 100_000,
+        runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
+        binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"))
 case "fleet-report":
     guard args.count > 1 else {
         print("usage: ledger-bench fleet-report URL [--binary PATH] [--runs N]")

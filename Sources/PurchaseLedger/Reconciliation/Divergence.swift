@@ -263,7 +263,8 @@ public struct Reconciliation: Sendable {
         var historiesByUser: [String: [HistoryMark]] = [:]
         for h in histories { historiesByUser[h.user ?? "", default: []].append(h) }
         for t in transactions.sorted(by: { ($0.arrival ?? 0, $0.ledger ?? "", $0.transaction) < ($1.arrival ?? 0, $1.ledger ?? "", $1.transaction) }) {
-            guard let store = t.storeTransactionId, latest[store] == nil, t.state == "purchased" || t.state == "restored",
+            // A restore names its own id for a purchase of before: the purchase is what Apple lists.
+            guard let store = t.storeTransactionId, latest[store] == nil, t.state == "purchased",
                 t.paid.environment == .production, let purchasedAt = t.purchasedAt
             else { continue }
             // A history omits finished consumables: such a purchase is no disagreement.

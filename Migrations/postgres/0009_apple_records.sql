@@ -7,7 +7,8 @@
 
 -- One row per statement: Apple signs a transaction again at each request (a new signedDate); a
 -- statement of the same facts as the latest held is not stored again, a changed one (a refund, its
--- reversal) is. The facts are columns, so reports read no JWS.
+-- reversal) is. The facts are columns, so reports read no JWS. A JWS's header (its three
+-- certificates, 2 KB of its 3) is kept once per chain, in signing_headers (migration 0008).
 CREATE TABLE apple_transactions (
     transaction_id text NOT NULL,             -- Apple's transactionId (a device's store_transaction_id)
     signed_date_ms bigint NOT NULL,
@@ -30,7 +31,8 @@ CREATE TABLE apple_transactions (
     purchase_date_ms bigint,
     revocation_date_ms bigint,
     revocation_reason bigint,
-    signed_transaction text NOT NULL,         -- the JWS as Apple signed it
+    signing_header bytea NOT NULL,            -- the JWS's header (its certificates), in signing_headers by its SHA-256
+    signed_body text NOT NULL,                -- the rest of the JWS: payload and signature (the JWS: header || '.' || body)
     imported_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (transaction_id, statement)
 );
@@ -44,7 +46,8 @@ CREATE TABLE apple_notifications (
     transaction_id text,                      -- its data.signedTransactionInfo's transactionId
     user_id text,
     signed_date_ms bigint,
-    signed_payload text NOT NULL,             -- the JWS as Apple signed it
+    signing_header bytea NOT NULL,            -- as in apple_transactions: the JWS is header || '.' || signed_body
+    signed_body text NOT NULL,
     imported_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX apple_notifications_by_user ON apple_notifications (user_id);

@@ -14,6 +14,7 @@ struct ReplayCommand: AsyncParsableCommand {
               purchase-ledger replay user.ledger --until 2024-03-02T10:00:00Z --json \\
                   | jq '.downloads[] | select(.state == "failed")'
               purchase-ledger replay user.ledger --first-anomaly
+              purchase-ledger replay user.ledger --first-anomaly --divergence
               purchase-ledger replay user.ledger --when download:t1-d1:failed
             """)
 
@@ -21,6 +22,11 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "Replay through this seq.") var at: Int64?
     @Option(help: "Replay through the last event whose time is at or before this RFC 3339 time.") var until: String?
     @Flag(help: "Stop at the first anomaly.") var firstAnomaly = false
+    @Flag(
+        help: ArgumentHelp(
+            "With --first-anomaly: stop at the first disagreement with Apple's record too, whichever comes first.",
+            discussion: "The kinds of report --view divergence, from the records apple-import stored."))
+    var divergence = false
     @Option(
         help: ArgumentHelp(
             "Stop where a condition first holds.", discussion: "transaction:ID:STATE or download:ID:STATE, STATE being a state name, or finished / revoked for a transaction.",
@@ -42,6 +48,7 @@ struct ReplayCommand: AsyncParsableCommand {
             throw ValidationError("give at most one of --at, --until, --first-anomaly and --when")
         }
         try NumberOption.check("--at", at, 0...Int64.max)
+        if divergence && !firstAnomaly { throw ValidationError("--divergence goes with --first-anomaly") }
     }
 
     func run() async throws {
@@ -57,9 +64,24 @@ struct ReplayCommand: AsyncParsableCommand {
         } else if let until {
             state = try ledger.state(at: try Timestamp.parse(until))
         } else if firstAnomaly {
-            guard let seq = try ledger.firstSeq(where: { _, e in e.anomaly != nil }) else {
-                console.print("no anomaly in this ledger")
+            var first = try ledger.firstSeq(where: { _, e in e.anomaly != nil })
+            var disagreements: [Divergence] = []
+            if divergence, let (seq, rows) = try await ledger.firstDivergence(verifier: appleRoots.verifier()), seq < first ?? .max {
+                first = seq
+                disagreements = rows
+            }
+            guard let seq = first else {
+                console.print(divergence ? "no anomaly and no disagreement with Apple's record in this ledger" : "no anomaly in this ledger")
                 return
+            }
+            if !disagreements.isEmpty {
+                // What the state below shows: said on stderr beside JSON, above the state otherwise.
+                let lines =
+                    ["seq \(seq): the first disagreement with Apple's record (report --view divergence):"]
+                    + disagreements.map { d in
+                        "  \(d.kind.rawValue) \(d.transaction ?? "-") (Apple's \(d.appleTransaction ?? "-")): device: \(d.device); Apple: \(d.apple)"
+                    }
+                for line in lines { json ? console.error("note: " + line) : console.print(line) }
             }
             state = try ledger.state(atSeq: seq)
         } else if let when {

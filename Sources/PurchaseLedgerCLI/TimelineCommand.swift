@@ -9,7 +9,8 @@ struct TimelineCommand: AsyncParsableCommand {
         discussion: """
             Anomalies and the cancellations the ledger appended are marked, and what Apple's signature says \
             of each event that carries one (apple, xcode or invalid with why; --apple-root trusts more roots). \
-            This is the view that shows a bug at a glance.
+            Apple's records about the transaction (stored by apple-import) are lines of their own, saying \
+            what Apple says. This is the view that shows a bug at a glance.
 
             Example:
               purchase-ledger timeline user.ledger --transaction t1
@@ -86,6 +87,8 @@ struct TimelineCommand: AsyncParsableCommand {
             if let t = entry.transaction {
                 after = t.state.rawValue + (t.finished ? ", finished" : "") + (t.revoked ? ", revoked" : "")
             }
+            // Apple's side beside the device's: what its record says.
+            if let said = AppleRecord.statement(in: e) { after = "Apple: " + said }
             let downloads = entry.downloads.map { d in
                 "\(d.download): \(d.started ? d.state.rawValue : "not started")\(d.state == .active || d.state == .paused ? " \(Int(d.progress * 100))%" : "")\(d.copiedOut ? " copied" : "")\(d.lost ? " LOST" : "")\(d.discarded ? " discarded" : "")"
             }.joined(separator: "; ")

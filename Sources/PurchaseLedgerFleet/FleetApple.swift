@@ -89,13 +89,31 @@ extension FleetStore {
                 }
                 // A statement held (a notification's transaction a history listed) is not stored twice.
                 rows = rows.filter { heldStatements.insert(AppleRecord.statementDigest(of: $0.0.claims)).inserted }
-                if !rows.isEmpty { try await copyAppleTransactions(rows) }
-                for n in plan.notifications {
+                // Each chain's header once (as ship keeps a device's): the rows keep its digest.
+                var headers: [[UInt8]: String] = [:]
+                for jws in rows.map(\.0.jws) + plan.notifications.map(\.signed.jws) {
+                    let header = Self.header(of: jws)
+                    headers[SignedParts.digest(ofHeader: header)] = String(header)
+                }
+                if !headers.isEmpty {
+                    let digests = headers.keys.sorted { Self.hex($0) < Self.hex($1) }
                     try await connection.query(
                         """
-                        INSERT INTO apple_notifications (notification_uuid, notification_type, subtype, transaction_id, user_id, signed_date_ms, signed_payload)
+                        INSERT INTO signing_headers (digest, header)
+                        SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
+                        ON CONFLICT (digest) DO NOTHING
+                        """, logger: logger)
+                }
+                if !rows.isEmpty { try await copyAppleTransactions(rows) }
+                for n in plan.notifications {
+                    let header = Self.header(of: n.signed.jws)
+                    let body = String(n.signed.jws.dropFirst(header.count + 1))
+                    try await connection.query(
+                        """
+                        INSERT INTO apple_notifications (notification_uuid, notification_type, subtype, transaction_id, user_id, signed_date_ms,
+                            signing_header, signed_body)
                         VALUES (\(n.notification.uuid), \(n.notification.type), \(n.notification.subtype), \(n.transaction?.claims.transactionId),
-                            \(n.user), \(n.notification.signedDate), \(n.signed.jws))
+                            \(n.user), \(n.notification.signedDate), decode(\(Self.hex(SignedParts.digest(ofHeader: header))), 'hex'), \(body))
                         """, logger: logger)
                 }
                 var summary = AppleImportSummary()
@@ -122,7 +140,7 @@ extension FleetStore {
         let columns = [
             "transaction_id", "signed_date_ms", "statement", "source", "notification_uuid", "user_id", "original_transaction_id", "bundle_id",
             "product", "type", "ownership", "environment", "storefront", "quantity", "price", "currency", "offer_type", "purchase_date_ms",
-            "revocation_date_ms", "revocation_reason", "signed_transaction",
+            "revocation_date_ms", "revocation_reason", "signing_header", "signed_body",
         ]
         try await copyBinary(into: "apple_transactions", columns: columns) { writer in
             var out = CopyBinary()
@@ -149,12 +167,17 @@ extension FleetStore {
                 out.optional(c.purchaseDate)
                 out.optional(c.revocationDate)
                 out.optional(c.revocationReason.map(Int64.init))
-                out.field(signed.jws)
+                let header = Self.header(of: signed.jws)
+                out.field(bytes: SignedParts.digest(ofHeader: header))
+                out.field(String(signed.jws.dropFirst(header.count + 1)))
                 if out.buffer.readableBytes > 1 << 20 { try await writer.write(out.take()) }
             }
             try await writer.write(out.finish())
         }
     }
+
+    /// A compact JWS's header: its text up to the first dot (the whole text when it has none).
+    static func header(of jws: String) -> Substring { jws.prefix { $0 != "." } }
 
     /// The columns ``claims(_:from:)`` reads, in its order.
     static let claimColumns =

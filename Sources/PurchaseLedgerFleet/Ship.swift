@@ -504,7 +504,10 @@ extension FleetStore {
 
     /// Every table the fleet's migrations make: what the audit checks no role reads another version of.
     static let fleetTables: [String] =
-        ["ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence"]
+        [
+            "ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence",
+            "apple_transactions", "apple_notifications", "apple_histories",
+        ]
         + Projector.Table.all.map(\.name)
 
     /// Columns the fleet's `transactions` rows hold besides the declared ones (migration 0006):

@@ -269,4 +269,48 @@ import Testing
         let named = try notification("REFUND", uuid: "n-4", transaction: try signed("1001", revoked: true))
         #expect(try await importApple(bound, named).notifications == 1)
     }
+
+    /// The support workflow: timeline shows Apple's records beside the device's events, replay
+    /// stops at the first disagreement, extract keeps the records of what it keeps.
+    @Test func theSupportCommandsShowApplesRecord() async throws {
+        let ledger = try ledger(purchase() + "\n" + purchase("t2", store: "1002"))
+        try await importApple(ledger, info(try signed("1001")))
+        try await importApple(ledger, try notification("REFUND", uuid: "n-1", transaction: try signed("1001", revoked: true, signedDate: Self.at + 1000)))
+        try await importApple(ledger, info(try signed("1002")))
+        let path = dir.path("user.ledger"), root = dir.path("root.pem")
+        try chain.rootPEM.write(toFile: root, atomically: true, encoding: .utf8)
+
+        let timeline = try cli(["timeline", path, "--transaction", "t1", "--apple-root", root])
+        let lines = timeline.stdout.split(separator: "\n").map(String.init)
+        #expect(
+            lines.contains { $0.hasPrefix("     7 ") && $0.contains("Apple: 1001: purchased for 4.99 USD 2026-05-28T20:10:00.000Z, by its transaction info") }, "\(timeline.stdout)"
+        )
+        #expect(
+            lines.contains { $0.hasPrefix("     8 ") && $0.contains("Apple: 1001: refunded 2026-05-28T20:26:40.500Z, by the REFUND notification n-1") },
+            "\(timeline.stdout)")
+        #expect(!timeline.stdout.contains("1002"), "\(timeline.stdout)")
+
+        let first = try #require(try await ledger.firstDivergence(verifier: AppleSignatureVerifier(roots: try chain.roots)))
+        #expect(first.seq == 8 && first.divergences.map(\.kind) == [.refundNotSeen])
+        let replay = try cli(["replay", path, "--first-anomaly", "--divergence", "--apple-root", root])
+        #expect(
+            replay.status == 0 && replay.stdout.hasPrefix("seq 8: the first disagreement with Apple's record (report --view divergence):\n  refundNotSeen t1 (Apple's 1001)"),
+            "\(replay.stdout)")
+        #expect(try cli(["replay", path, "--first-anomaly"]).stdout == "no anomaly in this ledger\n")
+        let alone = try cli(["replay", path, "--divergence"])
+        #expect(alone.status == 2 && alone.stderr.contains("--divergence goes with --first-anomaly"), "\(alone.stderr)")
+
+        // A repro of t1 keeps Apple's two records of it, and reports what the original does.
+        let repro = try ledger.extract(.transactions(["t1"]), to: dir.path("t1.ledger"))
+        #expect(repro.appleRecords == 2 && repro.originalSeqs == [1, 3, 4, 7, 8], "\(repro)")
+        #expect(try await kinds(Ledger(path: dir.path("t1.ledger"))) == ["refundNotSeen t1 1001"])
+        #expect(try ledger.extract(.transactions(["t2"]), to: dir.path("t2.ledger")).appleRecords == 1)
+        // Redacted, Apple's signed bodies cannot come along.
+        #expect(try ledger.extract(.user("u1"), to: dir.path("u1.ledger"), redact: true).appleRecords == 0)
+
+        // The device records the refund a day late: no divergence now, but the log showed one.
+        try ledger.append(Event(at: try Timestamp.parse("2026-05-29T20:00:00Z"), .transactionRevoked(transaction: "t1", reason: "refund")))
+        #expect(try await kinds(ledger).isEmpty)
+        #expect(try await ledger.firstDivergence(verifier: AppleSignatureVerifier(roots: try chain.roots))?.seq == 8)
+    }
 }

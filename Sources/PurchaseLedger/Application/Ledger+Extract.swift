@@ -26,6 +26,10 @@ public struct ExtractSummary: Sendable, Hashable {
     public var downloads: [String]
     /// Restores kept (each a `restoreStarted` and the `restoreCompleted` / `restoreFailed` ending it).
     public var restores: Int
+    /// Apple's records kept (`appleTransactionReceived`, `appleNotificationReceived`,
+    /// `appleHistoryCompleted`): those about the kept transactions, and the complete histories
+    /// of their users; with a user chosen, all of that user's. None when redacted.
+    public var appleRecords: Int = 0
     /// For each seq of the new ledger (index 0 is seq 1), the seq it had in the original.
     public var originalSeqs: [Int64]
 }
@@ -38,8 +42,11 @@ extension Ledger {
     ///
     /// Replaying the new ledger gives the selected transactions and downloads the same state as
     /// the original at every seq where they changed (``ExtractSummary/originalSeqs`` maps the new
-    /// numbering back). With `redact`, every personal field is replaced by this ledger's
-    /// pseudonyms (``redactor()``), as `export --redact` does.
+    /// numbering back). Apple's records of the kept transactions come along (and, with a user
+    /// chosen, every record of that user's), so the repro's divergence report shows what the
+    /// original's does for them. With `redact`, every personal field is replaced by this
+    /// ledger's pseudonyms (``redactor()``), as `export --redact` does, and Apple's records,
+    /// whose signed bodies cannot be redacted and stay Apple's, are left out.
     ///
     /// ```swift
     /// // Attach a repro of one purchase to an in-app bug report.
@@ -55,7 +62,7 @@ extension Ledger {
         _ selection: ExtractSelection, to path: String, redact: Bool = false,
         configuration: LedgerConfiguration = LedgerConfiguration()
     ) throws -> ExtractSummary {
-        var plan = try extractPlan(selection)
+        var plan = try extractPlan(selection, keepApple: !redact)
         if FileManager.default.fileExists(atPath: path) {
             throw LedgerError(.io, "\(path) already exists; extract writes a new ledger")
         }
@@ -106,7 +113,7 @@ extension Ledger {
     }
 
     /// One pass over the log: which transactions, downloads, products and restores to keep.
-    private func extractPlan(_ selection: ExtractSelection) throws -> ExtractPlan {
+    private func extractPlan(_ selection: ExtractSelection, keepApple: Bool = true) throws -> ExtractPlan {
         var downloadsOf: [String: Set<String>] = [:]  // transaction -> its download ids, from its purchase / restore
         var ownersOf: [String: Set<String>] = [:]  // download id -> transactions naming it
         var productsOf: [String: Set<String>] = [:]  // transaction -> products it names
@@ -117,6 +124,9 @@ extension Ledger {
         var open: Int?
         var total: Int64 = 0
         var unlocks: [String: Set<String>] = [:]  // asset pack -> products that unlock it
+        var storeIDsOf: [String: Set<String>] = [:]  // transaction -> Apple's ids for it
+        // Apple's records: each event's seq, the Apple ids it is about, its user, whether a history.
+        var appleEvents: [(seq: Int64, ids: Set<String>, user: String?, history: Bool)] = []
 
         func name(_ t: String, product: String?, user: String?, downloads: [DownloadSpec]?) {
             productsOf[t, default: []].formUnion(product.map { [$0] } ?? [])
@@ -132,11 +142,20 @@ extension Ledger {
             switch e.event.body {
             case .paymentQueued(let t, let p, _, let u):
                 name(t, product: p, user: u, downloads: nil)
-            case .transactionPurchased(let t, let p, let u, _, let d, _):
+            case .transactionPurchased(let t, let p, let u, let store, let d, _):
                 name(t, product: p, user: u, downloads: d)
-            case .transactionRestored(let t, _, let p, let u, _, let d, _):
+                if let store { storeIDsOf[t, default: []].insert(store) }
+            case .transactionRestored(let t, _, let p, let u, let store, let d, _):
                 name(t, product: p, user: u, downloads: d)
+                if let store { storeIDsOf[t, default: []].insert(store) }
                 if let open { restores[open].transactions.insert(t) }
+            case .appleTransactionReceived(_, _, let u), .appleNotificationReceived(_, let u):
+                let ids = AppleRecord.records(in: e).reduce(into: Set<String>()) { ids, r in
+                    ids.formUnion([r.claims.transactionId, r.claims.originalTransactionId].compactMap { $0 })
+                }
+                appleEvents.append((e.seq, ids, u, false))
+            case .appleHistoryCompleted(_, let u):
+                appleEvents.append((e.seq, [], u, true))
             case .productRegistered(let r):
                 for other in r.relatedProducts {
                     related[r.product, default: []].insert(other)
@@ -158,7 +177,7 @@ extension Ledger {
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered, .assetPackBegan, .assetPackProgressed,
                 .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
-                .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+                .personalDataErased:
                 break
             }
             return true
@@ -215,12 +234,23 @@ extension Ledger {
             if let end = r.end { restoreSeqs.insert(end) }
             restoreCount += 1
         }
+        // Apple's records about the kept transactions, the complete histories of their users,
+        // and with a user chosen, that user's.
+        var appleSeqs = Set<Int64>()
+        if keepApple {
+            let storeIDs = kept.reduce(into: Set<String>()) { $0.formUnion(storeIDsOf[$1] ?? []) }
+            let users = kept.reduce(into: Set<String>()) { $0.formUnion(usersOf[$1] ?? []) }
+            for a in appleEvents {
+                let about = a.history ? a.user.map(users.contains) ?? false : !a.ids.isDisjoint(with: storeIDs)
+                if about || (user != nil && a.user == user) { appleSeqs.insert(a.seq) }
+            }
+        }
         return ExtractPlan(
-            transactions: kept, downloads: downloads, products: products, packs: packs, restoreSeqs: restoreSeqs,
+            transactions: kept, downloads: downloads, products: products, packs: packs, restoreSeqs: restoreSeqs, appleSeqs: appleSeqs,
             summary: ExtractSummary(
                 path: "", keptEvents: 0, totalEvents: total, transactions: kept.sorted(),
                 addedTransactions: kept.subtracting(chosen).sorted(), downloads: downloads.sorted(),
-                restores: restoreCount, originalSeqs: []))
+                restores: restoreCount, appleRecords: appleSeqs.count, originalSeqs: []))
     }
 }
 
@@ -231,6 +261,7 @@ private struct ExtractPlan {
     var products: Set<String>
     var packs: Set<String>
     var restoreSeqs: Set<Int64>
+    var appleSeqs: Set<Int64>
     var summary: ExtractSummary
 
     func keeps(_ e: RecordedEvent) -> Bool {
@@ -257,8 +288,7 @@ private struct ExtractPlan {
             // Its refs are this ledger's; the repro's erased values read as the markers they are.
             false
         case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
-            // Apple's record is not the repro's: it would name transactions the repro leaves out.
-            false
+            appleSeqs.contains(e.seq)
         }
     }
 }

@@ -179,6 +179,28 @@ public struct AppleRecord: Sendable, Hashable {
         return parts.map { $0.map { "\($0.utf8.count):\($0)" } ?? "-" }.joined(separator: "|")
     }
 
+    /// What an event of Apple's says, in a line (`1001: refunded 2026-05-28T20:26:39.500Z, by
+    /// the REFUND notification n-1`); nil for another event, or one whose record is erased.
+    public static func statement(in e: RecordedEvent) -> String? {
+        if case .appleHistoryCompleted(let revision, let user) = e.event.body {
+            return "the history of \(user ?? "an unnamed user") is complete (revision \(revision))"
+        }
+        guard let record = records(in: e).first else { return nil }
+        let c = record.claims
+        var text = (c.transactionId ?? "-") + ": "
+        if let revoked = c.revocationDate {
+            text += (c.inAppOwnershipType == "FAMILY_SHARED" ? "revoked " : "refunded ") + Timestamp(millisecondsSinceEpoch: revoked).description
+        } else {
+            text += Reconciliation.describe(c)
+        }
+        switch record.origin {
+        case .history: text += ", listed by a history page"
+        case .transactionInfo: text += ", by its transaction info"
+        case .notification(let uuid, let type, let subtype): text += ", by the \(type)\(subtype.map { "/" + $0 } ?? "") notification \(uuid)"
+        }
+        return text
+    }
+
     /// The records an event of Apple's holds (none for another event, or an erased one).
     static func records(in e: RecordedEvent) -> [AppleRecord] {
         switch e.event.body {

@@ -93,17 +93,33 @@ public struct Reconciliation: Sendable {
         return nil
     }
 
+    /// Why each record added so far does not verify as Apple's with `verifier`'s roots, by the
+    /// seq of its event (none: every one does).
+    public func problems(verifier: AppleSignatureVerifier) async -> [Int64: String] {
+        // The app binding was checked at import; here, whose signature it is.
+        let roots = AppleSignatureVerifier(roots: verifier.roots)
+        var problems: [Int64: String] = [:]
+        for record in records {
+            if let problem = await Self.problem(record, roots) { problems[record.seq] = problem }
+        }
+        return problems
+    }
+
     /// The disagreements between `state` (the device's transactions after the events added) and
     /// Apple's records, ordered by kind, then by the device's seq. Only the records whose
     /// signatures verify again with `verifier`'s roots count: one written into the log some other
     /// way than `apple-import` (an `append` of a forged JWS, an edited file) compares nothing.
     public func divergences(in state: LedgerState, verifier: AppleSignatureVerifier) async -> [Divergence] {
-        // The app binding was checked at import; here, whose signature it is.
-        let roots = AppleSignatureVerifier(roots: verifier.roots)
+        divergences(in: state, problems: await problems(verifier: verifier))
+    }
+
+    /// ``divergences(in:verifier:)`` with the records' verification done beforehand
+    /// (``problems(verifier:)``, which may cover more records than added so far).
+    public func divergences(in state: LedgerState, problems: [Int64: String]) -> [Divergence] {
         var records: [AppleRecord] = []
         var unverified: [Divergence] = []
         for record in self.records {
-            guard let problem = await Self.problem(record, roots) else {
+            guard let problem = problems[record.seq] else {
                 records.append(record)
                 continue
             }
@@ -314,5 +330,42 @@ extension Ledger {
         }
         guard reconciliation.holdsAppleRecords else { return [] }
         return await reconciliation.divergences(in: try state(atSeq: last), verifier: verifier)
+    }
+
+    /// The first seq after which the device's record and Apple's disagree, with the
+    /// disagreements there; nil when they never do (or the ledger holds nothing of Apple's).
+    /// A disagreement settled later (a refund the device recorded a day late) still counts: this
+    /// is where the log first shows one.
+    ///
+    /// ```swift
+    /// if let (seq, rows) = try await ledger.firstDivergence() { print(seq, rows.map(\.kind)) }
+    /// ```
+    public func firstDivergence(verifier: AppleSignatureVerifier = AppleSignatureVerifier()) async throws -> (seq: Int64, divergences: [Divergence])? {
+        var all = Reconciliation()
+        var firstApple: Int64?
+        try forEachEvent { e in
+            all.add(e)
+            if firstApple == nil, e.event.body.subject == .apple { firstApple = e.seq }
+            return true
+        }
+        guard let firstApple, all.holdsAppleRecords else { return nil }
+        // Every record verified once; then one walk, comparing after each event that can change
+        // the answer (from Apple's first record on).
+        let problems = await all.problems(verifier: verifier)
+        var running = Reconciliation()
+        var found: [Divergence] = []
+        let seq = try firstSeq { state, e in
+            running.add(e)
+            guard e.seq >= firstApple else { return false }
+            switch e.event.body {
+            case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted, .transactionPurchased, .transactionRestored,
+                .transactionRevoked, .transactionFinished, .personalDataErased:
+                found = running.divergences(in: state, problems: problems)
+                return !found.isEmpty
+            default:
+                return false
+            }
+        }
+        return seq.map { ($0, found) }
     }
 }

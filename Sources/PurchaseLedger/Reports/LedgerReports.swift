@@ -191,6 +191,22 @@ extension Ledger {
             var replay = LogReplay(from: try Ledger.stateBefore(transactions: ids, db, cache: pageCache, chain: chain))
             try replay.run(db) { step, _, state in
                 let e = step.event
+                if e.event.body.subject == .apple {
+                    // Apple's records beside the device's events: those about a transaction asked
+                    // for (by its store id), and the complete histories of its user.
+                    var about = Set<String>()
+                    if case .appleHistoryCompleted(_, let user) = e.event.body {
+                        about = ids.filter { id in user != nil && state.transactions[id].map { $0.user == user } ?? false }
+                    } else {
+                        let apple = Set(AppleRecord.records(in: e).compactMap(\.claims.transactionId))
+                        about = ids.filter { id in state.transactions[id]?.storeTransactionId.map(apple.contains) ?? false }
+                    }
+                    for owner in about {
+                        let t = state.transactions[owner]
+                        result[owner, default: []].append(TimelineEntry(event: e, transaction: t, downloads: (t?.downloads ?? []).compactMap { state.downloads[$0] }))
+                    }
+                    return true
+                }
                 let owner = e.event.body.transactionID ?? e.event.body.downloadID.flatMap { state.downloads[$0]?.transaction }
                 if let owner, ids.contains(owner) {
                     let t = state.transactions[owner]

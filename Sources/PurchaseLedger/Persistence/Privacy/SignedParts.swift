@@ -15,13 +15,13 @@ import GRDBSQLite
 ///   format byte 1, the payload's length and its LZ4 block's length (varints), the payload's
 ///   JSON as an LZ4 block against ``dictionary``, then the signature's bytes. The commitment
 ///   covers the body's text, as for every value.
-enum SignedParts {
+package enum SignedParts {
     /// The first byte of a packed value.
     static let packedMarker: UInt8 = 0xFF
     static let packedFormat: UInt8 = 1
 
     /// The SHA-256 of a header's text: its key in `signing_headers` and in payloads.
-    static func digest(ofHeader header: Substring) -> [UInt8] {
+    package static func digest(ofHeader header: Substring) -> [UInt8] {
         // The last header's digest is remembered: one chain signs an app's transactions, and the
         // encoder and the evidence both ask for each event's.
         var header = header

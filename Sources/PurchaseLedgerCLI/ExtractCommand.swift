@@ -62,6 +62,7 @@ struct ExtractCommand: ParsableCommand {
                 w.array(s.addedTransactions)
                 w.field("downloads", s.downloads.count)
                 w.field("restores", s.restores)
+                w.field("appleRecords", s.appleRecords)
                 w.field("redacted", redact)
             }
             return
@@ -69,6 +70,7 @@ struct ExtractCommand: ParsableCommand {
         var line = "wrote \(s.path): kept \(s.keptEvents) of \(s.totalEvents) events; "
         line +=
             "\(s.transactions.count) transaction\(s.transactions.count == 1 ? "" : "s"), \(s.downloads.count) download\(s.downloads.count == 1 ? "" : "s"), \(s.restores) restore\(s.restores == 1 ? "" : "s")"
+        if s.appleRecords > 0 { line += ", \(s.appleRecords) of Apple's record\(s.appleRecords == 1 ? "" : "s")" }
         if redact { line += "; personal fields redacted" }
         console.print(line)
         if !s.addedTransactions.isEmpty {

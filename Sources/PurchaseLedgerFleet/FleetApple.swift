@@ -206,26 +206,15 @@ extension FleetStore {
     /// for d in try await fleet.divergences() { print(d.kind, d.ledger ?? "-", d.transaction ?? "-") }
     /// ```
     public func divergences() async throws -> [Divergence] {
+        try await divergences(partSize: Self.divergencePart)
+    }
+
+    /// ``divergences()`` in parts of about `partSize` statements (tests ask for small ones).
+    func divergences(partSize: Int64) async throws -> [Divergence] {
         try await run {
-            var records: [AppleRecord] = []
-            let recordRows = try await connection.query(
-                """
-                SELECT a.record, a.source, a.notification_uuid, n.notification_type, n.subtype, a.user_id, \(unescaped: Self.claimColumns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
-                FROM apple_transactions a LEFT JOIN apple_notifications n ON n.notification_uuid = a.notification_uuid
-                """, logger: logger)
-            for try await row in recordRows {
-                let r = row.makeRandomAccess()
-                let origin: AppleRecord.Origin
-                switch try r[1].decode(String.self) {
-                case "history": origin = .history
-                case "notification":
-                    origin = .notification(
-                        uuid: try r[2].decode(String?.self) ?? "", type: try r[3].decode(String?.self) ?? "", subtype: try r[4].decode(String?.self))
-                default: origin = .transactionInfo
-                }
-                records.append(AppleRecord(claims: try Self.claims(r, from: 6), origin: origin, seq: try r[0].decode(Int64.self), user: try r[5].decode(String?.self)))
-            }
-            guard !records.isEmpty else { return [] }
+            var total: Int64 = 0
+            for try await n in try await connection.query("SELECT count(*) FROM apple_transactions", logger: logger).decode(Int64.self) { total = n }
+            guard total > 0 else { return [] }
             var family = Set<String>()
             for try await id in try await connection.query(
                 "SELECT DISTINCT transaction_id FROM apple_notifications WHERE notification_type = 'REVOKE' AND transaction_id IS NOT NULL", logger: logger
@@ -238,56 +227,15 @@ extension FleetStore {
             ).decode((String, String, Int64).self) {
                 histories.append(Reconciliation.HistoryMark(seq: nil, revision: revision, user: owner, at: Timestamp(millisecondsSinceEpoch: signed)))
             }
-            // The device transactions Apple's record names, and the purchases of users whose
-            // complete history may lack them.
-            let columns =
-                "t.ledger_id::text, t.transaction_id, t.user_id, t.product, t.state, t.revoked, t.finished, t.finished_at_ms, t.purchased_at_ms, "
-                + "t.store_transaction_id, t.price, t.currency, t.environment, t.ownership, t.product_kind"
-            var transactions: [Reconciliation.DeviceTransaction] = []
-            let deviceRows = try await connection.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        SELECT \(columns) FROM transactions t
-                        WHERE t.store_transaction_id IN (SELECT transaction_id FROM apple_transactions)
-                        UNION
-                        SELECT \(columns) FROM transactions t
-                        JOIN (SELECT user_id, max(signed_date_ms) AS signed FROM apple_histories GROUP BY user_id) h ON h.user_id = t.user_id
-                        WHERE t.state = 'purchased' AND t.environment IS NULL AND t.store_transaction_id IS NOT NULL
-                            AND t.purchased_at_ms <= h.signed
-                        """), logger: logger)
-            for try await row in deviceRows {
-                let r = row.makeRandomAccess()
-                func text(_ i: Int) throws -> String? { try r[i].decode(String?.self) }
-                func number(_ i: Int) throws -> Int64? { try r[i].decode(Int64?.self) }
-                let paid = PurchaseTerms(
-                    price: try text(10), currency: try text(11), environment: try text(12).flatMap(StoreEnvironment.init(rawValue:)) ?? .production,
-                    ownership: try text(13).flatMap(Ownership.init(rawValue:)) ?? .purchased)
-                transactions.append(
-                    Reconciliation.DeviceTransaction(
-                        ledger: try text(0), transaction: try text(1) ?? "", user: try text(2), product: try text(3) ?? "", state: try text(4) ?? "",
-                        revoked: try r[5].decode(Bool.self), finished: try r[6].decode(Bool.self),
-                        finishedAt: try number(7).map(Timestamp.init(millisecondsSinceEpoch:)),
-                        purchasedAt: try number(8).map(Timestamp.init(millisecondsSinceEpoch:)), storeTransactionId: try text(9), paid: paid,
-                        consumable: try text(14) == ProductKind.consumable.rawValue, arrival: nil))
+            // In parts of at most about 25,000 of Apple's statements, by a hash of Apple's
+            // transaction id: a part holds every statement of its transactions and every device
+            // transaction naming them, so the parts compare on their own and memory stays flat
+            // as the store grows.
+            let parts = Int32(min((total + partSize - 1) / max(partSize, 1), 1 << 16))
+            var rows: [Divergence] = []
+            for part in 0..<parts {
+                rows += try await divergences(part: part, of: parts, family: family, histories: histories)
             }
-            // From when each user's devices could have recorded a purchase: the first event of
-            // the earliest of their ledgers. A user with no ledger in the store is not compared.
-            let recorded = Set(transactions.compactMap(\.storeTransactionId))
-            let unmatchedUsers = Array(Set(records.filter { !recorded.contains($0.claims.transactionId ?? "") }.compactMap(\.user)))
-            var firstEvents: [String: Timestamp] = [:]
-            if !unmatchedUsers.isEmpty {
-                for try await (owner, at) in try await connection.query(
-                    """
-                    SELECT u.user_id, min(e.at_ns) FROM (SELECT DISTINCT ledger_id, user_id FROM transactions WHERE user_id = ANY(\(unmatchedUsers)::text[])) u
-                    JOIN events e ON e.ledger_id = u.ledger_id AND e.seq = 1 GROUP BY u.user_id
-                    """, logger: logger
-                ).decode((String, Int64).self) {
-                    firstEvents[owner] = Timestamp(nanosecondsSinceEpoch: at)
-                }
-            }
-            var rows = Reconciliation.compare(
-                records: records, transactions: transactions, histories: histories, firstEventAt: { $0.flatMap { firstEvents[$0] } },
-                revokedByFamily: family)
             // The seq of each row's purchase or restore event in its ledger.
             let keyed = rows.filter { $0.ledger != nil && $0.transaction != nil }
             if !keyed.isEmpty {
@@ -314,6 +262,94 @@ extension FleetStore {
                     < (order[$1.kind]!, $1.ledger ?? "", $1.deviceSeq ?? .max, $1.appleTransaction ?? "")
             }
         }
+    }
+
+    /// How many of Apple's statements one part of the divergence report compares at most (about).
+    static let divergencePart: Int64 = 25_000
+
+    /// The divergences of one part (``divergences()``): Apple's statements whose transaction id
+    /// hashes to `part`, and the device transactions they, or a complete history, concern.
+    private func divergences(part: Int32, of parts: Int32, family: Set<String>, histories: [Reconciliation.HistoryMark]) async throws -> [Divergence] {
+        let inPart = "(hashtext(transaction_id) & 2147483647) % \(parts) = \(part)"
+        var records: [AppleRecord] = []
+        let recordRows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT a.record, a.source, a.notification_uuid, n.notification_type, n.subtype, a.user_id, a.transaction_id, a.product,
+                        a.purchase_date_ms, a.type, a.ownership, a.environment, a.price, a.currency, a.revocation_date_ms, a.revocation_reason,
+                        a.signed_date_ms
+                    FROM apple_transactions a LEFT JOIN apple_notifications n ON n.notification_uuid = a.notification_uuid
+                    WHERE \(inPart.replacingOccurrences(of: "transaction_id", with: "a.transaction_id"))
+                    """), logger: logger)
+        for try await row in recordRows {
+            let r = row.makeRandomAccess()
+            func text(_ i: Int) throws -> String? { try r[i].decode(String?.self) }
+            func number(_ i: Int) throws -> Int64? { try r[i].decode(Int64?.self) }
+            let origin: AppleRecord.Origin
+            switch try r[1].decode(String.self) {
+            case "history": origin = .history
+            case "notification": origin = .notification(uuid: try text(2) ?? "", type: try text(3) ?? "", subtype: try text(4))
+            default: origin = .transactionInfo
+            }
+            // The facts the comparison reads; the others stay in the table.
+            let claims = SignedTransaction.Claims(
+                transactionId: try text(6), originalTransactionId: nil, bundleId: nil, productId: try text(7), purchaseDate: try number(8), quantity: nil,
+                type: try text(9), inAppOwnershipType: try text(10), environment: try text(11), storefront: nil, price: try number(12),
+                currency: try text(13), offerType: nil, transactionReason: nil, revocationDate: try number(14),
+                revocationReason: try number(15).map { Int($0) }, signedDate: try number(16))
+            records.append(AppleRecord(claims: claims, origin: origin, seq: try r[0].decode(Int64.self), user: try text(5)))
+        }
+        // The device transactions Apple's statements name, and the purchases of users whose
+        // complete history may lack them.
+        let columns =
+            "t.ledger_id::text, t.transaction_id, t.user_id, t.product, t.state, t.revoked, t.finished, t.finished_at_ms, t.purchased_at_ms, "
+            + "t.store_transaction_id, t.price, t.currency, t.environment, t.ownership, t.product_kind"
+        var transactions: [Reconciliation.DeviceTransaction] = []
+        let deviceRows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT \(columns) FROM transactions t
+                    WHERE t.store_transaction_id IN (SELECT transaction_id FROM apple_transactions WHERE \(inPart))
+                    UNION
+                    SELECT \(columns) FROM transactions t
+                    JOIN (SELECT user_id, max(signed_date_ms) AS signed FROM apple_histories GROUP BY user_id) h ON h.user_id = t.user_id
+                    WHERE t.state = 'purchased' AND t.environment IS NULL AND t.store_transaction_id IS NOT NULL AND t.purchased_at_ms <= h.signed
+                        AND \(inPart.replacingOccurrences(of: "transaction_id", with: "t.store_transaction_id"))
+                    """), logger: logger)
+        var ledgers: [String: String] = [:]  // one copy of each ledger id's text
+        for try await row in deviceRows {
+            let r = row.makeRandomAccess()
+            func text(_ i: Int) throws -> String? { try r[i].decode(String?.self) }
+            func number(_ i: Int) throws -> Int64? { try r[i].decode(Int64?.self) }
+            let paid = PurchaseTerms(
+                price: try text(10), currency: try text(11), environment: try text(12).flatMap(StoreEnvironment.init(rawValue:)) ?? .production,
+                ownership: try text(13).flatMap(Ownership.init(rawValue:)) ?? .purchased)
+            let ledger = try text(0).map { id in ledgers[id, default: id] }
+            if let ledger { ledgers[ledger] = ledger }
+            transactions.append(
+                Reconciliation.DeviceTransaction(
+                    ledger: ledger, transaction: try text(1) ?? "", user: try text(2), product: try text(3) ?? "", state: try text(4) ?? "",
+                    revoked: try r[5].decode(Bool.self), finished: try r[6].decode(Bool.self), finishedAt: try number(7).map(Timestamp.init(millisecondsSinceEpoch:)),
+                    purchasedAt: try number(8).map(Timestamp.init(millisecondsSinceEpoch:)), storeTransactionId: try text(9), paid: paid,
+                    consumable: try text(14) == ProductKind.consumable.rawValue, arrival: nil))
+        }
+        // From when each user's devices could have recorded a purchase: the first event of the
+        // earliest of their ledgers. A user with no ledger in the store is not compared.
+        let recorded = Set(transactions.compactMap(\.storeTransactionId))
+        let unmatchedUsers = Array(Set(records.filter { !recorded.contains($0.claims.transactionId ?? "") }.compactMap(\.user)))
+        var firstEvents: [String: Timestamp] = [:]
+        if !unmatchedUsers.isEmpty {
+            for try await (owner, at) in try await connection.query(
+                """
+                SELECT u.user_id, min(e.at_ns) FROM (SELECT DISTINCT ledger_id, user_id FROM transactions WHERE user_id = ANY(\(unmatchedUsers)::text[])) u
+                JOIN events e ON e.ledger_id = u.ledger_id AND e.seq = 1 GROUP BY u.user_id
+                """, logger: logger
+            ).decode((String, Int64).self) {
+                firstEvents[owner] = Timestamp(nanosecondsSinceEpoch: at)
+            }
+        }
+        return Reconciliation.compare(
+            records: records, transactions: transactions, histories: histories, firstEventAt: { $0.flatMap { firstEvents[$0] } }, revokedByFamily: family)
     }
 }
 

@@ -210,20 +210,21 @@ public struct Reconciliation: Sendable {
         records: [AppleRecord], transactions: [DeviceTransaction], histories: [HistoryMark], firstEventAt: (String?) -> Timestamp?,
         revokedByFamily: Set<String> = [], leading: [Divergence] = []
     ) -> [Divergence] {
-        var byStore: [String: [DeviceTransaction]] = [:]
-        for t in transactions {
-            if let store = t.storeTransactionId { byStore[store, default: []].append(t) }
+        // Positions, not copies: a fleet compares 100,000 records at a time.
+        var byStore: [String: [Int]] = [:]
+        for (i, t) in transactions.enumerated() {
+            if let store = t.storeTransactionId { byStore[store, default: []].append(i) }
         }
         // Apple's latest statement of each transaction (by signedDate, then seq), and whether a
         // notification says the revocation was a Family Sharing one.
-        var latest: [String: AppleRecord] = [:]
+        var latestAt: [String: Int] = [:]
         var familyRevoked = revokedByFamily
-        var listedInHistory: [String: AppleRecord] = [:]
-        for r in records {
+        var listedAt: [String: Int] = [:]
+        for (i, r) in records.enumerated() {
             guard let id = r.claims.transactionId else { continue }
-            if latest[id].map({ ($0.claims.signedDate ?? 0, $0.seq) < (r.claims.signedDate ?? 0, r.seq) }) ?? true { latest[id] = r }
+            if latestAt[id].map({ (records[$0].claims.signedDate ?? 0, records[$0].seq) < (r.claims.signedDate ?? 0, r.seq) }) ?? true { latestAt[id] = i }
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
-            if case .history = r.origin, (listedInHistory[id]?.claims.signedDate ?? .min) < (r.claims.signedDate ?? 0) { listedInHistory[id] = r }
+            if case .history = r.origin, (listedAt[id].flatMap { records[$0].claims.signedDate } ?? .min) < (r.claims.signedDate ?? 0) { listedAt[id] = i }
         }
         var rows = leading
         func row(_ kind: Divergence.Kind, _ t: DeviceTransaction?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
@@ -234,9 +235,10 @@ public struct Reconciliation: Sendable {
                 user: t?.user ?? r?.user, product: t?.product ?? r?.claims.productId, device: device, apple: apple, deviceSeq: t?.arrival,
                 appleSeq: r?.seq, notification: notification)
         }
-        for (id, r) in latest.sorted(by: { $0.key < $1.key }) {
+        for (id, index) in latestAt.sorted(by: { $0.key < $1.key }) {
+            let r = records[index]
             let c = r.claims
-            guard let matched = byStore[id] else {
+            guard let matched = byStore[id]?.map({ transactions[$0] }) else {
                 // Before the devices' first event they could not have recorded it.
                 guard c.environment == "Production", let first = firstEventAt(r.user) else { continue }
                 if c.purchaseDate.map({ Timestamp(millisecondsSinceEpoch: $0) >= first }) ?? true {
@@ -265,7 +267,7 @@ public struct Reconciliation: Sendable {
                     if d.field == "ownership" { rows.append(row(.ownershipDiffers, t, r, device: d.observed, apple: d.signed)) }
                     if d.field == "environment" { rows.append(row(.environmentDiffers, t, r, device: d.observed, apple: d.signed)) }
                 }
-                if c.type == "Consumable", t.finished, let listed = listedInHistory[id], let finishedAt = t.finishedAt,
+                if c.type == "Consumable", t.finished, let listed = listedAt[id].map({ records[$0] }), let finishedAt = t.finishedAt,
                     let signed = listed.claims.signedDate, Timestamp(millisecondsSinceEpoch: signed) > finishedAt
                 {
                     rows.append(
@@ -278,9 +280,13 @@ public struct Reconciliation: Sendable {
         // Device purchases Apple never charged, by a complete history of their user made after them.
         var historiesByUser: [String: [HistoryMark]] = [:]
         for h in histories { historiesByUser[h.user ?? "", default: []].append(h) }
-        for t in transactions.sorted(by: { ($0.arrival ?? 0, $0.ledger ?? "", $0.transaction) < ($1.arrival ?? 0, $1.ledger ?? "", $1.transaction) }) {
+        let candidates = transactions.indices.filter { transactions[$0].state == "purchased" }.sorted { a, b in
+            let (x, y) = (transactions[a], transactions[b])
+            return (x.arrival ?? 0, x.ledger ?? "", x.transaction) < (y.arrival ?? 0, y.ledger ?? "", y.transaction)
+        }
+        for t in candidates.lazy.map({ transactions[$0] }) {
             // A restore names its own id for a purchase of before: the purchase is what Apple lists.
-            guard let store = t.storeTransactionId, latest[store] == nil, t.state == "purchased",
+            guard let store = t.storeTransactionId, latestAt[store] == nil, t.state == "purchased",
                 t.paid.environment == .production, let purchasedAt = t.purchasedAt
             else { continue }
             // A history omits finished consumables: such a purchase is no disagreement.

@@ -2,13 +2,13 @@
 # A throwaway fleet store on this machine, to try `ship`, `report`, `verify --against` and `forget`
 # on PostgreSQL: starts Debian's PostgreSQL in a new temporary folder, listening on 127.0.0.1
 # only; makes an owner (no superuser) and its database; migrates it with the CLI; makes the
-# shipping and reporting roles with docs/fleet.md's two blocks, as written there (the first as an
+# shipping, reporting and Apple roles with docs/fleet.md's two blocks, as written there (the first as an
 # administrator, the second as the owner); prints the URLs. For trying it, never for production:
 # the passwords are the docs' examples.
 #
 #   Tools/fleet-up.sh              # start one; prints its URLs and the command that stops it
-#   eval "$(Tools/fleet-up.sh)"    # the same, and sets FLEET_OWNER, FLEET_SHIP, FLEET_REPORT and
-#                                  # FLEET_FOLDER, which the commands in README.md and docs/ use
+#   eval "$(Tools/fleet-up.sh)"    # the same, and sets FLEET_OWNER, FLEET_SHIP, FLEET_REPORT,
+#                                  # FLEET_APPLE and FLEET_FOLDER, which the commands in README.md and docs/ use
 #   Tools/fleet-up.sh stop FOLDER  # stop it and delete its folder
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
@@ -58,12 +58,14 @@ documented roles.sql | psql -U postgres -d fleet
 documented grants.sql | psql -U fleet_owner -d fleet
 ship="postgres://ledger_ship:change-me@127.0.0.1:$port/fleet"
 report="postgres://ledger_report:change-me-too@127.0.0.1:$port/fleet"
+apple="postgres://ledger_apple:change-me-three@127.0.0.1:$port/fleet"
 cat >&2 << EOF2
 fleet-up: a fleet store on 127.0.0.1:$port (PostgreSQL in $folder), migrated, with the documented roles:
   owner (migrate, forget):  $owner
   shipping (ship):          $ship
   reporting (report):       $report
+  Apple (apple-import):     $apple
 Stop it and delete it with: Tools/fleet-up.sh stop $folder
 EOF2
 # On stdout, for `eval "$(Tools/fleet-up.sh)"`: the same URLs as variables the docs' commands use.
-printf "export FLEET_OWNER='%s' FLEET_SHIP='%s' FLEET_REPORT='%s' FLEET_FOLDER='%s'\n" "$owner" "$ship" "$report" "$folder"
+printf "export FLEET_OWNER='%s' FLEET_SHIP='%s' FLEET_REPORT='%s' FLEET_APPLE='%s' FLEET_FOLDER='%s'\n" "$owner" "$ship" "$report" "$apple" "$folder"

@@ -90,9 +90,24 @@ final class RowStream: @unchecked Sendable {  // Used by one command, from one t
         case .json: console.write((count == 1 ? "" : ",\n") + json())
         case .html: htmlRows += layout.row(cells(), filled: &filled)
         case .table:
-            block.append(cells())
+            // A line break in a cell (a signed field can hold one) would start a row of its own.
+            block.append(cells().map { $0.contains(where: \.isNewline) ? Self.oneLine($0) : $0 })
             if block.count == 1000 { flushBlock() }
         }
+    }
+
+    /// `text` with its line breaks and tabs written as `\n`, `\r` and `\t`.
+    static func oneLine(_ text: String) -> String {
+        var out = ""
+        for c in text.unicodeScalars {
+            switch c {
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default: out.unicodeScalars.append(c)
+            }
+        }
+        return out
     }
 
     func flushBlock() {

@@ -29,6 +29,11 @@ struct TimelineCommand: AsyncParsableCommand {
         let verifier = try appleRoots.verifier()
         var evidence: [Int64: AppleEvidence] = [:]
         for entry in entries {
+            // Apple's records are checked as a device's signed transactions are.
+            if let found = await Reconciliation.evidence(of: entry.event, verifier: verifier) {
+                evidence[entry.event.seq] = found
+                continue
+            }
             guard let jws = entry.event.event.body.signedTransaction else { continue }
             evidence[entry.event.seq] = await Self.evidence(jws, entry.event, verifier: verifier)
         }

@@ -85,12 +85,19 @@ extension FleetStore {
                             + "they were written before personal values were kept apart (migration 0007), so the store cannot erase the user "
                             + "without breaking their chains; nothing was changed")
                 }
-                // Apple's record of the user, which names the user id: deleted.
+                // Apple's record of the user: what names the user, and what names no one yet but
+                // is about the user's transactions (a notification stored before their ledger).
                 var apple = 0
                 for try await count in try await connection.query(
                     """
-                    WITH a AS (DELETE FROM apple_transactions WHERE user_id = \(user) RETURNING 1),
-                        n AS (DELETE FROM apple_notifications WHERE user_id = \(user) RETURNING 1),
+                    WITH mine AS (
+                            SELECT t.store_transaction_id FROM transactions t JOIN pg_temp.erased_transactions e
+                                ON t.ledger_id = e.ledger_id AND t.transaction_id = e.transaction_id
+                            WHERE t.store_transaction_id IS NOT NULL),
+                        a AS (DELETE FROM apple_transactions WHERE user_id = \(user)
+                            OR (user_id IS NULL AND transaction_id IN (SELECT store_transaction_id FROM mine)) RETURNING 1),
+                        n AS (DELETE FROM apple_notifications WHERE user_id = \(user)
+                            OR (user_id IS NULL AND transaction_id IN (SELECT store_transaction_id FROM mine)) RETURNING 1),
                         h AS (DELETE FROM apple_histories WHERE user_id = \(user) RETURNING 1)
                     SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM n) + (SELECT count(*) FROM h)
                     """, logger: logger

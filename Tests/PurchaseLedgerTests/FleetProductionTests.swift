@@ -225,11 +225,15 @@ struct FleetProductionTests {
         #expect(try cli(["ship", path, "--to", shipURL]).status == 0)
         let report = try cli(["report", reportURL, "--format", "csv"])
         #expect(report.status == 0 && report.stdout.contains("t9"), "\(report.stderr)")
-        // Apple's record: the shipping role stores it, the reporting role reads the divergences.
+        // Apple's record: the Apple role stores it, the reporting role reads the divergences.
         let apple = try ReconciliationTests()
         try apple.chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
         try apple.info(try apple.signed("1001")).write(toFile: dir.path("info.json"), atomically: true, encoding: .utf8)
-        let appleImported = try cli(["apple-import", shipURL, dir.path("info.json"), "--apple-root", dir.path("root.pem"), "--user", "bob"])
+        // A device's shipping credential cannot plant a statement of Apple's: a role of its own writes them.
+        let shipperImports = try cli(["apple-import", shipURL, dir.path("info.json"), "--apple-root", dir.path("root.pem"), "--user", "bob"])
+        #expect(shipperImports.status == 3 && shipperImports.stderr.contains("lacks a privilege"), "\(shipperImports.stderr)")
+        let appleURL = server.url(database: database, password: "change-me-three", user: "ledger_apple" + suffix)
+        let appleImported = try cli(["apple-import", appleURL, dir.path("info.json"), "--apple-root", dir.path("root.pem"), "--user", "bob"])
         #expect(appleImported.status == 0, "\(appleImported.stderr)")
         let divergence = try cli(["report", reportURL, "--view", "divergence", "--format", "csv"])
         #expect(divergence.status == 0 && divergence.stdout.contains("chargedNotRecorded"), "\(divergence.stdout)\(divergence.stderr)")
@@ -298,6 +302,7 @@ struct FleetProductionTests {
         let marker = try #require(docs.range(of: "<!-- \(name) -->\n```sql\n"))
         let sql = docs[marker.upperBound...].components(separatedBy: "\n```")[0]
         return sql.replacingOccurrences(of: "ledger_ship", with: "ledger_ship" + suffix).replacingOccurrences(of: "ledger_report", with: "ledger_report" + suffix)
+            .replacingOccurrences(of: "ledger_apple", with: "ledger_apple" + suffix)
     }
 
     /// The row-level security of docs/fleet.md: a reporting role sees the ledgers of its scope

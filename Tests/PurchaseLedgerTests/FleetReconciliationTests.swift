@@ -68,7 +68,7 @@ struct FleetReconciliationTests {
             try d.notification("REVOKE", uuid: "n-2", transaction: try d.signed("1002", ownership: "FAMILY_SHARED", revoked: true)),
         ]
         let inLedger = try await ledger.importApple(try placed(apple), verifier: try verifier)
-        let inFleet = try await fleet.importApple(try placed(apple), verifier: try verifier)
+        let inFleet = try await fleet.importApple(try placed(apple), verifier: try verifier, user: "u1")
         #expect(inFleet.transactions == 6 && inFleet.notifications == 2 && inFleet.histories == 1 && inFleet.alreadyHeld == 0 && inFleet.firstSeq == nil)
         #expect(inLedger.transactions == 6 && inLedger.notifications == 2 && inLedger.histories == 1)
         let ledgerRows = try await ledger.divergences(verifier: try verifier)
@@ -100,7 +100,7 @@ struct FleetReconciliationTests {
         let fleet = try await FleetStore.connect(url)
         _ = try await fleet.ship(iphone)
         _ = try await fleet.ship(ipad)
-        try await fleet.importApple(try placed([history]), verifier: try verifier)
+        try await fleet.importApple(try placed([history]), verifier: try verifier, user: "u1")
         #expect(try await fleet.divergences().isEmpty)
         // A charge no device of the user recorded is one row.
         try await fleet.importApple(try placed([d.info(try d.signed("1003"))]), verifier: try verifier, user: "u1")
@@ -137,7 +137,7 @@ struct FleetReconciliationTests {
         await #expect {
             try await fleet.importApple(try placed([d.history([try d.signed("5555")])]), verifier: try verifier)
         } throws: { error in
-            "\(error)" == "doc0.json: a complete history whose transactions match no user of the fleet: give its user (--user)"
+            "\(error)" == "doc0.json: a complete history in a fleet store is the customer's named for it: give its user (--user)"
         }
         #expect(try await counts(fleet) == [1, 1, 0])
         // Erasing the user deletes Apple's records of the user too.
@@ -165,5 +165,76 @@ struct FleetReconciliationTests {
         let json = try cli(["report", url, "--view", "divergence", "--format", "json"])
         let rows = try #require((try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["rows"] as? [[String: Any]])
         #expect(rows.count == 1 && rows.first?["ledger"] as? String == id && rows.first?["kind"] as? String == "priceDiffers", "\(rows)")
+    }
+
+    /// A device that claims another user's Apple transaction id hides nothing and takes nothing:
+    /// the record stays its user's, the claim is a row of its own, and a history is credited to
+    /// the user named for it.
+    @Test func aStoreIDClaimedByAnotherUsersDeviceIsNamedAndHidesNothing() async throws {
+        let d = docs
+        let (_, url) = try FleetServer.database()
+        let fleet = try await FleetStore.connect(url)
+        _ = try await fleet.ship(try d.ledger(d.purchase("t1", store: "1001"), name: "u1.ledger"))
+        let evil =
+            #"{"type":"paymentQueued","at":"2026-05-28T20:05:00Z","transaction":"x1","product":"book","user":"0evil"}"#
+            + "\n" + #"{"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"x1","storeTransactionId":"1003","price":"4.99","currency":"USD"}"#
+            + "\n" + #"{"type":"paymentQueued","at":"2026-05-28T20:05:00Z","transaction":"x2","product":"book","user":"0evil"}"#
+            + "\n" + #"{"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"x2","storeTransactionId":"1001","price":"4.99","currency":"USD"}"#
+        _ = try await fleet.ship(try d.ledger(evil, name: "evil.ledger"))
+        // Claimed by devices of two users: the history is the one named for it.
+        let history = d.history([try d.signed("1001"), try d.signed("1002"), try d.signed("1003")])
+        await #expect {
+            try await fleet.importApple(try placed([history]), verifier: try verifier)
+        } throws: { error in
+            "\(error)".hasSuffix("a complete history in a fleet store is the customer's named for it: give its user (--user)")
+        }
+        try await fleet.importApple(try placed([history]), verifier: try verifier, user: "u1")
+        let rows = try await fleet.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-") \($0.user ?? "-")" }
+        #expect(
+            rows == ["chargedNotRecorded - 1002 u1", "chargedNotRecorded - 1003 u1", "claimedByAnotherUser x1 1003 0evil", "claimedByAnotherUser x2 1001 0evil"],
+            "\(rows)")
+        await fleet.close()
+    }
+
+    /// Apple's notification of a charge no device recorded comes before the user's history: the
+    /// history credits it to the user, so it is reported; erasing the user deletes it.
+    @Test func aRecordOfNoUserYetIsCreditedLaterAndErasedWithTheUser() async throws {
+        let d = docs
+        let (_, url) = try FleetServer.database()
+        let fleet = try await FleetStore.connect(url)
+        let refund = try d.notification("REFUND", uuid: "n-5", transaction: try d.signed("1005", revoked: true))
+        try await fleet.importApple(try placed([refund]), verifier: try verifier)
+        let charge = try d.notification("ONE_TIME_CHARGE", uuid: "n-6", transaction: try d.signed("1002"))
+        #expect(try await fleet.importApple(try placed([charge]), verifier: try verifier).notifications == 1)
+        _ = try await fleet.ship(try d.ledger(d.purchase("t1", store: "1001") + "\n" + d.purchase("t5", store: "1005")))
+        // No user yet: compared with nothing but the refund's device.
+        #expect(try await fleet.divergences().map(\.kind) == [.refundNotSeen])
+        let summary = try await fleet.importApple(
+            try placed([d.history([try d.signed("1001"), try d.signed("1002")])]), verifier: try verifier, user: "u1")
+        #expect(summary.histories == 1 && summary.alreadyHeld == 1, "\(summary)")
+        #expect(
+            try await fleet.divergences().map { "\($0.kind.rawValue) \($0.appleTransaction ?? "-") \($0.user ?? "-")" } == [
+                "refundNotSeen 1005 u1", "chargedNotRecorded 1002 u1",
+            ])
+        let erased = try await fleet.forget(user: "u1")
+        #expect(erased.appleRecords == 6, "\(erased)")
+        #expect(try await counts(fleet) == [0, 0, 0])
+        await fleet.close()
+    }
+
+    /// What is signed without Apple's transaction id cannot be kept by it: refused, nothing written.
+    @Test func aSignedTransactionWithoutItsIDIsRefused() async throws {
+        let d = docs
+        let (_, url) = try FleetServer.database()
+        let fleet = try await FleetStore.connect(url)
+        var payload = SigningChain.payload(transaction: "1", product: "book", price: 4990, currency: "USD", signedDate: ReconciliationTests.at)
+        payload.removeValue(forKey: "transactionId")
+        await #expect {
+            try await fleet.importApple(try placed([d.info(try d.signed("1001")), d.info(try d.chain.sign(payload))]), verifier: try verifier)
+        } throws: { error in
+            "\(error)" == "doc1.json:1: signedTransactionInfo: the signed transaction has no transactionId"
+        }
+        #expect(try await counts(fleet) == [0, 0, 0])
+        await fleet.close()
     }
 }

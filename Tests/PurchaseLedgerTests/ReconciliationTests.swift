@@ -308,9 +308,28 @@ import Testing
         // Redacted, Apple's signed bodies cannot come along.
         #expect(try ledger.extract(.user("u1"), to: dir.path("u1.ledger"), redact: true).appleRecords == 0)
 
+        // A record of Apple's appended by hand shows in the timeline, marked as not Apple's.
+        var forged = try signed("1001", revoked: true, signedDate: Self.at + 5000).split(separator: ".").map(String.init)
+        forged[2] = try signed("1002").split(separator: ".").map(String.init)[2]  // another transaction's signature
+        let line = #"{"type":"appleTransactionReceived","at":"2026-05-29T00:00:00Z","signedTransaction":""# + forged.joined(separator: ".") + #"","source":"transactionInfo"}"#
+        #expect(try cli(["append", path], stdin: line).status == 0)
+        let marked = try cli(["timeline", path, "--transaction", "t1", "--apple-root", root]).stdout.split(separator: "\n")
+        #expect(marked.contains { $0.hasPrefix("    10 ") && $0.contains("Apple's signature: invalid: ") }, "\(marked)")
+        #expect(marked.contains { $0.hasPrefix("     8 ") && $0.contains("signed by Apple") }, "\(marked)")
+
         // The device records the refund a day late: no divergence now, but the log showed one.
         try ledger.append(Event(at: try Timestamp.parse("2026-05-29T20:00:00Z"), .transactionRevoked(transaction: "t1", reason: "refund")))
-        #expect(try await kinds(ledger).isEmpty)
+        #expect(try await kinds(ledger) == ["appleRecordUnverified - 1001"])
         #expect(try await ledger.firstDivergence(verifier: AppleSignatureVerifier(roots: try chain.roots))?.seq == 8)
+    }
+
+    /// After `forget`, the user's complete history names an erased user, as the device's
+    /// transactions do: it stands for no one, and claims no purchase missing.
+    @Test func anErasedUsersHistoryClaimsNothing() async throws {
+        let ledger = try ledger(purchase() + "\n" + purchase("t2", store: "1002"))
+        try await importApple(ledger, history([try signed("1001", revoked: true), try signed("1003")]))
+        #expect(try await kinds(ledger) == ["refundNotSeen t1 1001", "chargedNotRecorded - 1003", "recordedNotCharged t2 1002"])
+        try ledger.forget(user: "u1")
+        #expect(try await kinds(ledger).isEmpty)
     }
 }

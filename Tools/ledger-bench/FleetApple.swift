@@ -146,7 +146,7 @@ func fleetAppleBenchmark(workload: String, ledgers count: Int, apple: Int, runs:
             let verifier = AppleSignatureVerifier(roots: roots)
             for user in historyUsers {
                 let page = #"{"revision":"r-1","hasMore":false,"signedTransactions":["# + histories[user]!.map { "\"\($0)\"" }.joined(separator: ",") + "]}"
-                let s = try await fleet.importApple(try AppleDocument.parse(Array(page.utf8), file: "history-\(user)"), verifier: verifier)
+                let s = try await fleet.importApple(try AppleDocument.parse(Array(page.utf8), file: "history-\(user)"), verifier: verifier, user: user)
                 total.transactions += s.transactions
                 total.histories += s.histories
             }

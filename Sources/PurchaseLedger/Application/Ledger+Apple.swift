@@ -58,10 +58,13 @@ extension Ledger {
             }
             if case .appleHistoryCompleted(let revision, let u) = e.event.body { holdings.holdHistory(revision: revision, user: u) }
         }
-        var userByStoreID: [String: String] = [:]
+        // Whose each store id is: only ids that one user's transactions name (an id two users
+        // claim proves nothing about either).
+        var usersByStoreID: [String: Set<String>] = [:]
         for t in try self.transactions() {
-            if let store = t.storeTransactionId, let u = t.user { userByStoreID[store] = u }
+            if let store = t.storeTransactionId, let u = t.user, !SignedTransaction.isMarker(u) { usersByStoreID[store, default: []].insert(u) }
         }
+        let userByStoreID = usersByStoreID.compactMapValues { $0.count == 1 ? $0.first : nil }
         let plan = try holdings.plan(verified, userByStoreID: userByStoreID, user: user)
 
         let stamp = Timestamp(millisecondsSinceEpoch: Int64((now.timeIntervalSince1970 * 1000).rounded(.down)))

@@ -151,7 +151,9 @@ extension Ledger {
                 if let open { restores[open].transactions.insert(t) }
             case .appleTransactionReceived(_, _, let u), .appleNotificationReceived(_, let u):
                 let ids = AppleRecord.records(in: e).reduce(into: Set<String>()) { ids, r in
-                    ids.formUnion([r.claims.transactionId, r.claims.originalTransactionId].compactMap { $0 })
+                    // By Apple's id only: a record naming a kept purchase as its original is another
+                    // transaction's, which the repro would show as charged and not recorded.
+                    if let id = r.claims.transactionId { ids.insert(id) }
                 }
                 appleEvents.append((e.seq, ids, u, false))
             case .appleHistoryCompleted(_, let u):

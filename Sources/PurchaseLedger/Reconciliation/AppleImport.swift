@@ -56,6 +56,10 @@ public struct VerifiedAppleDocuments: Sendable {
             case .failure(let error): throw fail(index, "\(what): not a JWS: \(error.message)")
             }
             if signed.isLocalTesting { throw fail(index, "\(what): environment \(signed.claims.environment ?? "Xcode"): signed by Xcode, not by Apple") }
+            // A transaction is kept and compared by Apple's id (a notification's payload has its UUID).
+            if what != "signedPayload", (signed.claims.transactionId ?? "").isEmpty {
+                throw fail(index, "\(what): the signed transaction has no transactionId")
+            }
             return signed
         }
         for (index, place) in documents.enumerated() {
@@ -171,41 +175,54 @@ package struct AppleHoldings {
     /// (by Apple's `transactionId` or `originalTransactionId` in `userByStoreID`; in a history,
     /// the one user its matched transactions name), else `user`. Throws when history pages
     /// name transactions of several users.
-    package mutating func plan(_ verified: VerifiedAppleDocuments, userByStoreID: [String: String], user: String?) throws(AppleImportError) -> AppleImportPlan {
-        // A history is one Apple customer's: when its matched transactions name one user, its
-        // other transactions are that user's too.
+    ///
+    /// `inferHistoryUser`: whether a history whose matched transactions name one user is that
+    /// user's without `user` (a ledger's: one device's users). A fleet store's is not: there any
+    /// device could claim one of another customer's ids, so a history is the user's given.
+    package mutating func plan(
+        _ verified: VerifiedAppleDocuments, userByStoreID: [String: String], user: String?, inferHistoryUser: Bool = true
+    ) throws(AppleImportError) -> AppleImportPlan {
+        // A history is one Apple customer's: the user given, else the one user its matched
+        // transactions name (its other transactions are that user's too).
         let historyUsers = Set(verified.historyTransactionIDs.compactMap { userByStoreID[$0] })
-        let historyUser = historyUsers.count == 1 ? historyUsers.first : nil
+        let historyUser = user ?? (inferHistoryUser && historyUsers.count == 1 ? historyUsers.first : nil)
         func owner(_ claims: SignedTransaction.Claims, inHistory: Bool = false) -> String? {
-            claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] }
+            // The user given for a history says whose it is, whatever a device claims.
+            if inHistory, let user { return user }
+            return claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] }
                 ?? (inHistory ? historyUser : nil) ?? user
+        }
+        if verified.completedRevision != nil, user == nil, inferHistoryUser, historyUsers.count > 1 {
+            // Pages matching several users are not known to make one customer's history.
+            throw AppleImportError(
+                file: verified.historyFile, line: nil,
+                message:
+                    "the history pages name transactions of several users (\(historyUsers.sorted().joined(separator: ", "))): import each user's history on its own, naming its user (--user)"
+            )
         }
         var plan = AppleImportPlan()
         for (signed, source) in verified.transactions {
+            let found = owner(signed.claims, inHistory: source == .history)
+            if let id = signed.claims.transactionId, let found { plan.owners[id] = found }
             guard !isHeld(signed.claims, fromHistory: source == .history) else {
                 plan.alreadyHeld += 1
                 continue
             }
             hold(signed.claims)
-            plan.transactions.append((signed, source, owner(signed.claims, inHistory: source == .history)))
+            plan.transactions.append((signed, source, found))
         }
         for (signed, n, inner) in verified.notifications {
+            let found = inner.flatMap { owner($0.claims) } ?? user
+            if let id = inner?.claims.transactionId, let found, plan.owners[id] == nil { plan.owners[id] = found }
             guard notifications.insert(n.uuid).inserted else {
                 plan.alreadyHeld += 1
                 continue
             }
-            plan.notifications.append((signed, n, inner, inner.flatMap { owner($0.claims) } ?? user))
+            plan.notifications.append((signed, n, inner, found))
         }
         if let revision = verified.completedRevision {
-            // A history is one customer's: pages matching several users are not known to make one.
-            guard historyUsers.count <= 1 else {
-                throw AppleImportError(
-                    file: verified.historyFile, line: nil,
-                    message: "the history pages name transactions of several users (\(historyUsers.sorted().joined(separator: ", "))): import each user's history on its own")
-            }
-            let historyOwner = historyUser ?? user
-            if histories.insert(revision + "\u{0}" + (historyOwner ?? "")).inserted {
-                plan.history = (revision, historyOwner, verified.historySignedAt)
+            if histories.insert(revision + "\u{0}" + (historyUser ?? "")).inserted {
+                plan.history = (revision, historyUser, verified.historySignedAt)
             } else {
                 plan.alreadyHeld += 1
             }
@@ -221,4 +238,7 @@ package struct AppleImportPlan {
     /// A history completed: its revision, its user, and the latest `signedDate` of its pages.
     package var history: (revision: String, user: String?, signedAt: Int64?)?
     package var alreadyHeld = 0
+    /// Whose each Apple transaction of the documents is, where known (stored or already held):
+    /// a store credits its records that had no user yet.
+    package var owners: [String: String] = [:]
 }

@@ -18,6 +18,9 @@ public struct Divergence: Sendable, Hashable {
         /// A consumable the device finished that Apple's history still lists (only unfinished
         /// consumables are listed).
         case unfinishedAtApple
+        /// A device transaction of one user names Apple's transaction of another: a forged,
+        /// replayed or shared transaction id. It does not count as that user's purchase.
+        case claimedByAnotherUser
         /// A record of Apple's in the log whose signature does not verify with the roots (written
         /// some other way than `apple-import`, or edited): it is compared with nothing.
         case appleRecordUnverified
@@ -81,6 +84,18 @@ public struct Reconciliation: Sendable {
 
     /// Whether any of Apple's records has been added.
     public var holdsAppleRecords: Bool { !records.isEmpty || !histories.isEmpty }
+
+    /// Whether an event of Apple's record verifies as Apple's with `verifier`'s roots (its
+    /// documents, at the time it was recorded): `apple`, or `invalid` with why; nil for another
+    /// event. An erased record is `invalid` (its bodies are gone).
+    public static func evidence(of e: RecordedEvent, verifier: AppleSignatureVerifier) async -> AppleEvidence? {
+        switch e.event.body {
+        case .appleTransactionReceived, .appleNotificationReceived: break
+        default: return nil
+        }
+        guard let record = AppleRecord.records(in: e).first else { return .invalid("erased with its user, or not a signed document") }
+        return await problem(record, AppleSignatureVerifier(roots: verifier.roots)).map { .invalid($0) } ?? .apple
+    }
 
     /// Why a signed document of `record` does not verify as Apple's with `verifier`'s roots, at
     /// the time it was recorded; nil when every one does.
@@ -238,9 +253,20 @@ public struct Reconciliation: Sendable {
         for (id, index) in latestAt.sorted(by: { $0.key < $1.key }) {
             let r = records[index]
             let c = r.claims
-            guard let matched = byStore[id]?.map({ transactions[$0] }) else {
+            // A device transaction is Apple's transaction only for the user Apple's record is of
+            // (an erased user's, or a record of no known user, matches any).
+            var matched: [DeviceTransaction] = []
+            for t in (byStore[id] ?? []).map({ transactions[$0] }) {
+                if let owner = r.user, let claimant = t.user, owner != claimant, !SignedTransaction.isMarker(claimant) {
+                    rows.append(row(.claimedByAnotherUser, t, r, device: "\(t.state), of \(claimant)", apple: "Apple's transaction of \(owner)"))
+                } else {
+                    matched.append(t)
+                }
+            }
+            if matched.isEmpty {
                 // Before the devices' first event they could not have recorded it.
-                guard c.environment == "Production", let first = firstEventAt(r.user) else { continue }
+                guard c.environment == "Production", r.user.map({ !SignedTransaction.isMarker($0) }) ?? true, let first = firstEventAt(r.user)
+                else { continue }
                 if c.purchaseDate.map({ Timestamp(millisecondsSinceEpoch: $0) >= first }) ?? true {
                     rows.append(row(.chargedNotRecorded, nil, r, device: "no transaction", apple: describe(c)))
                 }
@@ -279,7 +305,8 @@ public struct Reconciliation: Sendable {
         }
         // Device purchases Apple never charged, by a complete history of their user made after them.
         var historiesByUser: [String: [HistoryMark]] = [:]
-        for h in histories { historiesByUser[h.user ?? "", default: []].append(h) }
+        // An erased user's history stands for no one: the device's markers would match it.
+        for h in histories where !(h.user.map(SignedTransaction.isMarker) ?? false) { historiesByUser[h.user ?? "", default: []].append(h) }
         let candidates = transactions.indices.filter { transactions[$0].state == "purchased" }.sorted { a, b in
             let (x, y) = (transactions[a], transactions[b])
             return (x.arrival ?? 0, x.ledger ?? "", x.transaction) < (y.arrival ?? 0, y.ledger ?? "", y.transaction)

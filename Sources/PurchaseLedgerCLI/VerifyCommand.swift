@@ -81,7 +81,10 @@ struct VerifyCommand: AsyncParsableCommand {
         let collected = Locked<[FleetAuditProblem]>([])
         let json = json
         do {
-            audit = try await fleet.audit(witness: earlier, progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }) {
+            audit = try await fleet.audit(
+                witness: earlier, appleVerifier: try appleRoots.verifier(),
+                progress: { done, total in console.progress("audited \(done)/\(total) (each ledger's log, then each table's rows)") }
+            ) {
                 problem in
                 if json { return collected.withLock { $0.append(problem) } }
                 console.endProgress()
@@ -99,6 +102,7 @@ struct VerifyCommand: AsyncParsableCommand {
             + (audit.chainsNotRecomputable > 0 ? " (\(audit.chainsNotRecomputable) keyed or altered at seq 1: not recomputable here)" : "")
             + (audit.unsignedLedgers > 0 ? ", \(audit.unsignedLedgers) shipped before heads were signed (nothing vouches for them)" : "")
             + ", \(audit.projectionsCompared) ledgers' rows equal a replay of their events, no erased user in the rows"
+            + (audit.appleRecords > 0 ? ", \(audit.appleRecords) of Apple's records verify as Apple's and state what their columns say" : "")
         if json {
             console.printJSON { w in
                 w.field("valid", audit.problems == 0)
@@ -108,6 +112,7 @@ struct VerifyCommand: AsyncParsableCommand {
                 w.field("chainsNotRecomputable", audit.chainsNotRecomputable)
                 w.field("unsignedLedgers", audit.unsignedLedgers)
                 w.field("projectionsCompared", audit.projectionsCompared)
+                w.field("appleRecords", audit.appleRecords)
                 w.field("problemCount", audit.problems)
                 w.key("problems")
                 w.array(collected.withLock { $0 }) { w, problem in

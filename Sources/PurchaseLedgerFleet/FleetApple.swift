@@ -372,6 +372,103 @@ extension FleetStore {
     }
 }
 
+extension FleetStore {
+    /// The fleet audit's part on Apple's record (``audit(witness:appleVerifier:progress:problem:)``,
+    /// on its connection and snapshot): every statement and notification is its kept JWS (header
+    /// from `signing_headers`), verifies as Apple's with `verifier`'s roots at its import time, and
+    /// its columns are what that JWS states (by the statement digest, which covers every fact
+    /// kept). Returns how many rows passed; reports each other.
+    func auditAppleRecords(verifier: AppleSignatureVerifier, report: (FleetAuditProblem) -> Void) async throws -> Int {
+        let roots = AppleSignatureVerifier(roots: verifier.roots)
+        var passed = 0
+        var after: Int64 = 0
+        while true {
+            var batch: [(record: Int64, id: String, statement: [UInt8], columns: SignedTransaction.Claims, jws: String?, at: Date)] = []
+            let rows = try await connection.query(
+                """
+                SELECT a.record, a.statement, h.header, a.signed_body, extract(epoch FROM a.imported_at)::float8, \(unescaped: Self.claimColumns.split(separator: ",").map { "a." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
+                FROM apple_transactions a LEFT JOIN signing_headers h ON h.digest = a.signing_header
+                WHERE a.record > \(after) ORDER BY a.record LIMIT 10000
+                """, logger: logger)
+            for try await row in rows {
+                let r = row.makeRandomAccess()
+                let header = try r[2].decode(String?.self), body = try r[3].decode(String.self)
+                let columns = try Self.claims(r, from: 5)
+                batch.append(
+                    (
+                        try r[0].decode(Int64.self), columns.transactionId ?? "", Array(buffer: try r[1].decode(ByteBuffer.self)), columns,
+                        header.map { $0 + "." + body }, Date(timeIntervalSince1970: try r[4].decode(Double.self))
+                    ))
+            }
+            guard let last = batch.last else { break }
+            after = last.record
+            var parsed: [SignedTransaction] = [], places: [Int] = []
+            for (i, row) in batch.enumerated() {
+                func problem(_ message: String) { report(FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's record \(row.record) (transaction \(row.id)): \(message)")) }
+                guard let jws = row.jws else {
+                    problem("its header is not in signing_headers: the JWS cannot be checked")
+                    continue
+                }
+                guard let signed = try? SignedTransaction(jws: jws) else {
+                    problem("what it keeps is not a signed transaction")
+                    continue
+                }
+                if AppleRecord.statementDigest(of: signed.claims) != row.statement || AppleRecord.statementDigest(of: row.columns) != row.statement {
+                    problem("its columns are not what its JWS states: altered in the store")
+                    continue
+                }
+                parsed.append(signed)
+                places.append(i)
+            }
+            let evidence = await VerifiedAppleDocuments.evidence(of: parsed, recordedAt: places.map { batch[$0].at }, verifier: roots)
+            for (k, i) in places.enumerated() {
+                if evidence[k] == .apple {
+                    passed += 1
+                } else {
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: "", seq: nil,
+                            message: "Apple's record \(batch[i].record) (transaction \(batch[i].id)): not verified as Apple's: \(evidence[k].reason ?? evidence[k].name)"))
+                }
+            }
+        }
+        // Notifications: the kept JWS, Apple's, of the UUID and type the row says.
+        var notes: [(uuid: String, type: String, jws: String?, at: Date)] = []
+        for try await (uuid, type, header, body, at) in try await connection.query(
+            """
+            SELECT n.notification_uuid, n.notification_type, h.header, n.signed_body, extract(epoch FROM n.imported_at)::float8
+            FROM apple_notifications n LEFT JOIN signing_headers h ON h.digest = n.signing_header ORDER BY 1
+            """, logger: logger
+        ).decode((String, String, String?, String, Double).self) {
+            notes.append((uuid, type, header.map { $0 + "." + body }, Date(timeIntervalSince1970: at)))
+        }
+        var signedNotes: [SignedTransaction] = [], places: [Int] = []
+        for (i, n) in notes.enumerated() {
+            func problem(_ message: String) { report(FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's notification \(n.uuid): \(message)")) }
+            guard let jws = n.jws, let signed = try? SignedTransaction(jws: jws), let said = try? AppleNotification(payloadOf: signed) else {
+                problem("what it keeps is not a signed notification (or its header is not in signing_headers)")
+                continue
+            }
+            guard said.uuid == n.uuid, said.type == n.type else {
+                problem("its columns are not what its JWS states: altered in the store")
+                continue
+            }
+            signedNotes.append(signed)
+            places.append(i)
+        }
+        let evidence = await VerifiedAppleDocuments.evidence(of: signedNotes, recordedAt: places.map { notes[$0].at }, verifier: roots)
+        for (k, i) in places.enumerated() {
+            if evidence[k] == .apple {
+                passed += 1
+            } else {
+                report(
+                    FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's notification \(notes[i].uuid): not verified as Apple's: \(evidence[k].reason ?? evidence[k].name)"))
+            }
+        }
+        return passed
+    }
+}
+
 extension CopyBinary {
     /// A bigint field, NULL when nil.
     mutating func optional(_ number: Int64?) {

@@ -1,5 +1,5 @@
 import PostgresNIO
-import PurchaseLedger
+public import PurchaseLedger
 
 /// What ``FleetStore/audit(progress:problem:)`` checked, and how many problems it found.
 public struct FleetAudit: Sendable, Hashable {
@@ -18,6 +18,9 @@ public struct FleetAudit: Sendable, Hashable {
     /// Ledgers whose projection rows were compared with a replay of their stored events (every
     /// ledger whose events run whole from seq 1 to its head).
     public var projectionsCompared = 0
+    /// Apple's records (statements and notifications) whose JWS verified as Apple's with the
+    /// roots and whose columns are what it states.
+    public var appleRecords = 0
     /// Problems found (each reported through `problem`).
     public var problems = 0
     /// Each ledger's head as the store holds it (in ledger-id order): what to keep as the next
@@ -75,20 +78,21 @@ extension FleetStore {
     /// that changes rows while it runs, and changes them back, is seen before or after, never
     /// halfway; a table locked for over a minute ends it with an error rather than a hang.
     public func audit(
-        witness: FleetWitness? = nil, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil,
-        problem: @escaping @Sendable (FleetAuditProblem) -> Void
+        witness: FleetWitness? = nil, appleVerifier: AppleSignatureVerifier = AppleSignatureVerifier(),
+        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil, problem: @escaping @Sendable (FleetAuditProblem) -> Void
     ) async throws -> FleetAudit {
         try await run {
             try await transaction {
                 try await connection.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
                 try await connection.query("SET LOCAL lock_timeout = '60s'", logger: logger)
-                return try await auditSnapshot(witness: witness, progress: progress, problem: problem)
+                return try await auditSnapshot(witness: witness, appleVerifier: appleVerifier, progress: progress, problem: problem)
             }
         }
     }
 
     private func auditSnapshot(
-        witness: FleetWitness?, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?, problem: @escaping @Sendable (FleetAuditProblem) -> Void
+        witness: FleetWitness?, appleVerifier: AppleSignatureVerifier, progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?,
+        problem: @escaping @Sendable (FleetAuditProblem) -> Void
     ) async throws -> FleetAudit {
         struct Head {
             var id: String
@@ -458,6 +462,8 @@ extension FleetStore {
         for (id, seen) in witnessed.sorted(by: { $0.key < $1.key }) {
             report(FleetAuditProblem(ledgerID: id, seq: seen.seq, message: "its event \(seen.seq), which the witness of \(witness!.at) saw, is missing"))
         }
+        // Apple's record: each row is the JWS it keeps, Apple's, and its columns are what it states.
+        audit.appleRecords = try await auditAppleRecords(verifier: appleVerifier) { report($0) }
         return audit
     }
 }

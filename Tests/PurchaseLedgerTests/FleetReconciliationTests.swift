@@ -5,6 +5,7 @@ import Testing
 
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
 
 /// Apple's record in a fleet store (#51): `apple-import` into PostgreSQL by the ledger's rules,
 /// and the divergence report joined across all of a user's devices. Documents are signed at test
@@ -150,7 +151,7 @@ struct FleetReconciliationTests {
     /// The commands: apple-import into a fleet URL, and the fleet's divergence report naming each row's device.
     @Test func theCommandsImportIntoAFleetAndReportItsDivergences() throws {
         let d = docs
-        let (_, url) = try FleetServer.database()
+        let (server, url) = try FleetServer.database()
         _ = try d.ledger(d.purchase("t1", store: "1001", price: "0.99"))
         #expect(try cli(["ship", d.dir.path("user.ledger"), "--to", url]).status == 0)
         try d.chain.rootPEM.write(toFile: d.dir.path("root.pem"), atomically: true, encoding: .utf8)
@@ -165,6 +166,18 @@ struct FleetReconciliationTests {
         let json = try cli(["report", url, "--view", "divergence", "--format", "json"])
         let rows = try #require((try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["rows"] as? [[String: Any]])
         #expect(rows.count == 1 && rows.first?["ledger"] as? String == id && rows.first?["kind"] as? String == "priceDiffers", "\(rows)")
+
+        // The fleet audit checks every record of Apple's again: its JWS is Apple's, its columns what it states.
+        let audited = try cli(["verify", url, "--apple-root", d.dir.path("root.pem")])
+        #expect(audited.status == 0 && audited.stdout.contains("1 of Apple's records verify as Apple's and state what their columns say"), "\(audited.stdout)")
+        let database = String(url.split(separator: "/").last!)
+        try server.psql("UPDATE apple_transactions SET price = 990", database: database)
+        let altered = try cli(["verify", url, "--apple-root", d.dir.path("root.pem")])
+        #expect(altered.status != 0 && altered.stdout.contains("(transaction 1001): its columns are not what its JWS states: altered in the store"), "\(altered.stdout)")
+        // Without the root it was signed with, it is not Apple's.
+        try server.psql("UPDATE apple_transactions SET price = 4990", database: database)
+        let untrusted = try cli(["verify", url])
+        #expect(untrusted.status != 0 && untrusted.stdout.contains("(transaction 1001): not verified as Apple's: "), "\(untrusted.stdout)")
     }
 
     /// A device that claims another user's Apple transaction id hides nothing and takes nothing:

@@ -130,6 +130,30 @@ public struct VerifiedAppleDocuments: Sendable {
         return result
     }
 
+    /// The evidence of each of `signed` (checked on every core, each chain judged once), each
+    /// as recorded at its `recordedAt`.
+    package static func evidence(of signed: [SignedTransaction], recordedAt: [Date], verifier: AppleSignatureVerifier) async -> [AppleEvidence] {
+        let checks = Locked([AppleSignatureVerifier.Check?](repeating: nil, count: signed.count))
+        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, signed.count / 64 + 1))
+        DispatchQueue.concurrentPerform(iterations: workers) { worker in
+            var mine: [(Int, AppleSignatureVerifier.Check)] = []
+            var i = worker
+            while i < signed.count {
+                mine.append((i, verifier.check(signed[i], recordedAt: recordedAt[i])))
+                i += workers
+            }
+            checks.withLock { all in for (i, check) in mine { all[i] = check } }
+        }
+        var result: [AppleEvidence] = []
+        for check in checks.withLock({ $0 }) {
+            switch check! {
+            case .final(let evidence): result.append(evidence)
+            case .signed(let leaf, let intermediate): result.append(await verifier.judge(leaf: leaf, intermediate: intermediate))
+            }
+        }
+        return result
+    }
+
     private static func parse(_ jws: String) -> Result<SignedTransaction, SignedTransaction.FormError> {
         do throws(SignedTransaction.FormError) { return .success(try SignedTransaction(jws: jws)) } catch { return .failure(error) }
     }

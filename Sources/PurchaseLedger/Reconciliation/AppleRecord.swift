@@ -100,7 +100,7 @@ public struct AppleNotification: Sendable, Hashable {
     public var signedDate: Int64?
 
     /// The notification of a JWS's payload; throws naming what is missing.
-    init(payloadOf signed: SignedTransaction) throws(SignedTransaction.FormError) {
+    package init(payloadOf signed: SignedTransaction) throws(SignedTransaction.FormError) {
         let segment = try SignedTransaction.parts(ofJWS: signed.jws).payload
         guard let payload = Base64URL.decode(segment) else { throw .init(message: "its payload is not base64url") }
         let tape: JSONTape

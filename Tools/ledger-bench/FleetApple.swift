@@ -188,6 +188,19 @@ func fleetAppleBenchmark(workload: String, ledgers count: Int, apple: Int, runs:
                 "purchase-ledger apple-import LEDGER (20,000 documents, whole process): median %.0f signed transactions/s (min %.0f, max %.0f) over %d runs; openssl %.0f verify/s now: %.2fx",
             median(cliRates), cliRates.min()!, cliRates.max()!, runs, ceilingAgain, median(cliRates) / ceilingAgain))
 
+    // The fleet audit, Apple's record checked again with it: one run, whole process.
+    do {
+        let (printed, _) = try childText(["timed-run", binary, "verify", url, "--apple-root", root])
+        let figures = printed.split(separator: " ").compactMap { Double($0) }
+        if figures.count == 2 {
+            print(
+                String(
+                    format: "verify URL --apple-root (the fleet audit with Apple's %d records, whole process): %.1f s, peak memory %.0f MB", storedTotal, figures[0],
+                    figures[1] / 1024))
+        }
+    } catch {
+        print("verify URL --apple-root: FAILED (\(error)); run it by hand on the kept store (FLEET_APPLE_KEEP=1) to see its problems")
+    }
     // The divergence report over the fleet, as a user runs it.
     let rows = try blocking { () -> [Divergence] in
         let fleet = try await FleetStore.connect(url)

@@ -80,6 +80,9 @@ func describe(_ e: RecordedEvent, console: Console) -> String {
             if let list = value as? [[String: Any]] { return "\(key)=[\(list.compactMap { $0["download"] as? String }.joined(separator: ","))]" }
             return "\(key)=\(value)"
         }.joined(separator: " ")
+        // A value's line breaks (an unsigned text field, such as a history's revision) must not
+        // start a line of their own.
+        w = VerifyCommand.oneLine(w)
     }
     var line = String(e.seq).leftPad(7) + "  " + console.dim(e.event.at.description) + "  " + e.event.type.name.rightPad(24) + "  " + w
     if let rule = e.anomaly { line += "  " + console.yellow("[anomaly: \(rule.name)]") }

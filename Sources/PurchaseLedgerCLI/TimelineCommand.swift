@@ -104,7 +104,8 @@ struct TimelineCommand: AsyncParsableCommand {
                 marks += "  " + (found == .apple ? console.dim("signed by Apple") : console.yellow("Apple's signature: " + VerifyCommand.oneLine("\(found)")))
             }
             if e.appendedByLedger { marks += "  " + console.dim("(appended by the ledger)") }
-            lines.append((String(e.seq), e.event.at.description, what, after, downloads, marks))
+            // Values from the ledger (a revision, a signed field) stay on their line.
+            lines.append((String(e.seq), e.event.at.description, VerifyCommand.oneLine(what), VerifyCommand.oneLine(after), VerifyCommand.oneLine(downloads), marks))
         }
         let seqWidth = max(6, lines.map(\.seq.width).max() ?? 0)
         let whatWidth = lines.map(\.what.width).max() ?? 0, afterWidth = lines.map(\.after.width).max() ?? 0

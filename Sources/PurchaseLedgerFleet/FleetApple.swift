@@ -49,12 +49,14 @@ extension FleetStore {
                 var holdings = AppleHoldings()
                 let held = try await connection.query(
                     """
-                    SELECT \(unescaped: Self.claimColumns) FROM apple_transactions WHERE transaction_id = ANY(\(idList)::text[])
+                    SELECT \(unescaped: Self.claimColumns), user_id, source FROM apple_transactions WHERE transaction_id = ANY(\(idList)::text[])
+                    ORDER BY record
                     """, logger: logger)
                 var heldStatements = Set<[UInt8]>()
                 for try await row in held {
-                    let claims = try Self.claims(row.makeRandomAccess(), from: 0)
-                    holdings.hold(claims)
+                    let r = row.makeRandomAccess()
+                    let claims = try Self.claims(r, from: 0)
+                    holdings.hold(claims, user: try r[16].decode(String?.self), fromHistory: try r[17].decode(String.self) == "history")
                     heldStatements.insert(AppleRecord.statementDigest(of: claims))
                 }
                 for try await uuid in try await connection.query(
@@ -107,6 +109,17 @@ extension FleetStore {
                         SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
                         ON CONFLICT (digest) DO NOTHING
                         """, logger: logger)
+                    // A header row someone else wrote must be the header its digest names, or no
+                    // record that refers to it could be checked again.
+                    for try await (digest, header) in try await connection.query(
+                        "SELECT encode(digest, 'hex'), header FROM signing_headers WHERE encode(digest, 'hex') = ANY(\(digests.map(Self.hex))::text[])",
+                        logger: logger
+                    ).decode((String, String).self) where Self.hex(SignedParts.digest(ofHeader: header[...])) != digest {
+                        throw FleetError(
+                            .server,
+                            "\(address): signing_headers row \(digest) does not hold the header its digest names (altered in the store): "
+                                + "the owner must delete it (DELETE FROM signing_headers WHERE digest = '\\x\(digest)'); nothing was written")
+                    }
                 }
                 if !rows.isEmpty { try await copyAppleTransactions(rows) }
                 for n in plan.notifications {
@@ -121,6 +134,16 @@ extension FleetStore {
                 }
                 // Records held with no user yet (a notification of a purchase no device had
                 // recorded) are credited to the user this import knows they are of.
+                if let user, verified.transactions.contains(where: { $0.source == .history }) {
+                    // The user named for a history is whose its transactions are, whatever a
+                    // device's claim credited them to before.
+                    let ids = verified.transactions.filter { $0.source == .history }.compactMap(\.signed.claims.transactionId)
+                    try await connection.query(
+                        """
+                        WITH a AS (UPDATE apple_transactions SET user_id = \(user) WHERE transaction_id = ANY(\(ids)::text[]) AND user_id IS DISTINCT FROM \(user) RETURNING 1)
+                        UPDATE apple_notifications SET user_id = \(user) WHERE transaction_id = ANY(\(ids)::text[]) AND user_id IS DISTINCT FROM \(user)
+                        """, logger: logger)
+                }
                 if !plan.owners.isEmpty {
                     let ids = plan.owners.keys.sorted()
                     try await connection.query(
@@ -299,6 +322,7 @@ extension FleetStore {
                         a.signed_date_ms
                     FROM apple_transactions a LEFT JOIN apple_notifications n ON n.notification_uuid = a.notification_uuid
                     WHERE \(inPart.replacingOccurrences(of: "transaction_id", with: "a.transaction_id"))
+                    ORDER BY a.record
                     """), logger: logger)
         for try await row in recordRows {
             let r = row.makeRandomAccess()
@@ -354,8 +378,9 @@ extension FleetStore {
         }
         // From when each user's devices could have recorded a purchase: the first event of the
         // earliest of their ledgers. A user with no ledger in the store is not compared.
-        let recorded = Set(transactions.compactMap(\.storeTransactionId))
-        let unmatchedUsers = Array(Set(records.filter { !recorded.contains($0.claims.transactionId ?? "") }.compactMap(\.user)))
+        // (Every user a record names: another user's device claiming a record does not make it
+        // recorded.)
+        let unmatchedUsers = Array(Set(records.compactMap(\.user)))
         var firstEvents: [String: Timestamp] = [:]
         if !unmatchedUsers.isEmpty {
             for try await (owner, at) in try await connection.query(
@@ -382,6 +407,15 @@ extension FleetStore {
         let roots = AppleSignatureVerifier(roots: verifier.roots)
         var passed = 0
         var after: Int64 = 0
+        // Every chain's header row holds the header its digest names (the shipping role writes them too).
+        for try await (digest, header) in try await connection.query(
+            "SELECT encode(digest, 'hex'), header FROM signing_headers ORDER BY digest", logger: logger
+        ).decode((String, String).self) where Self.hex(SignedParts.digest(ofHeader: header[...])) != digest {
+            report(
+                FleetAuditProblem(
+                    ledgerID: "", seq: nil,
+                    message: "the store: signing_headers row \(digest) does not hold the header its digest names: altered in the store (every record of that chain then fails)"))
+        }
         while true {
             var batch: [(record: Int64, id: String, statement: [UInt8], columns: SignedTransaction.Claims, jws: String?, at: Date)] = []
             let rows = try await connection.query(
@@ -433,14 +467,15 @@ extension FleetStore {
             }
         }
         // Notifications: the kept JWS, Apple's, of the UUID and type the row says.
-        var notes: [(uuid: String, type: String, jws: String?, at: Date)] = []
-        for try await (uuid, type, header, body, at) in try await connection.query(
+        var notes: [(uuid: String, type: String, subtype: String?, transaction: String?, signedDate: Int64?, jws: String?, at: Date)] = []
+        for try await (uuid, type, subtype, transaction, signedDate, header, body, at) in try await connection.query(
             """
-            SELECT n.notification_uuid, n.notification_type, h.header, n.signed_body, extract(epoch FROM n.imported_at)::float8
+            SELECT n.notification_uuid, n.notification_type, n.subtype, n.transaction_id, n.signed_date_ms, h.header, n.signed_body,
+                extract(epoch FROM n.imported_at)::float8
             FROM apple_notifications n LEFT JOIN signing_headers h ON h.digest = n.signing_header ORDER BY 1
             """, logger: logger
-        ).decode((String, String, String?, String, Double).self) {
-            notes.append((uuid, type, header.map { $0 + "." + body }, Date(timeIntervalSince1970: at)))
+        ).decode((String, String, String?, String?, Int64?, String?, String, Double).self) {
+            notes.append((uuid, type, subtype, transaction, signedDate, header.map { $0 + "." + body }, Date(timeIntervalSince1970: at)))
         }
         var signedNotes: [SignedTransaction] = [], places: [Int] = []
         for (i, n) in notes.enumerated() {
@@ -449,7 +484,10 @@ extension FleetStore {
                 problem("what it keeps is not a signed notification (or its header is not in signing_headers)")
                 continue
             }
-            guard said.uuid == n.uuid, said.type == n.type else {
+            let inner = said.signedTransaction.flatMap { try? SignedTransaction(jws: $0) }
+            guard said.uuid == n.uuid, said.type == n.type, said.subtype == n.subtype, said.signedDate == n.signedDate,
+                inner?.claims.transactionId == n.transaction
+            else {
                 problem("its columns are not what its JWS states: altered in the store")
                 continue
             }

@@ -91,13 +91,20 @@ extension FleetStore {
                 for try await count in try await connection.query(
                     """
                     WITH mine AS (
+                            -- The user's store ids that no other user's transaction names.
                             SELECT t.store_transaction_id FROM transactions t JOIN pg_temp.erased_transactions e
                                 ON t.ledger_id = e.ledger_id AND t.transaction_id = e.transaction_id
-                            WHERE t.store_transaction_id IS NOT NULL),
+                            WHERE t.store_transaction_id IS NOT NULL
+                            EXCEPT
+                            SELECT store_transaction_id FROM transactions
+                            WHERE store_transaction_id IS NOT NULL AND user_id IS DISTINCT FROM \(user)),
                         a AS (DELETE FROM apple_transactions WHERE user_id = \(user)
-                            OR (user_id IS NULL AND transaction_id IN (SELECT store_transaction_id FROM mine)) RETURNING 1),
+                            OR (user_id IS NULL AND (transaction_id IN (SELECT store_transaction_id FROM mine)
+                                OR original_transaction_id IN (SELECT store_transaction_id FROM mine)))
+                            RETURNING transaction_id, user_id),
                         n AS (DELETE FROM apple_notifications WHERE user_id = \(user)
-                            OR (user_id IS NULL AND transaction_id IN (SELECT store_transaction_id FROM mine)) RETURNING 1),
+                            OR (user_id IS NULL AND transaction_id IN (SELECT transaction_id FROM a UNION SELECT store_transaction_id FROM mine))
+                            RETURNING 1),
                         h AS (DELETE FROM apple_histories WHERE user_id = \(user) RETURNING 1)
                     SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM n) + (SELECT count(*) FROM h)
                     """, logger: logger

@@ -174,8 +174,14 @@ struct FleetReconciliationTests {
         try server.psql("UPDATE apple_transactions SET price = 990", database: database)
         let altered = try cli(["verify", url, "--apple-root", d.dir.path("root.pem")])
         #expect(altered.status != 0 && altered.stdout.contains("(transaction 1001): its columns are not what its JWS states: altered in the store"), "\(altered.stdout)")
-        // Without the root it was signed with, it is not Apple's.
+        // A chain's header row replaced (the shipping role may write them) is named as such.
         try server.psql("UPDATE apple_transactions SET price = 4990", database: database)
+        let header = try server.psql("SELECT header FROM signing_headers", database: database).trimmingCharacters(in: .whitespacesAndNewlines)
+        try server.psql("UPDATE signing_headers SET header = 'eyJhbGciOiJFUzI1NiJ9'", database: database)
+        let spoiled = try cli(["verify", url, "--apple-root", d.dir.path("root.pem")])
+        #expect(spoiled.status != 0 && spoiled.stdout.contains("does not hold the header its digest names"), "\(spoiled.stdout)")
+        try server.psql("UPDATE signing_headers SET header = '\(header)'", database: database)
+        // Without the root it was signed with, it is not Apple's.
         let untrusted = try cli(["verify", url])
         #expect(untrusted.status != 0 && untrusted.stdout.contains("(transaction 1001): not verified as Apple's: "), "\(untrusted.stdout)")
     }
@@ -193,7 +199,12 @@ struct FleetReconciliationTests {
             + "\n" + #"{"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"x1","storeTransactionId":"1003","price":"4.99","currency":"USD"}"#
             + "\n" + #"{"type":"paymentQueued","at":"2026-05-28T20:05:00Z","transaction":"x2","product":"book","user":"0evil"}"#
             + "\n" + #"{"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"x2","storeTransactionId":"1001","price":"4.99","currency":"USD"}"#
+            // A user id that looks like an erased one claims nothing more.
+            + "\n" + #"{"type":"paymentQueued","at":"2026-05-28T20:05:00Z","transaction":"x3","product":"book","user":"[erased 1]"}"#
+            + "\n" + #"{"type":"transactionPurchased","at":"2026-05-28T20:05:01Z","transaction":"x3","storeTransactionId":"1002","price":"4.99","currency":"USD"}"#
         _ = try await fleet.ship(try d.ledger(evil, name: "evil.ledger"))
+        // Apple's notification of 1003 comes first: only 0evil's device names it, so it is credited there...
+        try await fleet.importApple(try placed([try d.notification("ONE_TIME_CHARGE", uuid: "n-3", transaction: try d.signed("1003"))]), verifier: try verifier)
         // Claimed by devices of two users: the history is the one named for it.
         let history = d.history([try d.signed("1001"), try d.signed("1002"), try d.signed("1003")])
         await #expect {
@@ -203,9 +214,21 @@ struct FleetReconciliationTests {
         }
         try await fleet.importApple(try placed([history]), verifier: try verifier, user: "u1")
         let rows = try await fleet.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-") \($0.user ?? "-")" }
-        #expect(
-            rows == ["chargedNotRecorded - 1002 u1", "chargedNotRecorded - 1003 u1", "claimedByAnotherUser x1 1003 0evil", "claimedByAnotherUser x2 1001 0evil"],
-            "\(rows)")
+        // ...until the history named u1's says whose it is.
+        let expected = [
+            "chargedNotRecorded - 1002 u1", "chargedNotRecorded - 1003 u1", "claimedByAnotherUser x1 1003 0evil", "claimedByAnotherUser x2 1001 0evil",
+            "claimedByAnotherUser x3 1002 [erased 1]",
+        ]
+        #expect(rows == expected, "\(rows)")
+        // A later statement of 1002 stays u1's, whichever device names it.
+        try await fleet.importApple(
+            try placed([try d.notification("ONE_TIME_CHARGE", uuid: "n-4", transaction: try d.signed("1002", signedDate: ReconciliationTests.at + 9))]),
+            verifier: try verifier)
+        #expect(try await fleet.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-") \($0.user ?? "-")" } == expected)
+        // Erasing the claimant erases none of u1's records.
+        let before = try await counts(fleet)
+        #expect(try await fleet.forget(user: "0evil").appleRecords == 0)
+        #expect(try await counts(fleet) == before)
         await fleet.close()
     }
 

@@ -50,7 +50,11 @@ extension Ledger {
         // What the ledger holds already, and whose each transaction is.
         var holdings = AppleHoldings()
         for e in try events(inStream: LedgerState.appleStream) {
-            for record in AppleRecord.records(in: e) { holdings.hold(record.claims) }
+            for record in AppleRecord.records(in: e) {
+                var fromHistory = false
+                if case .history = record.origin { fromHistory = true }
+                holdings.hold(record.claims, user: record.user, fromHistory: fromHistory)
+            }
             if case .appleNotificationReceived(let jws, _) = e.event.body, let signed = try? SignedTransaction(jws: jws),
                 let n = try? AppleNotification(payloadOf: signed)
             {

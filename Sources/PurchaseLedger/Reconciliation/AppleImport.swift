@@ -57,7 +57,7 @@ public struct VerifiedAppleDocuments: Sendable {
             }
             if signed.isLocalTesting { throw fail(index, "\(what): environment \(signed.claims.environment ?? "Xcode"): signed by Xcode, not by Apple") }
             // A transaction is kept and compared by Apple's id (a notification's payload has its UUID).
-            if what != "signedPayload", (signed.claims.transactionId ?? "").isEmpty {
+            if what != "signedPayload", (signed.claims.transactionId ?? "").allSatisfy({ $0.isWhitespace }) {
                 throw fail(index, "\(what): the signed transaction has no transactionId")
             }
             return signed
@@ -174,7 +174,12 @@ package struct AppleHoldings {
 
     package init() {}
 
-    package mutating func hold(_ claims: SignedTransaction.Claims) {
+    /// Whose each Apple transaction held is: its history's user, else the first user credited.
+    private var owners: [String: (user: String, fromHistory: Bool)] = [:]
+
+    /// Holds a statement, of `user` (from a history page or not) when known.
+    package mutating func hold(_ claims: SignedTransaction.Claims, user: String? = nil, fromHistory: Bool = false) {
+        if let user, let id = claims.transactionId, owners[id].map({ !$0.fromHistory && fromHistory }) ?? true { owners[id] = (user, fromHistory) }
         let key = AppleRecord.contentKey(of: claims)
         let id = claims.transactionId ?? ""
         let date = claims.signedDate ?? 0
@@ -210,9 +215,12 @@ package struct AppleHoldings {
         // transactions name (its other transactions are that user's too).
         let historyUsers = Set(verified.historyTransactionIDs.compactMap { userByStoreID[$0] })
         let historyUser = user ?? (inferHistoryUser && historyUsers.count == 1 ? historyUsers.first : nil)
+        let heldOwners = owners
         func owner(_ claims: SignedTransaction.Claims, inHistory: Bool = false) -> String? {
-            // The user given for a history says whose it is, whatever a device claims.
+            // The user given for a history says whose it is, whatever a device claims; then
+            // whose the records already held of the transaction are.
             if inHistory, let user { return user }
+            if let id = claims.transactionId, let held = heldOwners[id] { return held.user }
             return claims.transactionId.flatMap { userByStoreID[$0] } ?? claims.originalTransactionId.flatMap { userByStoreID[$0] }
                 ?? (inHistory ? historyUser : nil) ?? user
         }
@@ -232,7 +240,7 @@ package struct AppleHoldings {
                 plan.alreadyHeld += 1
                 continue
             }
-            hold(signed.claims)
+            hold(signed.claims, user: found, fromHistory: source == .history)
             plan.transactions.append((signed, source, found))
         }
         for (signed, n, inner) in verified.notifications {

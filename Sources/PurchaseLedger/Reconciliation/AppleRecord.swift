@@ -51,7 +51,12 @@ public enum AppleDocument: Sendable, Hashable {
             guard let more = tape.member(0, "hasMore").value, tape.tokens[more].kind == .bool else {
                 throw fail("a history page without `hasMore` (true or false)")
             }
-            return .historyPage(revision: try string("revision"), hasMore: tape.tokens[more].flag, signedTransactions: jws)
+            let revision = try string("revision")
+            // Apple's revision is a short token; it is not signed, so it is held to that.
+            if let revision, revision.utf8.count > 512 || revision.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+                throw fail("field `revision` is not a revision token (over 512 bytes, or a control character)")
+            }
+            return .historyPage(revision: revision, hasMore: tape.tokens[more].flag, signedTransactions: jws)
         }
         if let jws = try string("signedTransactionInfo") { return .transactionInfo(signedTransaction: jws) }
         if let jws = try string("signedPayload") { return .notification(signedPayload: jws) }

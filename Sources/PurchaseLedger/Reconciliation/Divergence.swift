@@ -235,11 +235,18 @@ public struct Reconciliation: Sendable {
         var latestAt: [String: Int] = [:]
         var familyRevoked = revokedByFamily
         var listedAt: [String: Int] = [:]
+        var historyOwner: [String: String] = [:], firstOwner: [String: String] = [:]
         for (i, r) in records.enumerated() {
             guard let id = r.claims.transactionId else { continue }
             if latestAt[id].map({ (records[$0].claims.signedDate ?? 0, records[$0].seq) < (r.claims.signedDate ?? 0, r.seq) }) ?? true { latestAt[id] = i }
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
             if case .history = r.origin, (listedAt[id].flatMap { records[$0].claims.signedDate } ?? .min) < (r.claims.signedDate ?? 0) { listedAt[id] = i }
+            // Whose each transaction is: a history's user (a history is one customer's, named by
+            // whoever imported it), else the user its first credited record names.
+            if let user = r.user {
+                if case .history = r.origin, historyOwner[id] == nil { historyOwner[id] = user }
+                if firstOwner[id] == nil { firstOwner[id] = user }
+            }
         }
         var rows = leading
         func row(_ kind: Divergence.Kind, _ t: DeviceTransaction?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
@@ -251,13 +258,14 @@ public struct Reconciliation: Sendable {
                 appleSeq: r?.seq, notification: notification)
         }
         for (id, index) in latestAt.sorted(by: { $0.key < $1.key }) {
-            let r = records[index]
+            var r = records[index]
+            r.user = historyOwner[id] ?? firstOwner[id] ?? r.user
             let c = r.claims
             // A device transaction is Apple's transaction only for the user Apple's record is of
-            // (an erased user's, or a record of no known user, matches any).
+            // (a record of no known user, or a device transaction naming no user, matches any).
             var matched: [DeviceTransaction] = []
             for t in (byStore[id] ?? []).map({ transactions[$0] }) {
-                if let owner = r.user, let claimant = t.user, owner != claimant, !SignedTransaction.isMarker(claimant) {
+                if let owner = r.user, let claimant = t.user, owner != claimant {
                     rows.append(row(.claimedByAnotherUser, t, r, device: "\(t.state), of \(claimant)", apple: "Apple's transaction of \(owner)"))
                 } else {
                     matched.append(t)

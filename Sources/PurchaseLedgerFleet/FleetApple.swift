@@ -378,9 +378,7 @@ extension FleetStore {
         }
         // From when each user's devices could have recorded a purchase: the first event of the
         // earliest of their ledgers. A user with no ledger in the store is not compared.
-        // (Every user a record names: another user's device claiming a record does not make it
-        // recorded.)
-        let unmatchedUsers = Array(Set(records.compactMap(\.user)))
+        let unmatchedUsers = Array(Reconciliation.usersAskedForFirstEvents(records: records, transactions: transactions))
         var firstEvents: [String: Timestamp] = [:]
         if !unmatchedUsers.isEmpty {
             for try await (owner, at) in try await connection.query(

@@ -161,6 +161,29 @@ public struct Reconciliation: Sendable {
         return Self.compare(records: records, transactions: transactions, histories: marks, firstEventAt: { _ in first }, leading: unverified)
     }
 
+    /// Whose each Apple transaction of `records` (in their order) is: a history's user (a history
+    /// is one customer's, named by whoever imported it), else the user its first credited record
+    /// names.
+    package static func owners(of records: [AppleRecord]) -> [String: String] {
+        var historyOwner: [String: String] = [:], firstOwner: [String: String] = [:]
+        for r in records {
+            guard let id = r.claims.transactionId, let user = r.user else { continue }
+            if case .history = r.origin, historyOwner[id] == nil { historyOwner[id] = user }
+            if firstOwner[id] == nil { firstOwner[id] = user }
+        }
+        return firstOwner.merging(historyOwner) { _, history in history }
+    }
+
+    /// The users whose first event ``compare(records:transactions:histories:firstEventAt:revokedByFamily:leading:)``
+    /// asks for: the owners of Apple's transactions no device transaction of theirs holds.
+    package static func usersAskedForFirstEvents(records: [AppleRecord], transactions: [DeviceTransaction]) -> Set<String> {
+        var claimants: [String: [String?]] = [:]
+        for t in transactions { if let store = t.storeTransactionId { claimants[store, default: []].append(t.user) } }
+        var users = Set<String>()
+        for (id, owner) in owners(of: records) where !(claimants[id] ?? []).contains(where: { $0 == nil || $0 == owner }) { users.insert(owner) }
+        return users
+    }
+
     /// A device's transaction as reconciliation compares it: from a ledger's state, or a fleet
     /// store's row.
     package struct DeviceTransaction: Sendable {
@@ -235,18 +258,12 @@ public struct Reconciliation: Sendable {
         var latestAt: [String: Int] = [:]
         var familyRevoked = revokedByFamily
         var listedAt: [String: Int] = [:]
-        var historyOwner: [String: String] = [:], firstOwner: [String: String] = [:]
+        let owners = Self.owners(of: records)
         for (i, r) in records.enumerated() {
             guard let id = r.claims.transactionId else { continue }
             if latestAt[id].map({ (records[$0].claims.signedDate ?? 0, records[$0].seq) < (r.claims.signedDate ?? 0, r.seq) }) ?? true { latestAt[id] = i }
             if case .notification(_, "REVOKE", _) = r.origin { familyRevoked.insert(id) }
             if case .history = r.origin, (listedAt[id].flatMap { records[$0].claims.signedDate } ?? .min) < (r.claims.signedDate ?? 0) { listedAt[id] = i }
-            // Whose each transaction is: a history's user (a history is one customer's, named by
-            // whoever imported it), else the user its first credited record names.
-            if let user = r.user {
-                if case .history = r.origin, historyOwner[id] == nil { historyOwner[id] = user }
-                if firstOwner[id] == nil { firstOwner[id] = user }
-            }
         }
         var rows = leading
         func row(_ kind: Divergence.Kind, _ t: DeviceTransaction?, _ r: AppleRecord?, device: String, apple: String) -> Divergence {
@@ -259,7 +276,7 @@ public struct Reconciliation: Sendable {
         }
         for (id, index) in latestAt.sorted(by: { $0.key < $1.key }) {
             var r = records[index]
-            r.user = historyOwner[id] ?? firstOwner[id] ?? r.user
+            r.user = owners[id] ?? r.user
             let c = r.claims
             // A device transaction is Apple's transaction only for the user Apple's record is of
             // (a record of no known user, or a device transaction naming no user, matches any).

@@ -31,7 +31,10 @@ struct AppleImportCommand: AsyncParsableCommand {
     @OptionGroup var options: LedgerOptions
     @Argument(help: "Apple's documents: JSON or JSON Lines files, - for stdin.", completion: .file(extensions: ["json", "jsonl"]))
     var files: [String]
-    @Option(help: "The user whose history this is, for Apple transactions that match none of the ledger's (or the fleet's).")
+    @Option(
+        help:
+            "The user whose history this is (its pages are then that user's, whatever a device claims; required for history pages into a fleet store), and of records that match no transaction."
+    )
     var user: String?
     @Flag(help: "Print the summary as JSON.") var json = false
     @OptionGroup var appleRoots: AppleRootOptions

@@ -66,7 +66,7 @@ struct ReplayCommand: AsyncParsableCommand {
         } else if firstAnomaly {
             var first = try ledger.firstSeq(where: { _, e in e.anomaly != nil })
             var disagreements: [Divergence] = []
-            if divergence, let (seq, rows) = try await ledger.firstDivergence(verifier: appleRoots.verifier()), seq < first ?? .max {
+            if divergence, let (seq, rows) = try await ledger.firstDivergence(verifier: appleRoots.verifier()), seq <= first ?? .max {
                 first = seq
                 disagreements = rows
             }

@@ -83,10 +83,10 @@ extension FleetStore {
                 }
                 // A complete history is the user's named for it: in a fleet any device could claim
                 // one of another customer's ids, so matches do not say whose it is.
-                if verified.completedRevision != nil, user == nil {
+                if user == nil, verified.transactions.contains(where: { $0.source == .history }) {
                     throw AppleImportError(
                         file: verified.historyFile, line: nil,
-                        message: "a complete history in a fleet store is the customer's named for it: give its user (--user)")
+                        message: "history pages in a fleet store are the customer's named for them: give its user (--user)")
                 }
                 let plan = try holdings.plan(verified, userByStoreID: userByStoreID, user: user, inferHistoryUser: false)
                 var rows: [(SignedTransaction, String, String?, String?)] = plan.transactions.map { ($0.signed, $0.source.rawValue, nil, $0.user) }
@@ -412,7 +412,7 @@ extension FleetStore {
             report(
                 FleetAuditProblem(
                     ledgerID: "", seq: nil,
-                    message: "the store: signing_headers row \(digest) does not hold the header its digest names: altered in the store (every record of that chain then fails)"))
+                    message: "signing_headers row \(digest) does not hold the header its digest names: altered in the store (every record of that chain then fails)"))
         }
         while true {
             var batch: [(record: Int64, id: String, statement: [UInt8], columns: SignedTransaction.Claims, jws: String?, at: Date)] = []

@@ -17,7 +17,8 @@ extension FleetStore {
     /// (the ledger's own marker for it) and every other personal value `[erased]`. The store
     /// remembers each ledger's ref for the user (`erased_users`, never the id), so a later ship
     /// of a device that still holds the user sends those rows with markers: the user does not
-    /// come back. Then the four tables are vacuumed, so no dead row version keeps the values.
+    /// come back. The user's records of Apple's are deleted. Then the tables are vacuumed, so no
+    /// dead row version keeps the values.
     ///
     /// The shipped logs hold no personal value (only refs and salted commitments), except the
     /// logs of ledgers written before their migration 0007: a user any of those holds is refused
@@ -112,7 +113,14 @@ extension FleetStore {
                     apple = Int(count)
                 }
                 guard !refs.isEmpty else {
-                    if apple > 0 { return FleetErasure(ledgers: 0, rows: 0, appleRecords: apple) }
+                    if apple > 0 {
+                        // Remembered as every erasure is, so a device that still holds the user
+                        // and ships later sends the user masked.
+                        try await connection.query(
+                            "INSERT INTO erased_subjects (digest, erased_at) VALUES (erased_subject_digest(\(user)), now()) ON CONFLICT DO NOTHING",
+                            logger: logger)
+                        return FleetErasure(ledgers: 0, rows: 0, appleRecords: apple)
+                    }
                     throw LedgerError.make(.unknownUser, "the fleet store holds no transaction of that user (never shipped, or already erased)")
                 }
                 let ledgers = refs.keys.sorted()

@@ -365,7 +365,9 @@ public final class FleetStore: Sendable {
             return FleetError(.notAFleetStore, "\(address): \(message)")
         case .server where state == "42501":
             return FleetError(
-                .permission, "\(address): role \(address.user) lacks a privilege (\(message)); docs/fleet.md lists the GRANTs for shipping and reporting roles")
+                .permission,
+                "\(address): role \(address.user) lacks a privilege (\(message)); docs/fleet.md lists the GRANTs for the shipping, reporting and Apple roles (a role scoped by row-level security reads none of Apple's tables)"
+            )
         case .server:
             let context = error.serverInfo?[.locationContext].map { " (\($0.prefix(200)))" } ?? ""
             return FleetError(.server, "\(address): PostgreSQL error \(state): \(message)\(context)")

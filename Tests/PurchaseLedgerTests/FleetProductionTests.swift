@@ -337,6 +337,18 @@ struct FleetProductionTests {
         // The documented policies are the owner's choice: the owner's audit still finds nothing.
         let audit = try cli(["verify", url])
         #expect(audit.status == 0 && audit.stdout.contains("ok: 3 ledgers"), "\(audit.stdout)")
+        // Under RLS, apple-import still finds whose each store id is; the scoped role reads none of it.
+        let apple = try ReconciliationTests()
+        try apple.ledger(apple.purchase("t1", store: "1001").replacingOccurrences(of: "\"u1\"", with: "\"carol\""), name: "carol.ledger").checkpoint()
+        #expect(try cli(["ship", apple.dir.path("carol.ledger"), "--to", shipURL]).status == 0)
+        try apple.chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        try apple.info(try apple.signed("1001")).write(toFile: dir.path("info.json"), atomically: true, encoding: .utf8)
+        let appleURL = server.url(database: database, password: "change-me-three", user: "ledger_apple" + suffix)
+        let imported = try cli(["apple-import", appleURL, dir.path("info.json"), "--apple-root", dir.path("root.pem")])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(try server.psql("SELECT user_id FROM apple_transactions", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "carol")
+        let scopedDivergence = try cli(["report", reportURL, "--view", "divergence"])
+        #expect(scopedDivergence.status == 3 && scopedDivergence.stderr.contains("reads none of Apple's tables"), "\(scopedDivergence.stderr)")
     }
 
     /// One ledger the server cannot take (an id that is not a UUID, a NUL byte in a user id, from

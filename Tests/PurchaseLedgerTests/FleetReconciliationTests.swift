@@ -138,7 +138,7 @@ struct FleetReconciliationTests {
         await #expect {
             try await fleet.importApple(try placed([d.history([try d.signed("5555")])]), verifier: try verifier)
         } throws: { error in
-            "\(error)" == "doc0.json: a complete history in a fleet store is the customer's named for it: give its user (--user)"
+            "\(error)" == "doc0.json: history pages in a fleet store are the customer's named for them: give its user (--user)"
         }
         #expect(try await counts(fleet) == [1, 1, 0])
         // Erasing the user deletes Apple's records of the user too.
@@ -210,7 +210,7 @@ struct FleetReconciliationTests {
         await #expect {
             try await fleet.importApple(try placed([history]), verifier: try verifier)
         } throws: { error in
-            "\(error)".hasSuffix("a complete history in a fleet store is the customer's named for it: give its user (--user)")
+            "\(error)".hasSuffix("history pages in a fleet store are the customer's named for them: give its user (--user)")
         }
         try await fleet.importApple(try placed([history]), verifier: try verifier, user: "u1")
         let rows = try await fleet.divergences().map { "\($0.kind.rawValue) \($0.transaction ?? "-") \($0.appleTransaction ?? "-") \($0.user ?? "-")" }

@@ -273,4 +273,19 @@ struct FleetReconciliationTests {
         #expect(try await counts(fleet) == [0, 0, 0])
         await fleet.close()
     }
+
+    /// A user the store knows only from Apple's record is erased as any other: remembered, so a
+    /// device of theirs shipped later comes in masked.
+    @Test func forgettingAUserKnownOnlyFromApplesRecordIsRemembered() async throws {
+        let d = docs
+        let (server, url) = try FleetServer.database()
+        let fleet = try await FleetStore.connect(url)
+        try await fleet.importApple(try placed([d.info(try d.signed("1009"))]), verifier: try verifier, user: "u1")
+        let erased = try await fleet.forget(user: "u1")
+        #expect(erased.ledgers == 0 && erased.appleRecords == 1, "\(erased)")
+        _ = try await fleet.ship(try d.ledger(d.purchase("t1", store: "1009")))
+        await fleet.close()
+        let database = String(url.split(separator: "/").last!)
+        #expect(try server.psql("SELECT count(*) FROM transactions WHERE user_id = 'u1'", database: database).trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+    }
 }

@@ -98,21 +98,15 @@ extension FleetStore {
                 // Each chain's header once (as ship keeps a device's): the rows keep its digest.
                 var headers: [[UInt8]: String] = [:]
                 for jws in rows.map(\.0.jws) + plan.notifications.map(\.signed.jws) {
-                    let header = Self.parts(of: jws).header
+                    let header = SignedTransaction.split(jws: jws).header ?? ""
                     headers[SignedParts.digest(ofHeader: header)] = String(header)
                 }
                 if !headers.isEmpty {
-                    let digests = headers.keys.sorted { Self.hex($0) < Self.hex($1) }
-                    try await connection.query(
-                        """
-                        INSERT INTO signing_headers (digest, header)
-                        SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
-                        ON CONFLICT (digest) DO NOTHING
-                        """, logger: logger)
+                    let digests = try await storeSigningHeaders(headers)
                     // A header row someone else wrote must be the header its digest names, or no
                     // record that refers to it could be checked again.
                     for try await (digest, header) in try await connection.query(
-                        "SELECT encode(digest, 'hex'), header FROM signing_headers WHERE encode(digest, 'hex') = ANY(\(digests.map(Self.hex))::text[])",
+                        "SELECT encode(digest, 'hex'), header FROM signing_headers WHERE encode(digest, 'hex') = ANY(\(digests)::text[])",
                         logger: logger
                     ).decode((String, String).self) where Self.hex(SignedParts.digest(ofHeader: header[...])) != digest {
                         throw FleetError(
@@ -123,13 +117,13 @@ extension FleetStore {
                 }
                 if !rows.isEmpty { try await copyAppleTransactions(rows) }
                 for n in plan.notifications {
-                    let (header, body) = Self.parts(of: n.signed.jws)
+                    let (header, body) = SignedTransaction.split(jws: n.signed.jws)
                     try await connection.query(
                         """
                         INSERT INTO apple_notifications (notification_uuid, notification_type, subtype, transaction_id, user_id, signed_date_ms,
                             signing_header, signed_body)
                         VALUES (\(n.notification.uuid), \(n.notification.type), \(n.notification.subtype), \(n.transaction?.claims.transactionId),
-                            \(n.user), \(n.notification.signedDate), decode(\(Self.hex(SignedParts.digest(ofHeader: header))), 'hex'), \(String(body)))
+                            \(n.user), \(n.notification.signedDate), decode(\(Self.hex(SignedParts.digest(ofHeader: header ?? ""))), 'hex'), \(String(body)))
                         """, logger: logger)
                 }
                 // Records held with no user yet (a notification of a purchase no device had
@@ -204,21 +198,13 @@ extension FleetStore {
                 out.optional(c.purchaseDate)
                 out.optional(c.revocationDate)
                 out.optional(c.revocationReason.map(Int64.init))
-                let (header, body) = Self.parts(of: signed.jws)
-                out.field(bytes: SignedParts.digest(ofHeader: header))
+                let (header, body) = SignedTransaction.split(jws: signed.jws)
+                out.field(bytes: SignedParts.digest(ofHeader: header ?? ""))
                 out.field(String(body))
                 if out.buffer.readableBytes > 1 << 20 { try await writer.write(out.take()) }
             }
             try await writer.write(out.finish())
         }
-    }
-
-    /// A compact JWS's header (its text up to the first dot) and the rest after that dot, found in
-    /// its UTF-8 bytes (by characters, each JWS's 3 KB took 1.4 s a batch of 10,000).
-    static func parts(of jws: String) -> (header: Substring, body: Substring) {
-        let utf8 = jws.utf8
-        guard let dot = utf8.firstIndex(of: UInt8(ascii: ".")) else { return (jws[...], "") }
-        return (jws[..<dot], jws[utf8.index(after: dot)...])
     }
 
     /// The columns ``claims(_:from:)`` reads, in its order.
@@ -403,6 +389,14 @@ extension FleetStore {
     /// kept). Returns how many rows passed; reports each other.
     func auditAppleRecords(verifier: AppleSignatureVerifier, report: (FleetAuditProblem) -> Void) async throws -> Int {
         let roots = AppleSignatureVerifier(roots: verifier.roots)
+        // Verifies kept JWSs, each named for its problem line; returns how many are Apple's.
+        func verify(_ pending: [(signed: SignedTransaction, at: Date, name: String)]) async -> Int {
+            let evidence = await VerifiedAppleDocuments.evidence(of: pending.map { ($0.signed, $0.at, roots) })
+            for (item, found) in zip(pending, evidence) where found != .apple {
+                report(FleetAuditProblem(ledgerID: "", seq: nil, message: "\(item.name): not verified as Apple's: \(found.reason ?? found.name)"))
+            }
+            return evidence.filter { $0 == .apple }.count
+        }
         var passed = 0
         var after: Int64 = 0
         // Every chain's header row holds the header its digest names (the shipping role writes them too).
@@ -434,9 +428,10 @@ extension FleetStore {
             }
             guard let last = batch.last else { break }
             after = last.record
-            var parsed: [SignedTransaction] = [], places: [Int] = []
-            for (i, row) in batch.enumerated() {
-                func problem(_ message: String) { report(FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's record \(row.record) (transaction \(row.id)): \(message)")) }
+            var pending: [(signed: SignedTransaction, at: Date, name: String)] = []
+            for row in batch {
+                let name = "Apple's record \(row.record) (transaction \(row.id))"
+                func problem(_ message: String) { report(FleetAuditProblem(ledgerID: "", seq: nil, message: "\(name): \(message)")) }
                 guard let jws = row.jws else {
                     problem("its header is not in signing_headers: the JWS cannot be checked")
                     continue
@@ -449,20 +444,9 @@ extension FleetStore {
                     problem("its columns are not what its JWS states: altered in the store")
                     continue
                 }
-                parsed.append(signed)
-                places.append(i)
+                pending.append((signed, row.at, name))
             }
-            let evidence = await VerifiedAppleDocuments.evidence(of: parsed, recordedAt: places.map { batch[$0].at }, verifier: roots)
-            for (k, i) in places.enumerated() {
-                if evidence[k] == .apple {
-                    passed += 1
-                } else {
-                    report(
-                        FleetAuditProblem(
-                            ledgerID: "", seq: nil,
-                            message: "Apple's record \(batch[i].record) (transaction \(batch[i].id)): not verified as Apple's: \(evidence[k].reason ?? evidence[k].name)"))
-                }
-            }
+            passed += await verify(pending)
         }
         // Notifications: the kept JWS, Apple's, of the UUID and type the row says.
         var notes: [(uuid: String, type: String, subtype: String?, transaction: String?, signedDate: Int64?, jws: String?, at: Date)] = []
@@ -475,8 +459,8 @@ extension FleetStore {
         ).decode((String, String, String?, String?, Int64?, String?, String, Double).self) {
             notes.append((uuid, type, subtype, transaction, signedDate, header.map { $0 + "." + body }, Date(timeIntervalSince1970: at)))
         }
-        var signedNotes: [SignedTransaction] = [], places: [Int] = []
-        for (i, n) in notes.enumerated() {
+        var pending: [(signed: SignedTransaction, at: Date, name: String)] = []
+        for n in notes {
             func problem(_ message: String) { report(FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's notification \(n.uuid): \(message)")) }
             guard let jws = n.jws, let signed = try? SignedTransaction(jws: jws), let said = try? AppleNotification(payloadOf: signed) else {
                 problem("what it keeps is not a signed notification (or its header is not in signing_headers)")
@@ -489,19 +473,9 @@ extension FleetStore {
                 problem("its columns are not what its JWS states: altered in the store")
                 continue
             }
-            signedNotes.append(signed)
-            places.append(i)
+            pending.append((signed, n.at, "Apple's notification \(n.uuid)"))
         }
-        let evidence = await VerifiedAppleDocuments.evidence(of: signedNotes, recordedAt: places.map { notes[$0].at }, verifier: roots)
-        for (k, i) in places.enumerated() {
-            if evidence[k] == .apple {
-                passed += 1
-            } else {
-                report(
-                    FleetAuditProblem(ledgerID: "", seq: nil, message: "Apple's notification \(notes[i].uuid): not verified as Apple's: \(evidence[k].reason ?? evidence[k].name)"))
-            }
-        }
-        return passed
+        return passed + (await verify(pending))
     }
 }
 

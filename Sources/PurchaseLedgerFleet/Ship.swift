@@ -341,6 +341,20 @@ extension FleetStore {
         Hex.encode(bytes)
     }
 
+    /// Adds the chains' headers (by their SHA-256) the store does not hold; returns their digests,
+    /// sorted, in hex.
+    @discardableResult
+    func storeSigningHeaders(_ headers: [[UInt8]: String]) async throws -> [String] {
+        let digests = headers.keys.sorted { Self.hex($0) < Self.hex($1) }
+        try await connection.query(
+            """
+            INSERT INTO signing_headers (digest, header)
+            SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
+            ON CONFLICT (digest) DO NOTHING
+            """, logger: logger)
+        return digests.map(Self.hex)
+    }
+
     /// COPYs events of one or more ledgers into `events`.
     private func copyEvents(_ batches: [(ledger: String, events: [ChainedEvent])]) async throws {
         let columns = [
@@ -420,15 +434,7 @@ extension FleetStore {
                 """, logger: logger)
         }
         let headers = Dictionary(batches.flatMap { $0.shipment.signingHeaders.map { ($0.key, $0.value) } }, uniquingKeysWith: { first, _ in first })
-        if !headers.isEmpty {
-            let digests = headers.keys.sorted { Self.hex($0) < Self.hex($1) }
-            try await connection.query(
-                """
-                INSERT INTO signing_headers (digest, header)
-                SELECT decode(k.digest, 'hex'), k.header FROM unnest(\(digests.map(Self.hex))::text[], \(digests.map { headers[$0]! })::text[]) AS k(digest, header)
-                ON CONFLICT (digest) DO NOTHING
-                """, logger: logger)
-        }
+        if !headers.isEmpty { try await storeSigningHeaders(headers) }
         let rows = batches.flatMap { batch in batch.shipment.evidence.map { (batch.ledger, $0) } }
         guard !rows.isEmpty else { return }
         try await connection.query(

@@ -251,7 +251,7 @@ public struct SignedTransaction: Sendable, Hashable {
 
     /// The part of `jws` that is personal (payload and signature, with the dot between them) and
     /// the header (the certificates, stored once per chain). An erased marker is all body.
-    static func split(jws: String) -> (header: Substring?, body: Substring) {
+    package static func split(jws: String) -> (header: Substring?, body: Substring) {
         var text = jws
         guard let offset = text.withUTF8({ $0.firstIndex(of: UInt8(ascii: ".")) }) else { return (nil, text[...]) }
         let dot = text.utf8.index(text.utf8.startIndex, offsetBy: offset)

@@ -95,27 +95,9 @@ public struct VerifiedAppleDocuments: Sendable {
             }
         }
         // The ES256 signatures, on every core; then each chain against the roots, once.
-        let checks = Locked([AppleSignatureVerifier.Check?](repeating: nil, count: items.count))
-        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, items.count / 64 + 1))
-        let frozen = items
-        DispatchQueue.concurrentPerform(iterations: workers) { worker in
-            var mine: [(Int, AppleSignatureVerifier.Check)] = []
-            var i = worker
-            while i < frozen.count {
-                let item = frozen[i]
-                mine.append((i, (item.notification ? notificationVerifier : transactionVerifier).check(item.signed, recordedAt: now)))
-                i += workers
-            }
-            checks.withLock { all in for (i, check) in mine { all[i] = check } }
-        }
-        let checked = checks.withLock { $0 }
-        for (i, item) in items.enumerated() {
-            let evidence: AppleEvidence
-            switch checked[i]! {
-            case .final(let final): evidence = final
-            case .signed(let leaf, let intermediate): evidence = await transactionVerifier.judge(leaf: leaf, intermediate: intermediate)
-            }
-            guard evidence == .apple else { throw fail(item.place, "\(item.what): not verified as Apple's: \(evidence.reason ?? evidence.name)") }
+        let evidence = await evidence(of: items.map { ($0.signed, now, $0.notification ? notificationVerifier : transactionVerifier) })
+        for (item, found) in zip(items, evidence) where found != .apple {
+            throw fail(item.place, "\(item.what): not verified as Apple's: \(found.reason ?? found.name)")
         }
         for item in items {
             guard let source = item.source else { continue }
@@ -130,25 +112,15 @@ public struct VerifiedAppleDocuments: Sendable {
         return result
     }
 
-    /// The evidence of each of `signed` (checked on every core, each chain judged once), each
-    /// as recorded at its `recordedAt`.
-    package static func evidence(of signed: [SignedTransaction], recordedAt: [Date], verifier: AppleSignatureVerifier) async -> [AppleEvidence] {
-        let checks = Locked([AppleSignatureVerifier.Check?](repeating: nil, count: signed.count))
-        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, signed.count / 64 + 1))
-        DispatchQueue.concurrentPerform(iterations: workers) { worker in
-            var mine: [(Int, AppleSignatureVerifier.Check)] = []
-            var i = worker
-            while i < signed.count {
-                mine.append((i, verifier.check(signed[i], recordedAt: recordedAt[i])))
-                i += workers
-            }
-            checks.withLock { all in for (i, check) in mine { all[i] = check } }
-        }
+    /// The evidence of each signed document, as recorded at its date, by its verifier: the
+    /// ES256 checks on every core, then each distinct chain judged once.
+    package static func evidence(of items: [(signed: SignedTransaction, recordedAt: Date, verifier: AppleSignatureVerifier)]) async -> [AppleEvidence] {
+        let checks = items.concurrentMap { $0.verifier.check($0.signed, recordedAt: $0.recordedAt) }
         var result: [AppleEvidence] = []
-        for check in checks.withLock({ $0 }) {
-            switch check! {
+        for (item, check) in zip(items, checks) {
+            switch check {
             case .final(let evidence): result.append(evidence)
-            case .signed(let leaf, let intermediate): result.append(await verifier.judge(leaf: leaf, intermediate: intermediate))
+            case .signed(let leaf, let intermediate): result.append(await item.verifier.judge(leaf: leaf, intermediate: intermediate))
             }
         }
         return result

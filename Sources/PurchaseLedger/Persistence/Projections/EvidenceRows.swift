@@ -168,19 +168,7 @@ enum EvidenceRows {
 
     /// The rows of `checks`, their signatures verified on every core.
     static func rows(_ checks: [Check]) -> [EvidenceRow] {
-        guard checks.count > 1 else { return checks.map { $0.row() } }
-        let rows = Locked([EvidenceRow?](repeating: nil, count: checks.count))
-        let chunks = min(checks.count, ProcessInfo.processInfo.activeProcessorCount * 2)
-        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-            var i = chunk
-            var done: [(Int, EvidenceRow)] = []
-            while i < checks.count {
-                done.append((i, checks[i].row()))
-                i += chunks
-            }
-            rows.withLock { for (i, row) in done { $0[i] = row } }
-        }
-        return rows.withLock { $0.map { $0! } }
+        checks.concurrentMap { $0.row() }
     }
 
     /// One Apple transaction vouches for one ledger transaction, the first (in log order) whose

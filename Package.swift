@@ -22,6 +22,8 @@ let package = Package(
         .library(name: "PurchaseLedgerStoreKit", targets: ["PurchaseLedgerStoreKit"]),
         // For backends: ships ledgers into PostgreSQL and reports over the whole fleet.
         .library(name: "PurchaseLedgerFleet", targets: ["PurchaseLedgerFleet"]),
+        // For apps: sends the ledger's events to an ingest service (`purchase-ledger serve`), exactly once.
+        .library(name: "PurchaseLedgerUploader", targets: ["PurchaseLedgerUploader"]),
         .executable(name: "purchase-ledger", targets: ["purchase-ledger"]),
     ],
     dependencies: [
@@ -46,6 +48,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         // TLS to the fleet store (sslmode); postgres-nio builds it anyway.
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // The ingest service (`purchase-ledger serve`) only: HTTP and HTTPS, graceful shutdown.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // The CLI's uploads (`push --ca`) and the ingest benchmark: an HTTP client that trusts a given CA.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // liblz4 through the system library, on Linux only; only Sources/PurchaseLedger/Compression
@@ -110,11 +118,35 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The uploader: Foundation's URLSession only, so it runs in an app and on Linux.
+        .target(name: "PurchaseLedgerUploader", dependencies: ["PurchaseLedger"], swiftSettings: strict),
+        // The ingest service in front of the fleet store; linked by the CLI, by no library product.
+        .target(
+            name: "PurchaseLedgerServer",
+            dependencies: [
+                "PurchaseLedger", "PurchaseLedgerFleet",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                "PurchaseLedgerUploader",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .target(
             name: "PurchaseLedgerCLI",
             dependencies: [
                 "PurchaseLedger",
                 "PurchaseLedgerFleet",
+                "PurchaseLedgerServer",
+                "PurchaseLedgerUploader",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
@@ -144,6 +176,8 @@ let package = Package(
                 "PurchaseLedgerFleet",
                 "PurchaseLedgerFleetTesting",
                 "PurchaseLedgerTesting",
+                "PurchaseLedgerServer",
+                "PurchaseLedgerUploader",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "PropertyBased", package: "swift-property-based"),

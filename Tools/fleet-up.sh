@@ -8,7 +8,7 @@
 #
 #   Tools/fleet-up.sh              # start one; prints its URLs and the command that stops it
 #   eval "$(Tools/fleet-up.sh)"    # the same, and sets FLEET_OWNER, FLEET_SHIP, FLEET_REPORT,
-#                                  # FLEET_APPLE and FLEET_FOLDER, which the commands in README.md and docs/ use
+#                                  # FLEET_APPLE, FLEET_INGEST and FLEET_FOLDER, which the commands in README.md and docs/ use
 #   Tools/fleet-up.sh stop FOLDER  # stop it and delete its folder
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/.."
@@ -59,13 +59,16 @@ documented grants.sql | psql -U fleet_owner -d fleet
 ship="postgres://ledger_ship:change-me@127.0.0.1:$port/fleet"
 report="postgres://ledger_report:change-me-too@127.0.0.1:$port/fleet"
 apple="postgres://ledger_apple:change-me-three@127.0.0.1:$port/fleet"
+ingest="postgres://ledger_ingest:change-me-four@127.0.0.1:$port/fleet"
 cat >&2 << EOF2
 fleet-up: a fleet store on 127.0.0.1:$port (PostgreSQL in $folder), migrated, with the documented roles:
   owner (migrate, forget):  $owner
   shipping (ship):          $ship
   reporting (report):       $report
   Apple (apple-import):     $apple
+  ingest service (serve):   $ingest
 Stop it and delete it with: Tools/fleet-up.sh stop $folder
 EOF2
 # On stdout, for `eval "$(Tools/fleet-up.sh)"`: the same URLs as variables the docs' commands use.
-printf "export FLEET_OWNER='%s' FLEET_SHIP='%s' FLEET_REPORT='%s' FLEET_APPLE='%s' FLEET_FOLDER='%s'\n" "$owner" "$ship" "$report" "$apple" "$folder"
+printf "export FLEET_OWNER='%s' FLEET_SHIP='%s' FLEET_REPORT='%s' FLEET_APPLE='%s' FLEET_INGEST='%s' FLEET_FOLDER='%s'\n" \
+  "$owner" "$ship" "$report" "$apple" "$ingest" "$folder"

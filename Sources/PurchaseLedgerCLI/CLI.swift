@@ -217,7 +217,7 @@ struct Root: AsyncParsableCommand {
             AppendCommand.self, ImportCommand.self, ExportCommand.self, ReplayCommand.self, EventsCommand.self,
             TimelineCommand.self, ExtractCommand.self, VerifyCommand.self, RebuildCommand.self, ReportCommand.self, ForgetCommand.self,
             ShipCommand.self, MigrateCommand.self, KeygenCommand.self, CheckpointCommand.self, StatsCommand.self, DemoCommand.self,
-            AppleImportCommand.self,
+            AppleImportCommand.self, ServeCommand.self, TokenCommand.self, PushCommand.self, PullCommand.self,
         ]
     )
 }

@@ -40,7 +40,7 @@ extension FleetStore {
                 """
                 SELECT coalesce(bool_and(pg_has_role(current_user, c.relowner, 'MEMBER')), false)
                 FROM pg_class c WHERE c.relname IN ('transactions', 'downloads', 'owned_content', 'owned_content_history',
-                    'apple_transactions', 'apple_notifications', 'apple_histories')
+                    'apple_transactions', 'apple_notifications', 'apple_histories', 'personal_values')
                     AND c.relnamespace = 'public'::regnamespace
                 """, logger: logger)
             {
@@ -151,12 +151,15 @@ extension FleetStore {
                             s AS (
                                 INSERT INTO erased_subjects (digest, erased_at) VALUES (erased_subject_digest($3), now())
                                 ON CONFLICT DO NOTHING RETURNING 1),
+                            p AS (
+                                DELETE FROM personal_values x USING unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
+                                WHERE x.ledger_id = k.ledger_id AND (x.ref = k.ref OR x.owner = k.ref) RETURNING 1),
                             u AS (
                                 INSERT INTO erased_users (ledger_id, user_ref, erased_at)
                                 SELECT k.ledger_id, k.ref, now() FROM unnest($1::text[]::uuid[], $2::int8[]) AS k(ledger_id, ref)
                                 ON CONFLICT DO NOTHING RETURNING 1)
                             SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM d) + (SELECT count(*) FROM o) + (SELECT count(*) FROM h)
-                                + 0 * (SELECT count(*) FROM s)
+                                + 0 * (SELECT count(*) FROM s) + 0 * (SELECT count(*) FROM p)
                             """,
                         binds: try binds(ledgers, ledgers.map { refs[$0]! }, user)),
                     logger: logger)
@@ -168,7 +171,7 @@ extension FleetStore {
         // The old row versions are dead but still in the table files until VACUUM.
         _ = try await run {
             try await connection.query(
-                "VACUUM transactions, downloads, owned_content, owned_content_history, apple_transactions, apple_notifications, apple_histories",
+                "VACUUM transactions, downloads, owned_content, owned_content_history, apple_transactions, apple_notifications, apple_histories, personal_values",
                 logger: logger)
         }
         return erasure

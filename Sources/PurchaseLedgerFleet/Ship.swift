@@ -257,7 +257,8 @@ extension FleetStore {
                         "the fleet store holds this ledger id under another ledger's identity key: this file claims an id that is not its own (an id conflict), and the ledger that holds it still ships"
                     )
                 }
-                var shipment = try entry.ledger.shipment(after: held.seq, link: held.link, erasedUsers: erased[id] ?? [])
+                var shipment = try entry.ledger.shipment(
+                    after: held.seq, link: held.link, erasedUsers: erased[id] ?? [], allValues: held.rowsVersion < FleetStore.valuesRowsVersion)
                 if let stored = pastHead[id] {
                     // The ledger's own events (the same seqs and links as the file's, from the head
                     // on) are kept; from the first that is not, nothing is shipped.
@@ -303,6 +304,17 @@ extension FleetStore {
             try await connection.query("SELECT forget_unshipped_ledgers(\(refusedNew)::text[]::uuid[])", logger: logger)
         }
         guard !accepted.isEmpty else { return }
+        try await store(accepted, heads: heads, unclaimed: accepted.map(\.ledger).filter { server[$0]?.publicKey == nil })
+    }
+
+    /// Stores accepted shipments in the current transaction, the one path of `ship` and of the
+    /// ingest service: each ledger's projection rows replaced, its new events COPYed, its
+    /// evidence and personal values stored, its head moved to the shipment's last seq and link
+    /// with the statement its identity key signed (`heads`), and the keys of `unclaimed` ledgers
+    /// (shipped before keys were kept, or new) recorded.
+    func store(
+        _ accepted: [(ledger: String, shipment: Shipment)], heads: [String: (key: [UInt8], statement: String)], unclaimed: [String]
+    ) async throws {
         let acceptedIDs = accepted.map(\.ledger)
         try await connection.query(
             """
@@ -326,8 +338,8 @@ extension FleetStore {
                         \(acceptedIDs.map { Self.hex(heads[$0]!.key) })::text[], \(acceptedIDs.map { heads[$0]!.statement })::text[]) AS k(id, seq, link, key, statement)
             WHERE l.ledger_id = k.id::uuid
             """, logger: logger)
+        try await storeValues(accepted)
         // A ledger shipped before keys were kept gets its key now (never replacing one).
-        let unclaimed = acceptedIDs.filter { server[$0]?.publicKey == nil }
         if !unclaimed.isEmpty {
             try await connection.query(
                 """
@@ -339,6 +351,42 @@ extension FleetStore {
 
     static func hex(_ bytes: [UInt8]) -> String {
         Hex.encode(bytes)
+    }
+
+    /// Stores the shipments' personal values (migration 0010): the rows of the refs their events
+    /// erased deleted (a user id's and every row it owns), a ledger's rows replaced when its
+    /// shipment carries all of them, the new ones COPYed.
+    private func storeValues(_ batches: [(ledger: String, shipment: Shipment)]) async throws {
+        let replaced = batches.filter(\.shipment.replacesValues).map(\.ledger)
+        if !replaced.isEmpty {
+            try await connection.query("DELETE FROM personal_values WHERE ledger_id = ANY(\(replaced)::text[]::uuid[])", logger: logger)
+        }
+        for (ledger, shipment) in batches where !shipment.erasedValueRefs.isEmpty {
+            try await connection.query(
+                """
+                DELETE FROM personal_values WHERE ledger_id = \(ledger)::uuid
+                    AND (ref = ANY(\(shipment.erasedValueRefs)::int8[]) OR owner = ANY(\(shipment.erasedValueRefs)::int8[]))
+                """, logger: logger)
+        }
+        guard batches.contains(where: { !$0.shipment.values.isEmpty }) else { return }
+        let columns = ["ledger_id", "ref", "owner", "salt", "value"]
+        try await copyBinary(into: "personal_values", columns: columns) { writer in
+            var rows = CopyBinary()
+            for (ledger, shipment) in batches {
+                let id = try Self.uuidBytes(ledger)
+                let erased = Set(shipment.erasedValueRefs)
+                for value in shipment.values where !erased.contains(value.ref) && !erased.contains(value.owner) {
+                    rows.startRow(fields: columns.count)
+                    rows.field(uuid: id)
+                    rows.field(value.ref)
+                    rows.field(value.owner)
+                    if let salt = value.salt { rows.field(bytes: salt) } else { rows.null() }
+                    rows.field(bytes: value.value)
+                    if rows.buffer.readableBytes > 1 << 20 { try await writer.write(rows.take()) }
+                }
+            }
+            try await writer.write(rows.finish())
+        }
     }
 
     /// Adds the chains' headers (by their SHA-256) the store does not hold; returns their digests,
@@ -512,7 +560,7 @@ extension FleetStore {
     static let fleetTables: [String] =
         [
             "ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence",
-            "apple_transactions", "apple_notifications", "apple_histories",
+            "apple_transactions", "apple_notifications", "apple_histories", "personal_values", "ingest_tokens",
         ]
         + Projector.Table.all.map(\.name)
 
@@ -549,7 +597,13 @@ extension FleetStore {
     ///
     /// 3: with each signed transaction's evidence (migration 0008), which a ledger shipped
     /// before gets on its next ship.
-    static let rowsVersion: Int16 = 3
+    ///
+    /// 4: with each ledger's personal values (migration 0010), which a ledger shipped before gets
+    /// all of on its next ship.
+    static let rowsVersion: Int16 = 4
+
+    /// The first ``rowsVersion`` whose ships stored personal values.
+    static let valuesRowsVersion: Int16 = 4
 }
 
 /// Rows in PostgreSQL's binary COPY format: a signature and a header, then each row as its number

@@ -24,9 +24,50 @@ package struct Shipment: Sendable {
     package var evidence: [EvidenceRow] = []
     package var signingHeaders: [[UInt8]: String] = [:]
     package var erasedSignatures: [String] = []
+    /// The personal values the events introduce (all of the ledger's when ``replacesValues``),
+    /// but those of users the store erased; and the refs the events' erasures remove.
+    package var values: [PersonalValueRow] = []
+    package var replacesValues = false
+    package var erasedValueRefs: [Int64] = []
 
     /// The chain link before the first event: what a store holds for a ledger it has no event of.
     package static var genesis: [UInt8] { HashChain.genesis }
+}
+
+extension Shipment {
+    /// The shipment of `events`, ending at `lastSeq` / `lastLink`, whose replay left `state` and
+    /// `history`: the projection rows of that state, those of the transactions of `erasedUsers`
+    /// (user id -> its erased marker) masked, and each signed transaction's evidence from its
+    /// latest signed event's check (signatures checked on every core), with its chain's header.
+    init(
+        events: [ChainedEvent], lastSeq: Int64, lastLink: [UInt8], state: LedgerState, history: Projector.HistoryCollector,
+        erasedUsers users: [String: String], checks: [EvidenceRows.Check], erasedSignatures: [String], headers: [[UInt8]: String]
+    ) {
+        var projections = Projector.rows(state: state, history: history)
+        if !users.isEmpty {
+            var transactions = Set<String>()
+            var downloads = Set<String>()
+            state.transactions.forEachUnordered { id, record in
+                guard let user = record.user, users[user] != nil else { return }
+                transactions.insert(id)
+                downloads.formUnion(record.downloads)
+            }
+            projections = projections.map { table, rows in
+                (table, ErasedRows.mask(rows, of: table, users: users, transactions: transactions, downloads: downloads))
+            }
+        }
+        self.init(events: events, lastSeq: lastSeq, lastLink: lastLink, projections: projections)
+        var latest: [String: EvidenceRow] = [:]
+        var collector = EvidenceRows.Collector()
+        for row in EvidenceRows.rows(checks) { collector.add(.row(row)) }
+        for case (let t, .row(var row)) in collector.found {
+            row.key = nil  // the store keeps no digest of an Apple transaction id
+            latest[t] = row
+        }
+        evidence = latest.keys.sorted().map { latest[$0]! }
+        self.erasedSignatures = Set(erasedSignatures).subtracting(latest.keys).sorted()
+        for row in evidence { if let digest = row.header, let header = headers[digest] { signingHeaders[digest] = header } }
+    }
 }
 
 extension Ledger {
@@ -57,7 +98,10 @@ extension Ledger {
     /// `erasedUsers`: refs of user ids the fleet store erased from this ledger's rows (its
     /// `erased_users`); their rows are shipped with markers in place of their personal values,
     /// so a device that still holds the user does not bring it back.
-    package func shipment(after shipped: Int64, link shippedLink: [UInt8]?, erasedUsers: Set<Int64> = []) throws -> Shipment {
+    ///
+    /// `allValues`: carry every personal value of the ledger (for a store that holds none of
+    /// them yet), not only those of the events after `shipped`.
+    package func shipment(after shipped: Int64, link shippedLink: [UInt8]?, erasedUsers: Set<Int64> = [], allValues: Bool = false) throws -> Shipment {
         try read { db in
             var replay = LogReplay(collectingHistory: true)
             var previous = try HashChain.genesis(db)
@@ -116,10 +160,9 @@ extension Ledger {
                     "the fleet store holds \(shipped) events under this ledger id, but the file has \(last): its history was cut or rolled back after it was shipped (an older copy of the file put back, or events removed)",
                     seq: last + 1)
             }
-            var projections = Projector.rows(state: replay.state, history: replay.history!)
+            // The user ids this file still holds for the refs the store erased.
+            var users: [String: String] = [:]
             if !erasedUsers.isEmpty {
-                // The user ids this file still holds for those refs, and their records.
-                var users: [String: String] = [:]
                 let refs = erasedUsers.sorted()
                 for row in try Row.fetchAll(
                     db, sql: "SELECT ref, value FROM personal_values WHERE owner = ref AND ref IN (\(refs.map(String.init).joined(separator: ", ")))")
@@ -127,31 +170,20 @@ extension Ledger {
                     let ref: Int64 = row[0]
                     users[String(decoding: row[1] as Data, as: UTF8.self)] = PersonalValues.erased(UInt64(ref))
                 }
-                var transactions = Set<String>()
-                var downloads = Set<String>()
-                replay.state.transactions.forEachUnordered { id, record in
-                    guard let user = record.user, users[user] != nil else { return }
-                    transactions.insert(id)
-                    downloads.formUnion(record.downloads)
-                }
-                projections = projections.map { table, rows in
-                    (table, ErasedRows.mask(rows, of: table, users: users, transactions: transactions, downloads: downloads))
-                }
             }
-            var shipment = Shipment(events: events, lastSeq: last, lastLink: previous, projections: projections)
-            // A transaction's evidence is its latest signed event's (checked on every core).
-            var latest: [String: EvidenceRow] = [:]
-            var collector = EvidenceRows.Collector()
-            for row in EvidenceRows.rows(checks) { collector.add(.row(row)) }
-            for case (let t, .row(var row)) in collector.found {
-                row.key = nil  // the store keeps no digest of an Apple transaction id
-                latest[t] = row
-            }
-            let erased = Set(erasedSignatures).subtracting(latest.keys)
-            shipment.evidence = latest.keys.sorted().map { latest[$0]! }
-            shipment.erasedSignatures = erased.sorted()
             let headers = try SigningHeaders.read(db).byDigest
-            for row in shipment.evidence { if let digest = row.header, let header = headers[digest] { shipment.signingHeaders[digest] = header } }
+            var shipment = Shipment(
+                events: events, lastSeq: last, lastLink: previous, state: replay.state, history: replay.history!, erasedUsers: users, checks: checks,
+                erasedSignatures: erasedSignatures, headers: headers)
+            var refs = Set<Int64>()
+            for chained in events {
+                for (ref, _) in PayloadCodec.introductions(in: chained.payload) { refs.insert(ref) }
+                if case .personalDataErased(let erased) = chained.event.event.body { shipment.erasedValueRefs += erased }
+            }
+            shipment.values = try PersonalValueRow.read(db, introducedBy: allValues ? nil : refs, excluding: erasedUsers)
+            shipment.replacesValues = allValues
+            // Every chain's header, for a store that rebuilds the file (pull).
+            for (digest, header) in headers { shipment.signingHeaders[digest] = header }
             return shipment
         }
     }

@@ -49,6 +49,8 @@ public struct LedgerConfiguration: Sendable {
     /// Whether events given to the library are checked as JSON input is (``InputLimits``). Tests
     /// turn it off to write what versions before the checks let in (a NUL in an id).
     package var checksInput = true
+    /// Set by `pull` while it writes the copy it makes (``Ledger/writePulledCopy(_:to:)``).
+    package var writesPulledCopy = false
     /// Whether personal values are written inside the payloads, as versions before migration
     /// 0007 wrote them (not erasable). Tests turn it on to make such ledgers.
     package var writesPersonalValuesInline = false

@@ -39,7 +39,7 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         enum Kind: String, Sendable {
             case ruleViolation, malformedInput, corruptData, chainMismatch, schemaTooNew, notALedger
             case keyRequired, keyMismatch, notKeyed, unregisteredURL, storage, io, staleProjections, idConflict
-            case unknownUser, notErasable
+            case unknownUser, notErasable, pulledCopy
         }
 
         let kind: Kind
@@ -84,6 +84,9 @@ public struct LedgerError: Error, Sendable, CustomStringConvertible {
         /// `forget` cannot erase the user without breaking the chain: events of the user written
         /// before migration 0007 hold their personal values inside it.
         public static let notErasable = Code(kind: .notErasable)
+        /// The file is a copy pulled from a fleet store (`purchase-ledger pull`): it is read, never
+        /// written (its identity key stayed on the device), so it is opened read-only.
+        public static let pulledCopy = Code(kind: .pulledCopy)
 
         /// The code's stable name (`corruptData`, `keyMismatch`...), which ``LedgerError/description``
         /// shows for an error that names no rule.

@@ -60,7 +60,12 @@ public struct LedgerIdentity: Sendable, Hashable {
     static func read(_ db: Database) throws -> LedgerIdentity? {
         guard let id = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id'") else { return nil }
         let origin = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'ledger_id_origin'") ?? "created"
-        return LedgerIdentity(id: id, origin: origin, publicKey: try identityKey(db)?.publicKey)
+        var publicKey = try identityKey(db)?.publicKey
+        if publicKey == nil, let pulled = try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'identity_public_key'") {
+            // A copy pulled from a fleet store holds the public half only.
+            publicKey = try? CheckpointPublicKey(rawRepresentation: [UInt8](pulled))
+        }
+        return LedgerIdentity(id: id, origin: origin, publicKey: publicKey)
     }
 
     static func identityKey(_ db: Database) throws -> CheckpointSigningKey? {

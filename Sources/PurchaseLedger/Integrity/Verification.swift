@@ -144,6 +144,11 @@ private struct Verifier {
                 "signing header \(Hex.encode(Array(digest.prefix(8)))) no longer hashes to its digest: it was edited in signing_headers")
         }
         guard try Migrations.applied("0007_personal_values", db) else { return }
+        // A copy pulled from a fleet store lacks the values of the users the store erased
+        // (`forget` there), which no event of the log records: the copy lists their refs.
+        if let refs = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'fleet_erased_refs'") {
+            for ref in refs.split(separator: ",").compactMap({ Int64($0) }) where erased[ref] == nil { erased[ref] = 0 }
+        }
         var seen = Set<Int64>()
         // The salts: on user ids' rows (for every value they own) and values of no user.
         var salts: [Int64: [UInt8]] = [:]
@@ -169,7 +174,11 @@ private struct Verifier {
                     "personal value \(ref) is not the value event \(introduced.seq) committed to: it (or its salt) was edited in personal_values")
             }
             if let erasure = erased[ref] {
-                try problem(.personalValues, erasure, "personal value \(ref) is still held, although event \(erasure) recorded its erasure")
+                try problem(
+                    .personalValues, erasure > 0 ? erasure : nil,
+                    erasure > 0
+                        ? "personal value \(ref) is still held, although event \(erasure) recorded its erasure"
+                        : "personal value \(ref) is held, although ledger_info lists it as erased by the fleet store this copy was pulled from")
             }
         }
         for (ref, introduced) in introduced.sorted(by: { $0.key < $1.key }) where !seen.contains(ref) && erased[ref] == nil {

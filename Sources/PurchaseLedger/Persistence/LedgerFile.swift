@@ -204,6 +204,13 @@ final class LedgerFile: Sendable {
                     "\(path) was written by a newer purchase-ledger (schema \(try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0), this version knows \(embeddedMigrations.count)); upgrade to read it"
                 )
             }
+            if !configuration.readOnly, !configuration.writesPulledCopy, tables > 0,
+                try db.tableExists("ledger_info"), try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'pulled_from'") != nil
+            {
+                throw LedgerError(
+                    .pulledCopy,
+                    "\(path) is a copy pulled from a fleet store (purchase-ledger pull): it is read-only (its identity key stayed on the device); nothing was written")
+            }
             if configuration.readOnly, try !Migrations.readableWithoutMigrating(db) {
                 throw LedgerError(.schemaTooNew, "\(path) needs a migration and was opened read-only")
             }

@@ -439,3 +439,25 @@ struct PersonalEncoder {
         pending.removeAll(keepingCapacity: true)
     }
 }
+
+extension PersonalValues {
+    /// The values of `rows` (any order; a ref without a row reads as erased), with the signed
+    /// transactions' `headers`: a ledger's values as a fleet store holds them.
+    package convenience init(rows: [PersonalValueRow], headers: [[UInt8]: String]) {
+        let sorted = rows.sorted { $0.ref < $1.ref }
+        let assigned = sorted.last?.ref ?? 0
+        var bytes: [UInt8] = []
+        var starts: [UInt32] = [0]
+        var lengths: [Int32] = [-1]
+        for row in sorted where row.ref >= Int64(lengths.count) {
+            while Int64(lengths.count) < row.ref {
+                starts.append(0)
+                lengths.append(-1)
+            }
+            starts.append(UInt32(truncatingIfNeeded: bytes.count))
+            lengths.append(Int32(row.value.count))
+            bytes += row.value
+        }
+        self.init(bytes: bytes, starts: starts, lengths: lengths, assigned: assigned, generation: 0, headers: SigningHeaders(byDigest: headers))
+    }
+}

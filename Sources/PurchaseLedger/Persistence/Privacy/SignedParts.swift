@@ -99,6 +99,11 @@ struct SigningHeaders: Sendable {
 
     static let none = SigningHeaders()
 
+    init() {}
+
+    /// Headers already checked against their digests.
+    init(byDigest: [[UInt8]: String]) { self.byDigest = byDigest }
+
     static func read(_ db: Database) throws -> SigningHeaders {
         guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'signing_headers')")) == true
         else { return .none }

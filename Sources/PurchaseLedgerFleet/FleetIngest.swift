@@ -104,8 +104,8 @@ extension FleetStore {
         let (seq, linkBuffer, inserted, heldKey, chain) = try row.decode((Int64, ByteBuffer, Bool, ByteBuffer?, String?).self)
         let link = Array(buffer: linkBuffer)
         let current = IngestHead(ledgerID: id, seq: seq, link: seq > 0 ? link : [], stored: 0)
+        // A refusal rolls the transaction back: the row a new ledger's lock made goes with it.
         func refuse(_ kind: IngestRefusal.Kind, _ message: String, seq: Int64? = nil) async throws -> Never {
-            if inserted { try await connection.query("SELECT forget_unshipped_ledgers(\([id])::text[]::uuid[])", logger: logger) }
             throw IngestRefusal(kind: kind, message: message, seq: seq, head: current)
         }
         if let heldKey, Array(buffer: heldKey) != key {
@@ -139,6 +139,7 @@ extension FleetStore {
             try await refuse(kind, error.message, seq: error.seq)
         }
         guard let plan else {
+            // Nothing new (a resend): a row this call made for a ledger the store held no event of is not kept.
             if inserted { try await connection.query("SELECT forget_unshipped_ledgers(\([id])::text[]::uuid[])", logger: logger) }
             return current
         }

@@ -330,6 +330,8 @@ public final class FleetStore: Sendable {
             throw error
         } catch let error as AppleImportError {
             throw error
+        } catch let error as IngestRefusal {
+            throw error
         } catch {
             throw FleetStore.describe(error, address: address)
         }

@@ -42,9 +42,12 @@ public struct IngestServiceConfiguration: Sendable {
         self.port = port
     }
 
-    /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
+    /// Whether `host` is a loopback address: `localhost`, `::1`, or an IPv4 literal in
+    /// 127.0.0.0/8 (a name such as `127.example.com` is not one).
     public static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+        if host == "localhost" || host == "::1" || host == "[::1]" { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { part in UInt8(part) != nil && part.allSatisfy(\.isNumber) }
     }
 }
 

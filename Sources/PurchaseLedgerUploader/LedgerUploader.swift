@@ -12,6 +12,13 @@ public struct UploadRequest: Sendable {
     /// Header fields, by name.
     public var headers: [String: String]
     public var body: Data?
+
+    public init(method: String, url: URL, headers: [String: String], body: Data?) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
 }
 
 /// One HTTP answer: its status, its header fields (names lowercased) and its body.
@@ -127,7 +134,7 @@ public actor LedgerUploader {
     /// Bytes of frames per request, about.
     public let maxBytes: Int
     /// Attempts of one request before ``upload()`` gives up on a retryable error.
-    public var maxAttempts = 6
+    public private(set) var maxAttempts: Int
     public private(set) var status = Status()
 
     /// An uploader of `ledger` to the service at `endpoint` (`https://host[:port]`), with the
@@ -135,8 +142,9 @@ public actor LedgerUploader {
     /// and about `maxBytes` of them.
     public init(
         ledger: Ledger, endpoint: URL, token: String, transport: any UploadTransport = URLSessionTransport(), batchSize: Int = 2_000,
-        maxBytes: Int = 4 << 20
+        maxBytes: Int = 4 << 20, maxAttempts: Int = 6
     ) {
+        self.maxAttempts = max(1, maxAttempts)
         self.ledger = ledger
         self.endpoint = endpoint
         self.token = token

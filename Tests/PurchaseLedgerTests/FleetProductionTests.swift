@@ -302,7 +302,7 @@ struct FleetProductionTests {
         let marker = try #require(docs.range(of: "<!-- \(name) -->\n```sql\n"))
         let sql = docs[marker.upperBound...].components(separatedBy: "\n```")[0]
         return sql.replacingOccurrences(of: "ledger_ship", with: "ledger_ship" + suffix).replacingOccurrences(of: "ledger_report", with: "ledger_report" + suffix)
-            .replacingOccurrences(of: "ledger_apple", with: "ledger_apple" + suffix)
+            .replacingOccurrences(of: "ledger_apple", with: "ledger_apple" + suffix).replacingOccurrences(of: "ledger_ingest", with: "ledger_ingest" + suffix)
     }
 
     /// The row-level security of docs/fleet.md: a reporting role sees the ledgers of its scope

@@ -1,0 +1,246 @@
+import Foundation
+import GRDB
+import PostgresNIO
+import PurchaseLedgerServer
+import PurchaseLedgerUploader
+import Testing
+
+@testable import PurchaseLedger
+@testable import PurchaseLedgerFleet
+import PurchaseLedgerFleetTesting
+
+/// `purchase-ledger serve` as a separate process on loopback, in front of a real PostgreSQL.
+final class ServiceProcess: @unchecked Sendable {  // unchecked: `process` is touched by the test's task only
+    let port: Int
+    let arguments: [String]
+    let log: String
+    private var process: Process?
+    private(set) var url = ""
+
+    /// A free port on loopback, for a service restarted on the same one.
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    init(fleet: String, port: Int = ServiceProcess.freePort(), extra: [String] = [], log: String) {
+        self.port = port
+        arguments = ["serve", "--fleet", fleet, "--listen", "127.0.0.1:\(port)"] + extra
+        self.log = log
+    }
+
+    /// Starts it and waits until it listens.
+    func start() throws {
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        try handle.close()
+        self.process = process
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("listening on ") }) {
+                url = String(line.dropFirst("listening on ".count))
+                return
+            }
+            if !process.isRunning { throw LocalPostgres.Failure(description: "serve exited: \(text)") }
+            usleep(20_000)
+        }
+        throw LocalPostgres.Failure(description: "serve did not listen within 30 s")
+    }
+
+    /// Ends it with `signal` and waits; its exit status.
+    @discardableResult
+    func stop(_ signal: Int32 = SIGKILL) -> Int32 {
+        guard let process, process.isRunning else { return process?.terminationStatus ?? 0 }
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        self.process = nil
+        return process.terminationStatus
+    }
+
+    deinit { _ = stop() }
+}
+
+/// The ingest service (#52): devices upload over HTTP(S) into the fleet store, exactly once,
+/// through the real service on loopback and a real PostgreSQL; support pulls a ledger back.
+@Suite(.serialized, .enabled(if: FleetServer.available, "needs PostgreSQL (Tools/ensure-dependencies.sh --with-postgres)"))
+struct IngestTests {
+    /// A fleet store with the documented roles (this test's names) and a token; its ingest and
+    /// reporting URLs, the owner's, and the token.
+    static func fleet() throws -> (server: LocalPostgres, owner: String, ingest: String, report: String, token: String) {
+        let (server, owner) = try FleetServer.database()
+        let database = String(owner.split(separator: "/").last!)
+        let suffix = "_" + database.suffix(8)
+        try server.psql(try FleetProductionTests.documentedSQL("roles.sql", suffix: suffix), database: database)
+        try server.psql(try FleetProductionTests.documentedSQL("grants.sql", suffix: suffix), database: database)
+        let token = try cli(["token", "create", owner, "--name", "devices"])
+        guard token.status == 0 else { throw LocalPostgres.Failure(description: token.stderr) }
+        return (
+            server, owner, server.url(database: database, password: "change-me-four", user: "ledger_ingest" + suffix),
+            server.url(database: database, password: "change-me-too", user: "ledger_report" + suffix), token.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        )
+    }
+
+    /// One raw request through the CLI's transport.
+    static func send(
+        _ url: String, method: String = "POST", token: String?, body: [UInt8]? = nil, protocolVersion: String? = "1"
+    ) async throws -> (status: Int, json: [String: Any], headers: [String: String]) {
+        let transport = try HTTPClientTransport()
+        var headers: [String: String] = [:]
+        if let token { headers["Authorization"] = "Bearer \(token)" }
+        if let protocolVersion { headers["Purchase-Ledger-Protocol"] = protocolVersion }
+        let response = try await transport.send(UploadRequest(method: method, url: URL(string: url)!, headers: headers, body: body.map { Data($0) }))
+        try await transport.shutdown()
+        return (response.status, (try? JSONSerialization.jsonObject(with: response.body)) as? [String: Any] ?? [:], response.headers)
+    }
+
+    static func storedEvents(_ fleet: FleetStore, _ id: String) async throws -> Int64 {
+        try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT count(*) AS n FROM events WHERE ledger_id = '\(id)'::uuid")).first?["n"]?.int64 ?? -1
+    }
+
+    @Test func uploadsAreStoredOncePulledBackWholeAndEveryBadRequestGetsItsAnswer() async throws {
+        let (_, owner, ingest, report, token) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let service = ServiceProcess(fleet: ingest, extra: ["--max-body-bytes", "200000"], log: dir.path("serve.log"))
+        try service.start()
+        let base = service.url
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let ledger = try Ledger(path: path)
+        let id = try #require(try ledger.identity()?.id)
+
+        // The library's uploader, over URLSession: two batches of 6, then nothing to send.
+        let uploader = LedgerUploader(ledger: ledger, endpoint: URL(string: base)!, token: token, batchSize: 6)
+        let first = try await uploader.upload()
+        let last = try ledger.lastSeq()
+        #expect(first.stored == Int(last) && first.batches == Int((last + 5) / 6) && first.seq == last)
+        let status = await uploader.status
+        #expect(status.lag == 0 && status.acknowledged == last && status.lastError == nil)
+        #expect(try await uploader.upload().stored == 0)
+        let fleet = try await FleetStore.connect(owner)
+        #expect(try await Self.storedEvents(fleet, id) == last)
+
+        // The CLI's push, after new events: only those are sent.
+        _ = try ledger.append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-02T09:00:00Z","transaction":"t9","product":"book","user":"bob"}"#))
+        let tokenFile = dir.path("token")
+        try token.write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        chmod(tokenFile, 0o600)
+        let pushed = try cli(["push", path, "--to", base, "--token-file", tokenFile])
+        #expect(pushed.status == 0 && pushed.stdout.contains("stored 1 event in 1 request") && !pushed.stdout.contains(token), "\(pushed.stdout)\(pushed.stderr)")
+        #expect(try cli(["push", path, "--to", base], environment: ["PURCHASE_LEDGER_TOKEN": token]).stdout.contains("up to date"))
+
+        // Pulled back: verifies, and exports byte for byte as the device's file does.
+        let pulled = dir.path("pulled.ledger")
+        let pull = try cli(["pull", report, "--ledger", id, "-o", pulled])
+        #expect(pull.status == 0, "\(pull.stderr)")
+        #expect(try cli(["verify", pulled]).status == 0)
+        #expect(try cli(["export", pulled]).stdout == (try cli(["export", path]).stdout))
+        let appended = try cli(["append", pulled, "-"], stdin: #"{"type":"restoreCompleted","at":"2024-03-05T09:00:00Z"}"#)
+        #expect(appended.status == 3 && appended.stderr.contains("pulledCopy"), "a pulled copy is read-only: \(appended.stderr)")
+
+        let eventsURL = "\(base)/v1/ledgers/\(id)/events"
+        let oldBody = try #require(try ledger.upload(after: 0, link: nil, limit: 3)).encoded()
+        let before = try await Self.storedEvents(fleet, id)
+        // A replayed old body, and the same body twice at once: the same head, nothing stored.
+        let replayed = try await Self.send(eventsURL, token: token, body: oldBody)
+        #expect(replayed.status == 200 && replayed.json["seq"] as? Int64 == last + 1 && replayed.json["stored"] as? Int == 0, "\(replayed.json)")
+        async let a = Self.send(eventsURL, token: token, body: oldBody)
+        async let b = Self.send(eventsURL, token: token, body: oldBody)
+        #expect(try await [a.status, b.status] == [200, 200])
+        // A wrong token, none, a revoked one.
+        #expect(try await Self.send(eventsURL, token: "plt_nope", body: oldBody).status == 401)
+        let none = try await Self.send(eventsURL, token: nil, body: oldBody)
+        #expect(none.status == 401 && none.headers["www-authenticate"] == "Bearer")
+        // An unknown protocol version, a body that is not an upload, a body over the limit.
+        let version = try await Self.send(eventsURL, token: token, body: oldBody, protocolVersion: "2")
+        #expect(version.status == 400 && version.json["error"] as? String == "unsupportedProtocol")
+        #expect(try await Self.send(eventsURL, token: token, body: Array("hello".utf8)).status == 400)
+        let large = try await Self.send(eventsURL, token: token, body: [UInt8](repeating: 7, count: 300_000))
+        #expect(large.status == 413 && large.json["error"] as? String == "tooLarge")
+        // Another ledger's id: a head signed by another key for this id (the key does not derive it).
+        var forged = try #require(try ledger.upload(after: 0, link: nil, limit: 3))
+        forged.head = try Checkpoint(ledgerID: id, seq: forged.head.seq, link: forged.head.link, at: .now, key: CheckpointSigningKey())
+        let stolen = try await Self.send(eventsURL, token: token, body: forged.encoded())
+        #expect(stolen.status == 403 && stolen.json["error"] as? String == "keyMismatch", "\(stolen.json)")
+        // A body whose head was edited after signing.
+        var edited = try #require(try ledger.upload(after: 0, link: nil, limit: 3))
+        edited.head.seq = 2
+        #expect(try await Self.send(eventsURL, token: token, body: edited.encoded()).json["error"] as? String == "badSignature")
+        // A body for another path.
+        #expect(try await Self.send("\(base)/v1/ledgers/\(UUID().uuidString.lowercased())/events", token: token, body: oldBody).status == 400)
+
+        // A forked history: a copy of the file (its key too) that recorded something else.
+        let copy = dir.path("copy.ledger")
+        // The file and its WAL, as a backup tool copies them (nothing writes meanwhile).
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: path + suffix) {
+            try FileManager.default.copyItem(atPath: path + suffix, toPath: copy + suffix)
+        }
+        _ = try ledger.append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-06T09:00:00Z","transaction":"t10","product":"book","user":"bob"}"#))
+        try await uploader.upload()
+        _ = try Ledger(path: copy).append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-06T09:00:00Z","transaction":"t11","product":"book","user":"eve"}"#))
+        let forkBody = try #require(try Ledger(path: copy).upload(after: last + 1, link: nil)).encoded()
+        let fork = try await Self.send(eventsURL, token: token, body: forkBody)
+        #expect(fork.status == 409 && fork.json["error"] as? String == "fork" && fork.json["seq"] as? Int64 == last + 2, "\(fork.json)")
+        let forkPush = try cli(["push", copy, "--to", base, "--token-file", tokenFile])
+        #expect(forkPush.status == 1 && forkPush.stderr.contains("seq \(last + 2)"), "the device sees the fork itself: \(forkPush.stderr)")
+        #expect(try await Self.storedEvents(fleet, id) == before + 1, "none of the refused requests stored anything")
+
+        // A gap: events that start past the store's head.
+        _ = try ledger.append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-07T09:00:00Z","transaction":"t12","product":"book","user":"bob"}"#))
+        _ = try ledger.append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-07T09:00:01Z","transaction":"t13","product":"book","user":"bob"}"#))
+        let gap = try await Self.send(eventsURL, token: token, body: try #require(try ledger.upload(after: last + 3, link: nil)).encoded())
+        #expect(gap.status == 409 && gap.json["error"] as? String == "gap" && (gap.json["head"] as? [String: Any])?["seq"] as? Int64 == last + 2)
+
+        // A connection cut in the middle of a body: nothing is stored, the service goes on.
+        let pending = try #require(try ledger.upload(after: last + 2, link: nil)).encoded()
+        let socket = try Self.connect(service.port)
+        let head =
+            "POST /v1/ledgers/\(id)/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\nPurchase-Ledger-Protocol: 1\r\nContent-Length: \(pending.count)\r\n\r\n"
+        _ = Array(head.utf8).withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+        _ = Array(pending.prefix(pending.count / 2)).withUnsafeBytes { write(socket, $0.baseAddress, $0.count) }
+        close(socket)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try await Self.storedEvents(fleet, id) == last + 2)
+        #expect(try await uploader.upload().stored == 2)
+
+        // A revoked token is refused from the next request.
+        #expect(try cli(["token", "revoke", owner, "devices"]).status == 0)
+        #expect(try await Self.send("\(base)/v1/ledgers/\(id)/head", method: "GET", token: token).status == 401)
+        let listed = try cli(["token", "list", owner])
+        #expect(listed.stdout.contains("devices") && listed.stdout.contains("revoked") && !listed.stdout.contains(token))
+        await fleet.close()
+        #expect(service.stop(SIGTERM) == 0, "SIGTERM stops it cleanly")
+        #expect(try String(contentsOfFile: service.log, encoding: .utf8).contains("stopped"))
+    }
+
+    static func connect(_ port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let result = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard result == 0 else { throw LocalPostgres.Failure(description: "cannot connect to 127.0.0.1:\(port)") }
+        return fd
+    }
+}

@@ -93,6 +93,12 @@ package struct GrowingDevices {
 
     package var rounds: Int { slices.first?.count ?? 0 }
 
+    /// Appends round `round`'s events of one device.
+    package func grow(_ round: Int, device: Int) throws {
+        guard round < slices[device].count, !slices[device][round].isEmpty else { return }
+        _ = try Ledger(path: paths[device]).append(contentsOf: slices[device][round])
+    }
+
     package func grow(_ round: Int) throws {
         for (path, slices) in zip(paths, slices) where round < slices.count {
             let ledger = try Ledger(path: path)

@@ -233,6 +233,79 @@ struct IngestTests {
         #expect(try String(contentsOfFile: service.log, encoding: .utf8).contains("stopped"))
     }
 
+    /// 20 devices record and upload at once while the service is killed (SIGKILL) 20 times and
+    /// started again on the same port: afterwards the fleet holds every device's events exactly
+    /// once, each ledger pulls back to its device's export, and the fleet audit finds nothing.
+    @Test func twentyDevicesUploadWhileTheServiceIsKilledTwentyTimes() async throws {
+        let (_, owner, ingest, _, token) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let lines = try String(contentsOfFile: try Workload.file(events: 6_000), encoding: .utf8).split(separator: "\n")
+        let devices = GrowingDevices(events: try lines.map { try JSONLines.decode(String($0)) }, devices: 20, rounds: 12, directory: dir.path(""))
+        let service = ServiceProcess(fleet: ingest, extra: ["--rate", "10000"], log: dir.path("serve.log"))
+        try service.start()
+        let endpoint = try #require(URL(string: service.url))
+        let transport = try HTTPClientTransport(timeoutSeconds: 10)
+        let killing = Locked(true)
+        let rounds = devices.rounds
+        let killer = Task.detached { () -> Int in
+            var random = SplitMix(seed: 52)
+            var kills = 0
+            for _ in 0..<20 {
+                try? await Task.sleep(for: .milliseconds(Int.random(in: 150...450, using: &random)))
+                service.stop(SIGKILL)
+                kills += 1
+                try? service.start()
+            }
+            killing.withLock { $0 = false }
+            return kills
+        }
+        let failures = Locked(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, path) in devices.paths.enumerated() {
+                group.addTask {
+                    var round = 0
+                    var uploader: LedgerUploader?
+                    while killing.withLock({ $0 }) || round < rounds {
+                        if round < rounds {
+                            try devices.grow(round, device: index)
+                            round += 1
+                        }
+                        if uploader == nil {
+                            uploader = LedgerUploader(
+                                ledger: try Ledger(path: path), endpoint: endpoint, token: token, transport: transport, batchSize: 97, maxAttempts: 2)
+                        }
+                        do { try await uploader!.upload() } catch { failures.withLock { $0 += 1 } }
+                        try await Task.sleep(for: .milliseconds(40))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let kills = await killer.value
+        #expect(kills == 20)
+        // The service stays up now: each device's uploader catches up from the service's head.
+        for path in devices.paths {
+            let uploader = LedgerUploader(ledger: try Ledger(path: path), endpoint: endpoint, token: token, transport: transport)
+            try await uploader.upload()
+            #expect(await uploader.status.lag == 0)
+        }
+        try await transport.shutdown()
+        #expect(failures.withLock { $0 } > 0, "some uploads met a killed service")
+        let fleet = try await FleetStore.connect(owner)
+        for path in devices.paths {
+            let ledger = try Ledger(path: path)
+            let id = try #require(try ledger.identity()?.id)
+            #expect(try await Self.storedEvents(fleet, id) == (try ledger.lastSeq()), "every event exactly once")
+            let pulled = dir.path("pulled-\(id).ledger")
+            #expect(try cli(["pull", owner, "--ledger", id, "-o", pulled]).status == 0)
+            #expect(try cli(["export", pulled]).stdout == (try cli(["export", path]).stdout))
+        }
+        await fleet.close()
+        let audit = try cli(["verify", owner])
+        #expect(audit.status == 0 && audit.stdout.contains("ok: 20 ledgers"), "\(audit.stdout)\(audit.stderr)")
+        service.stop(SIGTERM)
+    }
+
     static func connect(_ port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()

@@ -19,7 +19,7 @@ public final class HTTPClientTransport: UploadTransport {
             tls.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(caFile))
             configuration.tlsConfiguration = tls
         }
-        configuration.timeout = .init(connect: .seconds(10), read: .seconds(timeoutSeconds))
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(timeoutSeconds))
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         timeout = .seconds(timeoutSeconds)
     }
@@ -29,7 +29,16 @@ public final class HTTPClientTransport: UploadTransport {
         outgoing.method = HTTPMethod(rawValue: request.method)
         for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
         if let body = request.body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
-        let response = try await client.execute(outgoing, timeout: timeout)
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(outgoing, timeout: timeout)
+        } catch let error as NIOSSLError {
+            throw UploadError(status: nil, kind: "tls", message: "TLS with \(request.url.host ?? "the service") failed: \(error)")
+        } catch let error as BoringSSLError {
+            throw UploadError(status: nil, kind: "tls", message: "TLS with \(request.url.host ?? "the service") failed: \(error)")
+        } catch let error as NIOSSLExtraError {
+            throw UploadError(status: nil, kind: "tls", message: "TLS with \(request.url.host ?? "the service") failed: \(error)")
+        }
         let body = try await response.body.collect(upTo: 16 << 20)
         var headers: [String: String] = [:]
         for field in response.headers { headers[field.name.lowercased()] = field.value }

@@ -37,7 +37,9 @@ public struct UploadResponse: Sendable {
 /// How the uploader sends a request: ``URLSessionTransport`` in an app; another HTTP client where
 /// URLSession cannot do what is needed (the CLI trusts a private CA with swift-nio's).
 public protocol UploadTransport: Sendable {
-    /// Sends `request`; throws only when no answer came (the network, a refused connection).
+    /// Sends `request`; throws only when no answer came (the network, a refused connection): an
+    /// ``UploadError`` to say what (`tls` for a certificate not trusted, which is not retried),
+    /// any other error counts as `network`, retried.
     func send(_ request: UploadRequest) async throws -> UploadResponse
 }
 
@@ -75,10 +77,19 @@ public struct UploadError: Error, Sendable, CustomStringConvertible {
     /// Seconds the service asked to wait (Retry-After).
     public var retryAfter: Double?
 
-    /// Whether the same upload may succeed later: no answer, 429, 500, 503.
+    /// Whether the same upload may succeed later: no answer (`network`), 429, 5xx. Not a
+    /// certificate the client does not trust (`tls`), nor any refusal.
     public var isRetryable: Bool {
         guard let status else { return kind == "network" }
         return status == 429 || status >= 500
+    }
+
+    public init(status: Int?, kind: String, message: String, seq: Int64? = nil, retryAfter: Double? = nil) {
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.seq = seq
+        self.retryAfter = retryAfter
     }
 
     public var description: String {
@@ -286,6 +297,8 @@ public actor LedgerUploader {
         let response: UploadResponse
         do {
             response = try await transport.send(request)
+        } catch let error as UploadError {
+            throw error
         } catch {
             throw UploadError(status: nil, kind: "network", message: "\(error)", seq: nil, retryAfter: nil)
         }

@@ -8,6 +8,7 @@ import Testing
 @testable import PurchaseLedger
 @testable import PurchaseLedgerFleet
 import PurchaseLedgerFleetTesting
+import PurchaseLedgerTesting
 
 /// `purchase-ledger serve` as a separate process on loopback, in front of a real PostgreSQL.
 final class ServiceProcess: @unchecked Sendable {  // unchecked: `process` is touched by the test's task only
@@ -304,6 +305,89 @@ struct IngestTests {
         let audit = try cli(["verify", owner])
         #expect(audit.status == 0 && audit.stdout.contains("ok: 20 ledgers"), "\(audit.stdout)\(audit.stderr)")
         service.stop(SIGTERM)
+    }
+
+    /// HTTPS with a certificate of the test's own CA: push trusts it with --ca and refuses the
+    /// service under another CA; plain HTTP is refused off loopback.
+    @Test func theServiceSpeaksTLSAndPlainHTTPOnlyOnLoopback() async throws {
+        let (_, _, ingest, _, token) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let certificates = try TestCertificates(in: dir)
+        let open = try cli(["serve", "--fleet", ingest, "--listen", "0.0.0.0:0"])
+        #expect(open.status == 2 && open.stderr.contains("--insecure-http"), "\(open.stderr)")
+        #expect(IngestServiceConfiguration.isLoopback("127.0.0.1") && !IngestServiceConfiguration.isLoopback("127.mitm.example"))
+        let service = ServiceProcess(
+            fleet: ingest, extra: ["--tls-cert", certificates.certificate, "--tls-key", certificates.key], log: dir.path("serve.log"))
+        try service.start()
+        #expect(service.url.hasPrefix("https://"))
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let url = "https://localhost:\(service.port)"
+        let environment = ["PURCHASE_LEDGER_TOKEN": token]
+        let pushed = try cli(["push", path, "--to", url, "--ca", certificates.ca], environment: environment)
+        #expect(pushed.status == 0 && pushed.stdout.contains("stored"), "\(pushed.stdout)\(pushed.stderr)")
+        let untrusted = try cli(["push", path, "--to", url, "--ca", certificates.otherCA], environment: environment)
+        #expect(untrusted.status == 3 && !untrusted.stderr.contains(token), "\(untrusted.stderr)")
+        service.stop(SIGTERM)
+    }
+
+    /// App Store Server Notifications V2 posted to the service are stored as apple-import stores
+    /// them, once, and only when Apple's signature verifies.
+    @Test func appleNotificationsAreStoredOnceAndOnlySigned() async throws {
+        let (_, owner, ingest, _, _) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let docs = try ReconciliationTests()
+        try docs.chain.rootPEM.write(toFile: dir.path("root.pem"), atomically: true, encoding: .utf8)
+        let service = ServiceProcess(
+            fleet: ingest, extra: ["--apple-notifications", "--apple-root", dir.path("root.pem")], log: dir.path("serve.log"))
+        try service.start()
+        let notification = try docs.notification("REFUND", uuid: "n-1", transaction: try docs.signed("1001", revoked: true))
+        let url = "\(service.url)/v1/apple/notifications"
+        let first = try await Self.send(url, token: nil, body: Array(notification.utf8), protocolVersion: nil)
+        #expect(first.status == 200 && first.json["notifications"] as? Int == 1, "\(first.json)")
+        #expect(try await Self.send(url, token: nil, body: Array(notification.utf8), protocolVersion: nil).status == 200, "Apple's retry")
+        // Signed by another chain: refused, nothing stored, so Apple retries it.
+        let stranger = try ReconciliationTests().notification("REFUND", uuid: "n-2", transaction: try docs.signed("1002", revoked: true))
+        let refused = try await Self.send(url, token: nil, body: Array(stranger.utf8), protocolVersion: nil)
+        #expect(refused.status == 422, "\(refused.json)")
+        let fleet = try await FleetStore.connect(owner)
+        let rows = try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT notification_uuid FROM apple_notifications"))
+        #expect(rows.map { $0.string("notification_uuid") } == ["n-1"])
+        await fleet.close()
+        service.stop(SIGTERM)
+    }
+
+    /// Shipped ledgers pull back too (ship stores their personal values), and after the fleet's
+    /// `forget` the pulled copy still verifies, with the user masked and the erasure counted.
+    @Test func shippedLedgersPullBackAndAForgottenUserStaysErasedInTheCopy() async throws {
+        let (_, owner, _, _, _) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        #expect(try cli(["ship", path, "--to", owner]).status == 0)
+        let id = try #require(try Ledger(path: path).identity()?.id)
+        let pulled = dir.path("pulled.ledger")
+        #expect(try cli(["pull", owner, "--ledger", id, "-o", pulled]).status == 0)
+        #expect(try cli(["verify", pulled]).status == 0)
+        #expect(try cli(["export", pulled]).stdout == (try cli(["export", path]).stdout))
+        let again = try cli(["pull", owner, "--ledger", id, "-o", pulled])
+        #expect(again.status == 3 && again.stderr.contains("exists already"), "\(again.stderr)")
+
+        let user = try #require(try Ledger(path: path).currentState.transactions.values.compactMap(\.user).first)
+        #expect(try cli(["forget", owner, "--user", user]).status == 0)
+        let fleet = try await FleetStore.connect(owner)
+        let values = try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT value FROM personal_values"))
+        #expect(!values.contains { $0.bytes("value") == Array(user.utf8) }, "the user's id is gone from the store's values")
+        await fleet.close()
+        let byUser = dir.path("by-user")
+        let none = try cli(["pull", owner, "--user", user, "-o", byUser])
+        #expect(none.status == 2, "the store no longer names the user: \(none.stderr)")
+        let masked = dir.path("masked.ledger")
+        #expect(try cli(["pull", owner, "--ledger", id, "-o", masked]).status == 0)
+        let verified = try cli(["verify", masked])
+        #expect(verified.status == 0, "\(verified.stdout)\(verified.stderr)")
+        let exported = try cli(["export", masked]).stdout
+        #expect(!exported.contains(user) && exported.contains("[erased "), "the copy holds the user masked")
     }
 
     static func connect(_ port: Int) throws -> Int32 {

@@ -172,7 +172,9 @@ package enum Ingest {
         for header in held.signingHeaders + upload.signingHeaders { headers[SignedParts.digest(ofHeader: header[...])] = header }
         // The replay: the held events, then the new ones through the rules as recorded.
         let kept = added.values.filter { !erasedHere($0) }
-        let personal = PersonalValues(rows: held.values + kept, headers: headers)
+        var highest: Int64 = 0
+        for f in held.frames + fresh { for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) } }
+        let personal = PersonalValues(rows: held.values + kept, assigned: highest, headers: headers)
         var state = LedgerState()
         var history = Projector.HistoryCollector()
         var checks: [EvidenceRows.Check] = []

@@ -71,7 +71,9 @@ extension Ledger {
         var configuration = LedgerConfiguration()
         configuration.writesPulledCopy = true
         let headers = Dictionary(pulled.signingHeaders.map { (SignedParts.digest(ofHeader: $0[...]), $0) }, uniquingKeysWith: { first, _ in first })
-        let personal = PersonalValues(rows: pulled.values, headers: headers)
+        var highest: Int64 = 0
+        for f in pulled.frames { for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) } }
+        let personal = PersonalValues(rows: pulled.values, assigned: highest, headers: headers)
         let chain = HashChain(key: nil)
         // Where the chain starts: from the ledger id (ledgers made since ids were bound), or zeros.
         var genesis = HashChain.genesis(ledgerID: pulled.ledgerID)

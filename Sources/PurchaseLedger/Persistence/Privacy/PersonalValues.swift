@@ -441,11 +441,12 @@ struct PersonalEncoder {
 }
 
 extension PersonalValues {
-    /// The values of `rows` (any order; a ref without a row reads as erased), with the signed
-    /// transactions' `headers`: a ledger's values as a fleet store holds them.
-    package convenience init(rows: [PersonalValueRow], headers: [[UInt8]: String]) {
+    /// The values of `rows` (any order; a ref without a row, up to `assigned`, reads as erased),
+    /// with the signed transactions' `headers`: a ledger's values as a fleet store holds them.
+    /// `assigned`: the highest ref the events introduce (an erased user's may be above every row).
+    package convenience init(rows: [PersonalValueRow], assigned: Int64 = 0, headers: [[UInt8]: String]) {
         let sorted = rows.sorted { $0.ref < $1.ref }
-        let assigned = sorted.last?.ref ?? 0
+        let assigned = max(assigned, sorted.last?.ref ?? 0)
         var bytes: [UInt8] = []
         var starts: [UInt32] = [0]
         var lengths: [Int32] = [-1]
@@ -457,6 +458,10 @@ extension PersonalValues {
             starts.append(UInt32(truncatingIfNeeded: bytes.count))
             lengths.append(Int32(row.value.count))
             bytes += row.value
+        }
+        while Int64(lengths.count) <= assigned {
+            starts.append(0)
+            lengths.append(-1)
         }
         self.init(bytes: bytes, starts: starts, lengths: lengths, assigned: assigned, generation: 0, headers: SigningHeaders(byDigest: headers))
     }

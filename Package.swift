@@ -157,7 +157,8 @@ let package = Package(
         .executableTarget(name: "readme-snippets", dependencies: ["PurchaseLedger"], path: "Tools/readme-snippets"),
         // The Swift blocks of docs/*.md as written (Tools/snippets/docs.py makes main.swift;
         // DocumentationTests checks it matches the docs and runs each block in its document's order).
-        .executableTarget(name: "docs-snippets", dependencies: ["PurchaseLedger", "PurchaseLedgerFleet"], path: "Tools/docs-snippets"),
+        .executableTarget(
+            name: "docs-snippets", dependencies: ["PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerUploader"], path: "Tools/docs-snippets"),
         .executableTarget(
             name: "ledger-bench",
             dependencies: [

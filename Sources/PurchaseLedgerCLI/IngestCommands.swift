@@ -106,6 +106,15 @@ struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",
         abstract: "Make, list and revoke the ingest service's bearer tokens (stored hashed in the fleet store).",
+        discussion: """
+            A token is printed once, by `token create`; the store keeps only its SHA-256. Run these as \
+            the store's owner. A revoked token is refused from the service's next request.
+
+            Examples:
+              purchase-ledger token create "$FLEET_OWNER" --name ios-app > ingest.token
+              purchase-ledger token list "$FLEET_OWNER"
+              purchase-ledger token revoke "$FLEET_OWNER" ios-app
+            """,
         subcommands: [Create.self, List.self, Revoke.self])
 
     struct Create: AsyncParsableCommand {
@@ -307,7 +316,7 @@ struct PullCommand: AsyncParsableCommand {
             Exit status: 0 pulled; 2 nothing to pull, or the output exists; 3 the store failed.
 
             Examples:
-              purchase-ledger pull "$FLEET_REPORT" --ledger 7c9e...-...-... -o ticket.ledger
+              purchase-ledger pull "$FLEET_REPORT" --ledger "$ID" -o ticket.ledger
               purchase-ledger pull "$FLEET_REPORT" --user u-04217 -o ticket-4217/
             """)
 

@@ -50,7 +50,7 @@ import Testing
                 #expect(!users.isEmpty, "\(block.place): nothing runs \(block.note)")
             }
         }
-        #expect(blocks.filter { $0.how == "shell" }.map(\.file) == ["README.md", "README.md", "docs/fleet.md"])
+        #expect(blocks.filter { $0.how == "shell" }.map(\.file) == ["README.md", "README.md", "README.md", "README.md", "docs/fleet.md"])
     }
 
     @Test func theDocsSnippetsExecutableIsWhatTheDocsSay() throws {
@@ -89,6 +89,7 @@ import Testing
                 #expect(output.contains("ok: the file extends the checkpoint"), "\(output)")
                 #expect(output.contains("erased the user from 2 ledgers of the fleet store"), "\(output)")
                 #expect(output.contains("fleet-up: stopped"), "the fleet store the README started is gone: \(output)")
+                #expect(output.contains("stored 67 events, lag 0"), "the uploader of the README uploaded: \(output)")
             default:
                 #expect(output.contains("new events of ledger"), "the Swift block shipped: \(output)")
             }

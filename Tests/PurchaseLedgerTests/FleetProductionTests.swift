@@ -485,13 +485,13 @@ struct FleetProductionTests {
             SELECT '\(clone)', 'created', last_seq, last_link, now(), now(), rows_version FROM ledgers WHERE ledger_id = '\(ids[0])';
             INSERT INTO events SELECT '\(clone)', seq, stream, version, type, at_ns, recorded_ns, anomaly, appended_by_ledger, payload, link
             FROM events WHERE ledger_id = '\(ids[0])';
-            UPDATE ledgers SET rows_version = 4 WHERE ledger_id = '\(ids[1])';
+            UPDATE ledgers SET rows_version = 9 WHERE ledger_id = '\(ids[1])';
             """, database: database)
         var audit = try cli(["verify", url])
         #expect(audit.status == 1 && audit.stdout.contains("ledger \(clone): no signature vouches for it"), "\(audit.stdout)")
-        #expect(audit.stdout.contains("ledger \(ids[1]): ledgers.rows_version is 4, not 3"), "\(audit.stdout)")
+        #expect(audit.stdout.contains("ledger \(ids[1]): ledgers.rows_version is 9, not 4"), "\(audit.stdout)")
         try server.psql(
-            "DELETE FROM events WHERE ledger_id = '\(clone)'; DELETE FROM ledgers WHERE ledger_id = '\(clone)'; UPDATE ledgers SET rows_version = 3",
+            "DELETE FROM events WHERE ledger_id = '\(clone)'; DELETE FROM ledgers WHERE ledger_id = '\(clone)'; UPDATE ledgers SET rows_version = 4",
             database: database)
         #expect(try cli(["verify", url]).status == 0)
 

@@ -6,9 +6,20 @@
 import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
+import PurchaseLedgerUploader
+
+// README.md, line 228
+func block1() async throws {
+
+    // 2. In the app (product PurchaseLedgerUploader): sends what the service does not hold, exactly once.
+    let token = try String(contentsOfFile: "ingest.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+    let uploader = LedgerUploader(ledger: try Ledger(path: "phone.ledger"), endpoint: URL(string: "http://127.0.0.1:8480")!, token: token)
+    let report = try await uploader.upload()   // or in the background: Task { await uploader.run(every: .seconds(300)) }
+    print("stored \(report.stored) events, lag \(await uploader.status.lag)")
+}
 
 // docs/fleet.md, line 25
-func block1() async throws {
+func block2() async throws {
 
     let urls = ProcessInfo.processInfo.environment                       // as `eval "$(fleet-up.sh)"` set them
     try await FleetStore.migrate(urls["FLEET_OWNER"]!)                   // once, as the owner
@@ -22,6 +33,7 @@ func block1() async throws {
 
 let name = CommandLine.arguments.dropFirst().first ?? ""
 switch name {
-case "docs/fleet.md#1": try await block1()
+case "README.md#1": try await block1()
+case "docs/fleet.md#1": try await block2()
 default: fatalError("docs-snippets: no block \(name)")
 }

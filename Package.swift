@@ -162,8 +162,8 @@ let package = Package(
         .executableTarget(
             name: "ledger-bench",
             dependencies: [
-                "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", "PurchaseLedgerTesting",
-                .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
+                "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", "PurchaseLedgerTesting", "PurchaseLedgerServer",
+                "PurchaseLedgerUploader", .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             path: "Tools/ledger-bench",
             swiftSettings: strict

@@ -31,6 +31,7 @@ import PurchaseLedgerTesting
 //                                                 undelivered one and its fleet audit too (alternated with the
 //                                                 baseline build's audit when given)
 //   ledger-bench fleet-apple WORKLOAD [--ledgers N] [--apple M] [--runs R] [--binary PATH]
+//   ledger-bench ingest WORKLOAD [--ledgers N] [--runs R] [--concurrency K] [--binary PATH]
 //                                                 M of Apple's signed transactions (a chain made here) beside N
 //                                                 shipped ledgers: the import's verify rate against openssl's,
 //                                                 the CLI's apple-import, and its fleet divergence report
@@ -642,6 +643,13 @@ case "fleet":
         workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
         binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil,
         auditBaseline: args.firstIndex(of: "--audit-baseline").map { args[$0 + 1] })
+case "ingest":
+    try ingestBenchmark(
+        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl",
+        ledgers: args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000,
+        runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
+        concurrency: args.firstIndex(of: "--concurrency").map { Int(args[$0 + 1]) ?? 8 } ?? 8,
+        binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"))
 case "fleet-apple":
     try fleetAppleBenchmark(
         workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl",

@@ -71,140 +71,212 @@ extension FleetStore {
     ///
     /// Throws ``IngestRefusal`` (nothing written) or a ``FleetError``.
     public func ingest(_ upload: LedgerUpload, appleBundleID: String? = nil) async throws -> IngestHead {
-        let id = upload.ledgerID.lowercased()
-        guard UUID(uuidString: id) != nil else {
-            throw IngestRefusal(kind: .malformed, message: "the head names ledger \(id.debugDescription.prefix(60)), not a ledger id (a UUID)")
-        }
-        let key = upload.head.publicKey
-        guard upload.head.isSigned(by: key) else {
-            throw IngestRefusal(kind: .badSignature, message: "the head statement's signature is not its public key's")
-        }
-        if LedgerIdentity.hasDerivedForm(id), LedgerIdentity.id(derivedFrom: key) != id {
-            throw IngestRefusal(kind: .keyMismatch, message: "ledger id \(id) is derived from another identity key than the one that signed this head")
-        }
-        return try await run {
-            try await transaction {
-                try await ingestLocked(upload, id: id, key: key.rawRepresentation, appleBundleID: appleBundleID)
+        try await ingest([upload], appleBundleID: appleBundleID)[0].get()
+    }
+
+    /// Stores several uploads as ``ingest(_:appleBundleID:)`` stores one, those of distinct
+    /// ledgers in one PostgreSQL transaction (one statement per table for all of them, as `ship`
+    /// stores a batch): what a service does with the uploads that arrive together. Each gets its
+    /// own outcome; a refused one writes nothing and the others are stored. Two uploads of one
+    /// ledger go one after the other. Server errors throw.
+    public func ingest(_ uploads: [LedgerUpload], appleBundleID: String? = nil) async throws -> [Result<IngestHead, IngestRefusal>] {
+        var outcomes = [Result<IngestHead, IngestRefusal>?](repeating: nil, count: uploads.count)
+        var pending: [(index: Int, id: String, upload: LedgerUpload)] = []
+        for (index, upload) in uploads.enumerated() {
+            let id = upload.ledgerID.lowercased()
+            let key = upload.head.publicKey
+            if UUID(uuidString: id) == nil {
+                outcomes[index] = .failure(
+                    IngestRefusal(kind: .malformed, message: "the head names ledger \(id.debugDescription.prefix(60)), not a ledger id (a UUID)"))
+            } else if !upload.head.isSigned(by: key) {
+                outcomes[index] = .failure(IngestRefusal(kind: .badSignature, message: "the head statement's signature is not its public key's"))
+            } else if LedgerIdentity.hasDerivedForm(id), LedgerIdentity.id(derivedFrom: key) != id {
+                outcomes[index] = .failure(
+                    IngestRefusal(kind: .keyMismatch, message: "ledger id \(id) is derived from another identity key than the one that signed this head"))
+            } else {
+                pending.append((index, id, upload))
             }
         }
+        // Rounds of distinct ledgers: a ledger's second upload waits for its first.
+        while !pending.isEmpty {
+            var seen = Set<String>()
+            var round: [(index: Int, id: String, upload: LedgerUpload)] = []
+            var later: [(index: Int, id: String, upload: LedgerUpload)] = []
+            for entry in pending {
+                if seen.insert(entry.id).inserted { round.append(entry) } else { later.append(entry) }
+            }
+            pending = later
+            do {
+                let results = try await run { try await transaction { try await ingestLocked(round, appleBundleID: appleBundleID) } }
+                for (entry, result) in zip(round, results) { outcomes[entry.index] = result }
+            } catch let error as FleetError where error.code == .server && round.count > 1 {
+                // A value the server refused rolls back the whole round: each upload alone, so only
+                // the one that holds it is refused, with the server's reason.
+                for entry in round {
+                    do {
+                        let result = try await run { try await transaction { try await ingestLocked([entry], appleBundleID: appleBundleID) } }
+                        outcomes[entry.index] = result[0]
+                    } catch let error as FleetError where error.code == .server {
+                        outcomes[entry.index] = .failure(IngestRefusal(kind: .refused, message: "the fleet store refused a value: \(error.message)"))
+                    }
+                }
+            } catch let error as FleetError where error.code == .server {
+                outcomes[round[0].index] = .failure(IngestRefusal(kind: .refused, message: "the fleet store refused a value: \(error.message)"))
+            }
+        }
+        return outcomes.map { $0! }
     }
 
-    private func ingestLocked(_ upload: LedgerUpload, id: String, key: [UInt8], appleBundleID: String?) async throws -> IngestHead {
-        // The chain's mode, recorded with a new row as ship records it (never updated after).
-        let chainMode = Ingest.startsPlainChain(upload).map { $0 ? "sha256" : "hmac-sha256" }
-        let rows = try await connection.query(
+    private func ingestLocked(_ round: [(index: Int, id: String, upload: LedgerUpload)], appleBundleID: String?) async throws -> [Result<IngestHead, IngestRefusal>] {
+        // Lock (or create) every ledger's row, in id order so concurrent rounds never deadlock; a
+        // new row records the key and the chain's mode, as ship records them (never updated after).
+        let ordered = round.sorted { $0.id < $1.id }
+        let ids = ordered.map(\.id)
+        let modes = ordered.map { Ingest.startsPlainChain($0.upload).map { $0 ? "sha256" : "hmac-sha256" } ?? "" }
+        let keys = ordered.map { Self.hex($0.upload.head.publicKey.rawRepresentation) }
+        var rows: [String: (seq: Int64, link: [UInt8], inserted: Bool, key: [UInt8]?, chain: String?)] = [:]
+        for try await row in try await connection.query(
             """
             INSERT INTO ledgers (ledger_id, identity_origin, last_seq, last_link, first_shipped_at, last_shipped_at, public_key, chain)
-            VALUES (\(id)::uuid, 'uploaded', 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now(), \(ByteBuffer(bytes: key)), \(chainMode))
+            SELECT k.id::uuid, 'uploaded', 0, \(ByteBuffer(bytes: Shipment.genesis)), now(), now(), decode(k.key, 'hex'), nullif(k.chain, '')
+            FROM unnest(\(ids)::text[], \(keys)::text[], \(modes)::text[]) AS k(id, key, chain)
+            ORDER BY k.id
             ON CONFLICT (ledger_id) DO UPDATE SET last_shipped_at = ledgers.last_shipped_at
-            RETURNING last_seq, last_link, xmax = 0 AS inserted, public_key, chain
-            """, logger: logger
-        ).collect()
-        guard let row = rows.first else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
-        let (seq, linkBuffer, inserted, heldKey, chain) = try row.decode((Int64, ByteBuffer, Bool, ByteBuffer?, String?).self)
-        let link = Array(buffer: linkBuffer)
-        let current = IngestHead(ledgerID: id, seq: seq, link: seq > 0 ? link : [], stored: 0)
-        // A refusal rolls the transaction back: the row a new ledger's lock made goes with it.
-        func refuse(_ kind: IngestRefusal.Kind, _ message: String, seq: Int64? = nil) async throws -> Never {
-            throw IngestRefusal(kind: kind, message: message, seq: seq, head: current)
-        }
-        if let heldKey, Array(buffer: heldKey) != key {
-            try await refuse(
-                .keyMismatch, "the store holds ledger \(id) under another identity key: this device claims an id that is not its own (an id conflict)")
-        }
-        // Events past the head (written by someone with the shipping credential): refused as ship refuses them.
-        var past: Int64?
-        for try await row in try await connection.query(
-            "SELECT min(seq) FROM events WHERE ledger_id = \(id)::uuid AND seq > \(seq)", logger: logger)
+            RETURNING ledger_id::text, last_seq, last_link, xmax = 0 AS inserted, public_key, chain
+            """, logger: logger)
         {
-            past = try row.decode(Int64?.self)
+            let (id, seq, link, inserted, key, chain) = try row.decode((String, Int64, ByteBuffer, Bool, ByteBuffer?, String?).self)
+            rows[id] = (seq, Array(buffer: link), inserted, key.map { Array(buffer: $0) }, chain)
         }
-        if let past {
-            try await refuse(
-                .refused,
-                "the store holds events of this ledger past its head, from seq \(past), that no upload stored; the store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq >= \(past);",
-                seq: past)
+        // Events past a head (written by someone with the shipping credential): refused as ship refuses them.
+        var past: [String: Int64] = [:]
+        for try await row in try await connection.query(
+            """
+            SELECT e.ledger_id::text, min(e.seq) FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq GROUP BY 1
+            """, logger: logger)
+        {
+            let (id, seq) = try row.decode((String, Int64).self)
+            past[id] = seq
         }
-        let held = try await heldLedger(id, through: seq, plainChain: (chain ?? (inserted ? chainMode : nil)).map { $0 == "sha256" }, upload: upload)
-        let plan: Ingest.Plan?
-        do {
-            plan = try Ingest.plan(upload, held: held, bundleID: appleBundleID)
-        } catch {
-            let kind: IngestRefusal.Kind =
-                switch error.kind {
-                case .fork: .fork
-                case .gap: .gap
-                case .refused: .refused
+        let held = try await heldLedgers(
+            ids.filter { (rows[$0]?.seq ?? 0) > 0 }, users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
+        var results: [String: Result<IngestHead, IngestRefusal>] = [:]
+        var accepted: [(ledger: String, shipment: Shipment)] = []
+        var heads: [String: (key: [UInt8], statement: String)] = [:]
+        var unclaimed: [String] = []
+        var refusedNew: [String] = []
+        for (entry, mode) in zip(ordered, modes) {
+            let id = entry.id, upload = entry.upload
+            guard let row = rows[id] else { throw FleetError(.server, "\(address): the ledgers row of \(id) was not returned") }
+            let current = IngestHead(ledgerID: id, seq: row.seq, link: row.seq > 0 ? row.link : [], stored: 0)
+            func refuse(_ kind: IngestRefusal.Kind, _ message: String, seq: Int64? = nil) {
+                results[id] = .failure(IngestRefusal(kind: kind, message: message, seq: seq, head: current))
+                if row.inserted { refusedNew.append(id) }
+            }
+            let key = upload.head.publicKey.rawRepresentation
+            if let heldKey = row.key, heldKey != key {
+                refuse(.keyMismatch, "the store holds ledger \(id) under another identity key: this device claims an id that is not its own (an id conflict)")
+                continue
+            }
+            if let first = past[id] {
+                refuse(
+                    .refused,
+                    "the store holds events of this ledger past its head, from seq \(first), that no upload stored; the store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq >= \(first);",
+                    seq: first)
+                continue
+            }
+            var ledger = held.ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
+            ledger.signingHeaders = held.signingHeaders
+            ledger.plainChain = (row.chain ?? (row.inserted && !mode.isEmpty ? mode : nil)).map { $0 == "sha256" }
+            ledger.erasedUsers.formUnion(upload.values.filter { $0.owner == $0.ref && held.erasedSubjects.contains($0.value) }.map(\.ref))
+            do {
+                guard let plan = try Ingest.plan(upload, held: ledger, bundleID: appleBundleID) else {
+                    // Nothing new (a resend): a row made for a ledger the store held no event of is not kept.
+                    if row.inserted { refusedNew.append(id) }
+                    results[id] = .success(current)
+                    continue
                 }
-            try await refuse(kind, error.message, seq: error.seq)
+                if let field = plan.shipment.textHoldingNUL() {
+                    refuse(.refused, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
+                    continue
+                }
+                accepted.append((id, plan.shipment))
+                heads[id] = (key, upload.head.json)
+                if row.key == nil && !row.inserted { unclaimed.append(id) }
+                results[id] = .success(IngestHead(ledgerID: id, seq: plan.shipment.lastSeq, link: plan.shipment.lastLink, stored: plan.shipment.events.count))
+            } catch {
+                let kind: IngestRefusal.Kind =
+                    switch error.kind {
+                    case .fork: .fork
+                    case .gap: .gap
+                    case .refused: .refused
+                    }
+                refuse(kind, error.message, seq: error.seq)
+            }
         }
-        guard let plan else {
-            // Nothing new (a resend): a row this call made for a ledger the store held no event of is not kept.
-            if inserted { try await connection.query("SELECT forget_unshipped_ledgers(\([id])::text[]::uuid[])", logger: logger) }
-            return current
+        if !refusedNew.isEmpty {
+            // Nothing of a refused new ledger stays, not even the row the lock made.
+            try await connection.query("SELECT forget_unshipped_ledgers(\(refusedNew)::text[]::uuid[])", logger: logger)
         }
-        let shipment = plan.shipment
-        if let field = shipment.textHoldingNUL() {
-            try await refuse(.refused, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
-        }
-        try await store([(id, shipment)], heads: [id: (key, upload.head.json)], unclaimed: heldKey == nil && !inserted ? [id] : [])
-        return IngestHead(ledgerID: id, seq: shipment.lastSeq, link: shipment.lastLink, stored: shipment.events.count)
+        if !accepted.isEmpty { try await store(accepted, heads: heads, unclaimed: unclaimed) }
+        return round.map { results[$0.id]! }
     }
 
-    /// What the store holds of ledger `id` up to `seq`: its events, personal values, the signing
-    /// headers, the refs of users it erased (and of the upload's user ids the store erased
-    /// elsewhere, which it knows by a keyed digest only).
-    private func heldLedger(_ id: String, through seq: Int64, plainChain: Bool?, upload: LedgerUpload?) async throws -> Ingest.Held {
-        var frames: [UploadedFrame] = []
-        frames.reserveCapacity(Int(seq))
-        if seq > 0 {
+    /// What the store holds of ledgers `ids` up to their heads: their events, personal values and
+    /// erased users' refs; the store's signing headers; and which of `users` (ref, user id
+    /// bytes) the store erased elsewhere (it knows them by a keyed digest only).
+    private func heldLedgers(_ ids: [String], users: [(Int64, [UInt8])]) async throws -> (
+        ledgers: [String: Ingest.Held], signingHeaders: [String], erasedSubjects: Set<[UInt8]>
+    ) {
+        var ledgers: [String: Ingest.Held] = [:]
+        if !ids.isEmpty {
             for try await row in try await connection.query(
                 """
-                SELECT seq, type, at_ns, recorded_ns, anomaly, appended_by_ledger, version, payload, link
-                FROM events WHERE ledger_id = \(id)::uuid AND seq <= \(seq) ORDER BY seq
+                SELECT e.ledger_id::text, e.seq, e.type, e.at_ns, e.recorded_ns, e.anomaly, e.appended_by_ledger, e.version, e.payload, e.link
+                FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
+                WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq <= l.last_seq ORDER BY 1, 2
                 """, logger: logger)
             {
-                let (seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
-                    (Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
-                guard let type = EventType(name: typeName), seq == Int64(frames.count) + 1 else {
+                let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
+                    (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
+                var held = ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
+                guard let type = EventType(name: typeName), seq == Int64(held.frames.count) + 1 else {
                     throw FleetError(.server, "\(address): the stored events of ledger \(id) are damaged at seq \(seq) (run the fleet audit)")
                 }
-                frames.append(
+                held.frames.append(
                     UploadedFrame(
                         seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at, recorded: recorded,
                         version: version, payload: Array(buffer: payload), link: Array(buffer: link)))
+                ledgers[id] = held
             }
-            guard frames.count == Int(seq) else {
-                throw FleetError(.server, "\(address): the store holds \(frames.count) events of ledger \(id), not the \(seq) its head says (run the fleet audit)")
+            for try await row in try await connection.query(
+                "SELECT ledger_id::text, ref, owner, salt, value FROM personal_values WHERE ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2",
+                logger: logger)
+            {
+                let (id, ref, owner, salt, value) = try row.decode((String, Int64, Int64, ByteBuffer?, ByteBuffer).self)
+                ledgers[id]?.values.append(PersonalValueRow(ref: ref, owner: owner, salt: salt.map { Array(buffer: $0) }, value: Array(buffer: value)))
             }
-        }
-        var values: [PersonalValueRow] = []
-        for try await row in try await connection.query(
-            "SELECT ref, owner, salt, value FROM personal_values WHERE ledger_id = \(id)::uuid ORDER BY ref", logger: logger)
-        {
-            let (ref, owner, salt, value) = try row.decode((Int64, Int64, ByteBuffer?, ByteBuffer).self)
-            values.append(PersonalValueRow(ref: ref, owner: owner, salt: salt.map { Array(buffer: $0) }, value: Array(buffer: value)))
+            for try await row in try await connection.query(
+                "SELECT ledger_id::text, user_ref FROM erased_users WHERE ledger_id = ANY(\(ids)::text[]::uuid[])", logger: logger)
+            {
+                let (id, ref) = try row.decode((String, Int64).self)
+                ledgers[id]?.erasedUsers.insert(ref)
+            }
         }
         var headers: [String] = []
         for try await row in try await connection.query("SELECT header FROM signing_headers", logger: logger) {
             headers.append(try row.decode(String.self))
         }
-        var erased = Set<Int64>()
-        for try await row in try await connection.query("SELECT user_ref FROM erased_users WHERE ledger_id = \(id)::uuid", logger: logger) {
-            erased.insert(try row.decode(Int64.self))
-        }
-        // The upload's user ids (a user id's row is its own owner) the store erased elsewhere.
-        var users: [String: Int64] = [:]
-        for row in upload?.values ?? [] where row.owner == row.ref {
-            let user = String(decoding: row.value, as: UTF8.self)
-            if !user.utf8.contains(0) { users[user] = row.ref }
-        }
-        if !users.isEmpty {
-            for try await row in try await connection.query("SELECT erased_subjects_among(\(users.keys.sorted())::text[])", logger: logger) {
-                if let ref = users[try row.decode(String.self)] { erased.insert(ref) }
+        // The uploads' user ids (a user id's row is its own owner) the store erased elsewhere.
+        var erased = Set<[UInt8]>()
+        let asked = Array(Set(users.map { String(decoding: $0.1, as: UTF8.self) }.filter { !$0.utf8.contains(0) })).sorted()
+        if !asked.isEmpty {
+            for try await row in try await connection.query("SELECT erased_subjects_among(\(asked)::text[])", logger: logger) {
+                erased.insert(Array(try row.decode(String.self).utf8))
             }
         }
-        return Ingest.Held(frames: frames, values: values, signingHeaders: headers, plainChain: plainChain, erasedUsers: erased)
+        return (ledgers, headers, erased)
     }
 }
 
@@ -225,11 +297,12 @@ extension FleetStore {
                 guard let row = rows.first else { return nil }
                 let (seq, key, statement) = try row.decode((Int64, ByteBuffer?, String?).self)
                 guard seq > 0 else { return nil }
-                let held = try await heldLedger(id, through: seq, plainChain: nil, upload: nil)
+                let held = try await heldLedgers([id], users: [])
+                let ledger = held.ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
                 let publicKey = try key.map { try CheckpointPublicKey(rawRepresentation: Array(buffer: $0)) }
                 let source = "\(address) at \(Timestamp.now)"
                 return PulledLedger(
-                    ledgerID: id, frames: held.frames, values: held.values, signingHeaders: held.signingHeaders, publicKey: publicKey,
+                    ledgerID: id, frames: ledger.frames, values: ledger.values, signingHeaders: held.signingHeaders, publicKey: publicKey,
                     headStatement: statement, source: source)
             }
         }

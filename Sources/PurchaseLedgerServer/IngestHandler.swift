@@ -11,6 +11,7 @@ import PurchaseLedgerFleet
 struct IngestHandler: Sendable {
     let configuration: IngestServiceConfiguration
     let pool: StorePool
+    let batcher: IngestBatcher
     let logger: Logger
     let limiter: RateLimiter
 
@@ -18,9 +19,10 @@ struct IngestHandler: Sendable {
     static let protocols = [LedgerUpload.protocolVersion]
     static let protocolHeader = HTTPField.Name("Purchase-Ledger-Protocol")!
 
-    init(configuration: IngestServiceConfiguration, pool: StorePool, logger: Logger) {
+    init(configuration: IngestServiceConfiguration, pool: StorePool, batcher: IngestBatcher, logger: Logger) {
         self.configuration = configuration
         self.pool = pool
+        self.batcher = batcher
         self.logger = logger
         limiter = RateLimiter(perSecond: configuration.requestsPerSecond)
     }
@@ -95,7 +97,7 @@ struct IngestHandler: Sendable {
                     .badRequest, ["error": "malformed", "message": "the body's head names another ledger than the path (\(id))"]))
         }
         do {
-            let stored = try await pool.with { try await $0.ingest(upload, appleBundleID: configuration.appleBundleID) }
+            let stored = try await batcher.submit(upload).get()
             var object = Self.headObject(stored)
             object["stored"] = stored.stored
             return Self.json(.ok, object)

@@ -91,7 +91,9 @@ public struct IngestService: Sendable {
             )
         }
         let pool = try await StorePool.connect(c.fleet, count: max(1, c.connections), logger: logger)
-        let handler = IngestHandler(configuration: c, pool: pool, logger: logger)
+        let batcher = IngestBatcher(batch: 16)
+        await batcher.start(count: max(1, c.connections), pool: pool, appleBundleID: c.appleBundleID)
+        let handler = IngestHandler(configuration: c, pool: pool, batcher: batcher, logger: logger)
         let router = Router()
         handler.addRoutes(to: router)
         let scheme = tls == nil ? "http" : "https"
@@ -108,9 +110,11 @@ public struct IngestService: Sendable {
         do {
             try await app.runService(gracefulShutdownSignals: [.sigterm, .sigint])
         } catch {
+            await batcher.stop()
             await pool.close()
             throw error
         }
+        await batcher.stop()
         await pool.close()
     }
 
@@ -191,6 +195,71 @@ actor StorePool {
 
     func close() async {
         for store in idle { if let store { await store.close() } }
+        idle = []
+    }
+}
+
+/// Uploads that arrive together are stored together: each worker (one per store connection) takes
+/// what is waiting, up to `batch` uploads of distinct ledgers, and stores them in one PostgreSQL
+/// transaction (``FleetStore/ingest(_:appleBundleID:)``), as `ship` stores a batch of ledgers.
+/// An upload alone goes at once: nothing waits for a batch to fill.
+actor IngestBatcher {
+    typealias Outcome = Result<IngestHead, any Error>
+    private var queue: [(upload: LedgerUpload, done: CheckedContinuation<Outcome, Never>)] = []
+    private var idle: [CheckedContinuation<Void, Never>] = []
+    private var workers: [Task<Void, Never>] = []
+    private let batch: Int
+
+    init(batch: Int) {
+        self.batch = max(1, batch)
+    }
+
+    /// Starts `count` workers storing through `pool`.
+    func start(count: Int, pool: StorePool, appleBundleID: String?) {
+        for _ in 0..<max(1, count) {
+            workers.append(
+                Task {
+                    while !Task.isCancelled {
+                        let taken = await self.next()
+                        guard !taken.isEmpty else { continue }
+                        do {
+                            let results = try await pool.with { try await $0.ingest(taken.map(\.upload), appleBundleID: appleBundleID) }
+                            for (entry, result) in zip(taken, results) { entry.done.resume(returning: result.mapError { $0 as any Error }) }
+                        } catch {
+                            for entry in taken { entry.done.resume(returning: .failure(error)) }
+                        }
+                    }
+                })
+        }
+    }
+
+    /// Stores `upload` with whatever else is waiting; its outcome.
+    func submit(_ upload: LedgerUpload) async -> Outcome {
+        await withCheckedContinuation { done in
+            queue.append((upload, done))
+            if !idle.isEmpty { idle.removeFirst().resume() }
+        }
+    }
+
+    /// Up to `batch` waiting uploads of distinct ledgers (empty when woken with none).
+    private func next() async -> [(upload: LedgerUpload, done: CheckedContinuation<Outcome, Never>)] {
+        if queue.isEmpty {
+            await withCheckedContinuation { idle.append($0) }
+        }
+        var taken: [(upload: LedgerUpload, done: CheckedContinuation<Outcome, Never>)] = []
+        var ids = Set<String>()
+        var kept: [(upload: LedgerUpload, done: CheckedContinuation<Outcome, Never>)] = []
+        for entry in queue {
+            if taken.count < batch, ids.insert(entry.upload.ledgerID.lowercased()).inserted { taken.append(entry) } else { kept.append(entry) }
+        }
+        queue = kept
+        return taken
+    }
+
+    /// Stops the workers (once no request waits on them).
+    func stop() {
+        for worker in workers { worker.cancel() }
+        for waiting in idle { waiting.resume() }
         idle = []
     }
 }

@@ -390,6 +390,40 @@ struct IngestTests {
         #expect(!exported.contains(user) && exported.contains("[erased "), "the copy holds the user masked")
     }
 
+    /// A device that erases a user after uploading: its next upload carries the erasure, the store
+    /// drops the user's values and masks the rows, and the ledger pulls back as the device holds it.
+    @Test func anErasureOnTheDeviceReachesTheStoreThroughTheNextUpload() async throws {
+        let (_, owner, ingest, _, token) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let service = ServiceProcess(fleet: ingest, log: dir.path("serve.log"))
+        try service.start()
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let ledger = try Ledger(path: path)
+        let transport = try HTTPClientTransport()
+        let uploader = LedgerUploader(ledger: ledger, endpoint: URL(string: service.url)!, token: token, transport: transport)
+        try await uploader.upload()
+        let user = try #require(ledger.currentState.transactions.values.compactMap(\.user).first)
+        _ = try ledger.forget(user: user)
+        let erasure = try await uploader.upload()
+        try await transport.shutdown()
+        #expect(erasure.stored == 1, "the erasure event")
+        let fleet = try await FleetStore.connect(owner)
+        let id = try #require(try ledger.identity()?.id)
+        let named = try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT count(*) AS n FROM transactions WHERE user_id = '\(user)'"))
+        #expect(named.first?["n"]?.int64 == 0, "no row names the user")
+        let values = try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT value FROM personal_values WHERE ledger_id = '\(id)'::uuid"))
+        #expect(!values.contains { $0.bytes("value") == Array(user.utf8) })
+        await fleet.close()
+        let pulled = dir.path("pulled.ledger")
+        #expect(try cli(["pull", owner, "--ledger", id, "-o", pulled]).status == 0)
+        #expect(try cli(["verify", pulled]).status == 0)
+        #expect(try cli(["export", pulled]).stdout == (try cli(["export", path]).stdout))
+        let audit = try cli(["verify", owner])
+        #expect(audit.status == 0, "\(audit.stdout)\(audit.stderr)")
+        service.stop(SIGTERM)
+    }
+
     static func connect(_ port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()

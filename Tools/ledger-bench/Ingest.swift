@@ -28,6 +28,7 @@ func ingestBenchmark(workload: String, ledgers count: Int, runs: Int, concurrenc
         // Ship.
         try server.psql("CHECKPOINT")
         let shipURL = server.url(database: "ship_\(run)")
+        let shipCPU = CPUTimes()
         let shipSeconds = try blocking {
             let start = ContinuousClock.now
             let fleet = try await FleetStore.connect(shipURL, migrate: true)
@@ -44,9 +45,11 @@ func ingestBenchmark(workload: String, ledgers count: Int, runs: Int, concurrenc
             await fleet.close()
             return token
         }
+        let shipSpent = shipCPU.spent()
         try server.psql("CHECKPOINT")
         let service = try ServiceUnderTest(binary: binary, fleet: ingestURL)
         let endpoint = URL(string: service.url)!
+        let ingestCPU = CPUTimes(service: service.process.processIdentifier)
         let ingestSeconds = try blocking {
             let transport = try HTTPClientTransport()
             let start = ContinuousClock.now
@@ -67,7 +70,12 @@ func ingestBenchmark(workload: String, ledgers count: Int, runs: Int, concurrenc
             await fleet.close()
             return totals.events
         }
+        let ingestSpent = ingestCPU.spent()
         guard stored == events else { throw BenchFailure("the service stored \(stored) events, not \(events)") }
+        print(
+            String(
+                format: "  CPU s: ship: client %.1f, PostgreSQL %.1f; ingest: devices %.1f, service %.1f, PostgreSQL %.1f", shipSpent.client,
+                shipSpent.postgres, ingestSpent.client, ingestSpent.service, ingestSpent.postgres))
         var peak = service.peakKiB()
         service.stop()
 
@@ -118,7 +126,8 @@ func ingestBenchmark(workload: String, ledgers count: Int, runs: Int, concurrenc
         let p50 = latencies[latencies.count / 2], p99 = latencies[min(latencies.count - 1, latencies.count * 99 / 100)]
         let ship = Double(events) / shipSeconds, ingest = Double(events) / ingestSeconds
         let line = String(
-            format: "ship %.0f ev/s (%.2f s), ingest over HTTP %.0f ev/s (%.2f s), ratio %.2fx; upload of 100 events p50 %.1f ms, p99 %.1f ms (%d uploads); service peak RSS %.0f MB",
+            format:
+                "ship %.0f ev/s (%.2f s), ingest over HTTP %.0f ev/s (%.2f s), ratio %.2fx; upload of 100 events p50 %.1f ms, p99 %.1f ms (%d uploads); service peak RSS %.0f MB",
             ship, shipSeconds, ingest, ingestSeconds, ingest / ship, p50, p99, latencies.count, Double(peak) / 1024)
         if run == 0 {
             print("warm-up (not counted): " + line)
@@ -132,12 +141,47 @@ func ingestBenchmark(workload: String, ledgers count: Int, runs: Int, concurrenc
         p99s.append(p99)
         peaks.append(Double(peak) / 1024)
     }
+    guard runs > 0 else { return }
     print(
         String(
             format:
                 "ingest: median %.0f ev/s (min %.0f, max %.0f); ship median %.0f ev/s; ratio median %.2fx (min %.2f, max %.2f); upload of 100 events: p50 median %.1f ms, p99 median %.1f ms; service peak RSS median %.0f MB (max %.0f)",
             median(ingestRates), ingestRates.min()!, ingestRates.max()!, median(shipRates), median(ratios), ratios.min()!, ratios.max()!, median(p50s),
             median(p99s), median(peaks), peaks.max()!))
+}
+
+/// CPU seconds spent since it was made: by this process, by a service process, and by every
+/// process named `postgres` (the server's backends), from /proc.
+struct CPUTimes {
+    let service: Int32?
+    let start: (client: Double, service: Double, postgres: Double)
+
+    init(service: Int32? = nil) {
+        self.service = service
+        start = Self.now(service)
+    }
+
+    func spent() -> (client: Double, service: Double, postgres: Double) {
+        let end = Self.now(service)
+        return (end.client - start.client, end.service - start.service, end.postgres - start.postgres)
+    }
+
+    static func seconds(_ pid: String) -> (name: String, seconds: Double)? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let open = stat.firstIndex(of: "("),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (String(stat[stat.index(after: open)..<close]), (user + system) / Double(sysconf(Int32(_SC_CLK_TCK))))
+    }
+
+    static func now(_ service: Int32?) -> (client: Double, service: Double, postgres: Double) {
+        var postgres = 0.0
+        for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where Int(pid) != nil {
+            if let found = seconds(pid), found.name == "postgres" { postgres += found.seconds }
+        }
+        return (seconds("self")?.seconds ?? 0, service.flatMap { seconds(String($0))?.seconds } ?? 0, postgres)
+    }
 }
 
 struct BenchFailure: Error, CustomStringConvertible {

@@ -171,10 +171,19 @@ package enum Ingest {
         var headers: [[UInt8]: String] = [:]
         for header in held.signingHeaders + upload.signingHeaders { headers[SignedParts.digest(ofHeader: header[...])] = header }
         // The replay: the held events, then the new ones through the rules as recorded.
-        let kept = added.values.filter { !erasedHere($0) }
+        // The values as the device holds them at the upload's last event: none its erasure
+        // events removed (the state, the projections and the store then read them as erased).
+        var erasedByEvents = Set<Int64>()
         var highest: Int64 = 0
-        for f in held.frames + fresh { for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) } }
-        let personal = PersonalValues(rows: held.values + kept, assigned: highest, headers: headers)
+        for f in held.frames + fresh {
+            for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) }
+            if f.type == .personalDataErased, case .personalDataErased(let refs)? = try? EventStore.decodePayload(f.type, f.payload, seq: f.seq, personal: .allErased) {
+                erasedByEvents.formUnion(refs)
+            }
+        }
+        let kept = added.values.filter { !erasedHere($0) }
+        let live = (held.values + kept).filter { !erasedByEvents.contains($0.ref) && !erasedByEvents.contains($0.owner) }
+        let personal = PersonalValues(rows: live, assigned: highest, headers: headers)
         var state = LedgerState()
         var history = Projector.HistoryCollector()
         var checks: [EvidenceRows.Check] = []

@@ -240,15 +240,15 @@ extension FleetStore {
             {
                 let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
                     (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
-                var held = ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
-                guard let type = EventType(name: typeName), seq == Int64(held.frames.count) + 1 else {
+                // Appended in place: a copy of the ledger's value per row would copy its frames each time.
+                let empty = Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
+                guard let type = EventType(name: typeName), seq == Int64(ledgers[id, default: empty].frames.count) + 1 else {
                     throw FleetError(.server, "\(address): the stored events of ledger \(id) are damaged at seq \(seq) (run the fleet audit)")
                 }
-                held.frames.append(
+                ledgers[id, default: empty].frames.append(
                     UploadedFrame(
                         seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at, recorded: recorded,
                         version: version, payload: Array(buffer: payload), link: Array(buffer: link)))
-                ledgers[id] = held
             }
             for try await row in try await connection.query(
                 "SELECT ledger_id::text, ref, owner, salt, value FROM personal_values WHERE ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2",

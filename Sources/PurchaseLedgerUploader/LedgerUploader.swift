@@ -237,6 +237,8 @@ public actor LedgerUploader {
                 head = (answer.seq, answer.link)
                 report.seq = answer.seq
                 try note(answer.seq)
+                // Caught up: no need to read the log again to find nothing after the head.
+                if status.lag == 0 { return report }
             } catch let error as UploadError where error.status == 413 && size > 1 {
                 batchSize = max(1, size / 2)
             } catch let error as UploadError where error.kind == "gap" {

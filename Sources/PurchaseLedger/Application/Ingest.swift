@@ -175,10 +175,14 @@ package enum Ingest {
         // events removed (the state, the projections and the store then read them as erased).
         var erasedByEvents = Set<Int64>()
         var highest: Int64 = 0
-        for f in held.frames + fresh {
-            for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) }
-            if f.type == .personalDataErased, case .personalDataErased(let refs)? = try? EventStore.decodePayload(f.type, f.payload, seq: f.seq, personal: .allErased) {
-                erasedByEvents.formUnion(refs)
+        for part in [held.frames[...], fresh] {
+            for f in part {
+                for (ref, _) in PayloadCodec.introductions(in: f.payload) { highest = max(highest, ref) }
+                if f.type == .personalDataErased,
+                    case .personalDataErased(let refs)? = try? EventStore.decodePayload(f.type, f.payload, seq: f.seq, personal: .allErased)
+                {
+                    erasedByEvents.formUnion(refs)
+                }
             }
         }
         let kept = added.values.filter { !erasedHere($0) }
@@ -191,7 +195,7 @@ package enum Ingest {
         var events: [ChainedEvent] = []
         var erasedRefs: [Int64] = []
         let context = EvidenceRows.Context(secret: [], bundleID: bundleID)
-        for f in held.frames + fresh {
+        for f in [held.frames[...], fresh].joined() {
             let e: RecordedEvent
             do {
                 let body = try EventStore.decodePayload(f.type, f.payload, seq: f.seq, personal: personal)

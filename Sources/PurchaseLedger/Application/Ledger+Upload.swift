@@ -61,6 +61,9 @@ package struct UploadedFrame: Sendable {
     package var version: Int64
     package var payload: [UInt8]
     package var link: [UInt8]
+    /// Its canonical frame's bytes, when they are at hand (read from a body, or computed for the
+    /// chain): written and hashed as they are, not encoded again.
+    var canonicalBytes: [UInt8]?
 
     /// The flags of the canonical frame: bit 0 appended by the ledger, bits 1-7 the rule's code.
     var flags: UInt64 { (appendedByLedger ? 1 : 0) | UInt64(anomaly?.code ?? 0) << 1 }
@@ -94,6 +97,11 @@ package struct UploadedFrame: Sendable {
 
     /// Its canonical frame, over `w`'s bytes.
     func canonical(into w: inout BinaryWriter) {
+        if let canonicalBytes {
+            w.bytes.removeAll(keepingCapacity: true)
+            w.bytes.append(contentsOf: canonicalBytes)
+            return
+        }
         FrameCodec.canonical(
             seq: seq, type: UInt64(type.rawValue), flags: flags, at: at, recorded: recorded, version: version, payload: payload, into: &w)
     }
@@ -156,8 +164,12 @@ public struct LedgerUpload: Sendable {
         w.varint(UInt64(frames.count))
         var frame = BinaryWriter(capacity: 256)
         for f in frames {
-            f.canonical(into: &frame)
-            w.lengthPrefixed(frame.bytes)
+            if let bytes = f.canonicalBytes {
+                w.lengthPrefixed(bytes)
+            } else {
+                f.canonical(into: &frame)
+                w.lengthPrefixed(frame.bytes)
+            }
             w.bytes.append(contentsOf: f.link)
         }
         return w.bytes
@@ -241,9 +253,9 @@ extension Ledger {
     /// the service holds: a file restored from an older backup, or another copy's history)
     /// throws `chainMismatch` naming `seq`; and one with fewer than `seq` events throws it too.
     public func upload(after seq: Int64, link: [UInt8]?, limit: Int = 2_000, maxBytes: Int = 4 << 20) throws -> LedgerUpload? {
-        let read = try read { db -> (events: [ChainedEvent], values: [PersonalValueRow], headers: [String])? in
+        let read = try read { db -> (events: [UploadedFrame], values: [PersonalValueRow], headers: [String])? in
             var previous = try HashChain.genesis(db)
-            var events: [ChainedEvent] = []
+            var events: [UploadedFrame] = []
             var bytes = 0
             var frame = BinaryWriter(capacity: 256)
             var expected: Int64 = 1
@@ -261,7 +273,9 @@ extension Ledger {
                 if e.seq == seq { stored = next }
                 if e.seq > seq {
                     if events.count >= max(1, limit) || (bytes >= maxBytes && !events.isEmpty) { return false }
-                    events.append(ChainedEvent(event: e, payload: entry.payload, link: next))
+                    var chained = UploadedFrame(ChainedEvent(event: e, payload: entry.payload, link: next))
+                    chained.canonicalBytes = frame.bytes
+                    events.append(chained)
                     bytes += entry.payload.count + 64
                 }
                 return true
@@ -286,9 +300,9 @@ extension Ledger {
             return (events, values, try SigningHeaders.read(db).byDigest.values.sorted())
         }
         guard let (events, values, headers) = read, let last = events.last else { return nil }
-        guard let head = try identityStatement(seq: last.event.seq, link: last.link) else {
+        guard let head = try identityStatement(seq: last.seq, link: last.link) else {
             throw LedgerError.make(.io, "the ledger has no identity key to sign its head with; open it for writing once")
         }
-        return LedgerUpload(head: head, frames: events.map(UploadedFrame.init), values: values, signingHeaders: headers)
+        return LedgerUpload(head: head, frames: events, values: values, signingHeaders: headers)
     }
 }

@@ -78,6 +78,9 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        guard #available(macOS 14, iOS 17, tvOS 17, visionOS 1, *) else {
+            throw ValidationError("serve needs macOS 14 or later (Hummingbird 2)")
+        }
         let (host, port) = try Self.hostAndPort(listen)
         var configuration = IngestServiceConfiguration(fleet: fleet, host: host, port: port)
         configuration.tlsCertificate = tlsCert

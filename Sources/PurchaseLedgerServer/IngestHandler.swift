@@ -8,6 +8,7 @@ import PurchaseLedger
 import PurchaseLedgerFleet
 
 /// The routes of protocol 1 (docs/ingest.md) and the answers each gives.
+@available(macOS 14, iOS 17, tvOS 17, visionOS 1, *)
 struct IngestHandler: Sendable {
     let configuration: IngestServiceConfiguration
     let pool: StorePool
@@ -218,6 +219,7 @@ final class TokenCache: Sendable {
 }
 
 /// A token bucket per token: `perSecond` requests a second, bursts of twice as many.
+@available(macOS 14, iOS 17, tvOS 17, visionOS 1, *)
 final class RateLimiter: Sendable {
     private let perSecond: Double
     private let buckets = Locked<[String: (tokens: Double, at: ContinuousClock.Instant)]>([:])

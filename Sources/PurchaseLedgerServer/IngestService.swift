@@ -63,6 +63,8 @@ public struct IngestServiceError: Error, Sendable, CustomStringConvertible {
 /// go to `POST /v1/apple/notifications`. Each upload is stored in one PostgreSQL transaction
 /// (``FleetStore/ingest(_:appleBundleID:)``), so a kill at any moment leaves nothing half-written;
 /// SIGTERM or SIGINT stops accepting, lets requests in flight finish, and closes the store.
+/// (Hummingbird 2 needs macOS 14 or iOS 17 and later; on Linux it runs wherever the CLI does.)
+@available(macOS 14, iOS 17, tvOS 17, visionOS 1, *)
 public struct IngestService: Sendable {
     public let configuration: IngestServiceConfiguration
     public let logger: Logger

@@ -213,7 +213,9 @@ final class ServiceUnderTest {
         log = FileManager.default.temporaryDirectory.appending(path: "ledger-bench-serve-\(getpid())-\(UUID().uuidString.prefix(8)).log").path
         _ = FileManager.default.createFile(atPath: log, contents: nil)
         process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["serve", "--fleet", fleet, "--listen", "127.0.0.1:0", "--rate", "1000000"]
+        process.arguments =
+            ["serve", "--fleet", fleet, "--listen", "127.0.0.1:0", "--rate", "1000000"]
+            + (ProcessInfo.processInfo.environment["INGEST_BENCH_CONNECTIONS"].map { ["--connections", $0] } ?? [])
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardOutput = handle
         process.standardError = handle

@@ -425,6 +425,33 @@ struct IngestTests {
         service.stop(SIGTERM)
     }
 
+    /// A token past its rate is answered 429 with Retry-After, and the uploader waits as long.
+    @Test func aTokenPastItsRateIsToldWhenToComeBack() async throws {
+        let (_, _, ingest, _, token) = try Self.fleet()
+        let dir = try TemporaryDirectory()
+        let service = ServiceProcess(fleet: ingest, extra: ["--rate", "1"], log: dir.path("serve.log"))
+        try service.start()
+        let head = "\(service.url)/v1/ledgers/\(UUID().uuidString.lowercased())/head"
+        var statuses: [Int] = []
+        var retryAfter: String?
+        for _ in 0..<3 {
+            let answer = try await Self.send(head, method: "GET", token: token)
+            statuses.append(answer.status)
+            if answer.status == 429 { retryAfter = answer.headers["retry-after"] }
+        }
+        #expect(statuses == [200, 200, 429], "a bucket of twice the rate, then 429")
+        #expect(retryAfter.flatMap(Int.init).map { $0 >= 1 } == true)
+        // The uploader honours it: its upload succeeds once the bucket has refilled.
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let transport = try HTTPClientTransport()
+        let uploader = LedgerUploader(ledger: try Ledger(path: path), endpoint: URL(string: service.url)!, token: token, transport: transport)
+        let report = try await uploader.upload()
+        try await transport.shutdown()
+        #expect(report.stored > 0)
+        service.stop(SIGTERM)
+    }
+
     static func connect(_ port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()

@@ -179,6 +179,15 @@ extension FleetStore {
                 refuse(.keyMismatch, "the store holds ledger \(id) under another identity key: this device claims an id that is not its own (an id conflict)")
                 continue
             }
+            if row.key == nil && row.seq > 0 {
+                // Shipped before keys were kept: only a ship from its device (or the owner) may
+                // claim the key, never a holder of an app's token.
+                refuse(
+                    .keyMismatch,
+                    "the store holds ledger \(id) without an identity key (shipped before keys were kept): ship it once from its device with `purchase-ledger ship`, which records its key, before it uploads"
+                )
+                continue
+            }
             if let first = past[id] {
                 refuse(
                     .refused,
@@ -188,7 +197,13 @@ extension FleetStore {
             }
             var ledger = held.ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
             ledger.signingHeaders = held.signingHeaders
-            ledger.plainChain = (row.chain ?? (row.inserted && !mode.isEmpty ? mode : nil)).map { $0 == "sha256" }
+            // The chain's mode: as recorded; for a row that records none (shipped before 0007), from
+            // the held events themselves (the first recomputes from a genesis or it is keyed).
+            var chain = row.chain ?? (row.inserted && !mode.isEmpty ? mode : nil)
+            if chain == nil, let first = ledger.frames.first {
+                chain = Ingest.isPlainChainStart(first, ledgerID: id) ? "sha256" : "hmac-sha256"
+            }
+            ledger.plainChain = chain.map { $0 == "sha256" }
             ledger.erasedUsers.formUnion(upload.values.filter { $0.owner == $0.ref && held.erasedSubjects.contains($0.value) }.map(\.ref))
             do {
                 guard let plan = try Ingest.plan(upload, held: ledger, bundleID: appleBundleID) else {

@@ -452,6 +452,47 @@ struct IngestTests {
         service.stop(SIGTERM)
     }
 
+    /// Rows shipped before the store kept keys or chain modes (found by a review): a token holder
+    /// cannot claim such a ledger's key, nor store a link that does not recompute on it.
+    @Test func aLedgerShippedBeforeKeysOrChainModesIsNeitherTakenOverNorRelinked() async throws {
+        let (server, owner, ingest, _, token) = try Self.fleet()
+        let database = String(owner.split(separator: "/").last!)
+        let dir = try TemporaryDirectory()
+        let service = ServiceProcess(fleet: ingest, log: dir.path("serve.log"))
+        try service.start()
+        let path = dir.path("device.ledger")
+        try sampleLedger(path)
+        let ledger = try Ledger(path: path)
+        let id = try #require(try ledger.identity()?.id)
+        let transport = try HTTPClientTransport()
+        try await LedgerUploader(ledger: ledger, endpoint: URL(string: service.url)!, token: token, transport: transport).upload()
+        try await transport.shutdown()
+        let last = try ledger.lastSeq()
+        _ = try ledger.append(
+            try JSONLines.decode(#"{"type":"paymentQueued","at":"2024-03-02T09:00:00Z","transaction":"t9","product":"book","user":"bob"}"#))
+        let eventsURL = "\(service.url)/v1/ledgers/\(id)/events"
+
+        // No chain mode recorded: a garbage link, signed by the ledger's own key, is still refused.
+        _ = try server.psql("UPDATE ledgers SET chain = NULL WHERE ledger_id = '\(id)'", database: database)
+        var relinked = try #require(try ledger.upload(after: last, link: nil))
+        relinked.frames[0].link = [UInt8](repeating: 0xEE, count: 32)
+        relinked.head = try #require(try ledger.identityStatement(seq: relinked.head.seq, link: relinked.frames[0].link))
+        let broken = try await Self.send(eventsURL, token: token, body: relinked.encoded())
+        #expect(broken.status == 422 && broken.json["seq"] as? Int64 == last + 1, "\(broken.json)")
+
+        // No key recorded: another key's head is refused, and the row keeps no key.
+        _ = try server.psql("UPDATE ledgers SET public_key = NULL WHERE ledger_id = '\(id)'", database: database)
+        var claimed = try #require(try ledger.upload(after: last, link: nil))
+        claimed.head = try Checkpoint(ledgerID: id, seq: claimed.head.seq, link: claimed.head.link, at: .now, key: CheckpointSigningKey())
+        let takeover = try await Self.send(eventsURL, token: token, body: claimed.encoded())
+        #expect(takeover.status == 403 && takeover.json["error"] as? String == "keyMismatch", "\(takeover.json)")
+        let key = try server.psql("SELECT public_key IS NULL, last_seq FROM ledgers WHERE ledger_id = '\(id)'", database: database)
+        #expect(key.trimmingCharacters(in: .whitespacesAndNewlines) == "t|\(last)")
+        // Its device's ship records the key; uploads go on.
+        #expect(try cli(["ship", path, "--to", owner]).status == 0)
+        service.stop(SIGTERM)
+    }
+
     static func connect(_ port: Int) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()

@@ -56,10 +56,16 @@ package enum Ingest {
     /// id's genesis, or zeros); nil when it starts later (the held row says).
     package static func startsPlainChain(_ upload: LedgerUpload) -> Bool? {
         guard let first = upload.frames.first, first.seq == 1 else { return nil }
+        return isPlainChainStart(first, ledgerID: upload.ledgerID)
+    }
+
+    /// Whether `first` (event 1) hashes to its link as a plain chain from the ledger id's
+    /// genesis, or from zeros (ledgers made before ids were bound): else its chain is keyed.
+    package static func isPlainChainStart(_ first: UploadedFrame, ledgerID: String) -> Bool {
         var frame = BinaryWriter(capacity: 256)
         first.canonical(into: &frame)
         let chain = HashChain(key: nil)
-        return chain.link(after: HashChain.genesis(ledgerID: upload.ledgerID), frame: frame.bytes) == first.link
+        return chain.link(after: HashChain.genesis(ledgerID: ledgerID), frame: frame.bytes) == first.link
             || chain.link(after: HashChain.genesis, frame: frame.bytes) == first.link
     }
 

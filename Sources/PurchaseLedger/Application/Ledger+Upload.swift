@@ -45,6 +45,9 @@ package struct PersonalValueRow: Sendable, Hashable {
     /// Whether this row is the value `commitment` was made for, with `salt` (its owner's).
     package func matches(_ commitment: [UInt8], salt: [UInt8]) -> Bool {
         guard let text else { return false }
+        // Text is committed to as UTF-8: bytes that are not (decoded with replacements) would
+        // be stored unlike what was committed.
+        if value.first != SignedParts.packedMarker && Array(text.utf8) != value { return false }
         return PersonalValues.commitment(salt: salt, value: text) == commitment
     }
 }

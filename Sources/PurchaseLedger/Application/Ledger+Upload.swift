@@ -71,19 +71,6 @@ package struct UploadedFrame: Sendable {
     /// The flags of the canonical frame: bit 0 appended by the ledger, bits 1-7 the rule's code.
     var flags: UInt64 { (appendedByLedger ? 1 : 0) | UInt64(anomaly?.code ?? 0) << 1 }
 
-    init(_ chained: ChainedEvent) {
-        let e = chained.event
-        seq = e.seq
-        type = e.event.type
-        anomaly = e.anomaly
-        appendedByLedger = e.appendedByLedger
-        at = e.event.at.nanosecondsSinceEpoch
-        recorded = e.recordedAt.nanosecondsSinceEpoch
-        version = e.version
-        payload = chained.payload
-        link = chained.link
-    }
-
     package init(
         seq: Int64, type: EventType, anomaly: Rule?, appendedByLedger: Bool, at: Int64, recorded: Int64, version: Int64, payload: [UInt8], link: [UInt8]
     ) {
@@ -263,20 +250,26 @@ extension Ledger {
             var frame = BinaryWriter(capacity: 256)
             var expected: Int64 = 1
             var stored: [UInt8] = previous
-            try EventStore.scan(db, from: 1, through: .max, integrity: true, personal: .unresolved) { entry in
+            // Only the bytes are needed: the payloads are not decoded (each event's body is a
+            // placeholder; its type is the entry's).
+            try EventStore.scan(db, from: 1, through: .max, integrity: true, personal: .unresolved, bodies: false) { entry in
                 let e = entry.event
                 guard e.seq == expected else {
                     throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                 }
                 expected += 1
-                FrameCodec.canonical(e, payload: entry.payload, into: &frame)
+                FrameCodec.canonical(
+                    seq: e.seq, type: UInt64(entry.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
+                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, into: &frame)
                 let next = chain.link(after: previous, frame: frame.bytes)
                 guard entry.link?.matches(next) == true else { throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq) }
                 previous = next
                 if e.seq == seq { stored = next }
                 if e.seq > seq {
                     if events.count >= max(1, limit) || (bytes >= maxBytes && !events.isEmpty) { return false }
-                    var chained = UploadedFrame(ChainedEvent(event: e, payload: entry.payload, link: next))
+                    var chained = UploadedFrame(
+                        seq: e.seq, type: entry.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.event.at.nanosecondsSinceEpoch,
+                        recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, link: next)
                     chained.canonicalBytes = frame.bytes
                     events.append(chained)
                     bytes += entry.payload.count + 64

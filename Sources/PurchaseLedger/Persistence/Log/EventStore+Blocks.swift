@@ -107,7 +107,7 @@ extension EventStore {
     /// another number of events than its range says.
     @inline(__always)
     static func forEachFrame(
-        in raw: [UInt8], of block: SealedBlock,
+        in raw: [UInt8], of block: SealedBlock, bodies: Bool = true,
         _ visit: (consuming FrameCodec.BlockEntry, UnsafeRawBufferPointer) throws -> Bool
     ) rethrows -> (stopped: Bool, failure: LedgerError?) {
         try raw.withUnsafeBytes { buffer in
@@ -137,7 +137,7 @@ extension EventStore {
                 var entry: FrameCodec.BlockEntry
                 do throws(BinaryReader.Failure) {
                     entry = try FrameCodec.readBlockFrame(
-                        &r, seq: s, inlineLink: inline, previous: &previous, personal: block.personal, wanted: s >= block.from && s <= block.through)
+                        &r, seq: s, inlineLink: inline, previous: &previous, personal: block.personal, wanted: bodies && s >= block.from && s <= block.through)
                 } catch {
                     return (false, .corrupt("event \(s) in the block of events \(block.first)...\(block.last) does not decode (\(error.message))", seq: s))
                 }
@@ -160,7 +160,7 @@ extension EventStore {
     /// statistics), decoded here, in order. Returns false when `body` asked to stop.
     static func scanWithLinks(
         _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
-        dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, onCorrupt: ((LedgerError) throws -> Void)?,
+        dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)?,
         _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         while let row = try blocks.next() {
@@ -173,11 +173,11 @@ extension EventStore {
                 continue
             }
             let lastLink = [UInt8](row[6] as Data)
-            let (stopped, failure) = try forEachFrame(in: raw, of: block) { entry, buffer in
+            let (stopped, failure) = try forEachFrame(in: raw, of: block, bodies: bodies) { entry, buffer in
                 try body(
                     Entry(
                         event: entry.event, payload: Array(buffer[entry.payload]),
-                        link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil)))
+                        link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil), type: entry.type))
             }
             if stopped { return false }
             if let failure { try report(failure, to: onCorrupt) }

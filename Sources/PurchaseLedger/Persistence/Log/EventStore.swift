@@ -123,6 +123,16 @@ package enum EventStore {
         /// The binary payload and stored link; only when integrity data was asked for.
         var payload: [UInt8]
         var link: StoredLink?
+        /// The event's type: also right when its body was not decoded (a scan without `bodies`,
+        /// whose events hold a placeholder body).
+        var type: EventType
+
+        init(event: RecordedEvent, payload: [UInt8], link: StoredLink? = nil, type: EventType? = nil) {
+            self.event = event
+            self.payload = payload
+            self.link = link
+            self.type = type ?? event.event.type
+        }
     }
 
     /// Calls `body` with every event from `seq` on, in order, one block at a time: memory stays
@@ -131,7 +141,7 @@ package enum EventStore {
     /// given, which is then called and the scan goes on with the next block or row.
     static func scan(
         _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
-        personal given: PersonalValues? = nil, onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
+        personal given: PersonalValues? = nil, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
         // What the personal refs stand for: the caller's (``PersonalValues/unresolved`` for the
@@ -145,7 +155,8 @@ package enum EventStore {
                 """, arguments: [seq, last])
         let keepGoing =
             integrity
-            ? try scanWithLinks(db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, body)
+            ? try scanWithLinks(
+                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, body)
             : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, body)
         guard keepGoing else { return }
         let rows = try Row.fetchCursor(
@@ -162,11 +173,11 @@ package enum EventStore {
                 let payload = try row.withUnsafeData(atIndex: 7) { $0.map { [UInt8]($0) } ?? [] }
                 let (appended, anomaly) = try decodeFlags(row[5], seq: s)
                 let type = try decodeType(row[2], seq: s)
-                let body = try decodePayload(type, payload, seq: s, personal: personal)
+                let body = bodies ? try decodePayload(type, payload, seq: s, personal: personal) : .restoreCompleted
                 let event = RecordedEvent(
                     seq: s, version: row[1], event: Event(at: Timestamp(nanosecondsSinceEpoch: row[3]), body),
                     recordedAt: Timestamp(nanosecondsSinceEpoch: row[4]), anomaly: anomaly, appendedByLedger: appended)
-                entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil)
+                entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil, type: type)
             } catch let error as LedgerError {
                 try report(error, to: onCorrupt)
                 continue

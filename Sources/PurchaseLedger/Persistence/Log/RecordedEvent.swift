@@ -151,6 +151,8 @@ package enum FrameCodec {
         var event: RecordedEvent
         var payload: Range<Int>
         var linkPrefix: Range<Int>
+        /// The frame's type (the event's own, also when its body was not decoded).
+        var type: EventType
     }
 
     typealias Failure = BinaryReader.Failure
@@ -191,6 +193,6 @@ package enum FrameCodec {
         let event = RecordedEvent(
             seq: seq, version: version, event: Event(at: Timestamp(nanosecondsSinceEpoch: at), body),
             recordedAt: Timestamp(nanosecondsSinceEpoch: recorded), anomaly: anomaly, appendedByLedger: appended)
-        return BlockEntry(event: event, payload: span, linkPrefix: prefix)
+        return BlockEntry(event: event, payload: span, linkPrefix: prefix, type: type)
     }
 }

@@ -139,15 +139,8 @@ struct TokenCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let fleet = try await FleetStore.connect(url)
-            do {
-                let token = try await fleet.createToken(name: name)
-                await fleet.close()
-                Console.current.print(token)
-            } catch {
-                await fleet.close()
-                throw error
-            }
+            let token = try await withFleet(url) { try await $0.createToken(name: name) }
+            Console.current.print(token)
         }
     }
 
@@ -162,15 +155,7 @@ struct TokenCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let fleet = try await FleetStore.connect(url)
-            let tokens: [IngestToken]
-            do {
-                tokens = try await fleet.tokens()
-                await fleet.close()
-            } catch {
-                await fleet.close()
-                throw error
-            }
+            let tokens = try await withFleet(url) { try await $0.tokens() }
             let console = Console.current
             for token in tokens {
                 console.print("\(token.name)\tmade \(token.createdAt)\t" + (token.revokedAt.map { "revoked \($0)" } ?? "live"))
@@ -193,15 +178,7 @@ struct TokenCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let fleet = try await FleetStore.connect(url)
-            let revoked: Bool
-            do {
-                revoked = try await fleet.revokeToken(name: name)
-                await fleet.close()
-            } catch {
-                await fleet.close()
-                throw error
-            }
+            let revoked = try await withFleet(url) { try await $0.revokeToken(name: name) }
             guard revoked else {
                 Console.current.error("no live token named \(name)")
                 throw CommandExit(status: 2)
@@ -342,36 +319,40 @@ struct PullCommand: AsyncParsableCommand {
 
     func run() async throws {
         let console = Console.current
-        let fleet = try await FleetStore.connect(url)
-        do {
-            var ids: [String]
-            var paths: [String]
+        let (ledger, user, output) = (self.ledger, self.user, self.output)
+        try await withFleet(url) { fleet in
+            var ids = [ledger?.lowercased() ?? ""]
+            var paths = [output]
             if let user {
                 ids = try await fleet.ledgers(ofUser: user)
                 guard !ids.isEmpty else {
-                    await fleet.close()
                     console.error("the fleet store holds no transaction of that user")
                     throw CommandExit(status: 2)
                 }
                 try FileManager.default.createDirectory(atPath: output, withIntermediateDirectories: true)
                 paths = ids.map { (output as NSString).appendingPathComponent("\($0).ledger") }
-            } else {
-                ids = [ledger!.lowercased()]
-                paths = [output]
             }
             for (id, path) in zip(ids, paths) {
                 guard let pulled = try await fleet.pull(ledgerID: id) else {
-                    await fleet.close()
                     console.error("the fleet store holds no event of ledger \(id)")
                     throw CommandExit(status: 2)
                 }
                 let copy = try Ledger.writePulledCopy(pulled, to: path)
                 console.print("\(path): ledger \(id), \(try copy.lastSeq()) events")
             }
-            await fleet.close()
-        } catch {
-            await fleet.close()
-            throw error
         }
+    }
+}
+
+/// `body`'s result on a connection to the fleet store at `url`, closed after it whatever happens.
+func withFleet<T: Sendable>(_ url: String, _ body: (FleetStore) async throws -> T) async throws -> T {
+    let fleet = try await FleetStore.connect(url)
+    do {
+        let result = try await body(fleet)
+        await fleet.close()
+        return result
+    } catch {
+        await fleet.close()
+        throw error
     }
 }

@@ -140,7 +140,8 @@ package final class LocalPostgres: Sendable {
         return text
     }
 
-    private static func freePort() throws -> Int {
+    /// A free TCP port on 127.0.0.1 (free when asked: bind it soon).
+    package static func freePort() throws -> Int {
         #if canImport(Glibc)
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         #else

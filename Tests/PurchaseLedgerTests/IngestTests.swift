@@ -23,21 +23,7 @@ final class ServiceProcess: @unchecked Sendable {  // unchecked: `pid` is touche
     private var pid: pid_t = 0
     private(set) var url = ""
 
-    /// A free port on loopback, for a service restarted on the same one.
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    init(fleet: String, port: Int = ServiceProcess.freePort(), extra: [String] = [], log: String) {
+    init(fleet: String, port: Int = (try? LocalPostgres.freePort()) ?? 0, extra: [String] = [], log: String) {
         self.port = port
         arguments = ["serve", "--fleet", fleet, "--listen", "127.0.0.1:\(port)"] + extra
         self.log = log

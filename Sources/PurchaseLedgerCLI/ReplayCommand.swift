@@ -176,6 +176,9 @@ func printState(
     let owned = selection?.ownedContent ?? s.ownedContent
     var heading = "\(s.transactions.count) transactions, \(s.downloads.count) downloads, \(s.ownedContent.count) owned content"
     if selection != nil { heading = "showing \(transactions.count) of \(s.transactions.count) transactions, \(downloads.count) of \(s.downloads.count) downloads" }
+    // Store product views: only in a whole state that has any (a ledger without reads as before).
+    let views = selection == nil ? s.productViews() : []
+    if !views.isEmpty { heading += ", \(views.count) store product view\(views.count == 1 ? "" : "s") (\(s.productViewsOnScreen.count) on screen)" }
     console.print(
         console.bold("state after seq \(s.seq)") + "  \(heading), \(s.anomalies) anomal\(s.anomalies == 1 ? "y" : "ies")\(s.restoreInProgress ? ", restore in progress" : "")")
     if !transactions.isEmpty {
@@ -211,6 +214,17 @@ func printState(
             rows.append([
                 o.product, o.content, o.contentVersion.text, o.destination, o.transaction,
                 s.updateAvailable(for: ContentKey(product: o.product, content: o.content)) ? "available" : "-",
+            ])
+        }
+        console.print(textTable(rows, console: console))
+    }
+    if !views.isEmpty {
+        console.print("")
+        var rows = [["view", "item", "style", "state", "presented", "load ms", "error", "campaign", "on screen"]]
+        for v in views {
+            rows.append([
+                v.view, v.item, v.style.rawValue, v.state.rawValue + (v.replacedAt != nil ? ", replaced" : ""), v.presentedAt?.description ?? "-",
+                v.loadMilliseconds.map(String.init) ?? "-", v.error.map { "\($0.domain) \($0.code)" } ?? "-", v.campaignToken ?? "-", v.onScreen ? "yes" : "no",
             ])
         }
         console.print(textTable(rows, console: console))

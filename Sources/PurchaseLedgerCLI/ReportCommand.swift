@@ -42,11 +42,12 @@ struct ReportCommand: AsyncParsableCommand {
 
     enum View: String, ExpressibleByArgument, CaseIterable {
         case history, revenue, undelivered, stuck, unfinished, failures, divergence
+        case productViews = "product-views"
     }
 
     static let configuration = CommandConfiguration(
         commandName: "report",
-        abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures, divergence.",
+        abstract: "Purchase-history reports: history, revenue, undelivered, stuck, unfinished, failures, divergence, product-views.",
         discussion: """
             history: what was bought, when, for how much, what was delivered (sorted by purchase date). \
             revenue: per product, currency and price paid, refunds deducted, then a total per currency (gross, \
@@ -57,6 +58,9 @@ struct ReportCommand: AsyncParsableCommand {
             --as-of (default: the latest download activity of the ledger, or of the whole fleet). \
             unfinished: transactions the store keeps redelivering. failures: payment failures by error code. \
             divergence: where the device's record and Apple's (stored by `apple-import`) disagree, one row each. \
+            product-views: the App Store pages the app showed (SKStoreProductViewController, SKOverlay) per item \
+            and style: presented, loaded, failed, dismissed without loading, median and p95 time to load, campaign \
+            tokens (--from and --to select by presentation time). \
             Prices are per unit, in the currency's units, as paid: fixed when the transaction was purchased or \
             restored (its own price, else the product's registration then), never changed by a later registration.
 
@@ -68,6 +72,7 @@ struct ReportCommand: AsyncParsableCommand {
                   --format json | jq .totals
               purchase-ledger report user.ledger --view undelivered --format html \\
                   > undelivered.html
+              purchase-ledger report user.ledger --view product-views
 
             Over a fleet store (ledgers shipped with `purchase-ledger ship`), give its URL instead of a \
             file: the same views, computed by PostgreSQL over every ledger, with a device column where rows \
@@ -79,7 +84,7 @@ struct ReportCommand: AsyncParsableCommand {
             """)
 
     @OptionGroup var options: LedgerOptions
-    @Option(help: "history, revenue, undelivered, stuck, unfinished, failures or divergence.") var view: View = .history
+    @Option(help: "history, revenue, undelivered, stuck, unfinished, failures, divergence or product-views.") var view: View = .history
     @Option(help: "Only this user's transactions (history).") var user: String?
     @Option(help: "Only this product's transactions (history).") var product: String?
     @Option(help: "Purchased at or after this RFC 3339 time.") var from: String?
@@ -251,7 +256,7 @@ struct ReportCommand: AsyncParsableCommand {
                         for d in try await fleet.divergences() where user == nil || d.user == user {
                             writer.add { stream.add(divergenceCells(d, fleet: true), json: divergenceJSON(d), transaction: d.transaction ?? "") }
                         }
-                    case .revenue, .failures: break
+                    case .revenue, .failures, .productViews: break
                     }
                 } catch {
                     writer.finish()
@@ -272,7 +277,7 @@ struct ReportCommand: AsyncParsableCommand {
     }
 
     /// The views written row by row (a ``RowStream``): all but the two made of totals.
-    var streamsRows: Bool { view != .revenue && view != .failures }
+    var streamsRows: Bool { view != .revenue && view != .failures && view != .productViews }
 
     /// A table with a streamed view's title and columns and no rows: what an HTML page's head needs.
     var emptyTable: ReportTable {
@@ -302,7 +307,7 @@ struct ReportCommand: AsyncParsableCommand {
             for d in divergences where user == nil || d.user == user {
                 stream.add(divergenceCells(d, fleet: false), json: divergenceJSON(d), transaction: d.transaction ?? "")
             }
-        case .revenue, .failures: break
+        case .revenue, .failures, .productViews: break
         }
         try stream.finish { ids in try ledger.timelines(transactions: Set(ids)) }
     }
@@ -325,6 +330,8 @@ struct ReportCommand: AsyncParsableCommand {
                 one: "revenue line", many: "revenue lines",
                 about: "per product, currency and price paid" + (grouping.map { ", by \($0.rawValue)" } ?? ""), revenue: true, money: true)
         case .failures: HTMLReport.Subject(one: "kind of payment failure", many: "kinds of payment failure", about: "by error domain and code")
+        case .productViews:
+            HTMLReport.Subject(one: "item and style", many: "items and styles", about: "store product views presented, by item and sheet or overlay")
         case .divergence:
             HTMLReport.Subject(one: "disagreement", many: "disagreements", about: "between the device's record and Apple's signed one")
         }
@@ -340,7 +347,7 @@ struct ReportCommand: AsyncParsableCommand {
                 + (asOf ?? (FleetAddress.isURL(options.ledger) ? "the latest download activity of the whole fleet" : "the ledger's latest download activity"))
         case .unfinished: "Never finished (redelivered at every launch)"
         case .divergence: "Where the device and Apple disagree"
-        case .revenue, .failures: ""
+        case .revenue, .failures, .productViews: ""
         }
     }
 
@@ -447,6 +454,7 @@ struct ReportCommand: AsyncParsableCommand {
     enum ReportData {
         case revenue([RevenueLine])
         case failures([FailureRate])
+        case productViews([ProductViewSummary])
     }
 
     func fetch(_ ledger: Ledger, from: Timestamp?, to: Timestamp?, apple: AppleChains?) throws -> ReportData {
@@ -455,7 +463,7 @@ struct ReportCommand: AsyncParsableCommand {
                 try ledger.revenue(
                     from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments, apple: apple,
                     onlyApple: evidence == .apple))
-            : .failures(try ledger.failureRates(from: from, to: to))
+            : view == .productViews ? .productViews(try ledger.productViewSummary(from: from, to: to)) : .failures(try ledger.failureRates(from: from, to: to))
     }
 
     func fetch(_ fleet: FleetStore, from: Timestamp?, to: Timestamp?, apple: AppleChains?) async throws -> ReportData {
@@ -464,7 +472,8 @@ struct ReportCommand: AsyncParsableCommand {
                 try await fleet.revenue(
                     from: from, to: to, groupBy: groupBy, byStorefront: byStorefront, allEnvironments: allEnvironments, apple: apple,
                     onlyApple: evidence == .apple))
-            : .failures(try await fleet.failureRates(from: from, to: to))
+            : view == .productViews
+                ? .productViews(try await fleet.productViewSummary(from: from, to: to)) : .failures(try await fleet.failureRates(from: from, to: to))
     }
 
     func historyQuery(from: Timestamp?, to: Timestamp?) -> PurchaseHistoryQuery {
@@ -540,6 +549,30 @@ struct ReportCommand: AsyncParsableCommand {
                     return row { w in
                         w.field("currency", total.currency)
                         amounts(&w, total)
+                    }
+                })
+        case .productViews(let views):
+            return ReportTable(
+                title: "Store product views",
+                columns: ["item", "style", "presented", "loaded", "failed", "dismissed without loading", "median load ms", "p95 load ms", "campaign tokens"],
+                rows: views.map {
+                    [
+                        $0.item, $0.style.rawValue, String($0.presented), String($0.loaded), String($0.failed), String($0.dismissedWithoutLoading),
+                        $0.medianLoadMilliseconds.map(String.init) ?? "", $0.p95LoadMilliseconds.map(String.init) ?? "", $0.campaignTokens.joined(separator: " "),
+                    ]
+                },
+                json: views.map { v in
+                    row { w in
+                        w.field("item", v.item)
+                        w.field("style", v.style.rawValue)
+                        w.field("presented", v.presented)
+                        w.field("loaded", v.loaded)
+                        w.field("failed", v.failed)
+                        w.field("dismissedWithoutLoading", v.dismissedWithoutLoading)
+                        w.field("medianLoadMs", v.medianLoadMilliseconds)
+                        w.field("p95LoadMs", v.p95LoadMilliseconds)
+                        w.key("campaignTokens")
+                        w.array(v.campaignTokens)
                     }
                 })
         case .failures(let rates):

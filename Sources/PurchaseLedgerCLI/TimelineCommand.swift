@@ -5,25 +5,38 @@ import PurchaseLedger
 struct TimelineCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "timeline",
-        abstract: "One transaction's life: time, event, state after it, its downloads beside it.",
+        abstract: "One transaction's life, or store product views': time, event, state after it.",
         discussion: """
             Anomalies and the cancellations the ledger appended are marked, and what Apple's signature says \
             of each event that carries one (apple, xcode or invalid with why; --apple-root trusts more roots). \
             Apple's records about the transaction (stored by apple-import) are lines of their own, saying \
             what Apple says. This is the view that shows a bug at a glance.
 
-            Example:
+            With --product-view (one presentation) or --item (every presentation of an App Store item), the \
+            store product views' events instead, each with the view's state after it.
+
+            Examples:
               purchase-ledger timeline user.ledger --transaction t1
+              purchase-ledger timeline user.ledger --item 1234567890
             """)
 
     @OptionGroup var options: LedgerOptions
-    @Option(help: "The transaction id.") var transaction: String
+    @Option(help: "The transaction id.") var transaction: String?
+    @Option(name: .customLong("product-view"), help: "A store product view's id (the app's id for one presentation).") var productView: String?
+    @Option(help: "Every store product view of this item (its Apple ID).") var item: String?
     @Flag(help: "One JSON object per step.") var json = false
     @OptionGroup var appleRoots: AppleRootOptions
+
+    func validate() throws {
+        guard [transaction, productView, item].compactMap({ $0 }).count == 1 else {
+            throw ValidationError("give one of --transaction, --product-view or --item")
+        }
+    }
 
     func run() async throws {
         let console = Console.current
         let ledger = try options.open()
+        guard let transaction else { return try printProductViews(ledger) }
         let entries = try ledger.timeline(transaction: transaction)
         // What Apple's signature says of each event carrying one, judged here with the roots.
         let verifier = try appleRoots.verifier()
@@ -85,7 +98,7 @@ struct TimelineCommand: AsyncParsableCommand {
             case .appleNotificationReceived: break
             case .transactionFinished(_, false), .productRegistered, .contentVersionPublished, .paymentQueued, .transactionDeferred,
                 .transactionPurchased, .transactionRestored, .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed,
-                .contentRegistered:
+                .contentRegistered, .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
                 break
             }
             var after = "-"
@@ -124,5 +137,41 @@ struct TimelineCommand: AsyncParsableCommand {
         let verdict = await verifier.evidence(of: signed, recordedAt: e.event.at.date)
         if verdict == .apple, e.anomaly == .signedFieldsDiffer { return .invalid("the event states fields otherwise than its signed transaction") }
         return verdict
+    }
+
+    /// The store product views' timeline: one line per event, the view's state after it.
+    func printProductViews(_ ledger: Ledger) throws {
+        let console = Console.current
+        let steps = try ledger.productViewTimeline(view: productView, item: item)
+        guard !steps.isEmpty else {
+            throw LedgerError.make(
+                .malformedInput, productView.map { "store product view \($0) is not in this ledger" } ?? "no store product view of item \(item ?? "") in this ledger")
+        }
+        if json {
+            for step in steps {
+                console.printJSON { w in
+                    w.key("event")
+                    w.raw(step.event.jsonLine)
+                    w.key("productView")
+                    if let v = step.view { StateJSON.write(v, to: &w) } else { w.null() }
+                }
+            }
+            return
+        }
+        var rows: [[String]] = [["seq", "at", "event", "view after it", ""]]
+        for step in steps {
+            let e = step.event
+            var what = e.event.type.name
+            switch e.event.body {
+            case .storeProductViewPresented(let view, let item, let style, _, let campaign, _):
+                what += " \(view) item \(item) (\(style.rawValue))" + (campaign.map { " campaign \($0)" } ?? "")
+            case .storeProductViewFailed(let view, let error): what += " \(view) \(error.domain) \(error.code)"
+            case .storeProductViewLoaded(let view), .storeProductViewDismissed(let view): what += " \(view)"
+            default: break
+            }
+            let after = step.view.map { v in v.state.rawValue + (v.loadMilliseconds.map { " (loaded in \($0) ms)" } ?? "") + (v.replacedAt != nil ? ", replaced" : "") } ?? "-"
+            rows.append([String(e.seq), e.event.at.description, what, after, e.anomaly.map { "ANOMALY \($0.name)" } ?? ""])
+        }
+        console.print(textTable(rows, console: console))
     }
 }

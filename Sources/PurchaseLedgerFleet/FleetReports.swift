@@ -252,6 +252,42 @@ extension FleetStore {
         return FailureRate.rates(rows, total: Int(total))
     }
 
+    /// Store product views per item and style across the fleet (``ProductViewSummary``), of
+    /// the views presented in `from..<to`: the devices' counts summed, the percentiles over
+    /// every device's load times together (`percentile_disc`, the nearest rank, as a ledger
+    /// computes them), the campaign tokens of all of them.
+    public func productViewSummary(from: Timestamp? = nil, to: Timestamp? = nil) async throws -> [ProductViewSummary] {
+        let low = from.map(Projector.ms) ?? Int64.min, high = to.map(Projector.ms) ?? Int64.max
+        let range = "presented_at_ms >= \(low) AND presented_at_ms < \(high)"
+        let load = "greatest(0, loaded_at_ms - presented_at_ms)"
+        let rows = try await fetchRows(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT item, style, count(*) AS presented, count(loaded_at_ms) AS loaded, count(failed_at_ms) AS failed,
+                        count(*) FILTER (WHERE dismissed_at_ms IS NOT NULL AND loaded_at_ms IS NULL AND failed_at_ms IS NULL) AS dismissed,
+                        percentile_disc(0.5) WITHIN GROUP (ORDER BY \(load)) FILTER (WHERE loaded_at_ms IS NOT NULL) AS median,
+                        percentile_disc(0.95) WITHIN GROUP (ORDER BY \(load)) FILTER (WHERE loaded_at_ms IS NOT NULL) AS p95
+                    FROM product_views WHERE \(range) GROUP BY item, style
+                    """))
+        var tokens: [String: [String]] = [:]
+        for row in try await fetchRows(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT DISTINCT item, style, campaign_token FROM product_views WHERE \(range) AND campaign_token IS NOT NULL
+                    """))
+        {
+            tokens[(row.string("item") ?? "") + "\u{0}" + (row.string("style") ?? ""), default: []].append(row.string("campaign_token") ?? "")
+        }
+        return rows.map { row in
+            let item = row.string("item") ?? "", style = row.string("style") ?? ""
+            return ProductViewSummary(
+                item: item, style: ProductViewStyle(rawValue: style) ?? .sheet, presented: row.int("presented") ?? 0, loaded: row.int("loaded") ?? 0,
+                failed: row.int("failed") ?? 0, dismissedWithoutLoading: row.int("dismissed") ?? 0, medianLoadMilliseconds: row.int64("median"),
+                p95LoadMilliseconds: row.int64("p95"), campaignTokens: (tokens[item + "\u{0}" + style] ?? []).sorted())
+        }
+        .sorted { ($0.item, $0.style.rawValue) < ($1.item, $1.style.rawValue) }
+    }
+
     /// What the store holds of ledger `id` (nil when it never shipped): its last shipped seq, the
     /// chain's link there, and the public identity key the id is held by (nil for a ledger last
     /// shipped before keys were kept). The fleet is a witness of each ledger's history: a file that

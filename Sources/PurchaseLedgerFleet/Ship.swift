@@ -324,7 +324,8 @@ extension FleetStore {
                  h AS (DELETE FROM owned_content_history WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  p AS (DELETE FROM products WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
                  c AS (DELETE FROM product_contents WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
-                 r AS (DELETE FROM related_products WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[]))
+                 r AS (DELETE FROM related_products WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[])),
+                 v AS (DELETE FROM product_views WHERE ledger_id = ANY(\(acceptedIDs)::text[]::uuid[]))
             SELECT 1
             """, logger: logger)
         try await copyEvents(accepted.map { ($0.ledger, $0.shipment.events) })

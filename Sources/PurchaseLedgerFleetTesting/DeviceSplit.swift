@@ -85,6 +85,10 @@ package enum DeviceSplit {
                 .assetPackFailed(let pack, _, _), .assetPackRemoved(let pack), .assetPackOpened(let pack, _):
                 // Every device downloads the packs it uses: a pack's events go to one device each.
                 device = Int(Identifier.stableHash(pack) % UInt64(devices))
+            case .storeProductViewPresented(let view, _, _, _, _, _), .storeProductViewLoaded(let view), .storeProductViewFailed(let view, _),
+                .storeProductViewDismissed(let view):
+                // A presentation and what followed it happen on one device.
+                device = Int(Identifier.stableHash(view) % UInt64(devices))
             }
             if let device {
                 logs[device].append(event)

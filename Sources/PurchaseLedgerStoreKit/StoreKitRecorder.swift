@@ -67,6 +67,13 @@ public import PurchaseLedger
 /// - ``assetPackRemoved(id:)``
 /// - ``openAssetPack(id:version:)``
 ///
+/// ### Store product views
+/// - ``productViewPresented(_:style:view:)``
+/// - ``productViewLoaded(view:)``
+/// - ``productViewFailed(view:error:)``
+/// - ``productViewDismissed(view:)``
+/// - ``ProductViewParameters``
+///
 /// ### Ids in the ledger
 /// - ``downloadID(transaction:content:)``
 /// - ``transactionID(storeKit2:)``
@@ -80,6 +87,8 @@ public final class StoreKitRecorder: Sendable {
     /// StoreKit objects seen in this process, by handle.
     struct Bindings {
         var transactions: [Int: String] = [:]
+        /// Store product views on screen: their controller or overlay, to the view id.
+        var productViews: [ObjectIdentifier: String] = [:]
     }
 
     /// - Parameters:

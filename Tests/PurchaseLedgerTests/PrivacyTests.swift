@@ -62,6 +62,12 @@ import Testing
             .appleTransactionReceived(signedTransaction: "signed-value-apple", source: .history, user: v("user")),
             .appleNotificationReceived(signedPayload: "signed-value-notification", user: v("user")),
             .appleHistoryCompleted(revision: v("revision"), user: v("user")),
+            .storeProductViewPresented(
+                view: v("view"), item: "1234567890", style: .overlay, affiliateToken: v("affiliate"), campaignToken: v("campaign"),
+                providerToken: v("provider")),
+            .storeProductViewLoaded(view: v("view")),
+            .storeProductViewFailed(view: v("view"), error: StoreError(domain: v("domain"), code: 6, message: v("message"))),
+            .storeProductViewDismissed(view: v("view")),
         ]
         return bodies.map { Event(at: at, $0) }
     }()

@@ -97,6 +97,24 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
         RuleCase(
             rule: .unknownProduct, given: catalog, breaking: E.packPublished("levels", 1, unlockedBy: ["nope"]),
             why: "an asset pack unlocked by an unregistered product"),
+        RuleCase(rule: .productViewNotPresented, given: [], breaking: E.viewLoaded("v9"), why: "a store page loaded that was never presented"),
+        RuleCase(rule: .productViewNotPresented, given: [], breaking: E.viewFailed("v9"), why: "a store page failed that was never presented"),
+        RuleCase(rule: .productViewNotPresented, given: [], breaking: E.viewDismissed("v9"), why: "a store page dismissed that was never presented"),
+        RuleCase(
+            rule: .illegalProductViewTransition, given: [E.viewPresented("v1"), E.viewFailed("v1")], breaking: E.viewLoaded("v1"),
+            why: "a store page loaded after it failed"),
+        RuleCase(
+            rule: .illegalProductViewTransition, given: [E.viewPresented("v1"), E.viewDismissed("v1")], breaking: E.viewLoaded("v1"),
+            why: "a store page loaded after it was dismissed"),
+        RuleCase(
+            rule: .illegalProductViewTransition, given: [E.viewPresented("v1"), E.viewLoaded("v1")], breaking: E.viewFailed("v1"),
+            why: "a store page failed after it loaded"),
+        RuleCase(
+            rule: .illegalProductViewTransition, given: [E.viewPresented("v1")], breaking: E.viewPresented("v1", item: "42"),
+            why: "a view id presented again"),
+        RuleCase(
+            rule: .productViewOverlap, given: [E.viewPresented("v1")], breaking: E.viewPresented("v2", style: .overlay),
+            why: "a second store page while one is on screen"),
     ]
 }
 
@@ -129,7 +147,7 @@ struct RuleCase: Sendable, CustomTestStringConvertible {
         } else {
             var after = state
             // Disagreeing with its own signed transaction is applied as reported, and flagged.
-            #expect(try Reducer.reduce(&after, c.breaking) == (c.rule == .signedFieldsDiffer ? .flagged(c.rule) : .anomaly(c.rule)))
+            #expect(try Reducer.reduce(&after, c.breaking) == (c.rule == .signedFieldsDiffer || c.rule == .productViewOverlap ? .flagged(c.rule) : .anomaly(c.rule)))
             #expect(after.anomalies == state.anomalies + 1)
         }
     }

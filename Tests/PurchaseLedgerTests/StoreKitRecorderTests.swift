@@ -606,6 +606,10 @@ import Testing
                 ["visionOS"],  // Transaction.reason and .storefront as they are (its #else: #available, storefrontCountryCode before)
             ],
             "AssetPackRecorder.swift": [["macOS", "iOS", "tvOS", "visionOS"]],  // AssetPackManager
+            "ProductViewRecorder.swift": [
+                ["macOS", "iOS"],  // SKStoreProductViewController and its delegate (not visionOS, tvOS, watchOS)
+                ["iOS", "visionOS"],  // SKOverlay (iOS with Mac Catalyst, visionOS)
+            ],
             "DeprecatedStoreKit.swift": [
                 ["macOS", "iOS", "tvOS", "watchOS", "visionOS"],  // Transaction.offerType, .offerID
                 ["macOS", "iOS", "tvOS", "watchOS"],  // SKDownload, storefrontCountryCode (the requirements)
@@ -633,7 +637,7 @@ import Testing
     @Test func theAppleOnlyFilesAreThinGuardedAndParse() throws {
         let folder = packageRoot.appending(path: "Sources/PurchaseLedgerStoreKit/Apple")
         let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".swift") }.sorted()
-        #expect(files == ["AssetPackRecorder.swift", "DeprecatedStoreKit.swift", "PaymentQueueRecorder.swift", "StoreKit2Recorder.swift"])
+        #expect(files == ["AssetPackRecorder.swift", "DeprecatedStoreKit.swift", "PaymentQueueRecorder.swift", "ProductViewRecorder.swift", "StoreKit2Recorder.swift"])
         for file in files {
             let path = folder.appending(path: file).path
             let text = try String(contentsOfFile: path, encoding: .utf8)

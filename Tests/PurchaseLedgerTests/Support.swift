@@ -47,6 +47,18 @@ func event(_ line: String) throws -> Event {
 enum E {
     static func at(_ second: Int) -> Timestamp { Timestamp(millisecondsSinceEpoch: 1_709_280_000_000 + Int64(second) * 1000) }
 
+    /// A store product view of `item` presented (`storeProductViewPresented`).
+    static func viewPresented(
+        _ view: String, item: String = "1234567890", style: ProductViewStyle = .sheet, campaign: String? = nil, at: Int = 2
+    ) -> Event {
+        Event(at: E.at(at), .storeProductViewPresented(view: view, item: item, style: style, campaignToken: campaign))
+    }
+    static func viewLoaded(_ view: String, at: Int = 3) -> Event { Event(at: E.at(at), .storeProductViewLoaded(view: view)) }
+    static func viewFailed(_ view: String, code: Int64 = 0, at: Int = 3) -> Event {
+        Event(at: E.at(at), .storeProductViewFailed(view: view, error: StoreError(domain: "SKErrorDomain", code: code, message: "Cannot connect to iTunes Store")))
+    }
+    static func viewDismissed(_ view: String, at: Int = 4) -> Event { Event(at: E.at(at), .storeProductViewDismissed(view: view)) }
+
     static func product(
         _ id: String, kind: ProductKind = .nonConsumable, price: String = "4.99", contents: [(String, String)] = [], related: [String] = [], t: Int = 0
     ) -> Event {

@@ -308,3 +308,89 @@ public struct Transaction: Identifiable, Hashable, Sendable {
         public static let familyShared = OwnershipType(rawValue: "FAMILY_SHARED")
     }
 }
+
+// MARK: - In-App Content Display (SKStoreProductViewController, SKOverlay)
+
+// skstoreproductviewcontroller: `@MainActor class SKStoreProductViewController` (a UIViewController;
+// an NSViewController on macOS); `weak var delegate: (any SKStoreProductViewControllerDelegate)?`,
+// `func loadProduct(withParameters parameters: [String : Any], completionBlock block: ((Bool, (any Error)?) -> Void)? = nil)`.
+@MainActor
+open class SKStoreProductViewController: UIViewController {
+    open weak var delegate: (any SKStoreProductViewControllerDelegate)?
+    open func loadProduct(withParameters parameters: [String: Any], completionBlock block: ((Bool, (any Error)?) -> Void)? = nil) {}
+}
+
+// skstoreproductviewcontrollerdelegate: `protocol SKStoreProductViewControllerDelegate : NSObjectProtocol`,
+// whose one method, `optional func productViewControllerDidFinish(_ viewController: SKStoreProductViewController)`,
+// is an `optional` Objective-C requirement: here a requirement with a default, so an implementation
+// with another signature fails to satisfy it.
+public protocol SKStoreProductViewControllerDelegate: NSObjectProtocol {
+    func productViewControllerDidFinish(_ viewController: SKStoreProductViewController)
+}
+
+extension SKStoreProductViewControllerDelegate {
+    public func productViewControllerDidFinish(_ viewController: SKStoreProductViewController) {}
+}
+
+// skstoreproductparameteritunesitemidentifier, skstoreproductparameteraffiliatetoken,
+// skstoreproductparametercampaigntoken, skstoreproductparameterprovidertoken: `let ...: String`.
+public let SKStoreProductParameterITunesItemIdentifier: String = "id"
+public let SKStoreProductParameterAffiliateToken: String = "at"
+public let SKStoreProductParameterCampaignToken: String = "ct"
+public let SKStoreProductParameterProviderToken: String = "pt"
+
+// skoverlay: `@MainActor class SKOverlay : NSObject`; `init(configuration: SKOverlay.Configuration)`,
+// `var configuration: SKOverlay.Configuration { get }`, `weak var delegate: (any SKOverlayDelegate)?`,
+// `func present(in scene: UIWindowScene)`; skoverlay/configuration (`class Configuration : NSObject`),
+// skoverlay/appconfiguration (`init(appIdentifier: String, position: SKOverlay.Position)`,
+// `var appIdentifier: String`, `var campaignToken: String?`, `var providerToken: String?`),
+// skoverlay/position, skoverlay/transitioncontext.
+@MainActor
+public final class SKOverlay: NSObject {
+    public init(configuration: SKOverlay.Configuration) {
+        self.configuration = configuration
+    }
+    public let configuration: SKOverlay.Configuration
+    public weak var delegate: (any SKOverlayDelegate)?
+    public func present(in scene: UIWindowScene) {}
+
+    public enum Position: Int, Sendable {
+        case bottom = 0
+        case bottomRaised = 1
+    }
+
+    open class Configuration: NSObject {}
+
+    public final class AppConfiguration: Configuration {
+        public init(appIdentifier: String, position: SKOverlay.Position) {
+            self.appIdentifier = appIdentifier
+            self.position = position
+        }
+        public var appIdentifier: String
+        public var position: SKOverlay.Position
+        public var campaignToken: String?
+        public var providerToken: String?
+    }
+
+    public final class TransitionContext: NSObject {}
+}
+
+// skoverlaydelegate: `protocol SKOverlayDelegate : NSObjectProtocol`, every method `optional`:
+// `storeOverlayDidFailToLoad(_ overlay: SKOverlay, error: any Error)`,
+// `storeOverlayWillStartPresentation(_:transitionContext:)`, `storeOverlayDidFinishPresentation(_:transitionContext:)`,
+// `storeOverlayWillStartDismissal(_:transitionContext:)`, `storeOverlayDidFinishDismissal(_:transitionContext:)`.
+public protocol SKOverlayDelegate: NSObjectProtocol {
+    func storeOverlayDidFailToLoad(_ overlay: SKOverlay, error: any Error)
+    func storeOverlayWillStartPresentation(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext)
+    func storeOverlayDidFinishPresentation(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext)
+    func storeOverlayWillStartDismissal(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext)
+    func storeOverlayDidFinishDismissal(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext)
+}
+
+extension SKOverlayDelegate {
+    public func storeOverlayDidFailToLoad(_ overlay: SKOverlay, error: any Error) {}
+    public func storeOverlayWillStartPresentation(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext) {}
+    public func storeOverlayDidFinishPresentation(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext) {}
+    public func storeOverlayWillStartDismissal(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext) {}
+    public func storeOverlayDidFinishDismissal(_ overlay: SKOverlay, transitionContext: SKOverlay.TransitionContext) {}
+}

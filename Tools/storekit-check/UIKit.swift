@@ -7,3 +7,15 @@
 open class UIScene {
     public init() {}
 }
+
+// developer.apple.com/documentation/uikit/uiwindowscene: `@MainActor class UIWindowScene : UIScene`.
+@MainActor
+open class UIWindowScene: UIScene {}
+
+// developer.apple.com/documentation/uikit/uiviewcontroller: `@MainActor class UIViewController : UIResponder`;
+// `func dismiss(animated flag: Bool, completion: (() -> Void)? = nil)`.
+@MainActor
+open class UIViewController {
+    public init() {}
+    open func dismiss(animated flag: Bool, completion: (() -> Void)? = nil) {}
+}

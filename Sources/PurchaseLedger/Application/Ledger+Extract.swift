@@ -179,7 +179,7 @@ extension Ledger {
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .downloadFailed, .contentCopiedOut, .contentDeleted, .contentRegistered, .assetPackBegan, .assetPackProgressed,
                 .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
-                .personalDataErased:
+                .personalDataErased, .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
                 break
             }
             return true
@@ -291,6 +291,9 @@ private struct ExtractPlan {
             false
         case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             appleSeqs.contains(e.seq)
+        case .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
+            // Store product views belong to no transaction and no user: a repro of either has none.
+            false
         }
     }
 }

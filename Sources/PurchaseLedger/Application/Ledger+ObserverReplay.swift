@@ -75,9 +75,11 @@ extension Ledger {
                     if let d = body.downloadID, let record = state.downloads[d] { observer.updatedDownloads([record], step: step) }
                 case .productRegistered, .contentVersionPublished, .contentCopiedOut, .contentDeleted, .restoreStarted, .contentRegistered,
                     .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed,
-                    .assetPackRemoved, .assetPackOpened, .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
-                    // Not the payment queue's: asset packs are Background Assets', and a promoted
-                    // purchase reaches the queue as its own paymentQueued.
+                    .assetPackRemoved, .assetPackOpened, .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted,
+                    .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
+                    // Not the payment queue's: asset packs are Background Assets', a promoted
+                    // purchase reaches the queue as its own paymentQueued, and a store product
+                    // view is its delegate's.
                     break
                 }
                 return true

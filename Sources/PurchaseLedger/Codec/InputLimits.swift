@@ -27,7 +27,7 @@ public enum InputLimits {
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = [
         "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id", "pack",
-        "revision",
+        "revision", "view", "item", "affiliateToken", "campaignToken", "providerToken",
     ]
 
     /// `name` is built only for the error: building it for every field cost an import 4%.
@@ -133,6 +133,10 @@ extension InputLimits {
             }
         case .appleHistoryCompleted(let revision, _):
             if revision.isEmpty { return "field `revision` is empty" }
+        case .storeProductViewPresented(_, let item, _, _, _, _):
+            if !ProductViewSummary.isAppleID(item) {
+                return "field `item` \(item.debugDescription.prefix(40)) is not a positive integer (an App Store item's Apple ID, in digits)"
+            }
         default:
             return nil
         }
@@ -249,6 +253,17 @@ extension EventBody {
         case .appleHistoryCompleted(let revision, let user):
             body("revision", "revision", revision)
             optional("user", user)
+        case .storeProductViewPresented(let view, let item, _, let affiliate, let campaign, let provider):
+            body("view", "view", view)
+            body("item", "item", item)
+            optional("affiliateToken", affiliate)
+            optional("campaignToken", campaign)
+            optional("providerToken", provider)
+        case .storeProductViewLoaded(let view), .storeProductViewDismissed(let view):
+            body("view", "view", view)
+        case .storeProductViewFailed(let view, let e):
+            body("view", "view", view)
+            error(e)
         }
     }
 }

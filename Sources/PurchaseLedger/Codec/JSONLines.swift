@@ -189,6 +189,22 @@ public enum JSONLines {
             return .appleNotificationReceived(signedPayload: try f.string("signedPayload"), user: try f.optionalString("user"))
         case .appleHistoryCompleted:
             return .appleHistoryCompleted(revision: try f.string("revision"), user: try f.optionalString("user"))
+        case .storeProductViewPresented:
+            let item = try f.string("item")
+            guard ProductViewSummary.isAppleID(item) else {
+                throw .malformed("field `item` must be a positive integer in digits (the item's Apple ID), not \(item.debugDescription.prefix(40))")
+            }
+            let name = try f.string("style")
+            guard let style = ProductViewStyle(rawValue: name) else { throw .malformed("field `style` must be sheet or overlay") }
+            return .storeProductViewPresented(
+                view: try f.string("view"), item: item, style: style, affiliateToken: try f.optionalString("affiliateToken"),
+                campaignToken: try f.optionalString("campaignToken"), providerToken: try f.optionalString("providerToken"))
+        case .storeProductViewLoaded:
+            return .storeProductViewLoaded(view: try f.string("view"))
+        case .storeProductViewFailed:
+            return .storeProductViewFailed(view: try f.string("view"), error: try f.storeError("error"))
+        case .storeProductViewDismissed:
+            return .storeProductViewDismissed(view: try f.string("view"))
         }
     }
 
@@ -407,6 +423,13 @@ public enum JSONLines {
             w.field("signedPayload", jws); opt("user", user)
         case .appleHistoryCompleted(let revision, let user):
             w.field("revision", revision); opt("user", user)
+        case .storeProductViewPresented(let view, let item, let style, let affiliate, let campaign, let provider):
+            w.field("view", view); w.field("item", item); w.field("style", style.rawValue)
+            opt("affiliateToken", affiliate); opt("campaignToken", campaign); opt("providerToken", provider)
+        case .storeProductViewLoaded(let view), .storeProductViewDismissed(let view):
+            w.field("view", view)
+        case .storeProductViewFailed(let view, let e):
+            w.field("view", view); error(e)
         }
     }
 }

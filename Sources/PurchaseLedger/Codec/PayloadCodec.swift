@@ -108,6 +108,12 @@ enum PayloadField {
         static let failedVersion: UInt64 = 3
     }
 
+    /// `storeProductViewPresented`: the view id is the subject, field 2 the error in
+    /// `storeProductViewFailed`.
+    enum ProductView {
+        static let item: UInt64 = 3, style: UInt64 = 4, affiliate: UInt64 = 5, campaign: UInt64 = 6, provider: UInt64 = 7
+    }
+
     enum Erased {
         /// Repeated.
         static let ref: UInt64 = 1
@@ -236,6 +242,15 @@ package enum PayloadCodec {
             signed(F.Apple.signed, jws, &w, p); personal(F.Apple.user, user, user: true, &w, p)
         case .appleHistoryCompleted(let revision, let user):
             w.field(id, revision); personal(F.Apple.user, user, user: true, &w, p)
+        case .storeProductViewPresented(let view, let item, let style, let affiliate, let campaign, let provider):
+            // The item as its number (an Apple ID is digits, checked on the way in).
+            w.field(id, view); w.field(F.ProductView.item, unsigned: UInt64(item) ?? 0)
+            if style != .sheet { w.field(F.ProductView.style, unsigned: UInt64(style.storedCode)) }
+            w.field(F.ProductView.affiliate, affiliate); w.field(F.ProductView.campaign, campaign); w.field(F.ProductView.provider, provider)
+        case .storeProductViewLoaded(let view), .storeProductViewDismissed(let view):
+            w.field(id, view)
+        case .storeProductViewFailed(let view, let e):
+            w.field(id, view); error(e, &w, p)
         }
     }
 

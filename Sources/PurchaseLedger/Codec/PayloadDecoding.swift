@@ -172,14 +172,15 @@ extension PayloadCodec {
             switch type {
             case .productRegistered: PayloadField.Product.content
             case .transactionPurchased, .transactionRestored: PayloadField.Purchase.download
-            case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed: PayloadField.error
+            case .transactionFailed, .downloadFailed, .restoreFailed, .assetPackFailed, .storeProductViewFailed: PayloadField.error
             case .transactionRevoked: PayloadField.Revoked.signed
             case .appleTransactionReceived, .appleNotificationReceived: PayloadField.Apple.signed
             case .contentVersionPublished, .paymentQueued, .transactionDeferred, .transactionFinished,
                 .downloadStarted, .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished,
                 .contentCopiedOut, .contentDeleted, .restoreStarted, .restoreCompleted, .contentRegistered, .assetPackPublished,
                 .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved, .assetPackOpened,
-                .storePaymentPromoted, .personalDataErased, .appleHistoryCompleted:
+                .storePaymentPromoted, .personalDataErased, .appleHistoryCompleted, .storeProductViewPresented, .storeProductViewLoaded,
+                .storeProductViewDismissed:
                 nil
             }
         let f = try read(
@@ -296,6 +297,18 @@ extension PayloadCodec {
             return .appleTransactionReceived(signedTransaction: jws, source: source, user: user)
         case .appleHistoryCompleted:
             return .appleHistoryCompleted(revision: try f.string(id, "revision"), user: try f.personal(F.Apple.user, p, user: true))
+        case .storeProductViewPresented:
+            guard let item = f.ints[F.ProductView.item], item > 0 else { throw Failure(message: "missing item") }
+            return .storeProductViewPresented(
+                view: try f.string(id, "view"), item: String(item), style: try ProductViewStyle.stored(f.ints[F.ProductView.style] ?? 0),
+                affiliateToken: f.strings[F.ProductView.affiliate], campaignToken: f.strings[F.ProductView.campaign],
+                providerToken: f.strings[F.ProductView.provider])
+        case .storeProductViewLoaded:
+            return .storeProductViewLoaded(view: try f.string(id, "view"))
+        case .storeProductViewFailed:
+            return .storeProductViewFailed(view: try f.string(id, "view"), error: try storeError(f, p))
+        case .storeProductViewDismissed:
+            return .storeProductViewDismissed(view: try f.string(id, "view"))
         }
     }
 }

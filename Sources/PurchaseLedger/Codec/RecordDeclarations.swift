@@ -413,3 +413,38 @@ enum SnapshotText {
         }
     }
 }
+
+/// A store product view's projection row and JSON: its fields, read in place from the record.
+package struct ProductViewRow: RecordSource {
+    let record: ProductViewRecord
+
+    package var fields: ProductViewRecord.Fields {
+        _read { yield record.fields }
+    }
+}
+
+extension ProductViewFields: DeclaredFields {
+    package typealias Source = ProductViewRow
+
+    package static var blank: Self { Self(view: "", item: "", style: .sheet) }
+
+    package static let schema = RecordSchema<ProductViewRow>([
+        .key("view", column: "view_id", json: "view", get: { $0.view }, set: { $0.view = $1 }),
+        .field("item", column: "item", json: "item", get: { $0.item }, set: { $0.item = $1 }),
+        .field("style", column: "style", json: "style", get: { $0.style }, set: { $0.style = $1 }),
+        .field("state", column: "state", json: "state", get: { $0.state }, set: { $0.state = $1 }),
+        .field("affiliateToken", column: "affiliate_token", json: "affiliateToken", .whenPresent, get: { $0.affiliateToken }, set: { $0.affiliateToken = $1 }),
+        .field("campaignToken", column: "campaign_token", json: "campaignToken", .whenPresent, get: { $0.campaignToken }, set: { $0.campaignToken = $1 }),
+        .field("providerToken", column: "provider_token", json: "providerToken", .whenPresent, get: { $0.providerToken }, set: { $0.providerToken = $1 }),
+        .error(json: "error", get: { $0.error }, set: { $0.error = $1 }),
+        .field("presentedAt", column: "presented_at_ms", json: "presentedAt", get: { $0.presentedAt }, set: { $0.presentedAt = $1 }),
+        .field("loadedAt", column: "loaded_at_ms", json: "loadedAt", get: { $0.loadedAt }, set: { $0.loadedAt = $1 }),
+        .field("failedAt", column: "failed_at_ms", json: "failedAt", get: { $0.failedAt }, set: { $0.failedAt = $1 }),
+        .field("dismissedAt", column: "dismissed_at_ms", json: "dismissedAt", get: { $0.dismissedAt }, set: { $0.dismissedAt = $1 }),
+        .field("replacedAt", column: "replaced_at_ms", json: "replacedAt", .whenPresent, get: { $0.replacedAt }, set: { $0.replacedAt = $1 }),
+        .field("events", column: "events", get: { $0.events }, set: { $0.events = $1 }),
+    ])
+}
+
+extension ProductViewStyle: CodedField { static var fallback: ProductViewStyle { .sheet } }
+extension ProductViewStatus: CodedField { static var fallback: ProductViewStatus { .presented } }

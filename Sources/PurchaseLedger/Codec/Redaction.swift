@@ -16,7 +16,7 @@ public enum PersonalData {
     /// them), the catalog, error domains, checksums, money, offers and asset pack ids.
     public static let nonPersonal: Set<String> = [
         "transaction", "download", "product", "content", "title", "domain", "checksum", "price", "currency", "storefront", "offerId",
-        "unverified", "pack", "revision",
+        "unverified", "pack", "revision", "view", "item", "affiliateToken", "campaignToken", "providerToken",
     ]
 
     /// Calls `visit` with every personal value of `body` (`isUser`: a user id). The event codec
@@ -35,7 +35,8 @@ public enum PersonalData {
             if let user { try visit(user, true) }
             if let store { try visit(store, false) }
             if let signed = terms.signedTransaction { try visit(String(SignedTransaction.split(jws: signed).body), false) }
-        case .transactionFailed(_, let error), .downloadFailed(_, let error), .restoreFailed(let error), .assetPackFailed(_, _, let error):
+        case .transactionFailed(_, let error), .downloadFailed(_, let error), .restoreFailed(let error), .assetPackFailed(_, _, let error),
+            .storeProductViewFailed(_, let error):
             try visit(error.message, false)
         case .transactionRevoked(_, let reason, let signed):
             try visit(reason, false)
@@ -47,7 +48,8 @@ public enum PersonalData {
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
             .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,
-            .assetPackOpened, .storePaymentPromoted, .personalDataErased:
+            .assetPackOpened, .storePaymentPromoted, .personalDataErased, .storeProductViewPresented, .storeProductViewLoaded,
+            .storeProductViewDismissed:
             break
         case .appleTransactionReceived(let jws, _, let user), .appleNotificationReceived(let jws, let user):
             if let user { try visit(user, true) }
@@ -156,6 +158,10 @@ public struct Redactor: Sendable {
             e.body = .contentRegistered(url: pseudonym(url: url), download: d, contentLength: length)
         case .assetPackFailed(let pack, let version, let err):
             e.body = .assetPackFailed(pack: pack, version: version, error: error(err))
+        case .storeProductViewFailed(let view, let err):
+            e.body = .storeProductViewFailed(view: view, error: error(err))
+        case .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewDismissed:
+            break
         case .productRegistered, .contentVersionPublished, .transactionDeferred, .transactionFinished, .downloadStarted,
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .contentDeleted, .restoreCompleted,
             .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackRemoved,

@@ -1,8 +1,8 @@
 /// The JSON shapes of states, transactions and downloads (docs/json.md), as `replay --json`
 /// prints them. Lists are sorted by id; a transaction's `downloads` keep delivery order.
 public enum StateJSON {
-    /// The whole state: `seq`, `transactions`, `downloads`, `ownedContent`, `anomalies`,
-    /// `restoreInProgress`.
+    /// The whole state: `seq`, `transactions`, `downloads`, `ownedContent`, `productViews` (when
+    /// there are any), `anomalies`, `restoreInProgress`.
     public static func encode(_ s: LedgerState) -> String {
         var w = JSONWriter()
         write(s, to: &w)
@@ -34,7 +34,7 @@ public enum StateJSON {
         } else {
             write(
                 s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! }, downloads: s.downloads.keys.sorted().map { s.downloads[$0]! },
-                owned: s.ownedContent, evidence: evidence, to: &w)
+                owned: s.ownedContent, views: s.productViews(), evidence: evidence, to: &w)
         }
         return w.string
     }
@@ -42,12 +42,13 @@ public enum StateJSON {
     static func write(_ s: LedgerState, to w: inout JSONWriter) {
         write(
             s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
-            downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, to: &w)
+            downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, views: s.productViews(), to: &w)
     }
 
     private static func write(
         _ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
-        owned ownedContent: [OwnedContent], evidence: [String: TransactionEvidence]? = nil, to w: inout JSONWriter
+        owned ownedContent: [OwnedContent], views: [ProductViewRecord] = [], evidence: [String: TransactionEvidence]? = nil,
+        to w: inout JSONWriter
     ) {
         w.beginObject()
         w.field("seq", s.seq)
@@ -76,6 +77,13 @@ public enum StateJSON {
         w.key("ownedContent"); w.beginArray()
         for o in ownedContent { owned(o, state: s, to: &w) }
         w.endArray()
+        // Only in a state that has store product views (a focused state never lists them): the
+        // states of ledgers without any read as before.
+        if !views.isEmpty {
+            w.key("productViews"); w.beginArray()
+            for v in views { write(v, to: &w) }
+            w.endArray()
+        }
         w.field("anomalies", s.anomalies)
         w.field("restoreInProgress", s.restoreInProgress)
         w.endObject()
@@ -106,6 +114,14 @@ public enum StateJSON {
     public static func write(_ t: TransactionRecord, to w: inout JSONWriter) {
         w.beginObject()
         TransactionRecord.schema.writeJSON(TransactionRow(record: t), to: &w)
+        w.endObject()
+    }
+
+    /// One store product view, as in the state's `productViews`: the members its declaration
+    /// (``ProductViewRecord/schema``) gives.
+    public static func write(_ v: ProductViewRecord, to w: inout JSONWriter) {
+        w.beginObject()
+        ProductViewRecord.schema.writeJSON(ProductViewRow(record: v), to: &w)
         w.endObject()
     }
 

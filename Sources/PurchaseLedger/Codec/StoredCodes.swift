@@ -111,3 +111,25 @@ extension PriceSource: StoredCode {
         }
     }
 }
+
+/// In every `storeProductViewPresented` payload of the log (absent: sheet), and in snapshots.
+extension ProductViewStyle: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .sheet: 0
+        case .overlay: 1
+        }
+    }
+}
+
+/// In snapshots.
+extension ProductViewStatus: StoredCode {
+    var storedCode: UInt8 {
+        switch self {
+        case .presented: 0
+        case .loaded: 1
+        case .failed: 2
+        case .dismissed: 3
+        }
+    }
+}

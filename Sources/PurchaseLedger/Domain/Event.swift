@@ -80,6 +80,12 @@ public struct Event: Sendable, Hashable {
 /// - ``assetPackRemoved(pack:)``
 /// - ``assetPackOpened(pack:version:)``
 ///
+/// ### Store product views (in-app content display)
+/// - ``storeProductViewPresented(view:item:style:affiliateToken:campaignToken:providerToken:)``
+/// - ``storeProductViewLoaded(view:)``
+/// - ``storeProductViewFailed(view:error:)``
+/// - ``storeProductViewDismissed(view:)``
+///
 /// ### Apple's record
 /// - ``appleTransactionReceived(signedTransaction:source:user:)``
 /// - ``appleNotificationReceived(signedPayload:user:)``
@@ -157,6 +163,20 @@ public enum EventBody: Sendable, Hashable {
     /// Every page of a user's transaction history down to `hasMore: false` was imported: Apple's
     /// record of `user`'s purchases is complete as of this event, the last page's `revision`.
     case appleHistoryCompleted(revision: String, user: String? = nil)
+    /// The app put the App Store's page of another item on screen (`SKStoreProductViewController`
+    /// as a sheet, `SKOverlay` as an overlay): `view`, the app's id for this presentation; `item`,
+    /// the item's Apple ID (digits); the affiliate, campaign and provider tokens it passed.
+    case storeProductViewPresented(
+        view: String, item: String, style: ProductViewStyle, affiliateToken: String? = nil, campaignToken: String? = nil,
+        providerToken: String? = nil)
+    /// The page loaded (`loadProduct(withParameters:)`'s completion without an error; an overlay's
+    /// `didFinishPresentation`).
+    case storeProductViewLoaded(view: String)
+    /// The page could not load (`loadProduct`'s error; `SKOverlayDelegate`'s `didFailToLoadWithError`).
+    case storeProductViewFailed(view: String, error: StoreError)
+    /// The page left the screen (`productViewControllerDidFinish`; an overlay's `didFinishDismissal`).
+    /// The app is never told whether the user bought anything there.
+    case storeProductViewDismissed(view: String)
 
     /// The type of this case (`type` in JSON).
     public var type: EventType {
@@ -196,6 +216,10 @@ public enum EventBody: Sendable, Hashable {
         case .appleTransactionReceived: .appleTransactionReceived
         case .appleNotificationReceived: .appleNotificationReceived
         case .appleHistoryCompleted: .appleHistoryCompleted
+        case .storeProductViewPresented: .storeProductViewPresented
+        case .storeProductViewLoaded: .storeProductViewLoaded
+        case .storeProductViewFailed: .storeProductViewFailed
+        case .storeProductViewDismissed: .storeProductViewDismissed
         }
     }
 
@@ -207,8 +231,11 @@ public enum EventBody: Sendable, Hashable {
         case catalog
         /// Apple's record of the user's transactions (``EventBody/appleTransactionReceived(signedTransaction:source:user:)``...).
         case apple
+        /// One presentation of a store product view (its `view` id).
+        case productView(String)
 
-        /// The stream's name: `transaction:<id>`, `download:<id>`, `restore`, `catalog` or `apple`.
+        /// The stream's name: `transaction:<id>`, `download:<id>`, `restore`, `catalog`, `apple`
+        /// or `productView:<id>`.
         public var stream: String {
             switch self {
             case .transaction(let t): "transaction:" + t
@@ -216,6 +243,7 @@ public enum EventBody: Sendable, Hashable {
             case .restore: "restore"
             case .catalog: "catalog"
             case .apple: "apple"
+            case .productView(let v): "productView:" + v
             }
         }
     }
@@ -241,6 +269,19 @@ public enum EventBody: Sendable, Hashable {
             .catalog
         case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             .apple
+        case .storeProductViewPresented(let v, _, _, _, _, _), .storeProductViewLoaded(let v), .storeProductViewFailed(let v, _),
+            .storeProductViewDismissed(let v):
+            .productView(v)
+        }
+    }
+
+    /// The store product view this event is about, if it is one of theirs.
+    public var productViewID: String? {
+        switch self {
+        case .storeProductViewPresented(let v, _, _, _, _, _), .storeProductViewLoaded(let v), .storeProductViewFailed(let v, _),
+            .storeProductViewDismissed(let v):
+            v
+        default: nil
         }
     }
 
@@ -256,7 +297,8 @@ public enum EventBody: Sendable, Hashable {
             .downloadFailed, .contentCopiedOut, .contentRegistered, .restoreStarted, .restoreCompleted, .restoreFailed,
             .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackBegan, .assetPackProgressed,
             .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened, .storePaymentPromoted,
-            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted,
+            .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
             nil
         }
     }
@@ -293,7 +335,8 @@ public enum EventBody: Sendable, Hashable {
         case .paymentQueued, .transactionDeferred, .transactionPurchased, .transactionFailed, .transactionRestored,
             .transactionRevoked, .transactionFinished, .restoreStarted, .restoreCompleted, .restoreFailed,
             .productRegistered, .contentVersionPublished, .contentDeleted, .assetPackPublished, .assetPackRemoved, .storePaymentPromoted,
-            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted,
+            .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
             nil
         }
     }
@@ -339,6 +382,10 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
     case appleTransactionReceived = 33
     case appleNotificationReceived = 34
     case appleHistoryCompleted = 35
+    case storeProductViewPresented = 36
+    case storeProductViewLoaded = 37
+    case storeProductViewFailed = 38
+    case storeProductViewDismissed = 39
 
     /// The contract's name, as in the JSON `type` field.
     public var name: String {
@@ -378,6 +425,10 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
         case .appleTransactionReceived: "appleTransactionReceived"
         case .appleNotificationReceived: "appleNotificationReceived"
         case .appleHistoryCompleted: "appleHistoryCompleted"
+        case .storeProductViewPresented: "storeProductViewPresented"
+        case .storeProductViewLoaded: "storeProductViewLoaded"
+        case .storeProductViewFailed: "storeProductViewFailed"
+        case .storeProductViewDismissed: "storeProductViewDismissed"
         }
     }
 
@@ -403,7 +454,8 @@ public enum EventType: UInt8, Sendable, Hashable, CaseIterable, Codable, CustomS
             .transactionRestored, .transactionRevoked, .downloadProgressed, .downloadFinished, .downloadFailed,
             .restoreCompleted, .restoreFailed, .assetPackPublished, .assetPackBegan, .assetPackProgressed, .assetPackPaused,
             .assetPackFinished, .assetPackFailed, .assetPackRemoved, .storePaymentPromoted, .personalDataErased,
-            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted, .storeProductViewPresented,
+            .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
             false
         }
     }

@@ -147,6 +147,15 @@ extension EventBody {
             return .appleNotificationReceived(signedPayload: jws, user: o(user))
         case .appleHistoryCompleted(let revision, let user):
             return .appleHistoryCompleted(revision: revision, user: o(user))
+        case .storeProductViewPresented(let v, let item, let style, let affiliate, let campaign, let provider):
+            return .storeProductViewPresented(
+                view: n(v), item: item, style: style, affiliateToken: o(affiliate), campaignToken: o(campaign), providerToken: o(provider))
+        case .storeProductViewLoaded(let v):
+            return .storeProductViewLoaded(view: n(v))
+        case .storeProductViewFailed(let v, let error):
+            return .storeProductViewFailed(view: n(v), error: error)
+        case .storeProductViewDismissed(let v):
+            return .storeProductViewDismissed(view: n(v))
         }
     }
 

@@ -60,6 +60,14 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
     /// currency, storefront, environment, ownership, offer, revocation) otherwise than the signed
     /// transaction it carries: applied as reported, flagged, never trusted as Apple's.
     public static let signedFieldsDiffer = Rule("signedFieldsDiffer", 19)
+    /// A store product view loaded, failed or dismissed that was never presented.
+    public static let productViewNotPresented = Rule("productViewNotPresented", 20)
+    /// A store product view event its view's state does not allow: a load after a failure or a
+    /// dismissal, a failure after a load or a dismissal, a view id presented again.
+    public static let illegalProductViewTransition = Rule("illegalProductViewTransition", 21)
+    /// A store product view presented while another was on screen: recorded, flagged, and the
+    /// one on screen counted as replaced.
+    public static let productViewOverlap = Rule("productViewOverlap", 22)
 
     /// Every rule, in code order.
     public static let all: [Rule] = [
@@ -67,7 +75,7 @@ public struct Rule: Sendable, Hashable, Codable, CustomStringConvertible {
         .finishBeforeCopyOut, .contentURLAfterFinish, .downloadAfterFinish, .illegalDownloadTransition,
         .copyOutBeforeFinished, .contentKeyMismatch, .restoreInProgress, .illegalTransactionTransition,
         .noRestoreInProgress, .duplicateDownload, .unverifiedTransaction, .assetPackVersionDown, .assetPackNotReady,
-        .signedFieldsDiffer,
+        .signedFieldsDiffer, .productViewNotPresented, .illegalProductViewTransition, .productViewOverlap,
     ]
 
     /// The rule named `name`; nil for a name no rule has.

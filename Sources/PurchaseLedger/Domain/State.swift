@@ -317,6 +317,8 @@ public struct LedgerState: Sendable, Hashable {
     public internal(set) var copiedContent: [ContentKey: OwnedContent] = [:]
     /// Standalone downloads by registered URL.
     public internal(set) var registeredURLs = RecordMap<String>()
+    /// Every store product view presented (or reported), by the app's view id.
+    public internal(set) var productViews: [String: ProductViewRecord] = [:]
     /// Whether a `restoreStarted` still waits for its `restoreCompleted` or `restoreFailed`.
     public internal(set) var restoreInProgress: Bool = false
     /// The user the latest `restoreStarted` named: whose personal data its `restoreFailed`

@@ -168,6 +168,27 @@ extension Ledger {
         }
     }
 
+    /// Store product views per item and style (``ProductViewSummary``), of the views presented
+    /// in `from..<to` (every one when nil), from the `product_views` projection: presented,
+    /// loaded, failed, dismissed without loading, the median and 95th percentile time to load,
+    /// and the campaign tokens seen. What `report --view product-views` shows.
+    ///
+    /// ```swift
+    /// for s in try ledger.productViewSummary() {
+    ///     print(s.item, s.style, s.presented, s.loaded, s.medianLoadMilliseconds ?? -1)
+    /// }
+    /// ```
+    public func productViewSummary(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [ProductViewSummary] {
+        try readProjections { db in
+            // A ledger opened read-only before its migration 0009 has no view to count.
+            guard try db.tableExists("product_views") else { return [] }
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT * FROM product_views WHERE presented_at_ms >= ? AND presented_at_ms < ?",
+                arguments: [from.map(Projector.ms) ?? Int64.min, to.map(Projector.ms) ?? Int64.max])
+            return ProductViewSummary.summaries(rows.map { ProductViewRecord(columns: RowColumns($0)).fields })
+        }
+    }
+
     /// Net revenue per day and currency, for charts: production purchases their buyer paid for,
     /// at the prices fixed when they were made.
     public func dailyRevenue(from: Timestamp? = nil, to: Timestamp? = nil) throws -> [DailyRevenue] {
@@ -180,6 +201,33 @@ extension Ledger {
         return try readProjections { db in
             try Ledger.historyEntries(db, where: "WHERE t.transaction_id = ?", orderedBy: "t.transaction_id", arguments: [id]).first
         }
+    }
+
+    /// One step of a store product view's life (``Ledger/productViewTimeline(view:item:)``).
+    public struct ProductViewStep: Sendable {
+        /// The stored event, with its seq (and its anomaly, if flagged).
+        public var event: RecordedEvent
+        /// The view right after it; nil when the ledger holds no record of it (an event for a view
+        /// never presented).
+        public var view: ProductViewRecord?
+    }
+
+    /// Every store product view event of view `view`, or of the views of `item` (every view's
+    /// when both are nil), each with the view after it, in log order: one pass over the log.
+    public func productViewTimeline(view: String? = nil, item: String? = nil) throws -> [ProductViewStep] {
+        let view = view.map(Identifier.normalize)
+        var steps: [ProductViewStep] = []
+        try read { db in
+            var replay = LogReplay()
+            try replay.run(db) { step, _, state in
+                guard let id = step.event.event.body.productViewID, view == nil || id == view else { return true }
+                let record = state.productViews[id]
+                if let item, record?.item != item { return true }
+                steps.append(ProductViewStep(event: step.event, view: record))
+                return true
+            }
+        }
+        return steps
     }
 
     /// The timelines of several transactions, in one pass over the log: from the latest snapshot

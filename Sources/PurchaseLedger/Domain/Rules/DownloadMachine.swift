@@ -102,7 +102,8 @@ enum DownloadMachine {
             .transactionFailed, .transactionRestored, .transactionRevoked, .transactionFinished, .contentCopiedOut,
             .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
             .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
-            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted,
+            .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
             nil
         }
     }

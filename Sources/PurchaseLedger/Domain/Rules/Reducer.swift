@@ -189,6 +189,10 @@ public enum Reducer {
         case .personalDataErased:
             // The values are already gone from what a replay reads: nothing to change.
             return .applied
+        case .storeProductViewPresented(let view, let item, let style, let affiliate, let campaign, let provider):
+            return try presentProductView(&s, view, item, style, (affiliate, campaign, provider), e)
+        case .storeProductViewLoaded(let view), .storeProductViewDismissed(let view): return try moveProductView(&s, view, e)
+        case .storeProductViewFailed(let view, let error): return try moveProductView(&s, view, e, error: error)
         case .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
             // Apple's record changes none of the device's: it is compared with it (``Reconciliation``).
             return .applied

@@ -96,7 +96,8 @@ enum TransactionMachine {
             .downloadPaused, .downloadResumed, .downloadCancelled, .downloadProgressed, .downloadFinished, .downloadFailed, .contentCopiedOut,
             .contentDeleted, .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
             .assetPackProgressed, .assetPackPaused, .assetPackFinished, .assetPackFailed, .assetPackRemoved, .assetPackOpened,
-            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .storePaymentPromoted, .personalDataErased, .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted,
+            .storeProductViewPresented, .storeProductViewLoaded, .storeProductViewFailed, .storeProductViewDismissed:
             nil
         }
     }

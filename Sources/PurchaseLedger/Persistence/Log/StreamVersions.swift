@@ -20,6 +20,12 @@ extension LedgerState {
         case .restore:
             restoreEvents += 1
             return restoreEvents
+        case .productView(let v):
+            // A view's stream counts with its record; events before it (an anomaly) wait as orphans.
+            guard var record = productViews[v] else { return orphan("productView:" + v) }
+            let version = record.recordEvent(adopting: orphanStreamEvents.removeValue(forKey: "productView:" + v))
+            productViews[v] = record
+            return version
         case .apple:
             // Counted with the orphan streams' counters, which snapshots already keep.
             return orphan(Self.appleStream)
@@ -38,6 +44,7 @@ extension LedgerState {
         case .transaction, .download, .catalog: return catalogEvents
         case .restore: return restoreEvents
         case .apple: return orphanStreamEvents[Self.appleStream] ?? 0
+        case .productView(let v): return productViews[v]?.events ?? orphanStreamEvents["productView:" + v] ?? 0
         }
     }
 

@@ -35,6 +35,7 @@ package enum Projector {
         var registered: Set<String> = []
         var transactions: Set<String> = []
         var downloads: Set<String> = []
+        var productViews: Set<String> = []
 
         mutating func touch(_ event: Event, state: LedgerState) {
             switch event.body {
@@ -56,6 +57,12 @@ package enum Projector {
                 .appleHistoryCompleted:
                 if let t = event.body.transactionID { transactions.insert(t) }
                 if let d = event.body.downloadID { downloads.insert(d) }
+            case .storeProductViewPresented(let v, _, _, _, _, _):
+                productViews.insert(v)
+                // The views it replaced on screen (a rare overlap; the views are few).
+                for (id, record) in state.productViews where record.replacedAt == event.at { productViews.insert(id) }
+            case .storeProductViewLoaded(let v), .storeProductViewFailed(let v, _), .storeProductViewDismissed(let v):
+                productViews.insert(v)
             case .assetPackPublished(let pack, _, let unlockedBy):
                 products.formUnion(unlockedBy)
                 products.formUnion(state.unlockingProducts(ofPack: pack))
@@ -99,7 +106,8 @@ package enum Projector {
             .downloadProgressed, .downloadPaused, .downloadResumed, .downloadCancelled, .downloadFinished, .downloadFailed,
             .restoreStarted, .restoreCompleted, .restoreFailed, .contentRegistered, .assetPackPublished, .assetPackBegan,
             .assetPackProgressed, .assetPackPaused, .assetPackFailed, .assetPackOpened, .storePaymentPromoted, .personalDataErased,
-            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted:
+            .appleTransactionReceived, .appleNotificationReceived, .appleHistoryCompleted, .storeProductViewPresented, .storeProductViewLoaded,
+            .storeProductViewFailed, .storeProductViewDismissed:
             return nil
         }
     }
@@ -188,6 +196,12 @@ package enum Projector {
             let downloads = try statements(Table.downloads.preparedUpsert, db)
             for d in dirty.downloads.sorted(by: Projector.keyOrder) {
                 if let record = state.downloads[d] { try downloads.execute(values: downloadRow(record, state: state), db) }
+            }
+        }
+        if !dirty.productViews.isEmpty {
+            let views = try statements(Table.productViews.preparedUpsert, db)
+            for v in dirty.productViews.sorted(by: Projector.keyOrder) {
+                if let record = state.productViews[v] { try views.execute(values: productViewRow(record), db) }
             }
         }
     }
@@ -333,7 +347,8 @@ package enum Projector {
                 ProjectionColumn("copied_at_ms", .integer), ProjectionColumn("superseded_at_ms", .integer, nullable: true),
                 ProjectionColumn("deleted_at_ms", .integer, nullable: true),
             ])
-        package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory]
+        package static let productViews = Table("product_views", ProductViewRecord.schema.columns)
+        package static let all = [products, productContents, relatedProducts, transactions, downloads, ownedContent, ownedContentHistory, productViews]
 
         /// `rows` sorted as SQLite orders this table's primary key (integers, then text by bytes).
         func inKeyOrder(_ rows: [[ColumnValue]]) -> [[ColumnValue]] {
@@ -401,6 +416,11 @@ package enum Projector {
         ]
     }
 
+    /// A store product view's row, as its declaration (``ProductViewRecord/schema``) gives it.
+    package static func productViewRow(_ v: ProductViewRecord) -> [ColumnValue] {
+        ProductViewRecord.schema.row(ProductViewRow(record: v))
+    }
+
     package static func ownedRow(_ o: OwnedContent, historySeq: Int64) -> [ColumnValue] {
         OwnedContent.schema.row(OwnedRow(fields: o, historySeq: historySeq))
     }
@@ -465,6 +485,7 @@ package enum Projector {
                     }
                 }
             ),
+            (Table.productViews, { state.productViews.keys.sorted(by: keyOrder).map { productViewRow(state.productViews[$0]!) } }),
         ]
     }
 }

@@ -124,3 +124,10 @@ extension ColumnValue {
         }
     }
 }
+
+extension ProductViewRecord {
+    /// A `product_views` projection row (SQLite's, or the fleet store's), by ``ProductViewRecord/schema``.
+    package init(columns c: some ProjectionColumns) {
+        self.init(fields: ProductViewRecord.fields(columns: c))
+    }
+}

@@ -14,7 +14,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 9
+    static let format = 10
 
     /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
     /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
@@ -28,7 +28,7 @@ enum SnapshotCodec {
 
     /// The kinds of record, in manifest order.
     enum Kind: Int, CaseIterable {
-        case products, publishedVersions, transactions, downloads, copiedContent, registeredURLs, owners, orphanStreams
+        case products, publishedVersions, transactions, downloads, copiedContent, registeredURLs, owners, orphanStreams, productViews
 
         /// Kept in pages decoded on first use, with an overlay (``RecordMap``); the other kinds
         /// are small and decoded whole.
@@ -199,6 +199,8 @@ enum SnapshotCodec {
                     }
                 )
             }
+        case .productViews:
+            records = s.productViews.map { key, v in (key, { w in v.writeSnapshot(to: &w) }) }
         case .transactions, .downloads, .registeredURLs:
             records = []
         }

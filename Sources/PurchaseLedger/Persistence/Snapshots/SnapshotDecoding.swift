@@ -205,6 +205,9 @@ extension SnapshotCodec {
             s.owners[try r.string()] = Int(try r.zigzag())
         case .orphanStreams:
             s.orphanStreamEvents[try r.string()] = Int64(try r.int(max: Int(Int64.max)))
+        case .productViews:
+            let v = try ProductViewRecord(snapshot: &r)
+            s.productViews[v.view] = v
         case .transactions, .downloads, .registeredURLs:
             throw Failure(message: "paged records in a small kind")
         }

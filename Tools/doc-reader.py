@@ -376,7 +376,8 @@ RULES = {
     10: "copyOutBeforeFinished", 11: "contentKeyMismatch", 12: "restoreInProgress",
     13: "illegalTransactionTransition", 14: "noRestoreInProgress", 15: "duplicateDownload",
     16: "unverifiedTransaction", 17: "assetPackVersionDown", 18: "assetPackNotReady",
-    19: "signedFieldsDiffer",
+    19: "signedFieldsDiffer", 20: "productViewNotPresented", 21: "illegalProductViewTransition",
+    22: "productViewOverlap",
 }
 
 
@@ -601,6 +602,20 @@ def decode_payload(code, f, p):
                     v, pos = read_varint(value, pos)
                     refs.append(unzigzag(v))
         o["refs"] = refs
+    elif code in (36, 37, 38, 39):  # store product views
+        o["view"] = text(f, 1)
+        if code == 36:
+            item = uint_field(f, 3)
+            if item is None or item == 0:
+                raise FormatError("a store product view without its item")
+            o["item"] = str(item)
+            style = uint_field(f, 4)
+            o["style"] = "sheet" if style is None else enum_name({1: "overlay"}, style, "style")
+            put(o, "affiliateToken", text(f, 5))
+            put(o, "campaignToken", text(f, 6))
+            put(o, "providerToken", text(f, 7))
+        elif code == 38:
+            put(o, "error", error_field(f, 2, p))
     else:
         raise FormatError("unknown event type %d" % code)
     return o
@@ -618,6 +633,8 @@ TYPE_NAMES = {
     25: "assetPackProgressed", 26: "assetPackPaused", 27: "assetPackFinished",
     28: "assetPackFailed", 29: "assetPackRemoved", 30: "assetPackOpened",
     31: "storePaymentPromoted", 32: "personalDataErased",
+    36: "storeProductViewPresented", 37: "storeProductViewLoaded", 38: "storeProductViewFailed",
+    39: "storeProductViewDismissed",
 }
 
 

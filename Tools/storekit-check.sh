@@ -79,10 +79,10 @@ while IFS= read -r source; do ios_files+=("$work/iOS/$source"); done < <(find So
 ios_files+=("$work/StandInChecks.swift")
 if swiftc -emit-module -module-name PurchaseLedgerStoreKit -package-name "$package_name" "${flags[@]}" "${cmodules[@]}" -D STANDIN_OS_iOS \
   -I "$work/standins" -I "$modules" "${ios_files[@]}" -emit-module-path "$work/mods/PurchaseLedgerStoreKit.swiftmodule" 2> "$work/module.log"; then
-  python3 Tools/storekit-check/snippets.py "$work/snippets" README.md Sources/PurchaseLedgerStoreKit/PurchaseLedgerStoreKit.docc/*.md
+  python3 Tools/storekit-check/snippets.py "$work/snippets" README.md docs/storekit.md Sources/PurchaseLedgerStoreKit/PurchaseLedgerStoreKit.docc/*.md
   if swiftc -typecheck -parse-as-library -swift-version 6 -module-name Snippets "${cmodules[@]}" -I "$work/standins" -I "$work/mods" -I "$modules" \
     "$work"/snippets/*.swift 2> "$work/snippets.log"; then
-    echo "storekit-check: the StoreKit snippets of README.md and the DocC guide compile ($(ls "$work"/snippets/snippet-*.swift | wc -l) blocks)"
+    echo "storekit-check: the StoreKit snippets of README.md, docs/storekit.md and the DocC guide compile ($(ls "$work"/snippets/snippet-*.swift | wc -l) blocks)"
   else
     sed "s#$work/snippets/##g" "$work/snippets.log" >&2
     failed+=("the snippets")

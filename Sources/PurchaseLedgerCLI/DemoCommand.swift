@@ -71,6 +71,9 @@ struct DemoCommand: AsyncParsableCommand {
         try session("the app copies the content out, then finishes", DemoScenario.properFinish)
         try session("the season pass unlocks an Apple-hosted asset pack: version 1 downloads, version 2 is published", DemoScenario.assetPack)
         try refused(DemoScenario.earlyPackOpen, "The game opens asset pack season-levels at version 2 while version 2 is still downloading")
+        try session(
+            "the app shows the App Store page of its companion app: the sheet fails to load (offline), the overlay later loads",
+            DemoScenario.productViews)
 
         heading("3. stats")
         try await run(StatsCommand.self, [ledger])
@@ -95,7 +98,9 @@ struct DemoCommand: AsyncParsableCommand {
         }
         heading("6. report --user u-alice")
         try await run(ReportCommand.self, [ledger, "--user", "u-alice"])
-        heading("7. verify")
+        heading("7. report --view product-views   (the App Store pages the app showed)")
+        try await run(ReportCommand.self, [ledger, "--view", "product-views"])
+        heading("8. verify")
         try await run(VerifyCommand.self, [ledger])
         console.print("")
         console.print("Try: purchase-ledger replay \(ledger) --first-anomaly   |   purchase-ledger events \(ledger) --transaction t5   |   purchase-ledger --help")
@@ -226,6 +231,17 @@ enum DemoScenario {
         #"{"type":"assetPackOpened","at":"2024-03-07T07:10:10.000Z","pack":"season-levels","version":1}"#,
         #"{"type":"assetPackPublished","at":"2024-03-08T07:00:00.000Z","pack":"season-levels","version":2,"unlockedBy":["com.example.season"]}"#,
         #"{"type":"assetPackBegan","at":"2024-03-08T07:00:02.000Z","pack":"season-levels","version":2}"#,
+    ]
+
+    /// The App Store's page of another app (Apple ID 1234567890), once as a sheet that could not
+    /// load, once as an overlay that did.
+    static let productViews = [
+        #"{"type":"storeProductViewPresented","at":"2024-03-08T18:00:00.000Z","view":"sheet-1","item":"1234567890","style":"sheet","campaignToken":"spring-sale"}"#,
+        #"{"type":"storeProductViewFailed","at":"2024-03-08T18:00:04.200Z","view":"sheet-1","error":{"domain":"SKErrorDomain","code":0,"message":"Cannot connect to App Store"}}"#,
+        #"{"type":"storeProductViewDismissed","at":"2024-03-08T18:00:07.000Z","view":"sheet-1"}"#,
+        #"{"type":"storeProductViewPresented","at":"2024-03-09T09:30:00.000Z","view":"overlay-1","item":"1234567890","style":"overlay","campaignToken":"spring-sale"}"#,
+        #"{"type":"storeProductViewLoaded","at":"2024-03-09T09:30:00.850Z","view":"overlay-1"}"#,
+        #"{"type":"storeProductViewDismissed","at":"2024-03-09T09:30:12.000Z","view":"overlay-1"}"#,
     ]
 
     static let earlyPackOpen = #"{"type":"assetPackOpened","at":"2024-03-08T07:00:03.000Z","pack":"season-levels","version":2}"#

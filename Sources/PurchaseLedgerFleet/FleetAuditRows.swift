@@ -21,10 +21,12 @@ struct AuditTable: Sendable {
     let userAt: Int?
 
     /// The columns of the personal fields of events, per table: what erasure masks, and
-    /// `downloads.url` (a registered URL belongs to no user, but the events hold it as a ref).
+    /// `downloads.url` and `product_views.error_message` (a registered URL and a store page's
+    /// load error belong to no user, but the events hold them as refs).
     static let personalColumns: [String: Set<String>] = {
         var columns = ErasedRows.personalColumns.mapValues(Set.init)
         columns["downloads", default: []].insert("url")
+        columns["product_views", default: []].insert("error_message")
         return columns
     }()
 

@@ -89,7 +89,7 @@ import Testing
                 #expect(output.contains("ok: the file extends the checkpoint"), "\(output)")
                 #expect(output.contains("erased the user from 2 ledgers of the fleet store"), "\(output)")
                 #expect(output.contains("fleet-up: stopped"), "the fleet store the README started is gone: \(output)")
-                #expect(output.contains("stored 67 events, lag 0"), "the uploader of the README uploaded: \(output)")
+                #expect(output.contains("stored 73 events, lag 0"), "the uploader of the README uploaded: \(output)")
             default:
                 #expect(output.contains("new events of ledger"), "the Swift block shipped: \(output)")
             }

@@ -6,6 +6,27 @@ import Testing
 /// The paged record map behind a state's transactions and downloads, and the incremental
 /// snapshots built on it.
 @Suite struct RecordMapTests {
+    /// A snapshot manifest written before store product views existed ends after the orphan
+    /// streams; it still loads, with no views (so a ledger's snapshots survive the upgrade), and
+    /// one written now carries its views.
+    @Test func aManifestFromBeforeProductViewsStillLoads() throws {
+        var state = LedgerState()
+        for e in [E.product("p1"), E.queued("t1"), E.purchased("t1")] { _ = try Reducer.reduce(&state, e) }
+        let encoded = try SnapshotCodec.encode(state) { _ in false }
+        let pages = Dictionary(encoded.pages.map { ($0.address, $0.data) }, uniquingKeysWith: { a, _ in a })
+        #expect(encoded.manifest.last == 0, "no views: the manifest ends with their count, 0")
+        let old = try SnapshotCodec.decode(manifest: Array(encoded.manifest.dropLast()), cache: SnapshotPageCache()) { pages[$0] }
+        #expect(old.transactions["t1"] == state.transactions["t1"] && old.productViews.isEmpty && old.seq == state.seq)
+        #expect(throws: (any Error).self) {
+            try SnapshotCodec.decode(manifest: Array(encoded.manifest.dropLast(2)), cache: SnapshotPageCache()) { pages[$0] }
+        }
+        for e in [E.viewPresented("v1", campaign: "spring"), E.viewLoaded("v1")] { _ = try Reducer.reduce(&state, e) }
+        let withViews = try SnapshotCodec.encode(state) { _ in false }
+        let more = Dictionary(withViews.pages.map { ($0.address, $0.data) }, uniquingKeysWith: { a, _ in a })
+        let back = try SnapshotCodec.decode(manifest: withViews.manifest, cache: SnapshotPageCache()) { more[$0] }
+        #expect(back.productViews == state.productViews && back.productViews["v1"]?.campaignToken == "spring")
+    }
+
     static func record(_ id: String, _ product: String = "p1") -> TransactionRecord {
         TransactionRecord(transaction: id, product: product, user: nil, quantity: 1, state: .purchasing)
     }

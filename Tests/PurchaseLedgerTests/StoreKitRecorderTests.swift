@@ -607,6 +607,7 @@ import Testing
             ],
             "AssetPackRecorder.swift": [["macOS", "iOS", "tvOS", "visionOS"]],  // AssetPackManager
             "ProductViewRecorder.swift": [
+                ["macOS", "iOS", "visionOS"],  // the imports both blocks share
                 ["macOS", "iOS"],  // SKStoreProductViewController and its delegate (not visionOS, tvOS, watchOS)
                 ["iOS", "visionOS"],  // SKOverlay (iOS with Mac Catalyst, visionOS)
             ],

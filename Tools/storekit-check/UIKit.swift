@@ -13,9 +13,11 @@ open class UIScene {
 open class UIWindowScene: UIScene {}
 
 // developer.apple.com/documentation/uikit/uiviewcontroller: `@MainActor class UIViewController : UIResponder`;
-// `func dismiss(animated flag: Bool, completion: (() -> Void)? = nil)`.
+// `func dismiss(animated flag: Bool, completion: (() -> Void)? = nil)`,
+// `func present(_ viewControllerToPresent: UIViewController, animated flag: Bool, completion: (() -> Void)? = nil)`.
 @MainActor
 open class UIViewController {
     public init() {}
     open func dismiss(animated flag: Bool, completion: (() -> Void)? = nil) {}
+    open func present(_ viewControllerToPresent: UIViewController, animated flag: Bool, completion: (() -> Void)? = nil) {}
 }

@@ -2,7 +2,8 @@
 
 A block that declares a type at its top level (`@main struct BooksApp: App`) stays at file scope;
 any other is the body of a function of its own (statements, `try` and `await` as in an app's
-code). README.md gives only its "In an iOS or macOS app" section; a DocC article, every block.
+code). README.md gives only its "In an iOS or macOS app" section; a DocC article or
+docs/storekit.md, every block.
 The prelude declares the names the blocks take from the text around them.
 """
 import os
@@ -15,9 +16,11 @@ import PurchaseLedgerStoreKit
 import StoreKit
 import BackgroundAssets
 import SwiftUI
+import UIKit
 
 // What the snippets take from their surroundings: a product, a transaction and its download, the
-// app's documents folder, an asset pack, and the view of the guide's app.
+// app's documents folder, an asset pack, the view of the guide's app, and for docs/storekit.md's
+// store pages, the app's recorder, a view controller that presents a sheet and a window scene.
 @MainActor let product = SKProduct()
 @MainActor let transaction = SKPaymentTransaction()
 @MainActor let download = SKDownload()
@@ -26,6 +29,9 @@ let pack = AssetPack(id: "levels", version: 1)
 struct ContentView: View {
     var body: EmptyView { EmptyView() }
 }
+let recorder = StoreKitRecorder(ledger: try! Ledger(path: NSTemporaryDirectory() + "/snippets.ledger"))
+@MainActor let viewController = UIViewController()
+@MainActor let scene = UIWindowScene()
 
 // Foundation has it on Apple platforms (iOS 16, macOS 13, tvOS 16, watchOS 9); Linux's has not.
 extension URL {
@@ -33,7 +39,7 @@ extension URL {
 }
 '''
 
-IMPORTS = "import Foundation\nimport PurchaseLedger\nimport PurchaseLedgerStoreKit\nimport StoreKit\nimport BackgroundAssets\nimport SwiftUI\n"
+IMPORTS = "import Foundation\nimport PurchaseLedger\nimport PurchaseLedgerStoreKit\nimport StoreKit\nimport BackgroundAssets\nimport SwiftUI\nimport UIKit\n"
 
 
 def blocks(path):

@@ -302,6 +302,11 @@ public struct OwnedContent: Sendable, Hashable {
 /// ### Asset packs
 /// - ``assetPacks()``
 /// - ``assetPack(_:)``
+///
+/// ### Store product views
+/// - ``productViews``
+/// - ``productViews(item:)``
+/// - ``productViewsOnScreen``
 public struct LedgerState: Sendable, Hashable {
     /// The seq of the last stored event this state reflects (0 for an empty ledger).
     public internal(set) var seq: Int64 = 0

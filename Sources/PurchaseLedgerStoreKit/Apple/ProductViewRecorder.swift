@@ -4,11 +4,13 @@
 // Linux. Type-checked there against stand-ins (Tools/storekit-check.sh).
 // SKStoreProductViewController and its delegate: iOS 6, Mac Catalyst 13 and macOS 11; unavailable
 // on visionOS (its delegate protocol is API_UNAVAILABLE there), tvOS and watchOS.
-#if canImport(StoreKit) && !os(visionOS) && !os(tvOS) && !os(watchOS)
+#if canImport(StoreKit) && !os(tvOS) && !os(watchOS)
     public import Foundation
-    public import PurchaseLedger
+    import PurchaseLedger
     public import StoreKit
+#endif
 
+#if canImport(StoreKit) && !os(visionOS) && !os(tvOS) && !os(watchOS)
     /// Records the App Store sheets (`SKStoreProductViewController`) an app shows: their
     /// presentation, their load or its failure, and their dismissal. Load each controller through
     /// ``load(_:withParameters:view:)``, which makes this object its delegate; keep the object for
@@ -19,7 +21,7 @@
     ///     controller.dismiss(animated: true)
     /// }
     /// let controller = SKStoreProductViewController()
-    /// present(controller, animated: true)
+    /// viewController.present(controller, animated: true)
     /// let loaded = await sheets.load(controller, withParameters: [
     ///     SKStoreProductParameterITunesItemIdentifier: NSNumber(value: 1234567890),
     ///     SKStoreProductParameterCampaignToken: "spring",

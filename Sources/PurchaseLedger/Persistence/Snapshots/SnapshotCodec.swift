@@ -14,7 +14,7 @@ import Crypto
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
 /// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 10
+    static let format = 9
 
     /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
     /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
@@ -26,7 +26,9 @@ enum SnapshotCodec {
 
     typealias Failure = BinaryReader.Failure
 
-    /// The kinds of record, in manifest order.
+    /// The kinds of record, in manifest order. A kind added later goes last, and a manifest
+    /// written before it (ending early) reads as having none of it: `productViews`, so the
+    /// snapshots of a ledger written before store product views still load.
     enum Kind: Int, CaseIterable {
         case products, publishedVersions, transactions, downloads, copiedContent, registeredURLs, owners, orphanStreams, productViews
 

@@ -58,6 +58,12 @@ extension SnapshotCodec {
                 return Array(buffer[r.offset..<(r.offset + addressSize)])
             }
             for kind in Kind.allCases {
+                // Store product views came later, at the end: a manifest written before ends
+                // after the orphan streams, and has none.
+                if kind == .productViews && r.isAtEnd {
+                    kinds.append([])
+                    continue
+                }
                 let paged = kind.isPaged
                 let count = try r.int(max: buffer.count / addressSize)
                 var entries: [PageEntry] = []

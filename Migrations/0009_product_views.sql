@@ -17,6 +17,7 @@ CREATE TABLE product_views (
     failed_at_ms INTEGER,
     dismissed_at_ms INTEGER,
     replaced_at_ms INTEGER,              -- another presentation came while it was on screen
+    replaces_view TEXT,                  -- the view this presentation replaced on screen
     events INTEGER NOT NULL              -- events stored in its stream
 ) WITHOUT ROWID;
 CREATE INDEX product_views_by_item ON product_views (item, style);

@@ -19,6 +19,7 @@ CREATE TABLE product_views (
     failed_at_ms bigint,
     dismissed_at_ms bigint,
     replaced_at_ms bigint,
+    replaces_view text,
     events bigint NOT NULL,
     PRIMARY KEY (ledger_id, view_id)
 );

@@ -119,10 +119,9 @@ struct ReplayCommand: AsyncParsableCommand {
         let evidence = try await ledger.appleEvidence(verifier: appleRoots.verifier())
         if json {
             // A ledger without a signed transaction prints the state as ever, with no evidence.
-            console.print(
-                evidence.isEmpty
-                    ? selection.map { StateJSON.encode(state, selection: $0) } ?? StateJSON.encode(state)
-                    : StateJSON.encode(state, selection: selection, evidence: evidence))
+            // Written as it is made: the whole state's JSON is never held (80 MB at 1,000,000 events).
+            StateJSON.stream(state, selection: selection, evidence: evidence.isEmpty ? nil : evidence) { console.write($0) }
+            console.write("\n")
         } else {
             printState(state, selection: selection, ledger: ledger, console: console, evidence: evidence)
         }
@@ -233,8 +232,17 @@ func printState(
 
 /// A plain text table: the first row is the header.
 func textTable(_ rows: [[String]], console: Console) -> String {
-    guard let header = rows.first else { return "" }
-    var widths = header.map(\.count)
+    guard rows.first != nil else { return "" }
+    // A cell is one line: a newline or carriage return in a value (a campaign token, a message)
+    // is shown escaped, so it cannot start a row of its own that looks like the table's.
+    let rows = rows.map { row in
+        row.map { cell in
+            cell.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\r\n" })
+                ? cell.replacingOccurrences(of: "\r\n", with: "\\r\\n").replacingOccurrences(of: "\n", with: "\\n").replacingOccurrences(of: "\r", with: "\\r")
+                : cell
+        }
+    }
+    var widths = rows[0].map(\.count)
     for row in rows { for (i, cell) in row.enumerated() where i < widths.count { widths[i] = max(widths[i], cell.count) } }
     return rows.enumerated().map { index, row in
         let line = row.enumerated().map { i, cell in

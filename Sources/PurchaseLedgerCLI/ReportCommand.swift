@@ -137,6 +137,10 @@ struct ReportCommand: AsyncParsableCommand {
         if evidence != .any && view != .revenue {
             throw ValidationError("--evidence applies to the revenue view only (add --view revenue)")
         }
+        // A store product view belongs to no user, product or kind of product.
+        if view == .productViews && (user != nil || product != nil || !kind.isEmpty) {
+            throw ValidationError("--user, --product and --kind do not apply to the product-views view (its rows are App Store items, which belong to no user)")
+        }
         // Seconds as a Duration must not overflow (about 292 years of nanoseconds).
         try NumberOption.check("--idle", idle, 0...(Int(Int64.max / 1_000_000_000) - 1))
         try NumberOption.check("--limit", limit, 1...Int(Int32.max))

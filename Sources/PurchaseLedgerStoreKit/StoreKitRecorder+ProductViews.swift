@@ -38,14 +38,19 @@ public struct ProductViewParameters: Sendable, Hashable {
 /// the user bought anything there; the ledger records that the page was shown, whether it loaded,
 /// and when it left the screen (docs/storekit.md).
 ///
-/// These are the platform-neutral calls. On Apple platforms, `loadProduct(into:withParameters:view:)`
-/// and `present(_:in:view:)` record the presentation and its load, and the app's own delegates call
-/// `productViewControllerDidFinish(_:)` and the `storeOverlay...` methods.
+/// These are the platform-neutral calls. On Apple platforms, `StoreProductViewRecorder` and
+/// `StoreOverlayRecorder` make them from StoreKit's parameters and delegate callbacks.
 extension StoreKitRecorder {
     /// The app put an item's page on screen: records `storeProductViewPresented` and returns the
     /// view's id (`view`, or a new UUID), which the later calls name.
     @discardableResult
     public func productViewPresented(_ parameters: ProductViewParameters, style: ProductViewStyle, view: String = UUID().uuidString) -> String {
+        _ = recordPresentation(parameters, style: style, view: view)
+        return view
+    }
+
+    /// Records the presentation; whether the ledger took it (false: reported to `onError`).
+    func recordPresentation(_ parameters: ProductViewParameters, style: ProductViewStyle, view: String) -> Bool {
         record {
             [
                 Event(
@@ -55,7 +60,6 @@ extension StoreKitRecorder {
                         campaignToken: parameters.campaignToken, providerToken: parameters.providerToken))
             ]
         }
-        return view
     }
 
     /// The page loaded (`loadProduct`'s completion with `true`; an overlay's `didFinishPresentation`).

@@ -295,15 +295,19 @@ public final class StoreKitRecorder: Sendable {
         onError(LedgerError.make(.malformedInput, message))
     }
 
-    func record(_ make: () throws -> [Event]) {
+    /// Whether it was stored (false: reported to `onError`).
+    @discardableResult
+    func record(_ make: () throws -> [Event]) -> Bool {
         do {
             let events = try make()
             if !events.isEmpty { try ledger.append(contentsOf: events) }
+            return true
         } catch let error as LedgerError {
             onError(error)
         } catch {
             onError(LedgerError.make(.storage, "\(error)"))
         }
+        return false
     }
 
     // MARK: - Mapping

@@ -181,6 +181,31 @@ struct ExtractTests {
         #expect(result.stdout.utf8.count < 20_000, "a few records, not the whole state")
     }
 
+    /// `replay --json` streams the state: the pieces, whatever their size, join into exactly the
+    /// text `encode` makes, for the whole state, a focus, and with Apple's evidence.
+    @Test func theStreamedStateIsTheEncodedOne() throws {
+        let (_, ledger) = try Self.workload()
+        let (transactions, _) = try Self.picks(ledger)
+        for seq in [Int64(77_777), try ledger.lastSeq()] {
+            let state = try ledger.state(atSeq: seq)
+            let selection = try ledger.select(StateFocus(transactions: [transactions[0], transactions[1]]), in: state)
+            let evidence = [transactions[0]: TransactionEvidence(transaction: transactions[0], seq: 1, evidence: .invalid("a reason"))]
+            for chunk in [1, 4096, 1 << 16] {
+                func streamed(_ selection: StateFocus.Selection?, _ evidence: [String: TransactionEvidence]?) -> String {
+                    var pieces: [String] = []
+                    StateJSON.stream(state, selection: selection, evidence: evidence, chunk: chunk) { pieces.append($0) }
+                    // Pieces stay near the size asked for: never the whole document at once.
+                    if chunk == 4096 { #expect(pieces.count > 10 || selection != nil && pieces.count >= 1, "\(pieces.count) pieces") }
+                    return pieces.joined()
+                }
+                #expect(streamed(nil, nil) == StateJSON.encode(state), "chunk \(chunk) at \(seq)")
+                #expect(streamed(selection, nil) == StateJSON.encode(state, selection: selection))
+                #expect(streamed(nil, evidence) == StateJSON.encode(state, evidence: evidence))
+                #expect(streamed(selection, evidence) == StateJSON.encode(state, selection: selection, evidence: evidence))
+            }
+        }
+    }
+
     @Test func aRedactedExtractPseudonymisesUsersAndDestinations() throws {
         let (dir, ledger) = try Self.workload()
         let user = try Self.picks(ledger).users[0]

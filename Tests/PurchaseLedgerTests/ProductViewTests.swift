@@ -26,6 +26,8 @@ struct ProductViewTransition: Sendable, CustomTestStringConvertible {
         // What each event does in each phase (by the order of `phases`).
         let table: [(Event, [Outcome])] = [
             (E.viewPresented("v1"), [.applied, .unchanged, .unchanged, .unchanged, .unchanged]),
+            // The same presentation delivered again later changes nothing either.
+            (E.viewPresented("v1", at: 8), [.applied, .unchanged, .unchanged, .unchanged, .unchanged]),
             (
                 E.viewPresented("v1", item: "42"),
                 [
@@ -76,6 +78,7 @@ func uncounted(_ views: [String: ProductViewRecord]) -> [String: ProductViewFiel
         case .flagged:
             #expect(state.anomalies == before.anomalies + 1)
             #expect(state.productViews["v1"]?.replacedAt == t.event.at && state.productViews["v2"]?.state == .presented)
+            #expect(state.productViews["v2"]?.replaces == "v1")
             #expect(state.productViewsOnScreen.map(\.view) == ["v2"])
         case .applied, .ignored:
             #expect(state.productViews != before.productViews)
@@ -200,6 +203,26 @@ func uncounted(_ views: [String: ProductViewRecord]) -> [String: ProductViewFiel
         #expect(table.status == 0 && table.stdout.contains("dismissed without loading") && table.stdout.contains("\(workload.expected().count) rows"))
     }
 
+    /// A load time is the same figure everywhere: the state, `timeline` and the report all take
+    /// it between whole milliseconds (0.9999 s to 1.0001 s is 1 ms in each).
+    @Test func aLoadTimeIsOneFigureEverywhere() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("views.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        let presented = try Timestamp.parse("2024-03-01T08:00:00.9999Z"), loaded = try Timestamp.parse("2024-03-01T08:00:01.0001Z")
+        try ledger.append(contentsOf: [
+            Event(at: presented, .storeProductViewPresented(view: "v1", item: "1", style: .sheet)), Event(at: loaded, .storeProductViewLoaded(view: "v1")),
+        ])
+        #expect(ledger.currentState.productViews["v1"]?.loadMilliseconds == 1)
+        #expect(try ledger.productViewSummary().first?.medianLoadMilliseconds == 1)
+        #expect(try cli(["timeline", path, "--product-view", "v1"]).stdout.contains("loaded in 1 ms"))
+        // A token with a newline cannot make a row of its own in a table.
+        try ledger.append(Event(at: loaded, .storeProductViewPresented(view: "v2", item: "2", style: .sheet, campaignToken: "x\n=1  sheet  9")))
+        let table = try cli(["report", path, "--view", "product-views"])
+        #expect(table.status == 0 && table.stdout.contains("x\\n=1") && !table.stdout.contains("\n=1"), "\(table.stdout)")
+        #expect(try cli(["report", path, "--view", "product-views", "--user", "u1"]).status == 2, "--user does not apply")
+    }
+
     /// The timeline of one item's views, and the first anomaly in the replay.
     @Test func timelineAndFirstAnomalyShowTheViews() throws {
         let dir = try TemporaryDirectory()
@@ -211,6 +234,7 @@ func uncounted(_ views: [String: ProductViewRecord]) -> [String: ProductViewFiel
         ])
         let steps = try ledger.productViewTimeline(item: "1234567890")
         #expect(steps.map(\.event.seq) == [1, 2, 3, 6] && steps.last?.event.anomaly == .productViewOverlap)
+        #expect(try ledger.productViewTimeline(item: "42").map(\.event.seq) == [4, 5])
         let timeline = try cli(["timeline", path, "--item", "1234567890"])
         #expect(
             timeline.status == 0 && timeline.stdout.contains("storeProductViewFailed v1 SKErrorDomain 0") && timeline.stdout.contains("ANOMALY productViewOverlap"),

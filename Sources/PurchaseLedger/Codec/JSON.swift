@@ -456,6 +456,16 @@ public struct JSONWriter: Sendable {
     /// The text written so far.
     public var string: String { String(decoding: bytes, as: UTF8.self) }
 
+    /// Takes the text written so far out of the writer, which goes on where it was (inside the
+    /// same objects and arrays): how a large document is written in pieces.
+    package mutating func drain() -> String {
+        defer { bytes.removeAll(keepingCapacity: true) }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The bytes written and not yet drained.
+    package var byteCount: Int { bytes.count }
+
     /// One JSON object, written by `body`, as text.
     public static func object(_ body: (inout JSONWriter) throws -> Void) rethrows -> String {
         var w = JSONWriter()

@@ -442,6 +442,7 @@ extension ProductViewFields: DeclaredFields {
         .field("failedAt", column: "failed_at_ms", json: "failedAt", get: { $0.failedAt }, set: { $0.failedAt = $1 }),
         .field("dismissedAt", column: "dismissed_at_ms", json: "dismissedAt", get: { $0.dismissedAt }, set: { $0.dismissedAt = $1 }),
         .field("replacedAt", column: "replaced_at_ms", json: "replacedAt", .whenPresent, get: { $0.replacedAt }, set: { $0.replacedAt = $1 }),
+        .field("replaces", column: "replaces_view", json: "replaces", .whenPresent, get: { $0.replaces }, set: { $0.replaces = $1 }),
         .field("events", column: "events", get: { $0.events }, set: { $0.events = $1 }),
     ])
 }

@@ -39,6 +39,28 @@ public enum StateJSON {
         return w.string
     }
 
+    /// The state's JSON (the whole state, or the records of `selection`; each transaction with
+    /// its `evidence` when given, as ``encode(_:selection:evidence:)``), handed to `emit` in
+    /// pieces of about `chunk` bytes as it is written: the same text as `encode`, without ever
+    /// holding all of it (a 1,000,000-event state is about 80 MB of JSON).
+    public static func stream(
+        _ s: LedgerState, selection: StateFocus.Selection? = nil, evidence: [String: TransactionEvidence]? = nil, chunk: Int = 1 << 16,
+        _ emit: (String) -> Void
+    ) {
+        var w = JSONWriter()
+        func flush(_ w: inout JSONWriter) { if w.byteCount >= chunk { emit(w.drain()) } }
+        if let selection {
+            write(
+                s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, evidence: evidence, flush: flush,
+                to: &w)
+        } else {
+            write(
+                s, transactions: s.transactions.values, downloads: s.downloads.values, owned: s.ownedContent, views: s.productViews(),
+                evidence: evidence, flush: flush, to: &w)
+        }
+        emit(w.drain())
+    }
+
     static func write(_ s: LedgerState, to w: inout JSONWriter) {
         write(
             s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
@@ -48,12 +70,13 @@ public enum StateJSON {
     private static func write(
         _ s: LedgerState, transactions: [TransactionRecord], downloads: [DownloadRecord],
         owned ownedContent: [OwnedContent], views: [ProductViewRecord] = [], evidence: [String: TransactionEvidence]? = nil,
-        to w: inout JSONWriter
+        flush: (inout JSONWriter) -> Void = { _ in }, to w: inout JSONWriter
     ) {
         w.beginObject()
         w.field("seq", s.seq)
         w.key("transactions"); w.beginArray()
         for t in transactions {
+            flush(&w)
             guard let evidence else {
                 write(t, to: &w)
                 continue
@@ -72,16 +95,25 @@ public enum StateJSON {
         }
         w.endArray()
         w.key("downloads"); w.beginArray()
-        for d in downloads { download(d, contentURL: s.contentURL(for: d.download), to: &w) }
+        for d in downloads {
+            flush(&w)
+            download(d, contentURL: s.contentURL(for: d.download), to: &w)
+        }
         w.endArray()
         w.key("ownedContent"); w.beginArray()
-        for o in ownedContent { owned(o, state: s, to: &w) }
+        for o in ownedContent {
+            flush(&w)
+            owned(o, state: s, to: &w)
+        }
         w.endArray()
         // Only in a state that has store product views (a focused state never lists them): the
         // states of ledgers without any read as before.
         if !views.isEmpty {
             w.key("productViews"); w.beginArray()
-            for v in views { write(v, to: &w) }
+            for v in views {
+                flush(&w)
+                write(v, to: &w)
+            }
             w.endArray()
         }
         w.field("anomalies", s.anomalies)

@@ -42,6 +42,8 @@ public struct ProductViewFields: Sendable, Hashable, StreamCounted {
     /// When another presentation came while this one was on screen and took its place
     /// (``Rule/productViewOverlap``): it is off screen from then on, dismissed or not.
     public package(set) var replacedAt: Timestamp?
+    /// The view this presentation replaced on screen (``Rule/productViewOverlap``), if any.
+    public package(set) var replaces: String?
     /// Events stored in its stream (`productView:<id>`).
     public package(set) var events: Int64 = 0
 
@@ -54,11 +56,19 @@ public struct ProductViewFields: Sendable, Hashable, StreamCounted {
     /// Dismissed before its page loaded or failed: the user gave up waiting.
     public var dismissedWithoutLoading: Bool { dismissedAt != nil && loadedAt == nil && failedAt == nil }
 
-    /// Milliseconds from presentation to load; nil unless it loaded. A load stamped before its
-    /// presentation (a device clock moved back) counts as 0.
+    /// Milliseconds from presentation to load, between the two times in whole milliseconds (as
+    /// the projection and the fleet store hold them, so every view of the figure agrees); nil
+    /// unless it loaded. A load stamped before its presentation (a device clock moved back)
+    /// counts as 0.
     public var loadMilliseconds: Int64? {
         guard let loadedAt, let presentedAt else { return nil }
-        return max(0, (loadedAt.nanosecondsSinceEpoch - presentedAt.nanosecondsSinceEpoch) / 1_000_000)
+        return max(0, Self.milliseconds(loadedAt) - Self.milliseconds(presentedAt))
+    }
+
+    /// `t` in whole milliseconds since 1970, rounded down (before 1970 too).
+    static func milliseconds(_ t: Timestamp) -> Int64 {
+        let ns = t.nanosecondsSinceEpoch
+        return ns >= 0 ? ns / 1_000_000 : -((-ns + 999_999) / 1_000_000)
     }
 }
 
@@ -70,8 +80,11 @@ extension LedgerState {
             .sorted { ($0.presentedAt ?? Timestamp(nanosecondsSinceEpoch: 0), $0.view) < ($1.presentedAt ?? Timestamp(nanosecondsSinceEpoch: 0), $1.view) }
     }
 
-    /// The store product views on screen now (``ProductViewFields/onScreen``), oldest first.
-    public var productViewsOnScreen: [ProductViewRecord] { productViews().filter(\.onScreen) }
+    /// The store product views on screen now (``ProductViewFields/onScreen``): one at most, since
+    /// a presentation replaces the view on screen.
+    public var productViewsOnScreen: [ProductViewRecord] {
+        productViewOnScreen.flatMap { productViews[$0] }.map { [$0] } ?? []
+    }
 }
 
 /// Store product views of one item in one style, over a period: what `report --view
@@ -136,7 +149,7 @@ public struct ProductViewSummary: Sendable, Hashable {
     }
 
     /// Whether `item` is an App Store item's Apple ID: a positive integer in decimal digits, no
-    /// leading zero, at most 19 digits.
+    /// leading zero, at most 9223372036854775807.
     package static func isAppleID(_ item: String) -> Bool {
         let u = item.utf8
         guard (1...19).contains(u.count), u.first != UInt8(ascii: "0") else { return false }

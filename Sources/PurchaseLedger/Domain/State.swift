@@ -324,6 +324,10 @@ public struct LedgerState: Sendable, Hashable {
     public internal(set) var registeredURLs = RecordMap<String>()
     /// Every store product view presented (or reported), by the app's view id.
     public internal(set) var productViews: [String: ProductViewRecord] = [:]
+    /// The store product view on screen now, if any (there is at most one: a presentation
+    /// replaces the view on screen). Derived from ``productViews``, kept so that a presentation
+    /// does not look through every view the ledger ever held.
+    var productViewOnScreen: String?
     /// Whether a `restoreStarted` still waits for its `restoreCompleted` or `restoreFailed`.
     public internal(set) var restoreInProgress: Bool = false
     /// The user the latest `restoreStarted` named: whose personal data its `restoreFailed`

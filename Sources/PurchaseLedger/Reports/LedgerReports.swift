@@ -217,17 +217,21 @@ extension Ledger {
     public func productViewTimeline(view: String? = nil, item: String? = nil) throws -> [ProductViewStep] {
         let view = view.map(Identifier.normalize)
         var steps: [ProductViewStep] = []
+        var items: [String: String] = [:]  // view id -> its item, once presented
         try read { db in
             var replay = LogReplay()
             try replay.run(db) { step, _, state in
                 guard let id = step.event.event.body.productViewID, view == nil || id == view else { return true }
                 let record = state.productViews[id]
-                if let item, record?.item != item { return true }
+                if let record { items[id] = record.item }
                 steps.append(ProductViewStep(event: step.event, view: record))
                 return true
             }
         }
-        return steps
+        // By item: the events of its views, those that came before the view's presentation too
+        // (a load reported before it: an anomaly, and part of the story).
+        guard let item else { return steps }
+        return steps.filter { step in step.event.event.body.productViewID.flatMap { items[$0] } == item }
     }
 
     /// The timelines of several transactions, in one pass over the log: from the latest snapshot

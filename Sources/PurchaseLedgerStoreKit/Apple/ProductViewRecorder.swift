@@ -17,7 +17,7 @@
     /// as long as the sheet is up (a controller does not retain its delegate).
     ///
     /// ```swift
-    /// let sheets = StoreProductViewRecorder(recorder: recorder) { controller in
+    /// let sheets = StoreProductViewRecorder(recorder: recorder) { controller in   // a property
     ///     controller.dismiss(animated: true)
     /// }
     /// let controller = SKStoreProductViewController()
@@ -52,8 +52,9 @@
                 affiliateToken: parameters[SKStoreProductParameterAffiliateToken] as? String,
                 campaignToken: parameters[SKStoreProductParameterCampaignToken] as? String,
                 providerToken: parameters[SKStoreProductParameterProviderToken] as? String)
-            recorder.bindProductView(ObjectIdentifier(controller), to: view)
-            recorder.productViewPresented(values, style: .sheet, view: view)
+            // A presentation the ledger refused (an item that is no Apple ID) is not bound: its
+            // later callbacks record nothing, rather than anomalies.
+            if recorder.recordPresentation(values, style: .sheet, view: view) { recorder.bindProductView(ObjectIdentifier(controller), to: view) }
             let recorder = self.recorder
             return await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
                 controller.loadProduct(withParameters: parameters) { loaded, error in
@@ -69,10 +70,17 @@
             }
         }
 
-        /// `SKStoreProductViewControllerDelegate`: records `storeProductViewDismissed`, then calls `onFinish`.
+        /// `SKStoreProductViewControllerDelegate`: the user closed the sheet. Records
+        /// `storeProductViewDismissed`, then calls `onFinish`.
         public func productViewControllerDidFinish(_ viewController: SKStoreProductViewController) {
-            if let view = recorder.productView(of: ObjectIdentifier(viewController), end: true) { recorder.productViewDismissed(view: view) }
+            dismissed(viewController)
             MainActor.assumeIsolated { onFinish(viewController) }
+        }
+
+        /// Records `storeProductViewDismissed` for a sheet the app dismissed itself (StoreKit
+        /// calls `productViewControllerDidFinish` only when the user closes it). Once per sheet.
+        public func dismissed(_ controller: SKStoreProductViewController) {
+            if let view = recorder.productView(of: ObjectIdentifier(controller), end: true) { recorder.productViewDismissed(view: view) }
         }
     }
 #endif
@@ -82,14 +90,14 @@
 #if canImport(StoreKit) && !os(macOS) && !os(tvOS) && !os(watchOS)
     public import UIKit
 
-    /// Records the App Store overlays (`SKOverlay`) an app shows: presented by ``present(_:in:view:)``,
+    /// Records the App Store overlays (`SKOverlay`) an app shows: presented by ``present(_:in:item:view:)``,
     /// which makes this object the overlay's delegate, then loaded (`didFinishPresentation`),
     /// failed (`didFailToLoadWithError`) or dismissed (`didFinishDismissal`). Keep the object for
     /// as long as the overlay is up. SwiftUI's `appStoreOverlay` reports no such callbacks: record
     /// it with the recorder's `productViewPresented(_:style:view:)` and `productViewDismissed(view:)`.
     ///
     /// ```swift
-    /// let overlays = StoreOverlayRecorder(recorder: recorder)
+    /// let overlays = StoreOverlayRecorder(recorder: recorder)   // a property
     /// let configuration = SKOverlay.AppConfiguration(appIdentifier: "1234567890", position: .bottom)
     /// configuration.campaignToken = "spring"
     /// overlays.present(SKOverlay(configuration: configuration), in: scene)
@@ -113,8 +121,7 @@
             let app = overlay.configuration as? SKOverlay.AppConfiguration
             let values = ProductViewParameters(
                 item: app?.appIdentifier ?? item ?? "", campaignToken: app?.campaignToken, providerToken: app?.providerToken)
-            recorder.bindProductView(ObjectIdentifier(overlay), to: view)
-            recorder.productViewPresented(values, style: .overlay, view: view)
+            if recorder.recordPresentation(values, style: .overlay, view: view) { recorder.bindProductView(ObjectIdentifier(overlay), to: view) }
             overlay.present(in: scene)
             return view
         }

@@ -69,21 +69,25 @@ extension Reducer {
         _ s: inout LedgerState, _ view: String, _ item: String, _ style: ProductViewStyle, _ tokens: (String?, String?, String?), _ e: Event
     ) throws(LedgerError) -> Outcome {
         if let existing = s.productViews[view] {
+            // The same presentation delivered again (at any time) changes nothing.
             let same =
                 existing.item == item && existing.style == style && existing.affiliateToken == tokens.0 && existing.campaignToken == tokens.1
-                && existing.providerToken == tokens.2 && existing.presentedAt == e.at
+                && existing.providerToken == tokens.2
             if same { return .unchanged }
             throw .violation(
                 .illegalProductViewTransition,
                 "store product view \(view) was already presented (item \(existing.item), \(ProductViewMachine.Phase(existing).name)); \(ProductViewMachine.present.requirement)",
                 e)
         }
-        let onScreen = s.productViews.values.filter(\.onScreen).map(\.view).sorted()
-        for other in onScreen { s.productViews[other]?.replacedAt = e.at }
+        // At most one view is on screen: the state keeps which, so this looks at no other.
+        let replaced = s.productViewOnScreen.flatMap { s.productViews[$0]?.onScreen == true ? $0 : nil }
+        if let replaced { s.productViews[replaced]?.replacedAt = e.at }
         s.productViews[view] = ProductViewRecord(
             fields: ProductViewFields(
-                view: view, item: item, style: style, affiliateToken: tokens.0, campaignToken: tokens.1, providerToken: tokens.2, presentedAt: e.at))
-        return onScreen.isEmpty ? .applied : .flagged(.productViewOverlap)
+                view: view, item: item, style: style, affiliateToken: tokens.0, campaignToken: tokens.1, providerToken: tokens.2, presentedAt: e.at,
+                replaces: replaced))
+        s.productViewOnScreen = view
+        return replaced == nil ? .applied : .flagged(.productViewOverlap)
     }
 
     /// `storeProductViewLoaded`, `storeProductViewFailed` and `storeProductViewDismissed`.
@@ -113,6 +117,7 @@ extension Reducer {
             break
         }
         s.productViews[view] = ProductViewRecord(fields: next)
+        if s.productViewOnScreen == view && !next.onScreen { s.productViewOnScreen = nil }
         return .applied
     }
 }

@@ -59,8 +59,8 @@ package enum Projector {
                 if let d = event.body.downloadID { downloads.insert(d) }
             case .storeProductViewPresented(let v, _, _, _, _, _):
                 productViews.insert(v)
-                // The views it replaced on screen (a rare overlap; the views are few).
-                for (id, record) in state.productViews where record.replacedAt == event.at { productViews.insert(id) }
+                // The view it replaced on screen, whose row says so now.
+                if let replaced = state.productViews[v]?.replaces { productViews.insert(replaced) }
             case .storeProductViewLoaded(let v), .storeProductViewFailed(let v, _), .storeProductViewDismissed(let v):
                 productViews.insert(v)
             case .assetPackPublished(let pack, _, let unlockedBy):

@@ -214,6 +214,8 @@ extension SnapshotCodec {
         case .productViews:
             let v = try ProductViewRecord(snapshot: &r)
             s.productViews[v.view] = v
+            // The one on screen, which the state keeps by id (at most one is).
+            if v.onScreen { s.productViewOnScreen = v.view }
         case .transactions, .downloads, .registeredURLs:
             throw Failure(message: "paged records in a small kind")
         }

@@ -297,7 +297,7 @@ struct ViewWorkload {
     var events: [Event] = []
 
     init(views count: Int, seed: UInt64) {
-        var random = SplitMix(seed: seed)
+        var random = LZ4CodecTests.SplitMix(state: seed)
         var at: Int64 = 1_709_280_000_000
         for i in 0..<count {
             at += Int64(random.next() % 60_000) + 1000
@@ -333,19 +333,6 @@ struct ViewWorkload {
                 campaignTokens: Set(group.compactMap(\.campaign)).sorted())
         }
         .sorted { ($0.item, $0.style.rawValue) < ($1.item, $1.style.rawValue) }
-    }
-}
-
-/// A small seeded generator (SplitMix64): the same workload on every run.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -237,7 +237,7 @@ func textTable(_ rows: [[String]], console: Console) -> String {
     // is shown escaped, so it cannot start a row of its own that looks like the table's.
     let rows = rows.map { row in
         row.map { cell in
-            cell.contains(where: { $0 == "\n" || $0 == "\r" || $0 == "\r\n" })
+            cell.utf8.contains(where: { $0 == 10 || $0 == 13 })
                 ? cell.replacingOccurrences(of: "\r\n", with: "\\r\\n").replacingOccurrences(of: "\n", with: "\\n").replacingOccurrences(of: "\r", with: "\\r")
                 : cell
         }

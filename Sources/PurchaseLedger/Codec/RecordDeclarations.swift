@@ -432,7 +432,7 @@ extension ProductViewFields: DeclaredFields {
         .key("view", column: "view_id", json: "view", get: { $0.view }, set: { $0.view = $1 }),
         .field("item", column: "item", json: "item", get: { $0.item }, set: { $0.item = $1 }),
         .field("style", column: "style", json: "style", get: { $0.style }, set: { $0.style = $1 }),
-        .field("state", column: "state", json: "state", get: { $0.state }, set: { $0.state = $1 }),
+        .derived("state", column: "state", json: "state") { $0.fields.state },
         .field("affiliateToken", column: "affiliate_token", json: "affiliateToken", .whenPresent, get: { $0.affiliateToken }, set: { $0.affiliateToken = $1 }),
         .field("campaignToken", column: "campaign_token", json: "campaignToken", .whenPresent, get: { $0.campaignToken }, set: { $0.campaignToken = $1 }),
         .field("providerToken", column: "provider_token", json: "providerToken", .whenPresent, get: { $0.providerToken }, set: { $0.providerToken = $1 }),

@@ -3,11 +3,7 @@
 public enum StateJSON {
     /// The whole state: `seq`, `transactions`, `downloads`, `ownedContent`, `productViews` (when
     /// there are any), `anomalies`, `restoreInProgress`.
-    public static func encode(_ s: LedgerState) -> String {
-        var w = JSONWriter()
-        write(s, to: &w)
-        return w.string
-    }
+    public static func encode(_ s: LedgerState) -> String { whole(s, selection: nil, evidence: nil) }
 
     /// The state's shape with only the records `focus` chooses (``StateFocus``): the same keys,
     /// shorter lists.
@@ -17,26 +13,21 @@ public enum StateJSON {
     }
 
     /// The state's shape with only the records of `selection`.
-    public static func encode(_ s: LedgerState, selection: StateFocus.Selection) -> String {
-        var w = JSONWriter()
-        write(s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, to: &w)
-        return w.string
-    }
+    public static func encode(_ s: LedgerState, selection: StateFocus.Selection) -> String { whole(s, selection: selection, evidence: nil) }
 
     /// The state (all of it, or the records of `selection`), each transaction with what Apple's
     /// signature says of it (``Ledger/appleEvidence(verifier:)``): `evidence` (`apple`,
     /// `xcode`, `invalid`, `unsigned`) and `evidenceReason` when invalid. Evidence judged after
     /// the state's seq (a transaction signed again later) is left out: no `evidence` member.
     public static func encode(_ s: LedgerState, selection: StateFocus.Selection? = nil, evidence: [String: TransactionEvidence]) -> String {
-        var w = JSONWriter()
-        if let selection {
-            write(s, transactions: selection.transactions, downloads: selection.downloads, owned: selection.ownedContent, evidence: evidence, to: &w)
-        } else {
-            write(
-                s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! }, downloads: s.downloads.keys.sorted().map { s.downloads[$0]! },
-                owned: s.ownedContent, views: s.productViews(), evidence: evidence, to: &w)
-        }
-        return w.string
+        whole(s, selection: selection, evidence: evidence)
+    }
+
+    /// ``stream(_:selection:evidence:chunk:_:)`` in one piece.
+    private static func whole(_ s: LedgerState, selection: StateFocus.Selection?, evidence: [String: TransactionEvidence]?) -> String {
+        var text = ""
+        stream(s, selection: selection, evidence: evidence, chunk: .max) { text = $0 }
+        return text
     }
 
     /// The state's JSON (the whole state, or the records of `selection`; each transaction with
@@ -59,12 +50,6 @@ public enum StateJSON {
                 evidence: evidence, flush: flush, to: &w)
         }
         emit(w.drain())
-    }
-
-    static func write(_ s: LedgerState, to w: inout JSONWriter) {
-        write(
-            s, transactions: s.transactions.keys.sorted().map { s.transactions[$0]! },
-            downloads: s.downloads.keys.sorted().map { s.downloads[$0]! }, owned: s.ownedContent, views: s.productViews(), to: &w)
     }
 
     private static func write(

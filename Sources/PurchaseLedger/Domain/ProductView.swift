@@ -27,8 +27,6 @@ public struct ProductViewFields: Sendable, Hashable, StreamCounted {
     public package(set) var campaignToken: String?
     /// `SKStoreProductParameterProviderToken`, when the app passed one.
     public package(set) var providerToken: String?
-    /// Presented, loaded, failed or dismissed: the latest of them.
-    public package(set) var state: ProductViewStatus = .presented
     /// The error the load failed with.
     public package(set) var error: StoreError?
     /// When it was presented.
@@ -46,6 +44,12 @@ public struct ProductViewFields: Sendable, Hashable, StreamCounted {
     public package(set) var replaces: String?
     /// Events stored in its stream (`productView:<id>`).
     public package(set) var events: Int64 = 0
+
+    /// Presented, loaded, failed or dismissed: the latest of them, from its times (a view loads
+    /// or fails, never both, and is dismissed last).
+    public var state: ProductViewStatus {
+        dismissedAt != nil ? .dismissed : failedAt != nil ? .failed : loadedAt != nil ? .loaded : .presented
+    }
 
     /// On screen: presented and not dismissed or replaced; an overlay that failed to load never
     /// showed (a sheet that failed shows its error until the user closes it).

@@ -104,14 +104,11 @@ extension Reducer {
         var next = record.fields
         switch transition.to {
         case .loaded:
-            next.state = .loaded
             next.loadedAt = e.at
         case .failed:
-            next.state = .failed
             next.failedAt = e.at
             next.error = error
         case .dismissed:
-            next.state = .dismissed
             next.dismissedAt = e.at
         case .notPresented, .presented:
             break

@@ -22,10 +22,9 @@ extension LedgerState {
             return restoreEvents
         case .productView(let v):
             // A view's stream counts with its record; events before it (an anomaly) wait as orphans.
-            guard var record = productViews[v] else { return orphan("productView:" + v) }
-            let version = record.recordEvent(adopting: orphanStreamEvents.removeValue(forKey: "productView:" + v))
-            productViews[v] = record
-            return version
+            guard productViews[v] != nil else { return orphan("productView:" + v) }
+            let adopted = orphanStreamEvents.isEmpty ? nil : orphanStreamEvents.removeValue(forKey: "productView:" + v)
+            return productViews[v]!.recordEvent(adopting: adopted)
         case .apple:
             // Counted with the orphan streams' counters, which snapshots already keep.
             return orphan(Self.appleStream)

@@ -266,6 +266,33 @@ def unpack_value(stored):
     return base64url(payload) + b"." + base64url(signature)
 
 
+def personal_value_block(first, last, raw_size, data):
+    """The rows of one `personal_value_blocks` row (docs/format.md, "Personal values"): its data
+    is an LZ4 block of `raw_size` bytes; each record is varint(ref - previous ref, the first from
+    first_ref - 1), varint(owner), a byte (1: 16 bytes of salt follow; 0: none), varint(length)
+    and the value as stored. Refs grow and stay within first_ref...last_ref."""
+    raw = lz4_block_decompress(data, raw_size)
+    pos, ref, rows = 0, first - 1, []
+    while pos < len(raw):
+        step, pos = read_varint(raw, pos)
+        if step < 1 or ref + step > last:
+            raise FormatError("personal value block %d...%d: a ref out of its range or order" % (first, last))
+        ref += step
+        owner, pos = read_varint(raw, pos)
+        if pos >= len(raw) or raw[pos] not in (0, 1):
+            raise FormatError("personal value block %d...%d: a bad salt flag" % (first, last))
+        salt = None
+        if raw[pos] == 1:
+            salt = raw[pos + 1:pos + 17]
+            if len(salt) != 16:
+                raise FormatError("personal value block %d...%d: a salt runs past the end" % (first, last))
+            pos += 16
+        pos += 1
+        value, pos = read_bytes(raw, pos)
+        rows.append((ref, (owner, salt, value)))
+    return rows
+
+
 class PersonalValues:
     """Resolves refs to the `personal_values` rows, or to `[erased ...]` markers once erased."""
 
@@ -904,6 +931,13 @@ def export(path, out, check_chain=False, key=None):
             # read as its bytes (then fail its commitment), not stop Python's UTF-8 decoding.
             rows = {row[0]: row[1:] for row in db.execute(
                 "SELECT ref, owner, salt, CAST(value AS BLOB) FROM personal_values")}
+        if table_exists(db, "personal_value_blocks"):
+            for first, last, raw_size, data in db.execute(
+                    "SELECT first_ref, last_ref, raw_size, data FROM personal_value_blocks ORDER BY first_ref"):
+                for ref, row in personal_value_block(first, last, raw_size, bytes(data)):
+                    if ref in rows:
+                        raise FormatError("personal value %d is held twice" % ref)
+                    rows[ref] = row
         headers = None
         if table_exists(db, "signing_headers"):
             headers = SigningHeaders(db.execute("SELECT digest, header FROM signing_headers"))

@@ -86,6 +86,40 @@ import Testing
         return all
     }
 
+    /// The file and its WAL, with the personal values sealed in its blocks decompressed: every
+    /// value the file holds is in there as written.
+    static func held(_ path: String) throws -> [UInt8] {
+        try bytes(path) + sealed(path).records
+    }
+
+    /// The personal values sealed in blocks (migration 0010): their decompressed records, and
+    /// each block's stored (compressed) bytes. A value there is not in the file as written.
+    static func sealed(_ path: String) throws -> (records: [UInt8], stored: [[UInt8]]) {
+        try DatabaseQueue(path: path).read { db in
+            let blocks = try PersonalValueBlocks.blocks(db)
+            return (try blocks.flatMap { try PersonalValueBlocks.decompress($0) }, blocks.map(\.data))
+        }
+    }
+
+    /// Whether `haystack` holds some 32-byte piece of `old` that `kept` does not (bytes of a
+    /// rewritten block left behind).
+    static func holdsPieces(of old: [UInt8], in haystack: [UInt8], besides kept: [[UInt8]]) -> Bool {
+        stride(from: 0, to: max(0, old.count - 32), by: 16).contains { i in
+            let piece = old[i..<(i + 32)]
+            return Self.contains(haystack, piece) && !kept.contains { Self.contains($0, piece) }
+        }
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: ArraySlice<UInt8>) -> Bool {
+        guard needle.count <= haystack.count, let first = needle.first else { return false }
+        var i = 0
+        while i <= haystack.count - needle.count {
+            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
     static func contains(_ haystack: [UInt8], _ needle: String) -> Bool {
         let n = Array(needle.utf8)
         guard n.count <= haystack.count, let first = n.first else { return false }
@@ -147,7 +181,19 @@ import Testing
         let lastBefore = try ledger.state(atSeq: .max).seq
         try ledger.checkpoint()
         let held = try Self.bytes(path)
-        #expect(Self.alice.secrets.allSatisfy { Self.contains(held, $0) }, "every value is in the file before")
+        let sealedBefore = try Self.sealed(path)
+        #expect(sealedBefore.stored.count >= 4, "the values are sealed in blocks")
+        #expect(
+            Self.alice.secrets.allSatisfy { Self.contains(held, $0) || Self.contains(sealedBefore.records, $0) },
+            "every value is in the file before")
+        // The blocks that held one of alice's values: rewritten by forget, their old bytes gone.
+        let alicesBlocks = try DatabaseQueue(path: path).read { db in
+            try PersonalValueBlocks.blocks(db).filter { block in
+                let records = try PersonalValueBlocks.decompress(block)
+                return Self.alice.secrets.contains { Self.contains(records, $0) }
+            }
+        }
+        #expect(!alicesBlocks.isEmpty)
 
         let summary = try ledger.forget(user: Self.alice.user)
         #expect(summary.values >= 8)
@@ -156,9 +202,12 @@ import Testing
 
         // No byte of alice is left in the file or its WAL; bob's values are all there.
         let raw = try Self.bytes(path)
-        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) }
+        let sealedAfter = try Self.sealed(path)
+        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) || Self.contains(sealedAfter.records, $0) }
         #expect(survived.isEmpty, "survived forget: \(survived)")
-        let lost = Self.bob.secrets.filter { !Self.contains(raw, $0) }
+        let leftBehind = alicesBlocks.filter { Self.holdsPieces(of: $0.data, in: raw, besides: sealedAfter.stored) }
+        #expect(leftBehind.isEmpty, "bytes of the blocks that held alice's values are still in the file: \(leftBehind.map(\.what))")
+        let lost = Self.bob.secrets.filter { !Self.contains(raw, $0) && !Self.contains(sealedAfter.records, $0) }
         #expect(lost.isEmpty, "another user's values lost: \(lost)")
 
         // The chain verifies, the reports still total, alice's records read as erased.
@@ -206,10 +255,10 @@ import Testing
             Event(at: E.at(502), .downloadFailed(download: "k1", error: StoreError(domain: "NSURLErrorDomain", code: -1001, message: "timed out on ann.smith's iPad"))),
         ])
         try ledger.checkpoint()
-        #expect(Self.contains(try Self.bytes(path), "s3cret-token"))
+        #expect(Self.contains(try Self.held(path), "s3cret-token"))
         let erased = try cli(["forget", path, "--download", "k1"])
         #expect(erased.status == 0 && erased.stdout.contains("personal values of the download"), "\(erased.stdout) \(erased.stderr)")
-        let raw = try Self.bytes(path)
+        let raw = try Self.held(path)
         #expect(!Self.contains(raw, "s3cret-token") && !Self.contains(raw, "ann.smith's iPad"), "the download's values are gone")
         #expect(Self.alice.secrets.allSatisfy { Self.contains(raw, $0) }, "a user's values stay")
         #expect(try cli(["verify", path]).status == 0)
@@ -236,7 +285,7 @@ import Testing
             let finished = try cli([finisher[0], path] + finisher.dropFirst())
             #expect(finished.status == 0, "\(finisher[0]): \(finished.stdout) \(finished.stderr)")
             if finisher[0] == "forget" { #expect(finished.stdout.contains("is now finished"), "\(finished.stdout)") }
-            let raw = try Self.bytes(path)
+            let raw = try Self.held(path)
             #expect(Self.alice.secrets.filter { Self.contains(raw, $0) }.isEmpty, "\(finisher[0]): the user is still in the file")
             #expect(try cli(["verify", path]).status == 0)
             #expect(try cli(["forget", path, "--user", Self.alice.user]).status == 2, "nothing pending: an unknown user again")
@@ -254,7 +303,7 @@ import Testing
         try app.append(Event(at: E.at(900), .transactionFinished(transaction: "t-a-4", discardContent: false)))
         #expect(try app.state(atSeq: .max).transactions["t-a-4"]?.user?.hasPrefix("[erased ") == true)
         try app.checkpoint()
-        let raw = try Self.bytes(path)
+        let raw = try Self.held(path)
         let survived = Self.alice.secrets.filter { Self.contains(raw, $0) }
         #expect(survived.isEmpty, "written back: \(survived)")
         #expect(try app.verify(all: true).isValid)

@@ -31,6 +31,8 @@ func testConfiguration(blockSize: Int = 8, snapshotInterval: Int = 16, codec: Bl
     c.maxSnapshotShare = 1
     c.blockCodec = codec
     c.durability = .normal
+    // A few personal values per sealed block: every test that records some reaches the blocks.
+    c.personalValuesPerBlock = 4
     return c
 }
 

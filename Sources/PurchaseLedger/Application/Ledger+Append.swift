@@ -180,7 +180,7 @@ extension Ledger {
                     if known == nil {
                         mutated = try catchUp(&w, db)
                         // Another connection may have recorded personal values: start from the table.
-                        try w.personal.sync(db)
+                        try w.personal.sync(db, rowsPerBlock: configuration.personalValuesPerBlock)
                     }
                     let batch = try AppendBatch(
                         db, configuration: configuration, chain: chain, lastLink: w.lastLink, storedTail: known?.tail,

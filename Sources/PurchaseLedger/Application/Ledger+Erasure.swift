@@ -142,7 +142,8 @@ extension Ledger {
         guard let subject = try PersonalValues.userRef(user, db) else {
             throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
         }
-        return try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
+        let rows = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
+        return (rows + (try PersonalValueBlocks.refs(ownedBy: subject, db))).sorted()
     }
 
     /// The refs of the values of no user that download `download`'s events introduced.
@@ -161,14 +162,19 @@ extension Ledger {
         let held =
             introduced.isEmpty
             ? []
-            : try Int64.fetchAll(
-                db, sql: "SELECT ref FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner = 0 ORDER BY ref")
+            : try
+                (Int64.fetchAll(
+                    db, sql: "SELECT ref FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner = 0 ORDER BY ref")
+                + PersonalValueBlocks.refs(ownedBy: 0, among: Set(introduced), db)).sorted()
         guard !held.isEmpty else {
             let ofUser =
                 introduced.isEmpty
                 ? 0
-                : try Int.fetchOne(
-                    db, sql: "SELECT count(*) FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner <> 0") ?? 0
+                : (try Int.fetchOne(
+                    db, sql: "SELECT count(*) FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner <> 0")
+                    ?? 0)
+                    // (None of those sealed is of no user: `held` would hold it.)
+                    + (try PersonalValueBlocks.refs(ownedBy: nil, among: Set(introduced), db).count)
             throw LedgerError.make(
                 .malformedInput,
                 ofUser > 0
@@ -182,6 +188,7 @@ extension Ledger {
     /// recorded, snapshots dropped and projections rewritten. Returns what it did and the writer.
     private func erase(refs: [Int64], _ db: Database) throws -> (ErasureSummary, Writer) {
         try db.execute(sql: "DELETE FROM personal_values WHERE ref IN (\(refs.map(String.init).joined(separator: ",")))")
+        try PersonalValueBlocks.erase(Set(refs), db)
 
         try db.execute(
             sql: """

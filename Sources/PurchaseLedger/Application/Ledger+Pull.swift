@@ -122,9 +122,19 @@ extension Ledger {
                 }
                 let insert = try db.makeStatement(sql: "INSERT INTO personal_values (ref, owner, salt, value) VALUES (?, ?, ?, ?)")
                 var held = Set<Int64>()
+                var others: [PersonalValueRow] = []
                 for row in pulled.values.sorted(by: { $0.ref < $1.ref }) where introduced.contains(row.ref) {
-                    try insert.execute(arguments: [row.ref, row.owner, row.salt.map { Data($0) }, Data(row.value)])
+                    // User ids as rows; the other values sealed into blocks, as an append does.
+                    if row.owner == row.ref {
+                        try insert.execute(arguments: [row.ref, row.owner, row.salt.map { Data($0) }, Data(row.value)])
+                    } else {
+                        others.append(row)
+                    }
                     held.insert(row.ref)
+                }
+                var tailCount = 0
+                for row in try PersonalValueBlocks.seal(others, tailCount: &tailCount, db) {
+                    try insert.execute(arguments: [row.ref, row.owner, row.salt.map { Data($0) }, Data(row.value)])
                 }
                 if let highest = introduced.max() {
                     try db.execute(sql: "DELETE FROM sqlite_sequence WHERE name = 'personal_values'")

@@ -34,11 +34,29 @@ package struct PersonalValueRow: Sendable, Hashable {
             sql += " WHERE ref IN (\(list))"
             if withOwners { sql += " OR ref IN (SELECT owner FROM personal_values WHERE ref IN (\(list)) AND owner > 0)" }
         }
-        sql += " ORDER BY ref"
-        return try Row.fetchAll(db, sql: sql).compactMap { row in
-            let value = PersonalValueRow(
-                ref: row[0], owner: row[1], salt: (row[2] as Data?).map { [UInt8]($0) }, value: [UInt8]((row[3] as Data?) ?? Data()))
-            return excluding.contains(value.ref) || excluding.contains(value.owner) ? nil : value
+        func rows(_ sql: String) throws -> [PersonalValueRow] {
+            try Row.fetchAll(db, sql: sql).map { row in
+                PersonalValueRow(ref: row[0], owner: row[1], salt: (row[2] as Data?).map { [UInt8]($0) }, value: [UInt8]((row[3] as Data?) ?? Data()))
+            }
+        }
+        var found = try rows(sql)
+        // The sealed values (migration 0010), and with `withOwners` their owners' rows.
+        var owners = Set<Int64>()
+        let sorted = refs?.sorted()
+        for block in try PersonalValueBlocks.blocks(above: (sorted?.first ?? 1) - 1, through: sorted?.last ?? .max, db) {
+            if let sorted, !block.covers(any: sorted) { continue }
+            for row in try PersonalValueBlocks.rows(of: block) where refs?.contains(row.ref) ?? true {
+                found.append(row)
+                if withOwners, row.owner > 0 { owners.insert(row.owner) }
+            }
+        }
+        owners.subtract(found.map(\.ref))
+        if !owners.isEmpty {
+            found += try rows("SELECT ref, owner, salt, value FROM personal_values WHERE ref IN (\(owners.sorted().map(String.init).joined(separator: ",")))")
+        }
+        var seen = Set<Int64>()
+        return found.sorted { $0.ref < $1.ref }.filter { row in
+            seen.insert(row.ref).inserted && !excluding.contains(row.ref) && !excluding.contains(row.owner)
         }
     }
 

@@ -44,6 +44,9 @@ public struct LedgerConfiguration: Sendable {
     /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
     /// (tests set small limits to reach them with a small ledger).
     var snapshotOverlay = SnapshotCodec.OverlayLimits()
+    /// Personal values (other than user ids) per sealed block (``PersonalValueBlocks``; tests
+    /// set a few, to reach blocks and their rewriting with a small ledger).
+    var personalValuesPerBlock = PersonalValueBlocks.rowsPerBlock
     /// How sealed blocks keep their events' links (tests write the older layout to read it back).
     var blockLayout = BlockLayout.current
     /// Whether events given to the library are checked as JSON input is (``InputLimits``). Tests

@@ -155,23 +155,23 @@ private struct Verifier {
         for row in try Row.fetchAll(db, sql: "SELECT ref, salt FROM personal_values WHERE salt IS NOT NULL") {
             salts[row[0]] = [UInt8](row[1] as Data)
         }
-        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value FROM personal_values ORDER BY ref")
-        while let row = try rows.next() {
-            let ref: Int64 = row[0]
-            let owner: Int64 = row[1]
-            seen.insert(ref)
-            guard let introduced = introduced[ref] else {
-                try problem(.personalValues, nil, "personal value \(ref) was never introduced by an event: a row added to personal_values")
-                continue
+        // One value, from a row or a sealed block (`where` names it).
+        func check(_ ref: Int64, owner: Int64, ownSalt: [UInt8]?, stored: UnsafeRawBufferPointer, where place: String) throws {
+            guard seen.insert(ref).inserted else {
+                try problem(.personalValues, nil, "personal value \(ref) is held twice (\(place) holds it again): a row or block added")
+                return
             }
-            let salt = salts[owner == 0 ? ref : owner] ?? []
-            let stored = [UInt8]((row[2] as Data?) ?? Data())
+            guard let introduced = introduced[ref] else {
+                try problem(.personalValues, nil, "personal value \(ref) was never introduced by an event: added to \(place)")
+                return
+            }
+            let salt = owner == 0 ? (ownSalt ?? salts[ref] ?? []) : (salts[owner] ?? [])
             // A packed value (a signed transaction's body) is committed to as its text.
-            let value = try? stored.withUnsafeBytes { (b) throws(BinaryReader.Failure) in try SignedParts.text(ofStored: b) }
+            let value = try? SignedParts.text(ofStored: stored)
             if value == nil || PersonalValues.commitment(salt: salt, value: value!) != introduced.commitment {
                 try problem(
                     .personalValues, introduced.seq,
-                    "personal value \(ref) is not the value event \(introduced.seq) committed to: it (or its salt) was edited in personal_values")
+                    "personal value \(ref) is not the value event \(introduced.seq) committed to: it (or its salt) was edited in \(place)")
             }
             if let erasure = erased[ref] {
                 try problem(
@@ -181,10 +181,32 @@ private struct Verifier {
                         : "personal value \(ref) is held, although ledger_info lists it as erased by the fleet store this copy was pulled from")
             }
         }
+        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value FROM personal_values ORDER BY ref")
+        while let row = try rows.next() {
+            let stored = [UInt8]((row[2] as Data?) ?? Data())
+            try stored.withUnsafeBytes { try check(row[0], owner: row[1], ownSalt: nil, stored: $0, where: "personal_values") }
+        }
+        // The sealed values (migration 0010): a block that does not decode is reported, and the
+        // values it held then count as missing.
+        for block in try PersonalValueBlocks.blocks(db) {
+            do {
+                let raw = try PersonalValueBlocks.decompress(block)
+                try raw.withUnsafeBytes { raw in
+                    try PersonalValueBlocks.forEachRecord(raw, of: block) { ref, owner, salt, value in
+                        try check(
+                            ref, owner: owner, ownSalt: salt.map { Array(raw[$0]) }, stored: UnsafeRawBufferPointer(rebasing: raw[value]),
+                            where: "personal_value_blocks (\(block.first)...\(block.last))")
+                    }
+                }
+            } catch let error as LedgerError {
+                try problem(.personalValues, nil, error.message)
+            }
+        }
         for (ref, introduced) in introduced.sorted(by: { $0.key < $1.key }) where !seen.contains(ref) && erased[ref] == nil {
             try problem(
                 .personalValues, introduced.seq,
-                "personal value \(ref), introduced by event \(introduced.seq), is missing and no erasure recorded its removal: a row deleted from personal_values")
+                "personal value \(ref), introduced by event \(introduced.seq), is missing and no erasure recorded its removal: deleted from personal_values or personal_value_blocks"
+            )
         }
     }
 

@@ -38,12 +38,15 @@ package final class PersonalValues: Sendable {
     let generation: Int64
     /// The signed transactions' headers (``SignedParts``), which payloads name by digest.
     private let headers: SigningHeaders
+    /// The ranges of the sealed blocks that did not decode (``damaged``).
+    private let damagedBlocks: [ClosedRange<Int64>]
 
     private init(
         bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true,
-        erasingAll: Bool = false, headers: SigningHeaders = .none
+        erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [ClosedRange<Int64>] = []
     ) {
         self.headers = headers
+        self.damagedBlocks = damagedBlocks
         self.erasingAll = erasingAll
         self.bytes = bytes
         self.starts = starts
@@ -66,6 +69,10 @@ package final class PersonalValues: Sendable {
         guard length >= 0 else {
             if length == PersonalValues.notRead {
                 throw BinaryReader.Failure(message: "refers to personal value \(ref), older than the snapshot it follows and not a user id")
+            }
+            if length == PersonalValues.damaged, let block = damagedBlocks.first(where: { $0.contains(Int64(ref)) }) {
+                throw BinaryReader.Failure(
+                    message: "refers to personal value \(ref), in the block of personal values \(block.lowerBound)...\(block.upperBound), which does not decode")
             }
             return nil
         }
@@ -93,6 +100,9 @@ package final class PersonalValues: Sendable {
     /// `lengths` of a ref whose row was erased (or never held), and of one a partial read left out.
     private static let absent: Int32 = -1
     private static let notRead: Int32 = -2
+    /// `lengths` of a ref in the range of a sealed block that does not decode: an event that
+    /// asks for it does not decode either (damage the load reports with its seq), the others do.
+    private static let damaged: Int32 = -3
 
     /// What an erased user id reads as everywhere (state, projections, reports, export).
     package static func erased(_ ref: UInt64) -> String { "[erased \(ref)]" }
@@ -122,18 +132,20 @@ package final class PersonalValues: Sendable {
         guard let (assigned, generation, file) = try header(db) else { return .empty }
         let cached = cache.withLock { $0[file] }
         if let cached, cached.generation == generation, cached.assigned == assigned { return cached }
-        var table = Table()
+        var table: Table
         var from: Int64 = 0
         if let cached, cached.generation == generation, cached.assigned < assigned {
-            table = Table(bytes: cached.bytes, starts: cached.starts, lengths: cached.lengths)
+            table = Table(extending: cached, through: assigned)
             from = cached.assigned
+        } else {
+            table = Table(through: assigned, missing: absent)
         }
         try table.read(
-            db.cachedStatement(sql: "SELECT ref, value FROM personal_values WHERE ref > ? AND ref <= ? ORDER BY ref"), [from, assigned],
-            through: assigned, missing: absent, db)
+            db.cachedStatement(sql: "SELECT ref, value FROM personal_values WHERE ref > ? AND ref <= ?"), [from, assigned], db)
+        try table.readBlocks(above: from, through: assigned, db)
         let loaded = PersonalValues(
             bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
-            headers: try SigningHeaders.read(db))
+            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks)
         cache.withLock { cache in
             if cache.count >= 8, cache[file] == nil { cache.removeAll() }
             cache[file] = loaded
@@ -142,39 +154,75 @@ package final class PersonalValues: Sendable {
     }
 
     /// What the events after a snapshot taken when `refs` refs were assigned can ask for: the
-    /// user ids' rows and the rows assigned since (any other value has a row of its own at each
-    /// event holding it, so none older). A cold state at a seq of the 1,000,000-event workload
-    /// reads a few thousand rows instead of 324,610. The whole table when it is cached already.
-    /// `upTo`: no event the caller reads uses a ref above it (the refs of the next snapshot, for
-    /// a state before it).
+    /// user ids' rows and the values assigned since (any other value has a ref of its own at
+    /// each event holding it, so none older). A cold state at a seq of the 1,000,000-event
+    /// workload reads a few thousand values instead of 324,610. The whole table when it is
+    /// cached already. `upTo`: no event the caller reads uses a ref above it (the refs of the
+    /// next snapshot, for a state before it).
     static func since(_ refs: Int64, upTo limit: Int64? = nil, _ db: Database) throws -> PersonalValues {
         guard let (assigned, generation, file) = try header(db) else { return .empty }
         if let cached = cache.withLock({ $0[file] }), cached.generation == generation, cached.assigned == assigned { return cached }
-        var table = Table()
+        let through = min(limit ?? assigned, assigned)
+        // Refs up to `refs` that are not user ids were left out; those above it that no row or
+        // block holds were erased.
+        var table = Table(through: assigned, missing: notRead)
+        if through > refs { table.mark(refs + 1...through, absent) }
         // The user ids through their partial index: left to itself, the planner reads every row
         // below `refs` by rowid instead.
         try table.read(
             db.cachedStatement(
                 sql: """
                     SELECT ref, value FROM personal_values INDEXED BY personal_values_users WHERE owner = ref AND ref <= ?1
-                    UNION ALL SELECT ref, value FROM personal_values WHERE ref > ?1 AND ref <= ?2 ORDER BY ref
-                    """), [refs, min(limit ?? assigned, assigned)], through: assigned, missing: notRead, db)
+                    UNION ALL SELECT ref, value FROM personal_values WHERE ref > ?1 AND ref <= ?2
+                    """), [refs, through], db)
+        try table.readBlocks(above: refs, through: through, db)
         return PersonalValues(
             bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
-            headers: try SigningHeaders.read(db))
+            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks)
     }
 
-    /// The arrays a read fills, rows in ref order.
+    /// The arrays a read fills: every ref up to the highest assigned has its entry from the
+    /// start, so rows and blocks fill them in any order.
     private struct Table {
         var bytes: [UInt8] = []
-        var starts: [UInt32] = [0]
-        var lengths: [Int32] = [absent]
+        var starts: [UInt32]
+        var lengths: [Int32]
+        var damagedBlocks: [ClosedRange<Int64>] = []
 
-        /// Adds the rows `statement` gives (ref, value, in ref order), the refs between them as
-        /// `missing`, and up to `assigned`. Through SQLite's C API: no row object, no `Data`.
-        mutating func read(_ statement: Statement, _ arguments: [Int64], through assigned: Int64, missing: Int32, _ db: Database) throws {
-            starts.reserveCapacity(Int(assigned) + 1)
-            lengths.reserveCapacity(Int(assigned) + 1)
+        /// Every ref through `assigned` as `missing` until read.
+        init(through assigned: Int64, missing: Int32) {
+            starts = Array(repeating: 0, count: Int(assigned) + 1)
+            lengths = Array(repeating: missing, count: Int(assigned) + 1)
+            lengths[0] = absent
+        }
+
+        /// `cached`'s entries, and the refs after them through `assigned` as erased until read.
+        init(extending cached: PersonalValues, through assigned: Int64) {
+            bytes = cached.bytes
+            starts = cached.starts
+            lengths = cached.lengths
+            damagedBlocks = cached.damagedBlocks
+            let more = Int(assigned) + 1 - lengths.count
+            if more > 0 {
+                starts.append(contentsOf: repeatElement(0, count: more))
+                lengths.append(contentsOf: repeatElement(absent, count: more))
+            }
+        }
+
+        mutating func mark(_ refs: ClosedRange<Int64>, _ length: Int32) {
+            for ref in refs where ref < Int64(lengths.count) { lengths[Int(ref)] = length }
+        }
+
+        @inline(__always) mutating func set(_ ref: Int64, _ value: UnsafeRawBufferPointer) {
+            guard ref >= 1, ref < Int64(lengths.count) else { return }
+            starts[Int(ref)] = UInt32(truncatingIfNeeded: bytes.count)
+            lengths[Int(ref)] = Int32(value.count)
+            bytes.append(contentsOf: value)
+        }
+
+        /// Adds the rows `statement` gives (ref, value). Through SQLite's C API: no row object,
+        /// no `Data`.
+        mutating func read(_ statement: Statement, _ arguments: [Int64], _ db: Database) throws {
             let handle = statement.sqliteStatement
             sqlite3_reset(handle)
             for (i, value) in arguments.enumerated() { sqlite3_bind_int64(handle, Int32(i + 1), value) }
@@ -185,23 +233,38 @@ package final class PersonalValues: Sendable {
                 guard step == SQLITE_ROW else {
                     throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: statement.sql)
                 }
-                let ref = sqlite3_column_int64(handle, 0)
-                guard ref >= Int64(lengths.count), ref <= assigned else { continue }
-                while Int64(lengths.count) < ref {
-                    starts.append(0)
-                    lengths.append(missing)
-                }
                 let count = Int(sqlite3_column_bytes(handle, 1))
-                starts.append(UInt32(truncatingIfNeeded: bytes.count))
-                lengths.append(Int32(count))
-                if count > 0, let blob = sqlite3_column_blob(handle, 1) {
-                    bytes.append(contentsOf: UnsafeRawBufferPointer(start: blob, count: count))
+                set(sqlite3_column_int64(handle, 0), UnsafeRawBufferPointer(start: count > 0 ? sqlite3_column_blob(handle, 1) : nil, count: count))
+            }
+            try checkSize()
+        }
+
+        /// Adds the sealed values of refs `above + 1 ... through`.
+        mutating func readBlocks(above: Int64, through: Int64, _ db: Database) throws {
+            guard through > above else { return }
+            for block in try PersonalValueBlocks.blocks(above: above, through: through, db) {
+                var read = Set<Int64>()
+                do {
+                    let raw = try PersonalValueBlocks.decompress(block)
+                    try raw.withUnsafeBytes { raw in
+                        try PersonalValueBlocks.forEachRecord(raw, of: block) { ref, _, _, value in
+                            guard ref > above && ref <= through else { return }
+                            set(ref, UnsafeRawBufferPointer(rebasing: raw[value]))
+                            read.insert(ref)
+                        }
+                    }
+                } catch is LedgerError {
+                    damagedBlocks.append(block.first...block.last)
+                    // The refs of its range that no row holds and no record before the damage gave.
+                    for ref in max(block.first, above + 1)...min(block.last, through) where !read.contains(ref) && lengths[Int(ref)] < 0 {
+                        lengths[Int(ref)] = damaged
+                    }
                 }
             }
-            while Int64(lengths.count) <= assigned {
-                starts.append(0)
-                lengths.append(missing)
-            }
+            try checkSize()
+        }
+
+        private func checkSize() throws {
             guard bytes.count < Int(UInt32.max) else {
                 throw LedgerError(.storage, "the ledger's personal values take more than 4 GiB")
             }
@@ -274,6 +337,13 @@ struct PersonalEncoder {
     private var complete = false
     /// Rows to insert: ref, owner, salt (a user id's, or a value of no user's), value.
     private var pending: [(Int64, Int64, [UInt8]?, String)] = []
+    /// Values other than user ids this append assigned and has not sealed into a block yet
+    /// (fewer than a block's worth): stored as rows at the append's end, unless more come.
+    private var unsealed: [PersonalValueRow] = []
+    /// How many such rows the table holds (the open tail, ``PersonalValueBlocks``).
+    private var tailCount = 0
+    /// Rows per sealed block (``LedgerConfiguration/personalValuesPerBlock``).
+    private var rowsPerBlock = PersonalValueBlocks.rowsPerBlock
     /// Refs assigned for the event being encoded, with their commitments.
     private var introduced: [(Int64, [UInt8])] = []
     /// The other values of the event being encoded and their refs (a value given twice in one
@@ -287,12 +357,15 @@ struct PersonalEncoder {
     private var pendingHeaders: [([UInt8], Substring)] = []
     private(set) var signingHeader: [UInt8]?
 
-    /// Makes the encoder agree with the table in `db` (inside the append's transaction).
-    mutating func sync(_ db: Database) throws {
+    /// Makes the encoder agree with the table in `db` (inside the append's transaction), sealing
+    /// values into blocks of `rowsPerBlock`.
+    mutating func sync(_ db: Database, rowsPerBlock: Int = PersonalValueBlocks.rowsPerBlock) throws {
         self = PersonalEncoder()
+        self.rowsPerBlock = max(1, rowsPerBlock)
         assigned = try PersonalValues.assignedRefs(db)
         // An empty table (a new ledger) is known whole; otherwise user ids are looked up as needed.
         complete = try Int64.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM personal_values")) == 0
+        tailCount = try PersonalValueBlocks.tailCount(db)
     }
 
     /// Looks up (or assigns) the ref of every personal value of `body`, owned by the user id
@@ -320,9 +393,9 @@ struct PersonalEncoder {
             if knownHeaders.insert(digest).inserted { pendingHeaders.append((digest, header)) }
             signingHeader = digest
         }
-        // Rows go to the table as they accumulate (in the append's transaction): a long import
-        // does not hold them all.
-        if pending.count >= 4096 { try write(db) }
+        // Rows go to the table (sealed in blocks) as they accumulate, in the append's
+        // transaction: a long import does not hold them all.
+        if pending.count >= 4096 { try write(db, final: false) }
         return holdsValues
     }
 
@@ -394,8 +467,10 @@ struct PersonalEncoder {
         }
     }
 
-    /// Inserts the rows assigned so far.
-    mutating func write(_ db: Database) throws {
+    /// Stores the rows assigned so far: user ids as rows; the other values sealed into blocks
+    /// of `rowsPerBlock` (with the table's open tail), and the rest kept
+    /// for the next call or, when `final` (the append's end), stored as rows.
+    mutating func write(_ db: Database, final: Bool = true) throws {
         for (digest, header) in pendingHeaders {
             // Another append (or an erased user's purchase) may have stored it already.
             try db.execute(
@@ -403,40 +478,57 @@ struct PersonalEncoder {
                 arguments: [Data(digest), String(header)])
         }
         pendingHeaders.removeAll()
-        guard !pending.isEmpty else { return }
+        // (A ledger written before migration 0010 holds its values as rows: its next append
+        // seals them, whether it adds any or not.)
+        guard !pending.isEmpty || (final && !unsealed.isEmpty) || tailCount >= rowsPerBlock else { return }
         // Bound through SQLite's C API: no boxing, no copy of the value into a `Data`.
         let insert = try db.cachedStatement(sql: "INSERT INTO personal_values (ref, owner, salt, value) VALUES (?, ?, ?, ?)")
-        let statement = insert.sqliteStatement
         for (ref, owner, salt, value) in pending {
             var value = value
             // A signed transaction's body (nothing else is two parts of base64url) is packed.
-            let packed = value.utf8.count > 64 ? SignedParts.pack(value) : nil
-            let code = value.withUTF8 { utf8 in
-                sqlite3_reset(statement)
-                sqlite3_bind_int64(statement, 1, ref)
-                sqlite3_bind_int64(statement, 2, owner)
-                if let salt {
-                    salt.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 3, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
-                } else {
-                    sqlite3_bind_null(statement, 3)
-                }
-                if let packed {
-                    packed.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 4, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
-                } else if let base = utf8.baseAddress, !utf8.isEmpty {
-                    sqlite3_bind_blob(statement, 4, base, Int32(utf8.count), SQLITE_TRANSIENT)
-                } else {
-                    // An empty value: a zero-length blob, not NULL.
-                    sqlite3_bind_zeroblob(statement, 4, 0)
-                }
-                let step = sqlite3_step(statement)
-                sqlite3_reset(statement)
-                return step
-            }
-            guard code == SQLITE_DONE else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: db.lastErrorMessage, sql: insert.sql)
+            let stored = (value.utf8.count > 64 ? SignedParts.pack(value) : nil) ?? value.withUTF8 { Array($0) }
+            if owner == ref {
+                try PersonalEncoder.insert(PersonalValueRow(ref: ref, owner: owner, salt: salt, value: stored), insert, db)
+            } else {
+                unsealed.append(PersonalValueRow(ref: ref, owner: owner, salt: salt, value: stored))
             }
         }
         pending.removeAll(keepingCapacity: true)
+        if tailCount + unsealed.count >= rowsPerBlock {
+            unsealed = try PersonalValueBlocks.seal(unsealed, tailCount: &tailCount, rowsPerBlock: rowsPerBlock, db)
+        }
+        if final {
+            for row in unsealed { try PersonalEncoder.insert(row, insert, db) }
+            tailCount += unsealed.count
+            unsealed.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Inserts one row of `personal_values`.
+    static func insert(_ row: PersonalValueRow, _ insert: Statement, _ db: Database) throws {
+        let statement = insert.sqliteStatement
+        let code = row.value.withUnsafeBytes { value in
+            sqlite3_reset(statement)
+            sqlite3_bind_int64(statement, 1, row.ref)
+            sqlite3_bind_int64(statement, 2, row.owner)
+            if let salt = row.salt {
+                salt.withUnsafeBytes { _ = sqlite3_bind_blob(statement, 3, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+            } else {
+                sqlite3_bind_null(statement, 3)
+            }
+            if let base = value.baseAddress, !value.isEmpty {
+                sqlite3_bind_blob(statement, 4, base, Int32(value.count), SQLITE_TRANSIENT)
+            } else {
+                // An empty value: a zero-length blob, not NULL.
+                sqlite3_bind_zeroblob(statement, 4, 0)
+            }
+            let step = sqlite3_step(statement)
+            sqlite3_reset(statement)
+            return step
+        }
+        guard code == SQLITE_DONE else {
+            throw DatabaseError(resultCode: ResultCode(rawValue: code), message: db.lastErrorMessage, sql: insert.sql)
+        }
     }
 }
 

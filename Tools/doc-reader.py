@@ -271,6 +271,8 @@ def personal_value_block(first, last, raw_size, data):
     is an LZ4 block of `raw_size` bytes; each record is varint(ref - previous ref, the first from
     first_ref - 1), varint(owner), a byte (1: 16 bytes of salt follow; 0: none), varint(length)
     and the value as stored. Refs grow and stay within first_ref...last_ref."""
+    if first < 1 or last < first:
+        raise FormatError("personal value block %d...%d: its range holds no ref" % (first, last))
     raw = lz4_block_decompress(data, raw_size)
     pos, ref, rows = 0, first - 1, []
     while pos < len(raw):
@@ -933,7 +935,7 @@ def export(path, out, check_chain=False, key=None):
                 "SELECT ref, owner, salt, CAST(value AS BLOB) FROM personal_values")}
         if table_exists(db, "personal_value_blocks"):
             for first, last, raw_size, data in db.execute(
-                    "SELECT first_ref, last_ref, raw_size, data FROM personal_value_blocks ORDER BY first_ref"):
+                    "SELECT first_ref, last_ref, raw_size, CAST(data AS BLOB) FROM personal_value_blocks ORDER BY first_ref"):
                 for ref, row in personal_value_block(first, last, raw_size, bytes(data)):
                     if ref in rows:
                         raise FormatError("personal value %d is held twice" % ref)

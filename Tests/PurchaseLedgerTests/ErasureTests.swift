@@ -89,7 +89,16 @@ import Testing
     /// The file and its WAL, with the personal values sealed in its blocks decompressed: every
     /// value the file holds is in there as written.
     static func held(_ path: String) throws -> [UInt8] {
-        try bytes(path) + sealed(path).records
+        try bytes(path) + sealed(path).records + snapshotPages(path)
+    }
+
+    /// Every snapshot page of the file, decompressed (the records snapshots hold).
+    static func snapshotPages(_ path: String) throws -> [UInt8] {
+        try DatabaseQueue(path: path).read { db in
+            try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages").flatMap { row in
+                try LZ4.decompressStored([UInt8](row[1] as Data), originalSize: row[0], "a snapshot page")
+            }
+        }
     }
 
     /// The personal values sealed in blocks (migration 0010): their decompressed records, and
@@ -186,6 +195,9 @@ import Testing
         #expect(
             Self.alice.secrets.allSatisfy { Self.contains(held, $0) || Self.contains(sealedBefore.records, $0) },
             "every value is in the file before")
+        let snapshotsBefore = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        #expect(snapshotsBefore.count >= 3)
+        #expect(Self.alice.secrets.contains { Self.contains(try! Self.snapshotPages(path), $0) }, "the snapshots hold alice's values before")
         // The blocks that held one of alice's values: rewritten by forget, their old bytes gone.
         let alicesBlocks = try DatabaseQueue(path: path).read { db in
             try PersonalValueBlocks.blocks(db).filter { block in
@@ -203,12 +215,18 @@ import Testing
         // No byte of alice is left in the file or its WAL; bob's values are all there.
         let raw = try Self.bytes(path)
         let sealedAfter = try Self.sealed(path)
-        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) || Self.contains(sealedAfter.records, $0) }
+        let pagesAfter = try Self.snapshotPages(path)
+        let survived = Self.alice.secrets.filter { Self.contains(raw, $0) || Self.contains(sealedAfter.records, $0) || Self.contains(pagesAfter, $0) }
         #expect(survived.isEmpty, "survived forget: \(survived)")
         let leftBehind = alicesBlocks.filter { Self.holdsPieces(of: $0.data, in: raw, besides: sealedAfter.stored) }
         #expect(leftBehind.isEmpty, "bytes of the blocks that held alice's values are still in the file: \(leftBehind.map(\.what))")
         let lost = Self.bob.secrets.filter { !Self.contains(raw, $0) && !Self.contains(sealedAfter.records, $0) }
         #expect(lost.isEmpty, "another user's values lost: \(lost)")
+        // The snapshots were taken again at their seqs (time travel as fast as before), and one
+        // at the erasure.
+        let snapshotsAfter = try DatabaseQueue(path: path).read { try Int64.fetchAll($0, sql: "SELECT seq FROM snapshots ORDER BY seq") }
+        #expect(snapshotsAfter == snapshotsBefore + [summary.seq], "\(snapshotsBefore) -> \(snapshotsAfter)")
+        #expect(summary.snapshotsDropped == snapshotsBefore.count)
 
         // The chain verifies, the reports still total, alice's records read as erased.
         let report = try ledger.verify(all: true, everySnapshot: true)

@@ -151,6 +151,45 @@ struct PersonalValueBlocksTests {
                 arguments: [row.ref, row.owner, row.salt.map { Data($0) }, Data(row.value)])
         }
         #expect(twice.problems.count == 1 && twice.problems[0].contains("held twice"), "\(twice.problems)")
+        // A range edited to nothing, or shrunk: the block does not decode (no trap, no value
+        // read as erased), named by verify and by the replay.
+        for (name, edit) in [("empty", "last_ref = first_ref - 2"), ("shrunk", "last_ref = first_ref + 100"), ("negative", "first_ref = -9223372036854775808")] {
+            let result = try tampered("\(name).ledger") { db in
+                try db.execute(sql: "UPDATE personal_value_blocks SET \(edit) WHERE first_ref = ?", arguments: [first])
+            }
+            #expect(!result.all.isEmpty, "\(name)")
+            #expect(result.replay?.code == .corruptData, "\(name): \(String(describing: result.replay))")
+        }
+        // A size no LZ4 block reaches: refused before it is allocated.
+        let huge = try tampered("huge.ledger") { db in
+            try db.execute(sql: "UPDATE personal_value_blocks SET raw_size = 2113929216 WHERE first_ref = ?", arguments: [first])
+        }
+        #expect(huge.replay?.code == .corruptData)
+        let claimed = try DatabaseQueue(path: dir.path("huge.ledger")).read { db in
+            #expect(throws: LedgerError.self) { try PersonalValueBlocks.decompress(try #require(try PersonalValueBlocks.blocks(db).first)) }
+            do { _ = try PersonalValueBlocks.decompress(try #require(try PersonalValueBlocks.blocks(db).first)) } catch { return "\(error)" }
+            return ""
+        }
+        #expect(claimed.contains("claims 2113929216 bytes"), "\(claimed)")
+        // A user's value made one of no user (with the user's salt, so that its commitment still
+        // checks): forget would leave it. And a user id sealed as a value of no user, its row gone.
+        let disowned = try tampered("disowned.ledger") { db in
+            let block = try #require(try PersonalValueBlocks.blocks(db).first)
+            let rows = try PersonalValueBlocks.rows(of: block)
+            let value = try #require(rows.first { $0.owner != 0 })
+            let salt = try #require(try Data.fetchOne(db, sql: "SELECT salt FROM personal_values WHERE ref = ?", arguments: [value.owner]))
+            let edited = rows.map { $0.ref == value.ref ? PersonalValueRow(ref: $0.ref, owner: 0, salt: [UInt8](salt), value: $0.value) : $0 }
+            try db.execute(sql: "DELETE FROM personal_value_blocks WHERE first_ref = ?", arguments: [block.first])
+            try PersonalValueBlocks.write(edited[...], db)
+        }
+        #expect(disowned.problems.count == 1 && disowned.problems[0].contains("its owner was edited"), "\(disowned.problems)")
+        let sealedUser = try tampered("sealed-user.ledger") { db in
+            let user = try #require(try Row.fetchOne(db, sql: "SELECT ref, salt, value FROM personal_values WHERE owner = ref ORDER BY ref DESC LIMIT 1"))
+            try db.execute(sql: "DELETE FROM personal_values WHERE ref = ?", arguments: [user[0] as Int64])
+            let row = PersonalValueRow(ref: user[0], owner: 0, salt: [UInt8](user[1] as Data), value: [UInt8](user[2] as Data))
+            try PersonalValueBlocks.write([row][...], db)
+        }
+        #expect(sealedUser.problems.contains { $0.contains("a user id in event") && $0.contains("forget would not find it") }, "\(sealedUser.problems)")
     }
 
     /// A ledger written before migration 0010 holds every value as a row: it reads as before

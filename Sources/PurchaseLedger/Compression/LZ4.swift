@@ -246,6 +246,12 @@ extension LZ4 {
     static func decompressStored(
         _ input: [UInt8], originalSize: Int, dictionary: [UInt8]? = nil, _ what: @autoclosure () -> String, seq: Int64? = nil
     ) throws(LedgerError) -> [UInt8] {
+        // No LZ4 block expands more than 255 times (a match's length costs a byte per 255): a
+        // size beyond that is damage, refused before `originalSize` bytes are allocated (an
+        // edited size of 2 GB on a 16 KB block cost every reader 2.1 GB before it failed).
+        guard originalSize <= input.count * 255 + 64 else {
+            throw LedgerError.corrupt("\(what()) does not decompress (it claims \(originalSize) bytes from \(input.count))", seq: seq)
+        }
         do {
             return try input.withUnsafeBytes { bytes in try decompress(bytes, originalSize: originalSize, dictionary: dictionary) }
         } catch {

@@ -88,6 +88,18 @@ private struct Verifier {
     var introduced: [Int64: (commitment: [UInt8], seq: Int64)] = [:]
     /// Refs an erasure event recorded, with its seq.
     var erased: [Int64: Int64] = [:]
+    /// Whom each introduced value belongs to, as its event says (the user id the writer owned it
+    /// by, from the state the event left), with the event's seq.
+    var owners: [Int64: (owner: ExpectedOwner, seq: Int64)] = [:]
+    /// The values as the log's replay reads them (for the owners above).
+    var personal = PersonalValues.empty
+
+    enum ExpectedOwner {
+        /// A user id: its own row.
+        case user
+        /// A value of this user id (nil: of no user).
+        case value(of: String?)
+    }
     /// The evidence rows the log's signed events give, and the secret their keys are made with.
     var evidence = EvidenceRows.Collector()
     var evidenceSecret = EvidenceRows.Context(secret: [], bundleID: nil)
@@ -155,8 +167,33 @@ private struct Verifier {
         for row in try Row.fetchAll(db, sql: "SELECT ref, salt FROM personal_values WHERE salt IS NOT NULL") {
             salts[row[0]] = [UInt8](row[1] as Data)
         }
-        // One value, from a row or a sealed block (`where` names it).
+        // The user ids' rows, by ref (owners of the other values).
+        var userIDs: [Int64: String] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT ref, value FROM personal_values WHERE owner = ref") {
+            userIDs[row[0]] = String(decoding: (row[1] as Data?) ?? Data(), as: UTF8.self)
+        }
+        // One value, from a row or a sealed block (`where` names it; `ownSalt`: a salt of its own).
         func check(_ ref: Int64, owner: Int64, ownSalt: [UInt8]?, stored: UnsafeRawBufferPointer, where place: String) throws {
+            // Whom it belongs to, against its event: an owner edited (a user's value made one of
+            // no user, a user id made a value) would keep it, and its salt, out of the user's erasure.
+            if let (expected, seq) = owners[ref] {
+                let held = owner == 0 ? "as a value of no user" : owner == ref ? "as a user id" : "as a value of the user id \(owner)"
+                switch expected {
+                case .user where owner != ref || place != "personal_values":
+                    try problem(
+                        .personalValues, seq,
+                        "personal value \(ref), a user id in event \(seq), is held \(held) in \(place): it was edited, so that forget would not find it")
+                case .value(let user) where owner == ref || (owner == 0 ? user != nil : userIDs[owner].map { $0 != user } ?? false):
+                    try problem(
+                        .personalValues, seq,
+                        "personal value \(ref) is held \(held) in \(place), not as event \(seq) recorded it: its owner was edited, so that forget would not erase it with its user")
+                default:
+                    break
+                }
+            }
+            if owner != 0 && owner != ref && ownSalt != nil {
+                try problem(.personalValues, nil, "personal value \(ref) in \(place) holds a salt of its own, which only a value of no user has: it was edited")
+            }
             guard seen.insert(ref).inserted else {
                 try problem(.personalValues, nil, "personal value \(ref) is held twice (\(place) holds it again): a row or block added")
                 return
@@ -181,10 +218,11 @@ private struct Verifier {
                         : "personal value \(ref) is held, although ledger_info lists it as erased by the fleet store this copy was pulled from")
             }
         }
-        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value FROM personal_values ORDER BY ref")
+        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value, salt FROM personal_values ORDER BY ref")
         while let row = try rows.next() {
             let stored = [UInt8]((row[2] as Data?) ?? Data())
-            try stored.withUnsafeBytes { try check(row[0], owner: row[1], ownSalt: nil, stored: $0, where: "personal_values") }
+            let ownSalt = (row[3] as Data?).map { [UInt8]($0) }
+            try stored.withUnsafeBytes { try check(row[0], owner: row[1], ownSalt: ownSalt, stored: $0, where: "personal_values") }
         }
         // The sealed values (migration 0010): a block that does not decode is reported, and the
         // values it held then count as missing.
@@ -221,6 +259,27 @@ private struct Verifier {
                 + ": the id (or the key) in ledger_info was replaced, to pass this file off as another ledger")
     }
 
+    /// Notes whom each value `e` introduces belongs to: a user id itself, or the user id the
+    /// writer owned the event's values by (``PersonalData/owner(of:in:)`` in the state it left).
+    /// A text given both as a user id and as another value of the event is left out (which of
+    /// its two refs is which cannot be told from the text).
+    mutating func noteOwners(_ e: RecordedEvent, payload: [UInt8], state: LedgerState) {
+        let refs = PayloadCodec.introductions(in: payload)
+        guard !refs.isEmpty else { return }
+        var users = Set<String>(), others = Set<String>()
+        PersonalData.forEachValue(in: e.event.body) { value, isUser in
+            if isUser { users.insert(value) } else { others.insert(value) }
+        }
+        let owner = PersonalData.owner(of: e.event.body, in: state)
+        for (ref, _) in refs {
+            // Erased (or not readable): nothing held to compare.
+            guard let text = try? personal.value(UInt64(ref)) else { continue }
+            let isUser = users.contains(text), isOther = others.contains(text)
+            guard isUser != isOther else { continue }
+            owners[ref] = (isUser ? .user : .value(of: owner), e.seq)
+        }
+    }
+
     /// Walks the log once: decoding, sequence, chain and rules. Returns the replayed state and
     /// whether it can be trusted for the projection check (no event was lost on the way).
     private mutating func checkLog(_ db: Database) throws -> (LedgerState, Projector.HistoryCollector, Bool) {
@@ -247,6 +306,7 @@ private struct Verifier {
         }[...]
         let pages = SnapshotPageCache()
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
+        personal = try PersonalValues.current(db)
         var me = self
         defer { self = me }
         try replay.run(
@@ -313,6 +373,7 @@ private struct Verifier {
             },
             after: { step, replayed, state in
                 try me.checkAfter(step.event, replayed, state: state)
+                me.noteOwners(step.event, payload: step.entry.payload, state: state)
                 if case .outcome(let outcome) = replayed, step.event.event.body.signedTransaction != nil {
                     me.evidence.add(EvidenceRows.found(step.event, outcome: outcome, state: state, secret: me.evidenceSecret))
                 }

@@ -81,8 +81,12 @@ enum PersonalValueBlocks {
         _ raw: UnsafeRawBufferPointer, of block: Stored, _ visit: (Int64, Int64, Range<Int>?, Range<Int>) throws -> Void
     ) throws {
         var r = BinaryReader(raw)
-        var ref = block.first - 1
         do {
+            // A range edited to nothing, or to refs no writer gives (a ref is at least 1).
+            guard block.first >= 1, block.last >= block.first else {
+                throw BinaryReader.Failure(message: "its range \(block.first)...\(block.last) holds no ref")
+            }
+            var ref = block.first - 1
             while !r.isAtEnd {
                 let step = try r.varint()
                 guard step >= 1, step <= UInt64(block.last - ref) else {
@@ -118,6 +122,9 @@ enum PersonalValueBlocks {
     }
 
     static func decompress(_ block: Stored) throws(LedgerError) -> [UInt8] {
+        guard block.first >= 1, block.last >= block.first else {
+            throw LedgerError.make(.corruptData, "\(block.what) does not decode (its range holds no ref): it was edited or damaged")
+        }
         guard block.rawSize >= 0, block.rawSize <= LZ4.maxInputSize else {
             throw LedgerError.make(.corruptData, "\(block.what) claims \(block.rawSize) bytes decompressed: it was edited or damaged")
         }
@@ -126,13 +133,14 @@ enum PersonalValueBlocks {
 
     // MARK: - Reading and writing
 
-    /// The stored blocks holding any ref in `above + 1 ... through` (nil: every block), in ref order.
+    /// The stored blocks holding any ref in `above + 1 ... through`, in ref order, and any whose
+    /// range was edited to nothing (which then does not decode, rather than go unread).
     static func blocks(above: Int64 = 0, through: Int64 = .max, _ db: Database) throws -> [Stored] {
         guard try exist(db) else { return [] }
         let statement = try db.cachedStatement(
             sql: """
                 SELECT first_ref, last_ref, raw_size, data FROM personal_value_blocks
-                WHERE last_ref > ? AND first_ref <= ? ORDER BY first_ref
+                WHERE first_ref <= ?2 AND (last_ref > ?1 OR last_ref < first_ref) ORDER BY first_ref
                 """)
         var blocks: [Stored] = []
         let handle = statement.sqliteStatement

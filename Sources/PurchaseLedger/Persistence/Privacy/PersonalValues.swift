@@ -38,12 +38,12 @@ package final class PersonalValues: Sendable {
     let generation: Int64
     /// The signed transactions' headers (``SignedParts``), which payloads name by digest.
     private let headers: SigningHeaders
-    /// The ranges of the sealed blocks that did not decode (``damaged``).
-    private let damagedBlocks: [ClosedRange<Int64>]
+    /// The refs of each sealed block that did not decode (``damaged``), and its name.
+    private let damagedBlocks: [(refs: ClosedRange<Int64>, what: String)]
 
     private init(
         bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true,
-        erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [ClosedRange<Int64>] = []
+        erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [(refs: ClosedRange<Int64>, what: String)] = []
     ) {
         self.headers = headers
         self.damagedBlocks = damagedBlocks
@@ -70,9 +70,8 @@ package final class PersonalValues: Sendable {
             if length == PersonalValues.notRead {
                 throw BinaryReader.Failure(message: "refers to personal value \(ref), older than the snapshot it follows and not a user id")
             }
-            if length == PersonalValues.damaged, let block = damagedBlocks.first(where: { $0.contains(Int64(ref)) }) {
-                throw BinaryReader.Failure(
-                    message: "refers to personal value \(ref), in the block of personal values \(block.lowerBound)...\(block.upperBound), which does not decode")
+            if length == PersonalValues.damaged, let block = damagedBlocks.first(where: { $0.refs.contains(Int64(ref)) }) {
+                throw BinaryReader.Failure(message: "refers to personal value \(ref), in \(block.what), which does not decode")
             }
             return nil
         }
@@ -187,7 +186,7 @@ package final class PersonalValues: Sendable {
         var bytes: [UInt8] = []
         var starts: [UInt32]
         var lengths: [Int32]
-        var damagedBlocks: [ClosedRange<Int64>] = []
+        var damagedBlocks: [(refs: ClosedRange<Int64>, what: String)] = []
 
         /// Every ref through `assigned` as `missing` until read.
         init(through assigned: Int64, missing: Int32) {
@@ -242,7 +241,8 @@ package final class PersonalValues: Sendable {
         /// Adds the sealed values of refs `above + 1 ... through`.
         mutating func readBlocks(above: Int64, through: Int64, _ db: Database) throws {
             guard through > above else { return }
-            for block in try PersonalValueBlocks.blocks(above: above, through: through, db) {
+            let blocks = try PersonalValueBlocks.blocks(above: above, through: through, db)
+            for (index, block) in blocks.enumerated() {
                 var read = Set<Int64>()
                 do {
                     let raw = try PersonalValueBlocks.decompress(block)
@@ -254,9 +254,13 @@ package final class PersonalValues: Sendable {
                         }
                     }
                 } catch is LedgerError {
-                    damagedBlocks.append(block.first...block.last)
-                    // The refs of its range that no row holds and no record before the damage gave.
-                    for ref in max(block.first, above + 1)...min(block.last, through) where !read.contains(ref) && lengths[Int(ref)] < 0 {
+                    // The refs that no row holds and no record before the damage gave, from its
+                    // first ref to the next block's (its own last may be what was damaged).
+                    let first = max(block.first, above + 1, 1)
+                    let last = min(index + 1 < blocks.count ? blocks[index + 1].first - 1 : through, through, Int64(lengths.count - 1))
+                    guard first <= last else { continue }
+                    damagedBlocks.append((first...last, block.what))
+                    for ref in first...last where !read.contains(ref) && lengths[Int(ref)] < 0 {
                         lengths[Int(ref)] = damaged
                     }
                 }

@@ -246,11 +246,13 @@ extension Ledger {
         try db.execute(sql: "INSERT OR REPLACE INTO ledger_info (key, value) VALUES ('erasure_unfinished', ?)", arguments: [seq])
 
         // The projection rows that held the values, and a snapshot of the state without them
-        // (encoded on another thread while the rows are written).
+        // (encoded on another thread while the rows are written), sharing the pages of those
+        // just taken again (a whole new one cost 0.3 s of the 1,000,000-event ledger's erasure).
         let state = w.state
+        let written = spooled
         let snapshot =
             configuration.snapshotInterval > 0
-            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay) { _ in false } }]) : nil
+            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay) { written.contains($0) } }]) : nil
         let rebuilt = try Projector.reconcile(state: state, history: history, stored: storedRows.take(0), db)
         releaseInBackground(consume history)
         if let snapshot {

@@ -266,9 +266,10 @@ private struct Verifier {
     mutating func noteOwners(_ e: RecordedEvent, payload: [UInt8], state: LedgerState) {
         let refs = PayloadCodec.introductions(in: payload)
         guard !refs.isEmpty else { return }
-        var users = Set<String>(), others = Set<String>()
+        // (An event holds a few values: arrays, not sets.)
+        var users: [String] = [], others: [String] = []
         PersonalData.forEachValue(in: e.event.body) { value, isUser in
-            if isUser { users.insert(value) } else { others.insert(value) }
+            if isUser { users.append(value) } else { others.append(value) }
         }
         let owner = PersonalData.owner(of: e.event.body, in: state)
         for (ref, _) in refs {

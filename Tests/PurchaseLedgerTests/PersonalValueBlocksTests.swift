@@ -127,6 +127,9 @@ struct PersonalValueBlocksTests {
             try db.execute(sql: "UPDATE personal_value_blocks SET data = ? WHERE first_ref = ?", arguments: [Data(data), first])
         }
         #expect(edited.problems.count == 1 && edited.problems[0].contains("edited in personal_value_blocks"), "\(edited.problems)")
+        // Plain verify (the first problem only) names the edit, not what it changed downstream.
+        let plain = try Ledger(path: dir.path("edited.ledger"), configuration: readOnly).verify().problems
+        #expect(plain.count == 1 && plain[0].kind == .personalValues, "\(plain)")
         let deleted = try tampered("deleted.ledger") { db in
             try db.execute(sql: "DELETE FROM personal_value_blocks WHERE first_ref = ?", arguments: [first])
         }

@@ -71,7 +71,16 @@ extension Ledger {
     public func verify(all: Bool = false, everySnapshot: Bool = false, progress: ((Int64, Int64) -> Void)? = nil) throws -> VerificationReport {
         try read { db in
             var verifier = Verifier(chain: chain, all: all, everySnapshot: everySnapshot, progress: progress)
-            return try verifier.run(db)
+            let report = try verifier.run(db)
+            // A personal value edited beside its commitment first shows as what it changed: a
+            // rule that no longer fits, a snapshot or projection that differs. The first problem
+            // named should be the cause: checked on (only when the ledger already failed).
+            guard !all, let first = report.problems.first, [.rules, .snapshot, .projections].contains(first.kind) else { return report }
+            var whole = Verifier(chain: chain, all: true, everySnapshot: everySnapshot, progress: nil)
+            guard let cause = try whole.run(db).problems.first(where: { $0.kind == .personalValues }) else { return report }
+            var named = report
+            named.problems = [cause]
+            return named
         }
     }
 }

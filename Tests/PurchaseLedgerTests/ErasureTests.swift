@@ -130,14 +130,7 @@ import Testing
     }
 
     static func contains(_ haystack: [UInt8], _ needle: String) -> Bool {
-        let n = Array(needle.utf8)
-        guard n.count <= haystack.count, let first = n.first else { return false }
-        var i = 0
-        while i <= haystack.count - n.count {
-            if haystack[i] == first && haystack[i..<(i + n.count)].elementsEqual(n) { return true }
-            i += 1
-        }
-        return false
+        contains(haystack, Array(needle.utf8)[...])
     }
 
     /// The log holds no personal value at all: every one is a ref into `personal_values`.

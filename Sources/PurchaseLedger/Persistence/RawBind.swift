@@ -67,6 +67,23 @@ final class PreparedStatements: @unchecked Sendable {  // unchecked: used only u
 }
 
 extension Statement {
+    /// Binds `arguments` (integers, from parameter 1) and calls `row` with the SQLite statement
+    /// at each row: read through SQLite's C API, with no row object and no `Data`.
+    func forEachRow(_ arguments: [Int64], _ db: Database, _ row: (OpaquePointer) throws -> Void) throws {
+        let handle = sqliteStatement
+        sqlite3_reset(handle)
+        for (i, value) in arguments.enumerated() { sqlite3_bind_int64(handle, Int32(i + 1), value) }
+        defer { sqlite3_reset(handle) }
+        while true {
+            let step = sqlite3_step(handle)
+            if step == SQLITE_DONE { return }
+            guard step == SQLITE_ROW else {
+                throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: sql)
+            }
+            try row(handle)
+        }
+    }
+
     /// Runs this statement, which takes no arguments, straight through SQLite's C API: for
     /// `BEGIN` and `COMMIT` on the append path, where GRDB's bookkeeping around every statement
     /// (transaction observers this library does not use) showed in the profile.

@@ -143,17 +143,7 @@ enum PersonalValueBlocks {
                 WHERE first_ref <= ?2 AND (last_ref > ?1 OR last_ref < first_ref) ORDER BY first_ref
                 """)
         var blocks: [Stored] = []
-        let handle = statement.sqliteStatement
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, above)
-        sqlite3_bind_int64(handle, 2, through)
-        defer { sqlite3_reset(handle) }
-        while true {
-            let step = sqlite3_step(handle)
-            if step == SQLITE_DONE { break }
-            guard step == SQLITE_ROW else {
-                throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: statement.sql)
-            }
+        try statement.forEachRow([above, through], db) { handle in
             let count = Int(sqlite3_column_bytes(handle, 3))
             let data = count > 0 ? [UInt8](UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: count)) : []
             blocks.append(

@@ -222,16 +222,7 @@ package final class PersonalValues: Sendable {
         /// Adds the rows `statement` gives (ref, value). Through SQLite's C API: no row object,
         /// no `Data`.
         mutating func read(_ statement: Statement, _ arguments: [Int64], _ db: Database) throws {
-            let handle = statement.sqliteStatement
-            sqlite3_reset(handle)
-            for (i, value) in arguments.enumerated() { sqlite3_bind_int64(handle, Int32(i + 1), value) }
-            defer { sqlite3_reset(handle) }
-            while true {
-                let step = sqlite3_step(handle)
-                if step == SQLITE_DONE { break }
-                guard step == SQLITE_ROW else {
-                    throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: statement.sql)
-                }
+            try statement.forEachRow(arguments, db) { handle in
                 let count = Int(sqlite3_column_bytes(handle, 1))
                 set(sqlite3_column_int64(handle, 0), UnsafeRawBufferPointer(start: count > 0 ? sqlite3_column_blob(handle, 1) : nil, count: count))
             }

@@ -253,6 +253,27 @@ import Testing
         #expect(try reopened.state(atSeq: 10).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
     }
 
+    /// After an erasure, every snapshot is taken again at its seq, and events after one name the
+    /// erased user id: a state loaded cold (nothing cached) from any of them reads it as erased,
+    /// as a replay from the first event does.
+    @Test func timeTravelAfterAnErasureReadsTheErasedUserFromEverySnapshot() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let ledger = try Self.ledger(path)
+        try ledger.forget(user: Self.alice.user)
+        let last = try ledger.state(atSeq: .max).seq
+        let snapshots = try DatabaseQueue(path: path).read { try Int.fetchOne($0, sql: "SELECT count(*) FROM snapshots") ?? 0 }
+        #expect(snapshots >= 3)
+        var readOnly = testConfiguration(blockSize: 8, snapshotInterval: 8)
+        readOnly.readOnly = true
+        for seq in 1...last {
+            try DatabaseQueue(path: path).read { PersonalValues.invalidate($0) }
+            let cold = try Ledger(path: path, configuration: readOnly)
+            let state = try cold.state(atSeq: seq)
+            #expect(state == (try cold.replayFromLog(through: seq)), "at \(seq)")
+        }
+    }
+
     /// Values of no user (a Kollus download registered by URL) have an erasure of their own: by
     /// download. A user's download is refused there (`forget --user` erases it).
     @Test func forgetByDownloadErasesTheValuesOfNoUser() throws {

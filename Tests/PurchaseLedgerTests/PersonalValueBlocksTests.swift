@@ -82,7 +82,10 @@ struct PersonalValueBlocksTests {
         var readOnly = Self.configuration(perBlock: 1024)
         readOnly.readOnly = true
         for seq: Int64 in [5, 1_499, 1_500, 4_321, 9_000, .max] {
-            let want = try Ledger(path: dir.path("rows.ledger"), configuration: readOnly).state(atSeq: seq)
+            for name in ["rows", "whole", "chunked"] {
+                try DatabaseQueue(path: dir.path("\(name).ledger")).read { PersonalValues.invalidate($0) }
+            }
+            let want = try Ledger(path: dir.path("rows.ledger"), configuration: readOnly).replayFromLog(through: seq)
             #expect(try Ledger(path: dir.path("whole.ledger"), configuration: readOnly).state(atSeq: seq) == want, "at \(seq)")
             #expect(try Ledger(path: dir.path("chunked.ledger"), configuration: readOnly).state(atSeq: seq) == want, "at \(seq)")
         }
@@ -129,7 +132,7 @@ struct PersonalValueBlocksTests {
         #expect(edited.problems.count == 1 && edited.problems[0].contains("edited in personal_value_blocks"), "\(edited.problems)")
         // Plain verify (the first problem only) names the edit, not what it changed downstream.
         let plain = try Ledger(path: dir.path("edited.ledger"), configuration: readOnly).verify().problems
-        #expect(plain.count == 1 && plain[0].kind == .personalValues, "\(plain)")
+        #expect(plain.count == 2 && plain[0].kind == .personalValues, "\(plain)")
         let deleted = try tampered("deleted.ledger") { db in
             try db.execute(sql: "DELETE FROM personal_value_blocks WHERE first_ref = ?", arguments: [first])
         }
@@ -173,7 +176,12 @@ struct PersonalValueBlocksTests {
             do { _ = try PersonalValueBlocks.decompress(try #require(try PersonalValueBlocks.blocks(db).first)) } catch { return "\(error)" }
             return ""
         }
-        #expect(claimed.contains("claims 2113929216 bytes"), "\(claimed)")
+        #expect(claimed.contains("claims 2113929216 bytes from"), "\(claimed)")
+        // A snapshot's personal_refs edited out of range: no trap.
+        let refs = try tampered("refs.ledger") { db in try db.execute(sql: "UPDATE snapshots SET personal_refs = -5") }
+        #expect(refs.replay == nil)
+        let reopened = try Ledger(path: dir.path("refs.ledger"), configuration: readOnly)
+        #expect(try reopened.state(atSeq: 4_321) == (try reopened.replayFromLog(through: 4_321)))
         // A user's value made one of no user (with the user's salt, so that its commitment still
         // checks): forget would leave it. And a user id sealed as a value of no user, its row gone.
         let disowned = try tampered("disowned.ledger") { db in

@@ -49,7 +49,8 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
 /// What `verify` found: problems (a ledger with any is broken) and anomalies (observations the
 /// app recorded in a state where they made no sense: normal, but worth a look).
 public struct VerificationReport: Sendable {
-    /// What is broken, in the order found; only the first unless `verify` was asked for all.
+    /// What is broken, in the order found; only the first unless `verify` was asked for all (or
+    /// two: a personal value edited, then what the edit changed, which showed first).
     public var problems: [VerificationProblem] = []
     /// The stored anomalies, in order.
     public var anomalies: [(seq: Int64, rule: Rule)] = []
@@ -77,9 +78,14 @@ extension Ledger {
             // named should be the cause: checked on (only when the ledger already failed).
             guard !all, let first = report.problems.first, [.rules, .snapshot, .projections].contains(first.kind) else { return report }
             var whole = Verifier(chain: chain, all: true, everySnapshot: everySnapshot, progress: nil)
-            guard let cause = try whole.run(db).problems.first(where: { $0.kind == .personalValues }) else { return report }
+            // A value its event introduced at or before the problem (a later one did not cause it).
+            guard
+                let cause = try whole.run(db).problems.first(where: {
+                    $0.kind == .personalValues && ($0.seq ?? .min) <= (first.seq ?? .max)
+                })
+            else { return report }
             var named = report
-            named.problems = [cause]
+            named.problems = [cause, first]
             return named
         }
     }
@@ -182,13 +188,13 @@ private struct Verifier {
             userIDs[row[0]] = String(decoding: (row[1] as Data?) ?? Data(), as: UTF8.self)
         }
         // One value, from a row or a sealed block (`where` names it; `ownSalt`: a salt of its own).
-        func check(_ ref: Int64, owner: Int64, ownSalt: [UInt8]?, stored: UnsafeRawBufferPointer, where place: String) throws {
+        func check(_ ref: Int64, owner: Int64, ownSalt: [UInt8]?, stored: UnsafeRawBufferPointer, where place: String, inBlock: Bool) throws {
             // Whom it belongs to, against its event: an owner edited (a user's value made one of
             // no user, a user id made a value) would keep it, and its salt, out of the user's erasure.
             if let (expected, seq) = owners[ref] {
                 let held = owner == 0 ? "as a value of no user" : owner == ref ? "as a user id" : "as a value of the user id \(owner)"
                 switch expected {
-                case .user where owner != ref || place != "personal_values":
+                case .user where owner != ref || inBlock:
                     try problem(
                         .personalValues, seq,
                         "personal value \(ref), a user id in event \(seq), is held \(held) in \(place): it was edited, so that forget would not find it")
@@ -231,7 +237,11 @@ private struct Verifier {
         while let row = try rows.next() {
             let stored = [UInt8]((row[2] as Data?) ?? Data())
             let ownSalt = (row[3] as Data?).map { [UInt8]($0) }
-            try stored.withUnsafeBytes { try check(row[0], owner: row[1], ownSalt: ownSalt, stored: $0, where: "personal_values") }
+            try stored.withUnsafeBytes { try check(row[0], owner: row[1], ownSalt: ownSalt, stored: $0, where: "personal_values", inBlock: false) }
+        }
+        // The user ids an erasure listed for time travel must be ones an erasure event recorded.
+        for ref in try PersonalValues.erasedUserIDs(db) where erased[ref] == nil {
+            try problem(.personalValues, nil, "ledger_info.erased_user_refs lists personal value \(ref), which no erasure event recorded: it was edited")
         }
         // The sealed values (migration 0010): a block that does not decode is reported, and the
         // values it held then count as missing.
@@ -242,7 +252,7 @@ private struct Verifier {
                     try PersonalValueBlocks.forEachRecord(raw, of: block) { ref, owner, salt, value in
                         try check(
                             ref, owner: owner, ownSalt: salt.map { Array(raw[$0]) }, stored: UnsafeRawBufferPointer(rebasing: raw[value]),
-                            where: "personal_value_blocks (\(block.first)...\(block.last))")
+                            where: "personal_value_blocks (\(block.first)...\(block.last))", inBlock: true)
                     }
                 }
             } catch let error as LedgerError {

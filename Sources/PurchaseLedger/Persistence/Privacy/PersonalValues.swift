@@ -145,9 +145,13 @@ package final class PersonalValues: Sendable {
         let loaded = PersonalValues(
             bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
             headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks)
-        cache.withLock { cache in
-            if cache.count >= 8, cache[file] == nil { cache.removeAll() }
-            cache[file] = loaded
+        // Not what a write transaction sees before its commit (an erasure's, which may still roll
+        // back: a later read would take its table for the file's).
+        if sqlite3_txn_state(db.sqliteConnection, nil) != SQLITE_TXN_WRITE {
+            cache.withLock { cache in
+                if cache.count >= 8, cache[file] == nil { cache.removeAll() }
+                cache[file] = loaded
+            }
         }
         return loaded
     }
@@ -161,11 +165,15 @@ package final class PersonalValues: Sendable {
     static func since(_ refs: Int64, upTo limit: Int64? = nil, _ db: Database) throws -> PersonalValues {
         guard let (assigned, generation, file) = try header(db) else { return .empty }
         if let cached = cache.withLock({ $0[file] }), cached.generation == generation, cached.assigned == assigned { return cached }
+        // (A `personal_refs` edited out of range reads as the nearest bound.)
+        let refs = min(max(0, refs), assigned)
         let through = min(limit ?? assigned, assigned)
         // Refs up to `refs` that are not user ids were left out; those above it that no row or
-        // block holds were erased.
+        // block holds were erased, and so were the user ids an erasure listed (a snapshot taken
+        // again by an erasure is followed by events that name them).
         var table = Table(through: assigned, missing: notRead)
         if through > refs { table.mark(refs + 1...through, absent) }
+        for ref in try erasedUserIDs(db) where ref <= refs { table.mark(ref...ref, absent) }
         // The user ids through their partial index: left to itself, the planner reads every row
         // below `refs` by rowid instead.
         try table.read(
@@ -209,7 +217,7 @@ package final class PersonalValues: Sendable {
         }
 
         mutating func mark(_ refs: ClosedRange<Int64>, _ length: Int32) {
-            for ref in refs where ref < Int64(lengths.count) { lengths[Int(ref)] = length }
+            for ref in refs.clamped(to: 1...Int64(lengths.count - 1)) { lengths[Int(ref)] = length }
         }
 
         @inline(__always) mutating func set(_ ref: Int64, _ value: UnsafeRawBufferPointer) {
@@ -264,6 +272,14 @@ package final class PersonalValues: Sendable {
                 throw LedgerError(.storage, "the ledger's personal values take more than 4 GiB")
             }
         }
+    }
+
+    /// The refs of the user ids erased from this file (`ledger_info.erased_user_refs`, which
+    /// `forget` extends): a state loaded from a snapshot reads the user ids' rows only, and would
+    /// otherwise take an erased one for a value left out.
+    static func erasedUserIDs(_ db: Database) throws -> [Int64] {
+        let list = try String.fetchOne(db.cachedStatement(sql: "SELECT value FROM ledger_info WHERE key = 'erased_user_refs'")) ?? ""
+        return list.split(separator: ",").compactMap { Int64($0) }
     }
 
     /// Forgets what was cached for `db`'s file (after an erasure there).

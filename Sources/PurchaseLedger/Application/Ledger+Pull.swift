@@ -132,6 +132,8 @@ extension Ledger {
                     }
                     held.insert(row.ref)
                 }
+                // The ledger is new: no row waits in its tail yet. (Sealed in blocks of the
+                // default size; the writer's own size applies to its appends.)
                 var tailCount = 0
                 for row in try PersonalValueBlocks.seal(others, tailCount: &tailCount, db) {
                     try insert.execute(arguments: [row.ref, row.owner, row.salt.map { Data($0) }, Data(row.value)])

@@ -70,8 +70,9 @@ package final class PersonalValues: Sendable {
             if length == PersonalValues.notRead {
                 throw BinaryReader.Failure(message: "refers to personal value \(ref), older than the snapshot it follows and not a user id")
             }
-            if length == PersonalValues.damaged, let block = damagedBlocks.first(where: { $0.refs.contains(Int64(ref)) }) {
-                throw BinaryReader.Failure(message: "refers to personal value \(ref), in \(block.what), which does not decode")
+            if length == PersonalValues.damaged {
+                let block = damagedBlocks.first(where: { $0.refs.contains(Int64(ref)) })?.what ?? "a block of personal values"
+                throw BinaryReader.Failure(message: "refers to personal value \(ref), in \(block), which does not decode")
             }
             return nil
         }

@@ -314,11 +314,15 @@ class PersonalValues:
             cached = self.values[ref] = unpack_value(bytes(row[2]))
         return cached
 
-    def check_commitments(self):
+    def check_commitments(self, erased=()):
         """Every row present matches its commitment: the first 16 bytes of
         SHA-256("purchase-ledger personal value v1" || 0x00 || salt || value), with the salt of
         the row of the value's owner (a user id owns itself; a value of no user, owner 0, has its own).
-        A packed body's commitment is over its unpacked text (docs/format.md, "Signed transactions")."""
+        A packed body's commitment is over its unpacked text (docs/format.md, "Signed transactions").
+        Every value the log introduced is present, unless an erasure (`erased`) removed it."""
+        for ref in sorted(self.commitments):
+            if ref not in self.rows and ref not in erased:
+                raise FormatError("personal value %d is missing and no erasure recorded its removal" % ref)
         for ref, (owner, salt, _) in self.rows.items():
             if owner != 0:
                 salt = self.rows.get(owner, (None, None, None))[1]
@@ -354,7 +358,11 @@ class PersonalValues:
             raise FormatError("personal field %d has wire %d" % (number, wire))
         stored = self.value(value)
         if stored is not None:
-            return stored.decode("utf-8"), False
+            try:
+                return stored.decode("utf-8"), False
+            except UnicodeDecodeError:
+                # No writer stores such a value (verify reports it against its commitment).
+                raise FormatError("personal value %d is not UTF-8 text" % value)
         if is_user:
             return "[erased %d]" % value, True
         commitment = self.commitments.get(value)
@@ -946,6 +954,7 @@ def export(path, out, check_chain=False, key=None):
         personal = PersonalValues(rows, headers)
         chain = Chain(info, key) if check_chain else None
         write = out.write
+        erased = set()
         for event, stored_link in read_log(db):
             if chain is not None:
                 link = chain.advance(event)
@@ -966,8 +975,12 @@ def export(path, out, check_chain=False, key=None):
                 obj["appendedByLedger"] = True
             write(json_value(obj))
             write("\n")
+            if event.type == 32:  # personalDataErased: the refs whose values an erasure removed
+                erased.update(obj.get("refs", []))
         if check_chain:
-            personal.check_commitments()
+            # A pulled copy lists the refs its fleet store erased (ledger_info.fleet_erased_refs).
+            erased.update(int(r) for r in str(info.get("fleet_erased_refs") or "").split(",") if r)
+            personal.check_commitments(erased)
             if headers is not None:
                 headers.check()
     finally:

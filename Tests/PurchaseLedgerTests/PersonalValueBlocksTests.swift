@@ -137,6 +137,11 @@ struct PersonalValueBlocksTests {
             try db.execute(sql: "DELETE FROM personal_value_blocks WHERE first_ref = ?", arguments: [first])
         }
         #expect(deleted.problems.count >= 100 && deleted.problems.allSatisfy { $0.contains("no erasure recorded its removal") }, "\(deleted.problems.prefix(2))")
+        // The independent reader, checking, sees it too (docs/format.md: a ref no place holds
+        // was erased only if an erasure recorded it).
+        let reader = packageRoot.appending(path: "Tools/doc-reader.py").path
+        #expect(throws: (any Error).self) { try LocalPostgres.run("/usr/bin/env", ["python3", reader, dir.path("deleted.ledger"), "--check-chain"]) }
+        #expect(throws: Never.self) { try LocalPostgres.run("/usr/bin/env", ["python3", reader, dir.path("deleted.ledger")]) }
         let damaged = try tampered("damaged.ledger") { db in
             try db.execute(sql: "UPDATE personal_value_blocks SET data = zeroblob(length(data)) WHERE first_ref = ?", arguments: [first])
         }

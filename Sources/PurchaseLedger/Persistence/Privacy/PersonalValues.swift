@@ -218,6 +218,7 @@ package final class PersonalValues: Sendable {
         }
 
         mutating func mark(_ refs: ClosedRange<Int64>, _ length: Int32) {
+            guard lengths.count > 1 else { return }
             for ref in refs.clamped(to: 1...Int64(lengths.count - 1)) { lengths[Int(ref)] = length }
         }
 

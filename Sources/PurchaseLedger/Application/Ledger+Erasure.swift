@@ -144,7 +144,7 @@ extension Ledger {
             throw LedgerError(.unknownUser, "this ledger holds no personal data of that user (never recorded, or already erased)")
         }
         let rows = try Int64.fetchAll(db, sql: "SELECT ref FROM personal_values WHERE owner = ? ORDER BY ref", arguments: [subject])
-        return (rows + (try PersonalValueBlocks.refs(ownedBy: subject, db))).sorted()
+        return (rows + (try PersonalValueBlocks.owners(db).filter { $0.owner == subject }.map(\.ref))).sorted()
     }
 
     /// The refs of the values of no user that download `download`'s events introduced.
@@ -160,27 +160,18 @@ extension Ledger {
             return true
         }
         guard seen else { throw LedgerError.make(.malformedInput, "download \(download) is not in this ledger") }
-        let held =
-            introduced.isEmpty
-            ? []
-            : try
-                (Int64.fetchAll(
-                    db, sql: "SELECT ref FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner = 0 ORDER BY ref")
-                + PersonalValueBlocks.refs(ownedBy: 0, among: Set(introduced), db)).sorted()
+        // Rows and sealed values alike, with their owners.
+        let list = introduced.map(String.init).joined(separator: ",")
+        let owners =
+            try Row.fetchAll(db, sql: "SELECT ref, owner FROM personal_values WHERE ref IN (\(list))").map { (ref: $0[0] as Int64, owner: $0[1] as Int64) }
+            + PersonalValueBlocks.owners(among: Set(introduced), db)
+        let held = owners.filter { $0.owner == 0 }.map(\.ref).sorted()
         guard !held.isEmpty else {
-            let ofUser =
-                introduced.isEmpty
-                ? 0
-                : (try Int.fetchOne(
-                    db, sql: "SELECT count(*) FROM personal_values WHERE ref IN (\(introduced.map(String.init).joined(separator: ","))) AND owner <> 0")
-                    ?? 0)
-                    // (None of those sealed is of no user: `held` would hold it.)
-                    + (try PersonalValueBlocks.refs(ownedBy: nil, among: Set(introduced), db).count)
             throw LedgerError.make(
                 .malformedInput,
-                ofUser > 0
-                    ? "download \(download)'s personal values are its user's: forget --user erases them"
-                    : "download \(download) holds no personal value of no user (none recorded, or already erased)")
+                owners.isEmpty
+                    ? "download \(download) holds no personal value of no user (none recorded, or already erased)"
+                    : "download \(download)'s personal values are its user's: forget --user erases them")
         }
         return held
     }

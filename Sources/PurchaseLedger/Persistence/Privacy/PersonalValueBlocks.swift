@@ -158,11 +158,7 @@ enum PersonalValueBlocks {
     /// Stores `rows` (in ref order, none a user id's) as one block.
     static func write(_ rows: ArraySlice<PersonalValueRow>, _ db: Database) throws {
         guard let first = rows.first?.ref, let last = rows.last?.ref else { return }
-        let raw = encode(rows, first: first)
-        let data = try LZ4.compressForStorage(raw, "personal values \(first)...\(last)")
-        try db.execute(
-            sql: "INSERT INTO personal_value_blocks (first_ref, last_ref, raw_size, data) VALUES (?, ?, ?, ?)",
-            arguments: [first, last, raw.count, Data(data)])
+        try insert(rows, first: first, last: last, db)
         // The refs assigned are counted by `personal_values`' AUTOINCREMENT (sqlite_sequence),
         // which rows sealed without ever being rows do not move.
         try db.execute(
@@ -171,6 +167,15 @@ enum PersonalValueBlocks {
                     WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'personal_values');
                 UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'personal_values'
                 """, arguments: [last])
+    }
+
+    /// Compresses `rows` into the block of range `first...last`.
+    private static func insert(_ rows: ArraySlice<PersonalValueRow>, first: Int64, last: Int64, _ db: Database) throws {
+        let raw = encode(rows, first: first)
+        let data = try LZ4.compressForStorage(raw, "personal values \(first)...\(last)")
+        try db.execute(
+            sql: "INSERT INTO personal_value_blocks (first_ref, last_ref, raw_size, data) VALUES (?, ?, ?, ?)",
+            arguments: [first, last, raw.count, Data(data)])
     }
 
     /// The open tail: the rows of `personal_values` that are not user ids, above `above`, in ref order.
@@ -216,16 +221,16 @@ enum PersonalValueBlocks {
             db.cachedStatement(sql: "SELECT count(*) FROM personal_values WHERE ref > ? AND owner <> ref"), arguments: [try sealedThrough(db)]) ?? 0
     }
 
-    /// The refs of the sealed values `owner` owns (or, with `refs`, of those among them).
-    static func refs(ownedBy owner: Int64?, among refs: Set<Int64>? = nil, _ db: Database) throws -> [Int64] {
-        var found: [Int64] = []
+    /// The sealed values' refs and owners (only those among `refs`, when given).
+    static func owners(among refs: Set<Int64>? = nil, _ db: Database) throws -> [(ref: Int64, owner: Int64)] {
+        var found: [(ref: Int64, owner: Int64)] = []
         let sorted = refs?.sorted()
         for block in try blocks(above: (sorted?.first ?? 1) - 1, through: sorted?.last ?? .max, db) {
             if let sorted, !block.covers(any: sorted) { continue }
             let raw = try decompress(block)
             try raw.withUnsafeBytes { raw in
-                try forEachRecord(raw, of: block) { ref, rowOwner, _, _ in
-                    if owner.map({ rowOwner == $0 }) ?? true, refs.map({ $0.contains(ref) }) ?? true { found.append(ref) }
+                try forEachRecord(raw, of: block) { ref, owner, _, _ in
+                    if refs?.contains(ref) ?? true { found.append((ref, owner)) }
                 }
             }
         }
@@ -248,11 +253,7 @@ enum PersonalValueBlocks {
             try db.execute(sql: "DELETE FROM personal_value_blocks WHERE first_ref = ?", arguments: [block.first])
             if kept.isEmpty { continue }
             // Keeps its range, so that the tail (refs above the last block) is unchanged.
-            let raw = encode(kept[...], first: block.first)
-            let data = try LZ4.compressForStorage(raw, "personal values \(block.first)...\(block.last)")
-            try db.execute(
-                sql: "INSERT INTO personal_value_blocks (first_ref, last_ref, raw_size, data) VALUES (?, ?, ?, ?)",
-                arguments: [block.first, block.last, raw.count, Data(data)])
+            try insert(kept[...], first: block.first, last: block.last, db)
         }
         return rewritten
     }

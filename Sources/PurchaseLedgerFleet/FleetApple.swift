@@ -267,17 +267,19 @@ extension FleetStore {
             // The seq of each row's purchase or restore event in its ledger.
             let keyed = rows.filter { $0.ledger != nil && $0.transaction != nil }
             if !keyed.isEmpty {
+                // Read from the blocks of the ledgers named (a block that does not decode leaves its
+                // transactions without a seq: the fleet audit names it).
                 var seqs: [String: Int64] = [:]
-                for try await (ledger, stream, seq) in try await connection.query(
-                    """
-                    SELECT e.ledger_id::text, e.stream, min(e.seq) FROM events e
-                    JOIN unnest(\(keyed.map { $0.ledger! })::text[]::uuid[], \(keyed.map { "transaction:" + $0.transaction! })::text[]) AS k(ledger_id, stream)
-                        ON e.ledger_id = k.ledger_id AND e.stream = k.stream
-                    WHERE e.type IN ('transactionPurchased', 'transactionRestored') AND e.anomaly IS NULL
-                    GROUP BY e.ledger_id, e.stream
-                    """, logger: logger
-                ).decode((String, String, Int64).self) {
-                    seqs[ledger + "\u{0}" + stream] = seq
+                var wanted: [String: Set<String>] = [:]
+                for row in keyed { wanted[row.ledger!, default: []].insert(row.transaction!) }
+                let ledgers = wanted.keys.sorted()
+                try await forEachBlock("SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e WHERE e.ledger_id = ANY(\(ledgers)::text[]::uuid[])") { block in
+                    guard let transactions = wanted[block.ledger], let events = try? block.events() else { return }
+                    for e in events where (e.type == .transactionPurchased || e.type == .transactionRestored) && e.anomaly == nil {
+                        guard let transaction = e.subject, transactions.contains(transaction) else { continue }
+                        let key = block.ledger + "\u{0}transaction:" + transaction
+                        seqs[key] = min(seqs[key] ?? .max, e.seq)
+                    }
                 }
                 for i in rows.indices {
                     guard let ledger = rows[i].ledger, let transaction = rows[i].transaction else { continue }
@@ -367,13 +369,21 @@ extension FleetStore {
         let unmatchedUsers = Array(Reconciliation.usersAskedForFirstEvents(records: records, transactions: transactions))
         var firstEvents: [String: Timestamp] = [:]
         if !unmatchedUsers.isEmpty {
-            for try await (owner, at) in try await connection.query(
-                """
-                SELECT u.user_id, min(e.at_ns) FROM (SELECT DISTINCT ledger_id, user_id FROM transactions WHERE user_id = ANY(\(unmatchedUsers)::text[])) u
-                JOIN events e ON e.ledger_id = u.ledger_id AND e.seq = 1 GROUP BY u.user_id
-                """, logger: logger
-            ).decode((String, Int64).self) {
-                firstEvents[owner] = Timestamp(nanosecondsSinceEpoch: at)
+            // Each ledger's first event opens its first block.
+            var owners: [String: [String]] = [:]
+            for try await (ledger, owner) in try await connection.query(
+                "SELECT DISTINCT ledger_id::text, user_id FROM transactions WHERE user_id = ANY(\(unmatchedUsers)::text[])", logger: logger
+            ).decode((String, String).self) {
+                owners[ledger, default: []].append(owner)
+            }
+            let holding = owners.keys.sorted()
+            try await forEachBlock(
+                "SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e WHERE e.ledger_id = ANY(\(holding)::text[]::uuid[]) AND e.first_seq = 1"
+            ) { block in
+                guard let first = try? block.events().first else { return }
+                for owner in owners[block.ledger] ?? [] {
+                    firstEvents[owner] = min(firstEvents[owner] ?? Timestamp(nanosecondsSinceEpoch: .max), Timestamp(nanosecondsSinceEpoch: first.at))
+                }
             }
         }
         return Reconciliation.compare(

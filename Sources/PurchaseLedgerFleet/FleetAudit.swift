@@ -288,16 +288,84 @@ extension FleetStore {
             progress?(done, heads.count + tables.count)
         }
         let plain = HashChain(key: nil)
+        /// One stored event of ledger `id`: continuity, the head, the witness, the replay and the chain.
+        func visit(_ e: UploadedFrame, of id: String) {
+            let seq = e.seq
+            audit.events += 1
+            guard var c = current, let head = byID[id] else { return }
+            defer { current = c }
+            if seq > head.lastSeq {
+                c.past += 1
+                if c.firstPast == nil { c.firstPast = seq }
+                return
+            }
+            let stored = e.link
+            c.lastLink = stored
+            if let seen = witnessed[id], seen.seq == seq {
+                if Hex.encode(stored) != seen.link {
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: id, seq: seq,
+                            message: "its event \(seq) is not the one the witness of \(witness!.at) saw (another link): its history was rewritten"))
+                }
+                witnessed[id] = nil
+            }
+            if seq != c.expected {
+                report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
+                c.stopped = true
+                c.replaying = false
+            }
+            c.expected = seq + 1
+            guard c.replaying || !c.stopped else { return }
+            if c.replaying {
+                do {
+                    try replay.apply(
+                        seq: seq, type: e.type, at: e.at, recordedAt: e.recorded, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger,
+                        version: e.version, payload: e.payload)
+                } catch let error as LedgerError {
+                    report(FleetAuditProblem(ledgerID: id, seq: seq, message: error.message))
+                    c.replaying = false
+                } catch {
+                    report(FleetAuditProblem(ledgerID: id, seq: seq, message: "\(error)"))
+                    c.replaying = false
+                }
+            }
+            guard !c.stopped else { return }
+            func linkAfter(_ previous: [UInt8]) -> [UInt8] {
+                plain.link(
+                    after: previous, seq: seq, type: e.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.at, recorded: e.recorded,
+                    version: e.version, payload: e.payload)
+            }
+            if seq == 1 {
+                // The chain starts from the ledger id, or (ledgers made before ids were bound) from zeros.
+                let bound = linkAfter(HashChain.genesis(ledgerID: id))
+                let zeros = linkAfter(HashChain.genesis)
+                if bound == stored || zeros == stored {
+                    c.previous = stored
+                } else if head.plainChain == true {
+                    // The ledger shipped as a plain chain: event 1 was altered in the store.
+                    report(FleetAuditProblem(ledgerID: id, seq: 1, message: "the event does not hash to its stored link: altered in the store"))
+                    c.stopped = true
+                } else {
+                    // A keyed chain (its key is not the store's), or (a ledger shipped before
+                    // the store kept the chain's mode) event 1 altered.
+                    audit.chainsNotRecomputable += 1
+                    c.stopped = true
+                }
+                return
+            }
+            guard let previous = c.previous else { return }
+            if linkAfter(previous) != stored {
+                report(
+                    FleetAuditProblem(
+                        ledgerID: id, seq: seq, message: "the event does not hash to its stored link: altered in the store (its payload or its fields)"))
+                c.stopped = true
+            }
+            c.previous = stored
+        }
         try await run {
-            let rows = try await connection.query(
-                """
-                SELECT ledger_id::text, seq, type, at_ns, recorded_ns, anomaly, appended_by_ledger, version, payload, link
-                FROM events ORDER BY ledger_id, seq
-                """, logger: logger)
-            for try await row in rows {
-                let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
-                    (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
-                audit.events += 1
+            try await forEachBlock("SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e ORDER BY 1, 2") { block in
+                let id = block.ledger
                 if current?.id != id {
                     finish()
                     current = Walk(id: id)
@@ -306,83 +374,37 @@ extension FleetStore {
                     if byID[id] == nil {
                         // Events with no row: the ledger's row was deleted (the shipping role may
                         // delete rows), so nothing says how far it shipped or under which key.
-                        report(FleetAuditProblem(ledgerID: id, seq: seq, message: "the store holds events of this ledger but no row for it: its row was deleted"))
+                        report(FleetAuditProblem(ledgerID: id, seq: block.firstSeq, message: "the store holds events of this ledger but no row for it: its row was deleted"))
                     }
                 }
-                guard var c = current, let head = byID[id] else { continue }
-                defer { current = c }
-                if seq > head.lastSeq {
-                    c.past += 1
-                    if c.firstPast == nil { c.firstPast = seq }
-                    continue
-                }
-                let stored = Array(buffer: link)
-                c.lastLink = stored
-                if let seen = witnessed[id], seen.seq == seq {
-                    if Hex.encode(stored) != seen.link {
-                        report(
-                            FleetAuditProblem(
-                                ledgerID: id, seq: seq,
-                                message: "its event \(seq) is not the one the witness of \(witness!.at) saw (another link): its history was rewritten"))
+                let events: [UploadedFrame]
+                do throws(LedgerError) {
+                    events = try block.events()
+                } catch {
+                    // A block that does not decode: its events are counted as present (a gap is
+                    // not reported twice), but nothing past it is replayed or chained.
+                    let count = max(0, min(block.lastSeq - block.firstSeq + 1, Int64(FleetBlock.maxEvents)))
+                    audit.events += Int(count)
+                    guard var c = current, let head = byID[id] else { return }
+                    if block.firstSeq > head.lastSeq {
+                        c.past += count
+                        if c.firstPast == nil { c.firstPast = block.firstSeq }
+                        current = c
+                        return
                     }
-                    witnessed[id] = nil
-                }
-                if seq != c.expected {
-                    report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(seq)"))
+                    if c.replaying || !c.stopped {
+                        report(FleetAuditProblem(ledgerID: id, seq: block.firstSeq, message: "\(error.message): altered in the store"))
+                    }
+                    if block.firstSeq != c.expected && !c.stopped {
+                        report(FleetAuditProblem(ledgerID: id, seq: c.expected, message: "the events jump from seq \(c.expected - 1) to \(block.firstSeq)"))
+                    }
                     c.stopped = true
                     c.replaying = false
+                    c.expected = block.lastSeq + 1
+                    current = c
+                    return
                 }
-                c.expected = seq + 1
-                guard c.replaying || !c.stopped, let type = EventType(name: typeName) else {
-                    if c.replaying || !c.stopped { report(FleetAuditProblem(ledgerID: id, seq: seq, message: "an event of unknown type \(typeName)")) }
-                    c.stopped = true
-                    c.replaying = false
-                    continue
-                }
-                let bytes = Array(buffer: payload)
-                if c.replaying {
-                    do {
-                        try replay.apply(
-                            seq: seq, type: type, at: at, recordedAt: recorded, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended,
-                            version: version, payload: bytes)
-                    } catch let error as LedgerError {
-                        report(FleetAuditProblem(ledgerID: id, seq: seq, message: error.message))
-                        c.replaying = false
-                    }
-                }
-                guard !c.stopped else { continue }
-                func linkAfter(_ previous: [UInt8]) -> [UInt8] {
-                    plain.link(
-                        after: previous, seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at,
-                        recorded: recorded, version: version, payload: bytes)
-                }
-                if seq == 1 {
-                    // The chain starts from the ledger id, or (ledgers made before ids were bound) from zeros.
-                    let bound = linkAfter(HashChain.genesis(ledgerID: id))
-                    let zeros = linkAfter(HashChain.genesis)
-                    if bound == stored || zeros == stored {
-                        c.previous = stored
-                    } else if head.plainChain == true {
-                        // The ledger shipped as a plain chain: event 1 was altered in the store.
-                        report(FleetAuditProblem(ledgerID: id, seq: 1, message: "the event does not hash to its stored link: altered in the store"))
-                        c.stopped = true
-                    } else {
-                        // A keyed chain (its key is not the store's), or (a ledger shipped before
-                        // the store kept the chain's mode) event 1 altered.
-                        audit.chainsNotRecomputable += 1
-                        c.stopped = true
-                    }
-                    continue
-                }
-                guard let previous = c.previous else { continue }
-                let recomputed = linkAfter(previous)
-                if recomputed != stored {
-                    report(
-                        FleetAuditProblem(
-                            ledgerID: id, seq: seq, message: "the event does not hash to its stored link: altered in the store (its payload or its fields)"))
-                    c.stopped = true
-                }
-                c.previous = stored
+                for e in events { visit(e, of: id) }
             }
         }
         finish()

@@ -162,18 +162,10 @@ extension FleetStore {
     /// personal column says only which side is empty), in key order.
     func projectionDifference(ledger: String, head: Int64, table: AuditTable, erased: Set<Int64>) async throws -> String {
         var replay = DetachedReplay()
-        let events = try await connection.query(
-            """
-            SELECT seq, type, at_ns, recorded_ns, anomaly, appended_by_ledger, version, payload FROM events
-            WHERE ledger_id = \(ledger)::uuid AND seq <= \(head) ORDER BY seq
-            """, logger: logger)
-        for try await row in events {
-            let (seq, typeName, at, recorded, anomaly, appended, version, payload) = try row.decode(
-                (Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer).self)
-            guard let type = EventType(name: typeName) else { return "event \(seq) has an unknown type" }
+        for e in try await storedEvents(through: [ledger: head])[ledger] ?? [] {
             try replay.apply(
-                seq: seq, type: type, at: at, recordedAt: recorded, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended,
-                version: version, payload: Array(buffer: payload))
+                seq: e.seq, type: e.type, at: e.at, recordedAt: e.recorded, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, version: e.version,
+                payload: e.payload)
         }
         let projections = replay.rows()
         var replayed = projections.first { $0.table.name == table.table.name }?.rows ?? []

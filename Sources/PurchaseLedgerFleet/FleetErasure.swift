@@ -64,19 +64,25 @@ extension FleetStore {
                 // Each ledger's ref for the user id, from the payloads that name it.
                 var refs: [String: Int64] = [:]
                 var inline = Set<String>()
-                let payloads = try await connection.query(
+                // (Read from each such ledger's blocks through its head: one that does not decode stops the erasure.)
+                var streams: [String: Set<String>] = [:]
+                var heads: [String: Int64] = [:]
+                for try await (ledger, transaction, head) in try await connection.query(
                     """
-                    SELECT e.ledger_id::text, e.type, e.payload FROM events e
-                    JOIN pg_temp.erased_transactions t ON e.ledger_id = t.ledger_id AND e.stream = 'transaction:' || t.transaction_id
-                    WHERE e.type IN ('paymentQueued', 'transactionPurchased', 'transactionRestored')
-                    """, logger: logger)
-                for try await row in payloads {
-                    let (ledger, type, payload) = try row.decode((String, String, ByteBuffer).self)
-                    guard let type = EventType(name: type) else { continue }
-                    switch PayloadUser(type: type, payload: Array(buffer: payload)) {
-                    case .ref(let ref): refs[ledger] = ref
-                    case .inline: inline.insert(ledger)
-                    case .none: break
+                    SELECT t.ledger_id::text, t.transaction_id, l.last_seq FROM pg_temp.erased_transactions t JOIN ledgers l ON l.ledger_id = t.ledger_id
+                    """, logger: logger
+                ).decode((String, String, Int64).self) {
+                    streams[ledger, default: []].insert("transaction:" + transaction)
+                    heads[ledger] = head
+                }
+                for (ledger, events) in try await storedEvents(through: heads) {
+                    for e in events where [.paymentQueued, .transactionPurchased, .transactionRestored].contains(e.type) {
+                        guard let subject = e.subject, streams[ledger]?.contains("transaction:" + subject) == true else { continue }
+                        switch PayloadUser(type: e.type, payload: e.payload) {
+                        case .ref(let ref): refs[ledger] = ref
+                        case .inline: inline.insert(ledger)
+                        case .none: break
+                        }
                     }
                 }
                 if !inline.isEmpty {

@@ -148,19 +148,19 @@ extension FleetStore {
             let (id, seq, link, inserted, key, chain) = try row.decode((String, Int64, ByteBuffer, Bool, ByteBuffer?, String?).self)
             rows[id] = (seq, Array(buffer: link), inserted, key.map { Array(buffer: $0) }, chain)
         }
-        // Events past a head (written by someone with the shipping credential): refused as ship refuses them.
-        var past: [String: Int64] = [:]
-        for try await row in try await connection.query(
+        // Events past a head (written by someone with the shipping credential, or the ledger's own
+        // when the head was moved back): refused, naming the blocks that hold them.
+        var past: [String: [StoredBlock]] = [:]
+        try await forEachBlock(
             """
-            SELECT e.ledger_id::text, min(e.seq) FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
-            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq GROUP BY 1
-            """, logger: logger)
-        {
-            let (id, seq) = try row.decode((String, Int64).self)
-            past[id] = seq
+            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.last_seq > l.last_seq ORDER BY 1, 2
+            """
+        ) { block in
+            past[block.ledger, default: []].append(block)
         }
         let held = try await heldLedgers(
-            ids.filter { (rows[$0]?.seq ?? 0) > 0 }, users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
+            rows.filter { $0.value.seq > 0 }.mapValues(\.seq), users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
         var results: [String: Result<IngestHead, IngestRefusal>] = [:]
         var accepted: [(ledger: String, shipment: Shipment)] = []
         var heads: [String: (key: [UInt8], statement: String)] = [:]
@@ -188,11 +188,22 @@ extension FleetStore {
                 )
                 continue
             }
-            if let first = past[id] {
-                refuse(
-                    .refused,
-                    "the store holds events of this ledger past its head, from seq \(first), that no upload stored; the store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq >= \(first);",
-                    seq: first)
+            if let blocks = past[id] {
+                let first = max(blocks[0].firstSeq, row.seq + 1)
+                if blocks[0].firstSeq <= row.seq {
+                    // The head was moved back into a block: deleting the block would lose events up to the head.
+                    refuse(
+                        .refused,
+                        "the store holds events of this ledger past its head, from seq \(first), in a block that also holds events up to the head (the head was moved back): "
+                            + "ship the ledger once from its device with `purchase-ledger ship`, which keeps its own events and moves the head past them, or names those that are not",
+                        seq: first)
+                } else {
+                    refuse(
+                        .refused,
+                        "the store holds events of this ledger past its head, from seq \(first), that no upload stored; the store's owner removes them: "
+                            + "DELETE FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq IN (\(blocks.map { String($0.firstSeq) }.joined(separator: ", ")));",
+                        seq: first)
+                }
                 continue
             }
             var ledger = held.ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
@@ -238,32 +249,18 @@ extension FleetStore {
         return round.map { results[$0.id]! }
     }
 
-    /// What the store holds of ledgers `ids` up to their heads: their events, personal values and
+    /// What the store holds of ledgers `heads` (id -> head seq) up to their heads: their events, personal values and
     /// erased users' refs; the store's signing headers; and which of `users` (ref, user id
     /// bytes) the store erased elsewhere (it knows them by a keyed digest only).
-    private func heldLedgers(_ ids: [String], users: [(Int64, [UInt8])]) async throws -> (
+    private func heldLedgers(_ heads: [String: Int64], users: [(Int64, [UInt8])]) async throws -> (
         ledgers: [String: Ingest.Held], signingHeaders: [String], erasedSubjects: Set<[UInt8]>
     ) {
         var ledgers: [String: Ingest.Held] = [:]
+        let ids = heads.keys.sorted()
         if !ids.isEmpty {
-            for try await row in try await connection.query(
-                """
-                SELECT e.ledger_id::text, e.seq, e.type, e.at_ns, e.recorded_ns, e.anomaly, e.appended_by_ledger, e.version, e.payload, e.link
-                FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
-                WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq <= l.last_seq ORDER BY 1, 2
-                """, logger: logger)
-            {
-                let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
-                    (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
-                // Appended in place: a copy of the ledger's value per row would copy its frames each time.
-                let empty = Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
-                guard let type = EventType(name: typeName), seq == Int64(ledgers[id, default: empty].frames.count) + 1 else {
-                    throw FleetError(.server, "\(address): the stored events of ledger \(id) are damaged at seq \(seq) (run the fleet audit)")
-                }
-                ledgers[id, default: empty].frames.append(
-                    UploadedFrame(
-                        seq: seq, type: type, anomaly: anomaly.flatMap { Rule(name: $0) }, appendedByLedger: appended, at: at, recorded: recorded,
-                        version: version, payload: Array(buffer: payload), link: Array(buffer: link)))
+            let empty = Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
+            for (id, frames) in try await storedEvents(through: heads) {
+                ledgers[id, default: empty].frames = frames
             }
             for try await row in try await connection.query(
                 "SELECT ledger_id::text, ref, owner, salt, value FROM personal_values WHERE ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2",
@@ -312,7 +309,7 @@ extension FleetStore {
                 guard let row = rows.first else { return nil }
                 let (seq, key, statement) = try row.decode((Int64, ByteBuffer?, String?).self)
                 guard seq > 0 else { return nil }
-                let held = try await heldLedgers([id], users: [])
+                let held = try await heldLedgers([id: seq], users: [])
                 let ledger = held.ledgers[id] ?? Ingest.Held(frames: [], values: [], signingHeaders: [], plainChain: nil, erasedUsers: [])
                 let publicKey = try key.map { try CheckpointPublicKey(rawRepresentation: Array(buffer: $0)) }
                 let source = "\(address) at \(Timestamp.now)"

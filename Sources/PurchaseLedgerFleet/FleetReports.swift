@@ -308,9 +308,10 @@ extension FleetStore {
         return (row?.int("ledgers") ?? 0, row?.int("events") ?? 0)
     }
 
-    /// How many ledgers and events the store holds, counted row by row.
+    /// How many ledgers and events the store holds, counted block by block.
     public func counts() async throws -> (ledgers: Int, events: Int) {
-        let row = try await fetchRows("SELECT (SELECT count(*) FROM ledgers) AS ledgers, (SELECT count(*) FROM events) AS events").first
+        let row = try await fetchRows("SELECT (SELECT count(*) FROM ledgers) AS ledgers, (SELECT coalesce(sum(last_seq - first_seq + 1), 0)::int8 FROM event_blocks) AS events")
+            .first
         return (row?.int("ledgers") ?? 0, row?.int("events") ?? 0)
     }
 

@@ -281,10 +281,56 @@ public final class FleetStore: Sendable {
                 for statement in FleetStore.statements(migration.sql) {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
+                if migration.name == "0012_event_blocks" { try await moveEventRows() }
                 try await connection.query("INSERT INTO fleet_migrations (name) VALUES (\(migration.name))", logger: logger)
             }
             return pending.map(\.name)
         }
+    }
+
+    /// Moves the rows of `events` (one per event, before migration 0012) into blocks, a few
+    /// hundred ledgers at a time, then drops the old table: part of migration 0012, in its
+    /// transaction. Each ledger's run of consecutive seqs becomes blocks of at most
+    /// ``FleetBlock/maxEvents``, with the same fields and links; a gap starts a new block (the
+    /// audit still names it). A row no block can hold (a type or rule this version does not
+    /// know, a link that is not 32 bytes) stops the migration, naming it, and nothing is changed.
+    private func moveEventRows() async throws {
+        var ids: [String] = []
+        for try await id in try await connection.query("SELECT DISTINCT ledger_id::text FROM events_before_blocks ORDER BY 1", logger: logger).decode(String.self) {
+            ids.append(id)
+        }
+        var start = 0
+        while start < ids.count {
+            let part = Array(ids[start..<min(start + 250, ids.count)])
+            start += part.count
+            var runs: [(ledger: String, frames: [UploadedFrame])] = []
+            for try await row in try await connection.query(
+                """
+                SELECT ledger_id::text, seq, type, at_ns, recorded_ns, anomaly, appended_by_ledger, version, payload, link
+                FROM events_before_blocks WHERE ledger_id = ANY(\(part)::text[]::uuid[]) ORDER BY 1, 2
+                """, logger: logger)
+            {
+                let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
+                    (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
+                let rule = anomaly.flatMap { Rule(name: $0) }
+                guard let type = EventType(name: typeName), anomaly == nil || rule != nil, link.readableBytes == FleetBlock.linkSize, seq >= 1 else {
+                    throw FleetError(
+                        .server,
+                        "\(address): event \(seq) of ledger \(id) cannot move into a block (its type, anomaly or link is not one a ship writes): "
+                            + "the fleet audit names what was altered; the owner repairs or deletes the row in `events`, then runs migrate again; nothing was changed")
+                }
+                let frame = UploadedFrame(
+                    seq: seq, type: type, anomaly: rule, appendedByLedger: appended, at: at, recorded: recorded, version: version,
+                    payload: Array(buffer: payload), link: Array(buffer: link))
+                if let last = runs.last, last.ledger == id, last.frames.last!.seq + 1 == seq {
+                    runs[runs.count - 1].frames.append(frame)
+                } else {
+                    runs.append((id, [frame]))
+                }
+            }
+            try await copyBlocks(runs.map { ($0.ledger, try FleetBlock.encode($0.frames)) })
+        }
+        try await connection.query("DROP TABLE events_before_blocks", logger: logger)
     }
 
     /// A migration file's statements: split where a line ends with `;` (the files keep every

@@ -199,18 +199,17 @@ extension FleetStore {
         }
         // Events the store holds of a ledger past the head its row says: the ledger's own, when the
         // row's head was moved back (the shipping role may update it), or events it never shipped
-        // (anyone with the shipping credential can insert events). Its own are kept and the head
-        // moves past them; others would block its next ship on a duplicate seq, so that ledger is
-        // refused naming them instead, and the owner removes them.
-        var pastHead: [String: [(seq: Int64, link: [UInt8])]] = [:]
-        for try await row in try await connection.query(
+        // (anyone with the shipping credential can insert blocks). Its own are kept and the head
+        // moves past them; others would overlap its next ship's blocks, so that ledger is refused
+        // naming their blocks instead, and the owner removes them.
+        var pastHead: [String: [StoredBlock]] = [:]
+        try await forEachBlock(
             """
-            SELECT e.ledger_id::text, e.seq, e.link FROM events e JOIN ledgers l ON l.ledger_id = e.ledger_id
-            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.seq > l.last_seq ORDER BY 1, 2
-            """, logger: logger)
-        {
-            let (id, seq, link) = try row.decode((String, Int64, ByteBuffer).self)
-            pastHead[id, default: []].append((seq, Array(buffer: link)))
+            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.last_seq > l.last_seq ORDER BY 1, 2
+            """
+        ) { block in
+            pastHead[block.ledger, default: []].append(block)
         }
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
@@ -260,19 +259,22 @@ extension FleetStore {
                 var shipment = try entry.ledger.shipment(
                     after: held.seq, link: held.link, erasedUsers: erased[id] ?? [], allValues: held.rowsVersion < FleetStore.valuesRowsVersion)
                 if let stored = pastHead[id] {
-                    // The ledger's own events (the same seqs and links as the file's, from the head
-                    // on) are kept; from the first that is not, nothing is shipped.
-                    let own = zip(stored, shipment.events).prefix { $0.seq == $1.event.seq && $0.link == $1.link }.count
-                    if own < stored.count {
-                        let first = stored[own].seq
+                    // The ledger's own blocks (each event the file's, at its seq, from the head on,
+                    // none missing) are kept; from the first that is not, no block is (an owner
+                    // deleting one must not leave a gap), and nothing is shipped.
+                    let own = Self.ownEvents(stored, head: held.seq, file: shipment.events)
+                    if own.foreign.first != nil {
+                        let first = held.seq + Int64(own.count) + 1
+                        let blocks = own.foreign.map(\.firstSeq)
+                        let count = own.foreign.reduce(Int64(0)) { $0 + $1.lastSeq - max($1.firstSeq, held.seq + 1) + 1 }
                         throw LedgerError.make(
                             .chainMismatch,
-                            "the fleet store holds \(stored.count - own) event\(stored.count - own == 1 ? "" : "s") of this ledger past the head it shipped (seq \(held.seq + Int64(own))), "
+                            "the fleet store holds \(count) event\(count == 1 ? "" : "s") of this ledger past the head it shipped (seq \(held.seq + Int64(own.count))), "
                                 + "from seq \(first), that are not this ledger's (written by someone with the shipping credential?); nothing was shipped. "
-                                + "The store's owner removes them: DELETE FROM events WHERE ledger_id = '\(id)' AND seq >= \(first);",
+                                + "The store's owner removes them: DELETE FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq IN (\(blocks.map(String.init).joined(separator: ", ")));",
                             seq: first)
                     }
-                    shipment.events.removeFirst(own)
+                    shipment.dropHeldEvents(own.count)
                 }
                 if let field = shipment.textHoldingNUL() {
                     throw LedgerError.make(.malformedInput, "\(field) holds a NUL byte, which PostgreSQL text cannot store")
@@ -305,6 +307,23 @@ extension FleetStore {
         }
         guard !accepted.isEmpty else { return }
         try await store(accepted, heads: heads, unclaimed: accepted.map(\.ledger).filter { server[$0]?.publicKey == nil })
+    }
+
+    /// Which blocks the store holds past a ledger's head (`stored`, by first seq) are the ledger's
+    /// own (`file`: its events after `head`, in order): the events of the leading blocks that hold
+    /// exactly the file's events at their seqs past the head, each starting where the last ended,
+    /// and the blocks from the first that does not on.
+    static func ownEvents(_ stored: [StoredBlock], head: Int64, file: [ChainedEvent]) -> (count: Int, foreign: [StoredBlock]) {
+        var next = head + 1
+        for (i, block) in stored.enumerated() {
+            // Only the first may start at or before the head (the head moved back into it).
+            guard let links = block.seqLinks, i == 0 ? block.firstSeq <= next : block.firstSeq == next,
+                links.allSatisfy({ $0.seq <= head || ($0.seq - head <= Int64(file.count) && file[Int($0.seq - head - 1)].link == $0.link) }),
+                block.lastSeq >= next
+            else { return (Int(next - head - 1), Array(stored[i...])) }
+            next = block.lastSeq + 1
+        }
+        return (Int(next - head - 1), [])
     }
 
     /// Stores accepted shipments in the current transaction, the one path of `ship` and of the
@@ -404,29 +423,27 @@ extension FleetStore {
         return digests.map(Self.hex)
     }
 
-    /// COPYs events of one or more ledgers into `events`.
+    /// Stores the events of one or more ledgers as blocks (``FleetBlock``, migration 0012).
     private func copyEvents(_ batches: [(ledger: String, events: [ChainedEvent])]) async throws {
-        let columns = [
-            "ledger_id", "seq", "stream", "version", "type", "at_ns", "recorded_ns", "anomaly", "appended_by_ledger", "payload", "link",
-        ]
-        try await copyBinary(into: "events", columns: columns) { writer in
+        try await copyBlocks(batches.map { ($0.ledger, try FleetBlock.encode($0.events.map(UploadedFrame.init))) })
+    }
+
+    /// COPYs encoded blocks of one or more ledgers into `event_blocks`.
+    func copyBlocks(_ batches: [(ledger: String, blocks: [FleetBlock.Encoded])]) async throws {
+        guard batches.contains(where: { !$0.blocks.isEmpty }) else { return }
+        let columns = ["ledger_id", "first_seq", "last_seq", "raw_size", "frames", "links"]
+        try await copyBinary(into: "event_blocks", columns: columns) { writer in
             var rows = CopyBinary()
-            for (ledger, events) in batches {
+            for (ledger, blocks) in batches {
                 let id = try Self.uuidBytes(ledger)
-                for chained in events {
-                    let e = chained.event
+                for block in blocks {
                     rows.startRow(fields: columns.count)
                     rows.field(uuid: id)
-                    rows.field(e.seq)
-                    rows.field(e.stream)
-                    rows.field(e.version)
-                    rows.field(e.event.type.name)
-                    rows.field(e.event.at.nanosecondsSinceEpoch)
-                    rows.field(e.recordedAt.nanosecondsSinceEpoch)
-                    rows.field(e.anomaly?.name)
-                    rows.field(e.appendedByLedger)
-                    rows.field(bytes: chained.payload)
-                    rows.field(bytes: chained.link)
+                    rows.field(block.firstSeq)
+                    rows.field(block.lastSeq)
+                    rows.field(block.rawSize)
+                    rows.field(bytes: block.frames)
+                    rows.field(bytes: block.links)
                     if rows.buffer.readableBytes > 1 << 20 { try await writer.write(rows.take()) }
                 }
             }
@@ -560,7 +577,7 @@ extension FleetStore {
     /// Every table the fleet's migrations make: what the audit checks no role reads another version of.
     static let fleetTables: [String] =
         [
-            "ledgers", "events", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence",
+            "ledgers", "event_blocks", "erased_users", "erased_subjects", "fleet_secret", "fleet_migrations", "signing_headers", "transaction_evidence",
             "apple_transactions", "apple_notifications", "apple_histories", "personal_values", "ingest_tokens",
         ]
         + Projector.Table.all.map(\.name)

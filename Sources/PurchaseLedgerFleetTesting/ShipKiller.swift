@@ -54,8 +54,8 @@ package enum ShipKiller {
             guard let id = try ledger.identity()?.id else { throw Failure(description: "\(path) has no id") }
             let counts = try await fleet.fetch(
                 """
-                SELECT (SELECT count(*) FROM events WHERE ledger_id = \(id)::uuid) AS n,
-                       (SELECT coalesce(max(seq), 0) FROM events WHERE ledger_id = \(id)::uuid) AS top,
+                SELECT (SELECT coalesce(sum(last_seq - first_seq + 1), 0)::int8 FROM event_blocks WHERE ledger_id = \(id)::uuid) AS n,
+                       (SELECT coalesce(max(last_seq), 0) FROM event_blocks WHERE ledger_id = \(id)::uuid) AS top,
                        (SELECT last_seq FROM ledgers WHERE ledger_id = \(id)::uuid) AS shipped
                 """
             ).first
@@ -65,8 +65,8 @@ package enum ShipKiller {
                 throw Failure(
                     description: "\(path): the server holds \(n) events up to seq \(top), its ledgers row says \(shipped.map(String.init) ?? "nothing"); the file has \(last)")
             }
-            let links = try await fleet.fetch("SELECT link FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq").map { $0["link"] as Data }
-            guard links == (try ledger.shipment(after: 0, link: nil)).events.map({ Data($0.link) }) else {
+            let stored = try await fleet.storedEvents(ofLedger: id)
+            guard stored.map(\.seq) == (last > 0 ? Array(1...last) : []), stored.map(\.link) == (try ledger.shipment(after: 0, link: nil)).events.map(\.link) else {
                 throw Failure(description: "\(path): the server's links differ from the file's")
             }
             let history = try await fleet.purchaseHistory(PurchaseHistoryQuery(limit: .max)).filter { $0.ledgerID == id }.map(\.entry)

@@ -115,14 +115,25 @@ struct FleetTests {
 
         // Every event once, with the ledger's payload bytes and links.
         let id = try #require(try ledger.identity()).id
-        let stored = try await fleet.fetch("SELECT seq, type, link, payload, stream, at_ns FROM events WHERE ledger_id = \(id)::uuid ORDER BY seq")
-        #expect(stored.map { $0["seq"] as Int64 } == Array(1...last))
+        let stored = try await fleet.storedEvents(ofLedger: id)
+        #expect(stored.map(\.seq) == Array(1...last))
         let local = try ledger.shipment(after: 0, link: nil)
-        #expect(stored.map { $0["link"] as Data } == local.events.map { Data($0.link) })
-        #expect(stored.map { $0["payload"] as Data } == local.events.map { Data($0.payload) })
-        #expect(stored.map { $0["stream"] as String } == local.events.map(\.event.stream))
-        #expect(stored.map { $0["at_ns"] as Int64 } == local.events.map(\.event.event.at.nanosecondsSinceEpoch))
-        #expect(stored.map { $0["type"] as String } == local.events.map(\.event.event.type.name))
+        #expect(stored.map(\.link) == local.events.map(\.link))
+        #expect(stored.map(\.payload) == local.events.map(\.payload))
+        #expect(stored.map(\.at) == local.events.map(\.event.event.at.nanosecondsSinceEpoch))
+        #expect(stored.map(\.recorded) == local.events.map(\.event.recordedAt.nanosecondsSinceEpoch))
+        #expect(stored.map(\.version) == local.events.map(\.event.version))
+        #expect(stored.map(\.type) == local.events.map(\.event.event.type))
+        #expect(stored.map(\.anomaly) == local.events.map(\.event.anomaly))
+        #expect(stored.map(\.appendedByLedger) == local.events.map(\.event.appendedByLedger))
+        // In blocks of at most 1,024 events, each ship's from where the last one ended, with a
+        // link per event.
+        let blocks = try await fleet.fetch(
+            "SELECT first_seq, last_seq, octet_length(links) AS links FROM event_blocks WHERE ledger_id = \(id)::uuid ORDER BY first_seq")
+        #expect(
+            blocks.map { $0["first_seq"] as Int64 } == Array(stride(from: 1, through: first.lastSeq, by: 1024)) + Array(stride(from: first.lastSeq + 1, through: last, by: 1024)))
+        #expect(blocks.allSatisfy { ($0["last_seq"] as Int64) - ($0["first_seq"] as Int64) < 1024 })
+        #expect(blocks.map { $0["links"] as Int64 } == blocks.map { 32 * (($0["last_seq"] as Int64) - ($0["first_seq"] as Int64) + 1) })
         let server = try await fleet.fetch("SELECT last_seq, last_link FROM ledgers WHERE ledger_id = \(id)::uuid")
         #expect(server.first?["last_link"] == Data(local.lastLink))
 
@@ -236,9 +247,9 @@ struct FleetTests {
         #expect(products.map { $0["product"] as String } == ["com.example.tab\there \\N back\\slash"])
         #expect(products.map { $0["title"] as String } == ["Ünïcødé 🎉 \\N"])
         let local = try ledger.shipment(after: 0, link: nil)
-        let stored = try await fleet.fetch("SELECT payload, at_ns FROM events ORDER BY seq")
-        #expect(stored.map { $0["payload"] as Data } == local.events.map { Data($0.payload) })
-        #expect(stored.map { $0["at_ns"] as Int64 }.min() == -1_000_000, "the payment queued a millisecond before 1970")
+        let stored = try await fleet.storedEvents(ofLedger: try #require(try ledger.identity()).id)
+        #expect(stored.map(\.payload) == local.events.map(\.payload))
+        #expect(stored.map(\.at).min() == -1_000_000, "the payment queued a millisecond before 1970")
         await fleet.close()
     }
 
@@ -366,7 +377,7 @@ struct FleetTests {
         #expect(result.stdout.contains("2 of 3 ledgers shipped"))
         let fleet = try await FleetStore.connect(url)
         let ids = try FleetFixture.open(paths).map(\.id)
-        let held = try await fleet.fetch("SELECT ledger_id::text AS id, count(*) AS n FROM events GROUP BY 1")
+        let held = try await fleet.fetch("SELECT ledger_id::text AS id, count(*) AS n FROM event_blocks GROUP BY 1")
         #expect(Set(held.map { $0["id"] as String }) == [ids[0], ids[2]], "nothing of the tampered ledger")
         #expect(try await fleet.fetch("SELECT 1 FROM transactions WHERE ledger_id = \(ids[1])::uuid").isEmpty)
 

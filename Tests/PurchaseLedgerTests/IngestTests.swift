@@ -115,7 +115,8 @@ struct IngestTests {
     }
 
     static func storedEvents(_ fleet: FleetStore, _ id: String) async throws -> Int64 {
-        try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT count(*) AS n FROM events WHERE ledger_id = '\(id)'::uuid")).first?["n"]?.int64 ?? -1
+        try await fleet.fetchRows(PostgresQuery(unsafeSQL: "SELECT coalesce(sum(last_seq - first_seq + 1), 0)::int8 AS n FROM event_blocks WHERE ledger_id = '\(id)'::uuid"))
+            .first?["n"]?.int64 ?? -1
     }
 
     @Test func uploadsAreStoredOncePulledBackWholeAndEveryBadRequestGetsItsAnswer() async throws {

@@ -35,6 +35,21 @@ package struct Shipment: Sendable {
 }
 
 extension Shipment {
+    /// Leaves out its first `count` events, which the store holds already (the ledger's own,
+    /// past a head that was moved back), and the personal values they introduce, which the store
+    /// holds with them (unless this shipment replaces all of the ledger's values).
+    package mutating func dropHeldEvents(_ count: Int) {
+        guard count > 0 else { return }
+        if !replacesValues {
+            var held = Set<Int64>()
+            for chained in events.prefix(count) {
+                for (ref, _) in PayloadCodec.introductions(in: chained.payload) { held.insert(ref) }
+            }
+            values.removeAll { held.contains($0.ref) }
+        }
+        events.removeFirst(count)
+    }
+
     /// The shipment of `events`, ending at `lastSeq` / `lastLink`, whose replay left `state` and
     /// `history`: the projection rows of that state, those of the transactions of `erasedUsers`
     /// (user id -> its erased marker) masked, and each signed transaction's evidence from its

@@ -1,0 +1,123 @@
+/// Events of one ledger as a fleet store keeps them (docs/fleet.md, "The log in blocks"): up to
+/// ``maxEvents`` consecutive events in one row, their block frames (``FrameCodec``: seq implicit,
+/// times as deltas from the previous frame, from zero in each block) compressed with LZ4 as a
+/// ledger's sealed blocks are, and beside them every event's full 32-byte chain link, in order.
+///
+/// Links are kept whole, not recomputed: a keyed chain's links cannot be recomputed in the store,
+/// and ship's continuity check, the ingest service and the fleet audit's witness compare the link
+/// of any event.
+package enum FleetBlock {
+    /// The most events a ship puts in one block: reading the events after a seq decodes at most
+    /// one block in part.
+    package static let maxEvents = 1024
+    package static let linkSize = 32
+
+    /// One block as its row stores it.
+    package struct Encoded: Sendable {
+        package var firstSeq: Int64
+        package var lastSeq: Int64
+        package var rawSize: Int64
+        package var frames: [UInt8]
+        package var links: [UInt8]
+    }
+
+    /// `events` (consecutive) in blocks of at most ``maxEvents``.
+    package static func encode(_ events: [UploadedFrame]) throws(LedgerError) -> [Encoded] {
+        var blocks: [Encoded] = []
+        var start = 0
+        while start < events.count {
+            let end = min(start + maxEvents, events.count)
+            blocks.append(try encodeOne(events[start..<end]))
+            start = end
+        }
+        return blocks
+    }
+
+    private static func encodeOne(_ events: ArraySlice<UploadedFrame>) throws(LedgerError) -> Encoded {
+        var w = BinaryWriter(capacity: events.reduce(0) { $0 + $1.payload.count + 24 })
+        var links: [UInt8] = []
+        links.reserveCapacity(events.count * linkSize)
+        var previous: (at: Int64, recorded: Int64) = (0, 0)
+        for e in events {
+            FrameCodec.appendBlockFrame(
+                type: UInt64(e.type.rawValue), flags: e.flags, at: e.at, recorded: e.recorded, version: UInt64(e.version), payload: e.payload,
+                link: e.link, inlineLink: 0, previous: &previous, to: &w)
+            links += e.link
+        }
+        let first = events.first!.seq, last = events.last!.seq
+        let frames = try LZ4.compressForStorage(w.bytes, "events \(first)...\(last)")
+        return Encoded(firstSeq: first, lastSeq: last, rawSize: Int64(w.bytes.count), frames: frames, links: links)
+    }
+
+    /// The events of a stored block, checked for shape: its range, one link per event, every
+    /// frame whole and nothing after the last. `ledger` names the ledger in a message. Throws
+    /// ``LedgerError/Code/corruptData`` naming the block's first seq.
+    package static func decode(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8], links: [UInt8]) throws(LedgerError) -> [UploadedFrame] {
+        let name = "the block of events \(firstSeq)...\(lastSeq)"
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents) else {
+            throw LedgerError.corrupt("\(name) has a range no ship writes (at most \(maxEvents) events from seq 1 on): it was edited", seq: max(firstSeq, 1))
+        }
+        let count = Int(lastSeq - firstSeq + 1)
+        guard links.count == count * linkSize else {
+            throw LedgerError.corrupt("\(name) holds \(links.count) bytes of links, not \(count * linkSize): it was edited", seq: firstSeq)
+        }
+        guard rawSize >= 0, rawSize <= Int64(Int32.max) else { throw LedgerError.corrupt("\(name) claims \(rawSize) bytes of frames", seq: firstSeq) }
+        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
+        let decoded = raw.withUnsafeBytes { buffer -> Result<[UploadedFrame], BinaryReader.Failure> in
+            do throws(BinaryReader.Failure) {
+                return .success(try decodeFrames(in: buffer, firstSeq: firstSeq, count: count, links: links))
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch decoded {
+        case .success(let events): return events
+        case .failure(let error): throw LedgerError.corrupt("\(name) does not decode (\(error.message)): it was edited or damaged", seq: firstSeq)
+        }
+    }
+
+    private static func decodeFrames(in buffer: UnsafeRawBufferPointer, firstSeq: Int64, count: Int, links: [UInt8]) throws(BinaryReader.Failure) -> [UploadedFrame] {
+        var r = BinaryReader(buffer)
+        var previous: (at: Int64, recorded: Int64) = (0, 0)
+        var out: [UploadedFrame] = []
+        out.reserveCapacity(count)
+        for i in 0..<count {
+            let entry = try FrameCodec.readBlockFrame(&r, seq: firstSeq + Int64(i), inlineLink: 0, previous: &previous, personal: .empty, wanted: false)
+            let e = entry.event
+            out.append(
+                UploadedFrame(
+                    seq: e.seq, type: entry.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.event.at.nanosecondsSinceEpoch,
+                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: Array(buffer[entry.payload]),
+                    link: Array(links[(i * linkSize)..<((i + 1) * linkSize)])))
+        }
+        guard r.isAtEnd else { throw BinaryReader.Failure(message: "bytes after its last frame") }
+        return out
+    }
+}
+
+extension UploadedFrame {
+    /// The event a ship stores: its fields and its link.
+    package init(_ chained: ChainedEvent) {
+        let e = chained.event
+        self.init(
+            seq: e.seq, type: e.event.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.event.at.nanosecondsSinceEpoch,
+            recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: chained.payload, link: chained.link)
+    }
+
+    /// The id it is about (field 1 of its payload: a transaction, download, product or asset
+    /// pack; its stream is `transaction:<id>` for a transaction's event), read without decoding
+    /// the rest; nil when the payload has none or does not decode.
+    package var subject: String? {
+        payload.withUnsafeBytes { buffer -> String? in
+            var r = BinaryReader(buffer)
+            do throws(BinaryReader.Failure) {
+                while !r.isAtEnd {
+                    let (number, wire) = try r.key()
+                    if number == PayloadField.subject && wire == 2 { return try r.string() }
+                    try r.skip(wire: wire)
+                }
+            } catch {}
+            return nil
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import NIOCore
+import PostgresNIO
+package import PurchaseLedger
+
+/// One row of `event_blocks` (migration 0012), its events not decoded yet.
+struct StoredBlock {
+    var ledger: String
+    var firstSeq: Int64
+    var lastSeq: Int64
+    var rawSize: Int64
+    var frames: [UInt8]
+    var links: [UInt8]
+
+    /// The columns a query selects for ``FleetStore/forEachBlock(_:_:)``, from `event_blocks e`.
+    static let columns = "e.ledger_id::text, e.first_seq, e.last_seq, e.raw_size, e.frames, e.links"
+
+    /// Its events, checked for shape (``FleetBlock/decode(firstSeq:lastSeq:rawSize:frames:links:)``).
+    func events() throws(LedgerError) -> [UploadedFrame] {
+        try FleetBlock.decode(firstSeq: firstSeq, lastSeq: lastSeq, rawSize: rawSize, frames: frames, links: links)
+    }
+
+    /// The link of each event, with its seq; nil when the block holds more or fewer links than events.
+    var seqLinks: [(seq: Int64, link: [UInt8])]? {
+        let count = lastSeq - firstSeq + 1
+        guard count > 0, count <= Int64(FleetBlock.maxEvents), Int64(links.count) == count * Int64(FleetBlock.linkSize) else { return nil }
+        return (0..<Int(count)).map { i in (firstSeq + Int64(i), Array(links[(i * FleetBlock.linkSize)..<((i + 1) * FleetBlock.linkSize)])) }
+    }
+}
+
+extension FleetStore {
+    /// The blocks `query` selects (its columns ``StoredBlock/columns``, in that order), each
+    /// handed to `body` as it arrives. `body` must not query the store: the rows are still coming.
+    func forEachBlock(_ query: PostgresQuery, _ body: (StoredBlock) async throws -> Void) async throws {
+        for try await row in try await connection.query(query, logger: logger) {
+            let (ledger, first, last, raw, frames, links) = try row.decode((String, Int64, Int64, Int64, ByteBuffer, ByteBuffer).self)
+            try await body(StoredBlock(ledger: ledger, firstSeq: first, lastSeq: last, rawSize: raw, frames: Array(buffer: frames), links: Array(buffer: links)))
+        }
+    }
+
+    /// The events of each ledger of `heads` (ledger id -> its head's seq) through its head, in
+    /// seq order, read from its blocks. Throws ``FleetError/Code/server`` naming a ledger whose
+    /// blocks do not decode, leave a gap, or overlap (run the fleet audit).
+    func storedEvents(through heads: [String: Int64]) async throws -> [String: [UploadedFrame]] {
+        let ids = heads.keys.sorted()
+        var events: [String: [UploadedFrame]] = [:]
+        var damaged: (String, Int64)?
+        try await forEachBlock(
+            """
+            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.first_seq <= l.last_seq ORDER BY 1, 2
+            """
+        ) { block in
+            guard damaged == nil else { return }
+            // Appended in place: a copy of the ledger's array per block would copy its events.
+            let held = Int64(events[block.ledger]?.count ?? 0)
+            guard block.firstSeq == held + 1, let decoded = try? block.events() else {
+                damaged = (block.ledger, min(block.firstSeq, held + 1))
+                return
+            }
+            let head = heads[block.ledger] ?? 0
+            events[block.ledger, default: []].append(contentsOf: block.lastSeq <= head ? decoded[...] : decoded.prefix { $0.seq <= head })
+        }
+        if let (ledger, seq) = damaged {
+            throw FleetError(.server, "\(address): the stored events of ledger \(ledger) are damaged at seq \(seq) (run the fleet audit)")
+        }
+        return events
+    }
+}
+
+extension FleetStore {
+    /// Every event the store holds of ledger `id`, past its head too, decoded from its blocks in
+    /// their order: for tools and tests. Throws ``LedgerError/Code/corruptData`` for a block that
+    /// does not decode.
+    package func storedEvents(ofLedger id: String) async throws -> [UploadedFrame] {
+        try await run {
+            var events: [UploadedFrame] = []
+            try await forEachBlock("SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e WHERE e.ledger_id = \(id)::uuid ORDER BY 2") { block in
+                events += try block.events()
+            }
+            return events
+        }
+    }
+}

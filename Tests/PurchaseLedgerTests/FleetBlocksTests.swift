@@ -21,7 +21,8 @@ struct FleetBlocksTests {
 
     @Test func aBlockDecodesToItsEventsAndEveryEditOfItsShapeIsNamed() throws {
         let dir = try TemporaryDirectory()
-        let events = try Self.ledger(1500, in: dir).shipment(after: 0, link: nil).events.map(UploadedFrame.init)
+        let chained = try Self.ledger(1500, in: dir).shipment(after: 0, link: nil).events
+        let events = chained.map(UploadedFrame.init)
         let blocks = try FleetBlock.encode(events)
         #expect(blocks.map(\.firstSeq) == [1, 1025] && blocks.last?.lastSeq == Int64(events.count))
         var decoded: [UploadedFrame] = []
@@ -35,6 +36,24 @@ struct FleetBlocksTests {
         #expect(bytes < events.count * 64, "\(bytes) bytes for \(events.count) events")
 
         let b = blocks[1]
+        // The scan walks the same events without copying them, with the subject of the types asked
+        // for (a purchase's transaction, its stream's name); and the first event's time alone.
+        var scanned: [(seq: Int64, type: EventType, anomaly: Rule?, subject: String?)] = []
+        try FleetBlock.scan(firstSeq: b.firstSeq, lastSeq: b.lastSeq, rawSize: b.rawSize, frames: b.frames, subjectOf: [.transactionPurchased]) {
+            scanned.append(($0, $1, $2, $3))
+        }
+        let inB = chained.filter { $0.event.seq >= b.firstSeq }
+        #expect(scanned.map(\.seq) == inB.map(\.event.seq) && scanned.map(\.type) == inB.map(\.event.event.type) && scanned.map(\.anomaly) == inB.map(\.event.anomaly))
+        #expect(scanned.contains { $0.subject != nil })
+        #expect(scanned.map { $0.subject.map { "transaction:" + $0 } } == inB.map { $0.event.event.type == .transactionPurchased ? $0.event.stream : nil })
+        #expect(try FleetBlock.firstEventAt(firstSeq: b.firstSeq, lastSeq: b.lastSeq, rawSize: b.rawSize, frames: b.frames) == inB[0].event.event.at.nanosecondsSinceEpoch)
+        #expect(throws: LedgerError.self) {
+            try FleetBlock.scan(firstSeq: b.firstSeq, lastSeq: b.lastSeq, rawSize: b.rawSize, frames: Array(b.frames.dropLast(9)), subjectOf: []) { _, _, _, _ in }
+        }
+        #expect(throws: LedgerError.self) {
+            try FleetBlock.scan(firstSeq: b.firstSeq, lastSeq: b.lastSeq - 1, rawSize: b.rawSize, frames: b.frames, subjectOf: []) { _, _, _, _ in }
+        }
+        #expect(throws: LedgerError.self) { try FleetBlock.firstEventAt(firstSeq: b.firstSeq, lastSeq: b.lastSeq, rawSize: b.rawSize + 1, frames: b.frames) }
         func refusal(_ first: Int64, _ last: Int64, _ raw: Int64, _ frames: [UInt8], _ links: [UInt8]) -> String {
             do {
                 _ = try FleetBlock.decode(firstSeq: first, lastSeq: last, rawSize: raw, frames: frames, links: links)

@@ -117,6 +117,15 @@ func fleetBenchmark(workload: String, ledgers count: Int, runs: Int, tls: Bool =
                 median(tlsRates), tlsRates.min()!, tlsRates.max()!, median(tlsRatios), tlsRatios.min()!, tlsRatios.max()!))
     }
 
+    // What the shipped events take in PostgreSQL: their relation with its indexes and TOAST.
+    let stored = try server.psql(
+        "SELECT pg_total_relation_size(coalesce(to_regclass('event_blocks'), to_regclass('events'))), coalesce(to_regclass('event_blocks'), to_regclass('events'))::text",
+        database: lastDatabase
+    ).trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|")
+    if stored.count == 2, let bytes = Double(stored[0]) {
+        print("events stored: \(Int(bytes)) bytes in \(stored[1]) (with its indexes and TOAST), " + String(format: "%.1f bytes/event", bytes / Double(events)))
+    }
+
     // Reports over the shipped fleet.
     let users = Array(Set(try paths.prefix(200).flatMap { try Ledger(path: $0, configuration: readOnly).transactions().compactMap(\.user) })).sorted()
     let shippedURL = server.url(database: lastDatabase) + plain

@@ -76,6 +76,68 @@ package enum FleetBlock {
         }
     }
 
+    /// Walks a stored block's events without copying them: `body` gets each event's seq, type
+    /// and anomaly, and for an event of `subjectOf` types its subject (field 1 of its payload).
+    /// Its links are not read (the query need not fetch them). Throws as
+    /// ``decode(firstSeq:lastSeq:rawSize:frames:links:)`` for frames that do not decode.
+    package static func scan(
+        firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8], subjectOf: Set<EventType>,
+        _ body: (_ seq: Int64, _ type: EventType, _ anomaly: Rule?, _ subject: String?) -> Void
+    ) throws(LedgerError) {
+        let name = "the block of events \(firstSeq)...\(lastSeq)"
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= Int64(Int32.max) else {
+            throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
+        }
+        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
+        let failure = raw.withUnsafeBytes { buffer -> BinaryReader.Failure? in
+            var r = BinaryReader(buffer)
+            var previous: (at: Int64, recorded: Int64) = (0, 0)
+            do throws(BinaryReader.Failure) {
+                for seq in firstSeq...lastSeq {
+                    let entry = try FrameCodec.readBlockFrame(&r, seq: seq, inlineLink: 0, previous: &previous, personal: .empty, wanted: false)
+                    let subject = subjectOf.contains(entry.type) ? Self.subject(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload])) : nil
+                    body(seq, entry.type, entry.event.anomaly, subject)
+                }
+                return r.isAtEnd ? nil : BinaryReader.Failure(message: "bytes after its last frame")
+            } catch {
+                return error
+            }
+        }
+        if let failure { throw LedgerError.corrupt("\(name) does not decode (\(failure.message)): it was edited or damaged", seq: firstSeq) }
+    }
+
+    /// When a stored block's first event happened (nanoseconds since 1970), its frames
+    /// decompressed and only the first read. Throws as ``scan(firstSeq:lastSeq:rawSize:frames:subjectOf:_:)``.
+    package static func firstEventAt(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8]) throws(LedgerError) -> Int64 {
+        let name = "the block of events \(firstSeq)...\(lastSeq)"
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= Int64(Int32.max) else {
+            throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
+        }
+        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
+        let at = raw.withUnsafeBytes { buffer -> Int64? in
+            var r = BinaryReader(buffer)
+            var previous: (at: Int64, recorded: Int64) = (0, 0)
+            return try? FrameCodec.readBlockFrame(&r, seq: firstSeq, inlineLink: 0, previous: &previous, personal: .empty, wanted: false).event.event.at
+                .nanosecondsSinceEpoch
+        }
+        guard let at else { throw LedgerError.corrupt("\(name) does not decode: it was edited or damaged", seq: firstSeq) }
+        return at
+    }
+
+    /// Field 1 of a payload (the id it is about), read without decoding the rest; nil when it has
+    /// none or does not decode.
+    static func subject(in payload: UnsafeRawBufferPointer) -> String? {
+        var r = BinaryReader(payload)
+        do throws(BinaryReader.Failure) {
+            while !r.isAtEnd {
+                let (number, wire) = try r.key()
+                if number == PayloadField.subject && wire == 2 { return try r.string() }
+                try r.skip(wire: wire)
+            }
+        } catch {}
+        return nil
+    }
+
     private static func decodeFrames(in buffer: UnsafeRawBufferPointer, firstSeq: Int64, count: Int, links: [UInt8]) throws(BinaryReader.Failure) -> [UploadedFrame] {
         var r = BinaryReader(buffer)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
@@ -108,16 +170,6 @@ extension UploadedFrame {
     /// pack; its stream is `transaction:<id>` for a transaction's event), read without decoding
     /// the rest; nil when the payload has none or does not decode.
     package var subject: String? {
-        payload.withUnsafeBytes { buffer -> String? in
-            var r = BinaryReader(buffer)
-            do throws(BinaryReader.Failure) {
-                while !r.isAtEnd {
-                    let (number, wire) = try r.key()
-                    if number == PayloadField.subject && wire == 2 { return try r.string() }
-                    try r.skip(wire: wire)
-                }
-            } catch {}
-            return nil
-        }
+        payload.withUnsafeBytes { FleetBlock.subject(in: $0) }
     }
 }

@@ -377,6 +377,22 @@ extension FleetStore {
                         report(FleetAuditProblem(ledgerID: id, seq: block.firstSeq, message: "the store holds events of this ledger but no row for it: its row was deleted"))
                     }
                 }
+                guard block.lastSeq < Int64.max - Int64(FleetBlock.maxEvents) else {
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: id, seq: block.firstSeq, message: "a block of events \(block.firstSeq)...\(block.lastSeq), past any seq a ledger reaches: planted"))
+                    return
+                }
+                if let c = current, block.firstSeq < c.expected, c.expected > 1 {
+                    // Events held twice: ship never writes a block inside another.
+                    report(
+                        FleetAuditProblem(
+                            ledgerID: id, seq: block.firstSeq,
+                            message:
+                                "the block of events \(block.firstSeq)...\(block.lastSeq) overlaps the events before it (held twice: one of the blocks was planted; the ledger's next ship names the ones that are not its own)"
+                        ))
+                    return
+                }
                 let events: [UploadedFrame]
                 do throws(LedgerError) {
                     events = try block.events()
@@ -401,6 +417,8 @@ extension FleetStore {
                     c.stopped = true
                     c.replaying = false
                     c.expected = block.lastSeq + 1
+                    // Its last link as stored (compared with the signed head's at the end).
+                    if block.links.count >= FleetBlock.linkSize { c.lastLink = Array(block.links.suffix(FleetBlock.linkSize)) }
                     current = c
                     return
                 }

@@ -38,8 +38,10 @@ extension FleetStore {
     }
 
     /// The events of each ledger of `heads` (ledger id -> its head's seq) through its head, in
-    /// seq order, read from its blocks. Throws ``FleetError/Code/server`` naming a ledger whose
-    /// blocks do not decode, leave a gap, or overlap (run the fleet audit).
+    /// seq order, read from its blocks. A block that starts inside the events before it (one
+    /// planted with the shipping credential: ship never writes one) is left out; the audit names
+    /// it. Throws ``FleetError/Code/server`` naming a ledger whose blocks do not decode or leave a
+    /// gap (run the fleet audit).
     func storedEvents(through heads: [String: Int64]) async throws -> [String: [UploadedFrame]] {
         let ids = heads.keys.sorted()
         var events: [String: [UploadedFrame]] = [:]
@@ -53,6 +55,7 @@ extension FleetStore {
             guard damaged == nil else { return }
             // Appended in place: a copy of the ledger's array per block would copy its events.
             let held = Int64(events[block.ledger]?.count ?? 0)
+            if block.firstSeq <= held { return }
             guard block.firstSeq == held + 1, let decoded = try? block.events() else {
                 damaged = (block.ledger, min(block.firstSeq, held + 1))
                 return
@@ -79,5 +82,18 @@ extension FleetStore {
             }
             return events
         }
+    }
+}
+
+extension FleetStore {
+    /// Every event of ledgers `ids` in any block that decodes, past their heads too, in block
+    /// order (an event held twice comes twice): what `forget` searches for a user's ref, which
+    /// must not miss one because a head was moved back or a block planted.
+    func eventsOfEveryBlock(of ids: [String]) async throws -> [String: [UploadedFrame]] {
+        var events: [String: [UploadedFrame]] = [:]
+        try await forEachBlock("SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2") { block in
+            if let decoded = try? block.events() { events[block.ledger, default: []].append(contentsOf: decoded) }
+        }
+        return events
     }
 }

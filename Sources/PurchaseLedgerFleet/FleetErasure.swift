@@ -64,26 +64,32 @@ extension FleetStore {
                 // Each ledger's ref for the user id, from the payloads that name it.
                 var refs: [String: Int64] = [:]
                 var inline = Set<String>()
-                // (Read from each such ledger's blocks through its head: one that does not decode stops the erasure.)
+                // Read from every block of each such ledger, past its head too (a head moved back
+                // must not hide a ledger); the first event naming the user gives its ref, and the
+                // ledger's stored user id row (migration 0010), where it has one, wins.
                 var streams: [String: Set<String>] = [:]
-                var heads: [String: Int64] = [:]
-                for try await (ledger, transaction, head) in try await connection.query(
-                    """
-                    SELECT t.ledger_id::text, t.transaction_id, l.last_seq FROM pg_temp.erased_transactions t JOIN ledgers l ON l.ledger_id = t.ledger_id
-                    """, logger: logger
-                ).decode((String, String, Int64).self) {
+                for try await (ledger, transaction) in try await connection.query(
+                    "SELECT ledger_id::text, transaction_id FROM pg_temp.erased_transactions", logger: logger
+                ).decode((String, String).self) {
                     streams[ledger, default: []].insert("transaction:" + transaction)
-                    heads[ledger] = head
                 }
-                for (ledger, events) in try await storedEvents(through: heads) {
-                    for e in events where [.paymentQueued, .transactionPurchased, .transactionRestored].contains(e.type) {
+                for (ledger, events) in try await eventsOfEveryBlock(of: streams.keys.sorted()) {
+                    for e in events.sorted(by: { $0.seq < $1.seq }) where [.paymentQueued, .transactionPurchased, .transactionRestored].contains(e.type) {
                         guard let subject = e.subject, streams[ledger]?.contains("transaction:" + subject) == true else { continue }
                         switch PayloadUser(type: e.type, payload: e.payload) {
-                        case .ref(let ref): refs[ledger] = ref
+                        case .ref(let ref): if refs[ledger] == nil { refs[ledger] = ref }
                         case .inline: inline.insert(ledger)
                         case .none: break
                         }
                     }
+                }
+                for try await (ledger, ref) in try await connection.query(
+                    """
+                    SELECT v.ledger_id::text, v.ref FROM personal_values v
+                    WHERE v.ledger_id = ANY(\(streams.keys.sorted())::text[]::uuid[]) AND v.owner = v.ref AND v.value = convert_to(\(user), 'UTF8')
+                    """, logger: logger
+                ).decode((String, Int64).self) {
+                    refs[ledger] = ref
                 }
                 if !inline.isEmpty {
                     throw LedgerError.make(

@@ -189,19 +189,26 @@ extension FleetStore {
                 continue
             }
             if let blocks = past[id] {
-                let first = max(blocks[0].firstSeq, row.seq + 1)
-                if blocks[0].firstSeq <= row.seq {
-                    // The head was moved back into a block: deleting the block would lose events up to the head.
+                // The device's own events (the upload's, link for link) are not named for deletion:
+                // the head was moved back over them, and one `ship` from the device moves it on.
+                var uploaded: [Int64: [UInt8]] = [:]
+                for frame in upload.frames { uploaded[frame.seq] = frame.link }
+                let foreign = blocks.filter { block in
+                    guard let links = block.seqLinks, (try? block.events()) != nil else { return true }
+                    return !links.allSatisfy { $0.seq <= row.seq || uploaded[$0.seq] == $0.link }
+                }
+                let first = max(blocks.map(\.firstSeq).min()!, row.seq + 1)
+                if foreign.isEmpty {
                     refuse(
                         .refused,
-                        "the store holds events of this ledger past its head, from seq \(first), in a block that also holds events up to the head (the head was moved back): "
-                            + "ship the ledger once from its device with `purchase-ledger ship`, which keeps its own events and moves the head past them, or names those that are not",
+                        "the store holds this ledger's own events past its head, from seq \(first) (its head was moved back): "
+                            + "ship the ledger once from its device with `purchase-ledger ship`, which keeps them and moves the head past them",
                         seq: first)
                 } else {
                     refuse(
                         .refused,
-                        "the store holds events of this ledger past its head, from seq \(first), that no upload stored; the store's owner removes them: "
-                            + "DELETE FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq IN (\(blocks.map { String($0.firstSeq) }.joined(separator: ", ")));",
+                        "the store holds events of this ledger past its head, from seq \(max(foreign.map(\.firstSeq).min()!, row.seq + 1)), that are not this device's; "
+                            + "the store's owner removes them: DELETE FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq IN (\(foreign.map { String($0.firstSeq) }.joined(separator: ", ")));",
                         seq: first)
                 }
                 continue

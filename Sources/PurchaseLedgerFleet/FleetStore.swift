@@ -293,7 +293,8 @@ public final class FleetStore: Sendable {
     /// transaction. Each ledger's run of consecutive seqs becomes blocks of at most
     /// ``FleetBlock/maxEvents``, with the same fields and links; a gap starts a new block (the
     /// audit still names it). A row no block can hold (a type or rule this version does not
-    /// know, a link that is not 32 bytes) stops the migration, naming it, and nothing is changed.
+    /// know, a version below 1, a link that is not 32 bytes) stops the migration, naming it, and
+    /// nothing is changed.
     private func moveEventRows() async throws {
         var ids: [String] = []
         for try await id in try await connection.query("SELECT DISTINCT ledger_id::text FROM events_before_blocks ORDER BY 1", logger: logger).decode(String.self) {
@@ -313,10 +314,12 @@ public final class FleetStore: Sendable {
                 let (id, seq, typeName, at, recorded, anomaly, appended, version, payload, link) = try row.decode(
                     (String, Int64, String, Int64, Int64, String?, Bool, Int64, ByteBuffer, ByteBuffer).self)
                 let rule = anomaly.flatMap { Rule(name: $0) }
-                guard let type = EventType(name: typeName), anomaly == nil || rule != nil, link.readableBytes == FleetBlock.linkSize, seq >= 1 else {
+                guard let type = EventType(name: typeName), anomaly == nil || rule != nil, link.readableBytes == FleetBlock.linkSize, seq >= 1,
+                    version >= 1, payload.readableBytes <= 1 << 20
+                else {
                     throw FleetError(
                         .server,
-                        "\(address): event \(seq) of ledger \(id) cannot move into a block (its type, anomaly or link is not one a ship writes): "
+                        "\(address): event \(seq) of ledger \(id) cannot move into a block (its type, anomaly, version, payload or link is not one a ship writes): "
                             + "the fleet audit names what was altered; the owner repairs or deletes the row in `events`, then runs migrate again; nothing was changed")
                 }
                 let frame = UploadedFrame(

@@ -259,14 +259,13 @@ extension FleetStore {
                 var shipment = try entry.ledger.shipment(
                     after: held.seq, link: held.link, erasedUsers: erased[id] ?? [], allValues: held.rowsVersion < FleetStore.valuesRowsVersion)
                 if let stored = pastHead[id] {
-                    // The ledger's own blocks (each event the file's, at its seq, from the head on,
-                    // none missing) are kept; from the first that is not, no block is (an owner
-                    // deleting one must not leave a gap), and nothing is shipped.
+                    // The ledger's own blocks (each event the file's, at its seq, from the head on)
+                    // are kept; if any other block is there, nothing is shipped and its blocks are named.
                     let own = Self.ownEvents(stored, head: held.seq, file: shipment.events)
-                    if own.foreign.first != nil {
-                        let first = held.seq + Int64(own.count) + 1
+                    if !own.foreign.isEmpty {
+                        let first = own.foreign.map { max($0.firstSeq, held.seq + 1) }.min()!
                         let blocks = own.foreign.map(\.firstSeq)
-                        let count = own.foreign.reduce(Int64(0)) { $0 + $1.lastSeq - max($1.firstSeq, held.seq + 1) + 1 }
+                        let count = own.foreign.reduce(Int64(0)) { $0 &+ ($1.lastSeq &- max($1.firstSeq, held.seq + 1) &+ 1) }
                         throw LedgerError.make(
                             .chainMismatch,
                             "the fleet store holds \(count) event\(count == 1 ? "" : "s") of this ledger past the head it shipped (seq \(held.seq + Int64(own.count))), "
@@ -310,20 +309,33 @@ extension FleetStore {
     }
 
     /// Which blocks the store holds past a ledger's head (`stored`, by first seq) are the ledger's
-    /// own (`file`: its events after `head`, in order): the events of the leading blocks that hold
-    /// exactly the file's events at their seqs past the head, each starting where the last ended,
-    /// and the blocks from the first that does not on.
+    /// own (`file`: its events after `head`, in order). A block is its own when it decodes and
+    /// every event of it past the head is the file's event at that seq, field for field and link
+    /// for link. From the head on, the run of own blocks each holding the next seq is kept (of
+    /// two that hold it, the one that starts later: ship writes each block from where the last
+    /// ended); every other block is named, as planted (or, after a gap, for the ledger to ship
+    /// again).
     static func ownEvents(_ stored: [StoredBlock], head: Int64, file: [ChainedEvent]) -> (count: Int, foreign: [StoredBlock]) {
-        var next = head + 1
-        for (i, block) in stored.enumerated() {
-            // Only the first may start at or before the head (the head moved back into it).
-            guard let links = block.seqLinks, i == 0 ? block.firstSeq <= next : block.firstSeq == next,
-                links.allSatisfy({ $0.seq <= head || ($0.seq - head <= Int64(file.count) && file[Int($0.seq - head - 1)].link == $0.link) }),
-                block.lastSeq >= next
-            else { return (Int(next - head - 1), Array(stored[i...])) }
-            next = block.lastSeq + 1
+        func isFiles(_ e: UploadedFrame) -> Bool {
+            let i = e.seq &- head &- 1
+            guard i >= 0, i < Int64(file.count) else { return false }
+            let f = UploadedFrame(file[Int(i)])
+            return f.type == e.type && f.anomaly == e.anomaly && f.appendedByLedger == e.appendedByLedger && f.at == e.at && f.recorded == e.recorded
+                && f.version == e.version && f.payload == e.payload && f.link == e.link
         }
-        return (Int(next - head - 1), [])
+        let own = stored.indices.filter { i in
+            guard stored[i].lastSeq < Int64.max - Int64(FleetBlock.maxEvents), let events = try? stored[i].events() else { return false }
+            return events.allSatisfy { $0.seq <= head || isFiles($0) }
+        }
+        var next = head + 1
+        var kept = Set<Int>()
+        while let i = own.filter({ !kept.contains($0) && stored[$0].firstSeq <= next && stored[$0].lastSeq >= next })
+            .max(by: { stored[$0].firstSeq < stored[$1].firstSeq })
+        {
+            kept.insert(i)
+            next = stored[i].lastSeq + 1
+        }
+        return (Int(next - head - 1), stored.indices.filter { !kept.contains($0) }.map { stored[$0] })
     }
 
     /// Stores accepted shipments in the current transaction, the one path of `ship` and of the

@@ -68,6 +68,7 @@ struct FleetBlocksTests {
         #expect(refusal(0, b.lastSeq, b.rawSize, b.frames, b.links).contains("range no ship writes"))
         #expect(refusal(1, 5000, b.rawSize, b.frames, b.links).contains("range no ship writes"))
         #expect(refusal(b.firstSeq, b.lastSeq, 1 << 31, b.frames, b.links).contains("claims"))
+        #expect(refusal(b.firstSeq, b.lastSeq, FleetBlock.maxRawSize + 1, b.frames, b.links).contains("more than any block a ship writes"))
         #expect(refusal(b.firstSeq, b.lastSeq, Int64(b.frames.count) * 300, b.frames, b.links).contains("does not decompress"))
         #expect(refusal(b.firstSeq, b.lastSeq, b.rawSize, Array(b.frames.dropLast(9)), b.links).contains("does not decompress"))
         #expect(refusal(b.firstSeq, b.lastSeq - 1, b.rawSize, b.frames, Array(b.links.dropLast(32))).contains("bytes after its last frame"))
@@ -116,6 +117,12 @@ struct FleetBlocksTests {
         let ids = try ledgers.map { try #require(try $0.identity()).id }
         _ = try server.psql("DELETE FROM events WHERE ledger_id = '\(ids[1])' AND seq = 6", database: database)
 
+        // A row of a version no ship writes: refused, named, nothing changed.
+        _ = try server.psql("UPDATE events SET version = -1 WHERE ledger_id = '\(ids[1])' AND seq = 8", database: database)
+        let negative = try cli(["migrate", url])
+        #expect(negative.status != 0 && negative.stderr.contains("event 8 of ledger \(ids[1]) cannot move into a block"), "\(negative.stderr)")
+        _ = try server.psql(
+            "UPDATE events SET version = \(shipped[1][7].event.version) WHERE ledger_id = '\(ids[1])' AND seq = 8", database: database)
         // A row of a type no version writes: refused, named, nothing changed.
         _ = try server.psql("UPDATE events SET type = 'nonsense' WHERE ledger_id = '\(ids[1])' AND seq = 9", database: database)
         let refused = try cli(["migrate", url])
@@ -190,5 +197,76 @@ struct FleetBlocksTests {
         let shipped = try cli(["ship", ledger.path, "--to", url, "--json"])
         #expect(shipped.status == 0 && shipped.stdout.contains(#""shippedEvents":1"#), "\(shipped.stdout) \(shipped.stderr)")
         #expect(try cli(["verify", url]).status == 0)
+
+        // A block planted to sort before the ledger's own block past a head moved back (its
+        // links copied, its frames garbage): only the planted block is named, never the ledger's.
+        let now = try ledger.shipment(after: 0, link: nil).events
+        let top = Int64(now.count)
+        let copied = now[989..<Int(top)].map { Hex.encode($0.link) }.joined()
+        _ = try server.psql(
+            """
+            UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)';
+            INSERT INTO event_blocks VALUES ('\(id)', 990, \(top), 4, '\\x00', '\\x\(copied)');
+            """, database: database)
+        let named = try cli(["ship", ledger.path, "--to", url])
+        let delete = try #require(named.stderr.range(of: "DELETE FROM event_blocks").map { String(named.stderr[$0.lowerBound...].prefix { $0 != ";" }) }, "\(named.stderr)")
+        #expect(delete.hasSuffix("first_seq IN (990)"), "\(delete)")
+        let overlapping = try cli(["verify", url])
+        #expect(overlapping.stdout.contains("seq 990: the block of events 990...\(top) overlaps the events before it"), "\(overlapping.stdout)")
+        _ = try server.psql(delete, database: database)
+        #expect(try cli(["ship", ledger.path, "--to", url]).status == 0)
+        #expect(try cli(["verify", url]).status == 0)
+
+        // A copy of two of its own events planted inside its blocks, and a block at the last seq
+        // there is: `pull` still reads the ledger, and the audit names both blocks.
+        _ = try server.psql(
+            "INSERT INTO event_blocks VALUES ('\(id)', 9223372036854775807, 9223372036854775807, 4, '\\x00', '\\x\(Hex.encode(events[0].link))')",
+            database: database)
+        try server.plantCopy(of: id, seqs: 2...3, database: database)
+        let audit = try cli(["verify", url])
+        #expect(
+            audit.status == 1 && audit.stdout.contains("seq 2: the block of events 2...3 overlaps") && audit.stdout.contains("past any seq a ledger reaches"), "\(audit.stdout)")
+        #expect(!audit.stdout.contains("missing"), "\(audit.stdout)")
+        let pulled = dir.path("pulled.ledger")
+        let pull = try cli(["pull", url, "--ledger", id, "-o", pulled])
+        #expect(pull.status == 0, "\(pull.stderr)")
+        var readOnly = LedgerConfiguration()
+        readOnly.readOnly = true
+        #expect(try Ledger(path: pulled, configuration: readOnly).lastSeq() == top)
+    }
+
+    /// `forget` finds a user's ledger however its head was moved: a head moved back to seq 0
+    /// hides none of its events from the erasure.
+    @Test func forgetFindsTheUserPastAHeadMovedBack() async throws {
+        let dir = try TemporaryDirectory()
+        let (server, url) = try FleetServer.database()
+        let database = String(url.split(separator: "/").last!.split(separator: "?").first!)
+        let ledger = try Self.ledger(300, in: dir)
+        #expect(try cli(["ship", ledger.path, "--to", url]).status == 0)
+        let id = try #require(try ledger.identity()).id
+        let user = try #require(try ledger.transactions().compactMap(\.user).first)
+        _ = try server.psql("UPDATE ledgers SET last_seq = 0 WHERE ledger_id = '\(id)'", database: database)
+        let forgot = try cli(["forget", url, "--user", user])
+        #expect(forgot.status == 0, "\(forgot.stdout) \(forgot.stderr)")
+        #expect(try server.psql("SELECT count(*) FROM transactions WHERE user_id = '\(user)'", database: database) == "0\n")
+        #expect(try server.psql("SELECT count(*) FROM personal_values WHERE value = convert_to('\(user)', 'UTF8')", database: database) == "0\n")
+        #expect(try server.psql("SELECT count(*) FROM erased_users WHERE ledger_id = '\(id)'", database: database) == "1\n")
+    }
+}
+
+extension LocalPostgres {
+    /// Inserts a block holding a copy of ledger `id`'s events `seqs` (decodable, links and all):
+    /// events held twice, as someone with the shipping credential can plant them.
+    func plantCopy(of id: String, seqs: ClosedRange<Int64>, database: String) throws {
+        let row = try psql(
+            "SELECT first_seq, last_seq, raw_size, encode(frames, 'hex'), encode(links, 'hex') FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq = 1",
+            database: database
+        ).trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|").map(String.init)
+        let events = try FleetBlock.decode(
+            firstSeq: Int64(row[0])!, lastSeq: Int64(row[1])!, rawSize: Int64(row[2])!, frames: Hex.decode(row[3])!, links: Hex.decode(row[4])!)
+        let block = try FleetBlock.encode(Array(events[Int(seqs.lowerBound - 1)...Int(seqs.upperBound - 1)]))[0]
+        try psql(
+            "INSERT INTO event_blocks VALUES ('\(id)', \(block.firstSeq), \(block.lastSeq), \(block.rawSize), '\\x\(Hex.encode(block.frames))', '\\x\(Hex.encode(block.links))')",
+            database: database)
     }
 }

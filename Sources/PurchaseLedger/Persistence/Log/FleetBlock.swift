@@ -11,6 +11,13 @@ package enum FleetBlock {
     /// one block in part.
     package static let maxEvents = 1024
     package static let linkSize = 32
+    /// A block is closed once its frames reach this many bytes (events of Apple's signed
+    /// documents are large), so no reader decompresses more than ``maxRawSize`` for one block.
+    package static let sealRawSize = 4 << 20
+    /// The most a stored block's frames may claim uncompressed: ``sealRawSize`` and one more
+    /// frame of the largest event a ledger takes (a 1 MB line). A larger claim is refused
+    /// before anything is allocated: an LZ4 block of 8 MB can really expand to 2 GB.
+    package static let maxRawSize: Int64 = 6 << 20
 
     /// One block as its row stores it.
     package struct Encoded: Sendable {
@@ -26,7 +33,11 @@ package enum FleetBlock {
         var blocks: [Encoded] = []
         var start = 0
         while start < events.count {
-            let end = min(start + maxEvents, events.count)
+            var end = start, raw = 0
+            while end < events.count && end - start < maxEvents && raw < sealRawSize {
+                raw += events[end].payload.count + 32
+                end += 1
+            }
             blocks.append(try encodeOne(events[start..<end]))
             start = end
         }
@@ -61,7 +72,9 @@ package enum FleetBlock {
         guard links.count == count * linkSize else {
             throw LedgerError.corrupt("\(name) holds \(links.count) bytes of links, not \(count * linkSize): it was edited", seq: firstSeq)
         }
-        guard rawSize >= 0, rawSize <= Int64(Int32.max) else { throw LedgerError.corrupt("\(name) claims \(rawSize) bytes of frames", seq: firstSeq) }
+        guard rawSize >= 0, rawSize <= maxRawSize else {
+            throw LedgerError.corrupt("\(name) claims \(rawSize) bytes of frames, more than any block a ship writes: it was edited", seq: firstSeq)
+        }
         let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
         let decoded = raw.withUnsafeBytes { buffer -> Result<[UploadedFrame], BinaryReader.Failure> in
             do throws(BinaryReader.Failure) {
@@ -85,7 +98,7 @@ package enum FleetBlock {
         _ body: (_ seq: Int64, _ type: EventType, _ anomaly: Rule?, _ subject: String?) -> Void
     ) throws(LedgerError) {
         let name = "the block of events \(firstSeq)...\(lastSeq)"
-        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= Int64(Int32.max) else {
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= maxRawSize else {
             throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
         }
         let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
@@ -110,7 +123,7 @@ package enum FleetBlock {
     /// decompressed and only the first read. Throws as ``scan(firstSeq:lastSeq:rawSize:frames:subjectOf:_:)``.
     package static func firstEventAt(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8]) throws(LedgerError) -> Int64 {
         let name = "the block of events \(firstSeq)...\(lastSeq)"
-        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= Int64(Int32.max) else {
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= maxRawSize else {
             throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
         }
         let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)

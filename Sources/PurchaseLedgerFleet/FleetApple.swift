@@ -273,22 +273,16 @@ extension FleetStore {
                 var wanted: [String: Set<String>] = [:]
                 for row in keyed { wanted[row.ledger!, default: []].insert(row.transaction!) }
                 let ledgers = wanted.keys.sorted()
-                // (Frames only: the links, half of a block's bytes, are not fetched. A few hundred
-                // ledgers a query: the rows the connection buffers ahead stay few.)
-                for part in stride(from: 0, to: ledgers.count, by: 256) {
-                    let some = Array(ledgers[part..<min(part + 256, ledgers.count)])
-                    try await forEachBlock(
-                        "SELECT e.ledger_id::text, e.first_seq, e.last_seq, e.raw_size, e.frames, ''::bytea FROM event_blocks e WHERE e.ledger_id = ANY(\(some)::text[]::uuid[])"
-                    ) { block in
-                        guard let transactions = wanted[block.ledger] else { return }
-                        try? FleetBlock.scan(
-                            firstSeq: block.firstSeq, lastSeq: block.lastSeq, rawSize: block.rawSize, frames: block.frames,
-                            subjectOf: [.transactionPurchased, .transactionRestored]
-                        ) { seq, _, anomaly, subject in
-                            guard anomaly == nil, let subject, transactions.contains(subject) else { return }
-                            let key = block.ledger + "\u{0}transaction:" + subject
-                            seqs[key] = min(seqs[key] ?? .max, seq)
-                        }
+                // (Frames only: the links, half of a block's bytes, are not fetched.)
+                try await forEachFramesBlock(of: ledgers) { block in
+                    guard let transactions = wanted[block.ledger] else { return }
+                    try? FleetBlock.scan(
+                        firstSeq: block.firstSeq, lastSeq: block.lastSeq, rawSize: block.rawSize, frames: block.frames,
+                        subjectOf: [.transactionPurchased, .transactionRestored]
+                    ) { seq, _, anomaly, subject in
+                        guard anomaly == nil, let subject, transactions.contains(subject) else { return }
+                        let key = block.ledger + "\u{0}transaction:" + subject
+                        seqs[key] = min(seqs[key] ?? .max, seq)
                     }
                 }
                 for i in rows.indices {
@@ -386,16 +380,10 @@ extension FleetStore {
             ).decode((String, String).self) {
                 owners[ledger, default: []].append(owner)
             }
-            let holding = owners.keys.sorted()
-            for part in stride(from: 0, to: holding.count, by: 256) {
-                let some = Array(holding[part..<min(part + 256, holding.count)])
-                try await forEachBlock(
-                    "SELECT e.ledger_id::text, e.first_seq, e.last_seq, e.raw_size, e.frames, ''::bytea FROM event_blocks e WHERE e.ledger_id = ANY(\(some)::text[]::uuid[]) AND e.first_seq = 1"
-                ) { block in
-                    guard let at = try? FleetBlock.firstEventAt(firstSeq: block.firstSeq, lastSeq: block.lastSeq, rawSize: block.rawSize, frames: block.frames) else { return }
-                    for owner in owners[block.ledger] ?? [] {
-                        firstEvents[owner] = min(firstEvents[owner] ?? Timestamp(nanosecondsSinceEpoch: .max), Timestamp(nanosecondsSinceEpoch: at))
-                    }
+            try await forEachFramesBlock(of: owners.keys.sorted(), where: "e.first_seq = 1") { block in
+                guard let at = try? FleetBlock.firstEventAt(firstSeq: block.firstSeq, lastSeq: block.lastSeq, rawSize: block.rawSize, frames: block.frames) else { return }
+                for owner in owners[block.ledger] ?? [] {
+                    firstEvents[owner] = min(firstEvents[owner] ?? Timestamp(nanosecondsSinceEpoch: .max), Timestamp(nanosecondsSinceEpoch: at))
                 }
             }
         }

@@ -97,3 +97,34 @@ extension FleetStore {
         return events
     }
 }
+
+extension FleetStore {
+    /// The blocks of ledgers `ids` that hold events past their heads (`ledgers.last_seq`), by
+    /// ledger, in first seq order: what ship and the ingest service look for before storing.
+    func blocksPastHead(of ids: [String]) async throws -> [String: [StoredBlock]] {
+        var past: [String: [StoredBlock]] = [:]
+        try await forEachBlock(
+            """
+            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
+            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.last_seq > l.last_seq ORDER BY 1, 2
+            """
+        ) { block in
+            past[block.ledger, default: []].append(block)
+        }
+        return past
+    }
+
+    /// The frames (not the links) of the blocks of `ledgers` that `condition` (SQL over `e`)
+    /// selects, a few hundred ledgers a query so that the connection buffers few rows; each
+    /// block is handed to `body` with empty links.
+    func forEachFramesBlock(of ledgers: [String], where condition: String = "true", _ body: (StoredBlock) async throws -> Void) async throws {
+        for part in stride(from: 0, to: ledgers.count, by: 256) {
+            let some = Array(ledgers[part..<min(part + 256, ledgers.count)])
+            try await forEachBlock(
+                """
+                SELECT e.ledger_id::text, e.first_seq, e.last_seq, e.raw_size, e.frames, ''::bytea FROM event_blocks e
+                WHERE e.ledger_id = ANY(\(some)::text[]::uuid[]) AND \(unescaped: condition)
+                """, body)
+        }
+    }
+}

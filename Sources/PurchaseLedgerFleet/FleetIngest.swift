@@ -150,15 +150,7 @@ extension FleetStore {
         }
         // Events past a head (written by someone with the shipping credential, or the ledger's own
         // when the head was moved back): refused, naming the blocks that hold them.
-        var past: [String: [StoredBlock]] = [:]
-        try await forEachBlock(
-            """
-            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
-            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.last_seq > l.last_seq ORDER BY 1, 2
-            """
-        ) { block in
-            past[block.ledger, default: []].append(block)
-        }
+        let past = try await blocksPastHead(of: ids)
         let held = try await heldLedgers(
             rows.filter { $0.value.seq > 0 }.mapValues(\.seq), users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
         var results: [String: Result<IngestHead, IngestRefusal>] = [:]

@@ -202,15 +202,7 @@ extension FleetStore {
         // (anyone with the shipping credential can insert blocks). Its own are kept and the head
         // moves past them; others would overlap its next ship's blocks, so that ledger is refused
         // naming their blocks instead, and the owner removes them.
-        var pastHead: [String: [StoredBlock]] = [:]
-        try await forEachBlock(
-            """
-            SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e JOIN ledgers l ON l.ledger_id = e.ledger_id
-            WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) AND e.last_seq > l.last_seq ORDER BY 1, 2
-            """
-        ) { block in
-            pastHead[block.ledger, default: []].append(block)
-        }
+        let pastHead = try await blocksPastHead(of: ids)
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
         for try await row in try await connection.query(

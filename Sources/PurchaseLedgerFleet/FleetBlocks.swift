@@ -19,6 +19,20 @@ struct StoredBlock {
         try FleetBlock.decode(firstSeq: firstSeq, lastSeq: lastSeq, rawSize: rawSize, frames: frames, links: links)
     }
 
+    /// The first seqs of a ledger's chain of blocks (`ranges`, any order): from seq 1, each block
+    /// starting where the last ended, as ship writes them (the key makes each start unique). A
+    /// block off the chain overlaps it or lies past a gap: planted, or left by a deletion.
+    static func chain(_ ranges: [(Int64, Int64)]) -> Set<Int64> {
+        let byFirst = Dictionary(ranges.map { ($0.0, $0.1) }, uniquingKeysWith: { a, _ in a })
+        var chain = Set<Int64>()
+        var next: Int64 = 1
+        while let last = byFirst[next], last >= next, last < Int64.max {
+            chain.insert(next)
+            next = last + 1
+        }
+        return chain
+    }
+
     /// The link of each event, with its seq; nil when the block holds more or fewer links than events.
     var seqLinks: [(seq: Int64, link: [UInt8])]? {
         let count = lastSeq - firstSeq + 1
@@ -87,14 +101,29 @@ extension FleetStore {
 
 extension FleetStore {
     /// Every event of ledgers `ids` in any block that decodes, past their heads too, in block
-    /// order (an event held twice comes twice): what `forget` searches for a user's ref, which
+    /// order (an event held twice comes twice), each with whether its block is on the ledger's
+    /// chain of blocks (``StoredBlock/chain(_:)``): what `forget` searches for a user's ref, which
     /// must not miss one because a head was moved back or a block planted.
-    func eventsOfEveryBlock(of ids: [String]) async throws -> [String: [UploadedFrame]] {
-        var events: [String: [UploadedFrame]] = [:]
+    func eventsOfEveryBlock(of ids: [String]) async throws -> [String: [(event: UploadedFrame, onChain: Bool)]] {
+        var blocks: [String: [StoredBlock]] = [:]
         try await forEachBlock("SELECT \(unescaped: StoredBlock.columns) FROM event_blocks e WHERE e.ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2") { block in
-            if let decoded = try? block.events() { events[block.ledger, default: []].append(contentsOf: decoded) }
+            blocks[block.ledger, default: []].append(block)
         }
-        return events
+        return blocks.mapValues { ledger in
+            let chain = StoredBlock.chain(ledger.map { ($0.firstSeq, $0.lastSeq) })
+            return ledger.flatMap { block in ((try? block.events()) ?? []).map { ($0, chain.contains(block.firstSeq)) } }
+        }
+    }
+
+    /// The ranges (first seq, last seq) of every block of ledgers `ids`, by ledger.
+    func blockRanges(of ids: [String]) async throws -> [String: [(Int64, Int64)]] {
+        var ranges: [String: [(Int64, Int64)]] = [:]
+        for try await (id, first, last) in try await connection.query(
+            "SELECT ledger_id::text, first_seq, last_seq FROM event_blocks WHERE ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2", logger: logger
+        ).decode((String, Int64, Int64).self) {
+            ranges[id, default: []].append((first, last))
+        }
+        return ranges
     }
 }
 

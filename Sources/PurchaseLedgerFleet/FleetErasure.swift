@@ -74,14 +74,19 @@ extension FleetStore {
                     streams[ledger, default: []].insert("transaction:" + transaction)
                 }
                 for (ledger, events) in try await eventsOfEveryBlock(of: streams.keys.sorted()) {
-                    for e in events.sorted(by: { $0.seq < $1.seq }) where [.paymentQueued, .transactionPurchased, .transactionRestored].contains(e.type) {
+                    // The ledger's chain of blocks first; a block off it only where the chain names no ref.
+                    var found: (chain: Int64?, other: Int64?) = (nil, nil)
+                    for (e, onChain) in events.sorted(by: { $0.event.seq < $1.event.seq })
+                    where [.paymentQueued, .transactionPurchased, .transactionRestored].contains(e.type) {
                         guard let subject = e.subject, streams[ledger]?.contains("transaction:" + subject) == true else { continue }
                         switch PayloadUser(type: e.type, payload: e.payload) {
-                        case .ref(let ref): if refs[ledger] == nil { refs[ledger] = ref }
+                        case .ref(let ref):
+                            if onChain { found.chain = found.chain ?? ref } else { found.other = found.other ?? ref }
                         case .inline: inline.insert(ledger)
                         case .none: break
                         }
                     }
+                    if let ref = found.chain ?? found.other { refs[ledger] = ref }
                 }
                 for try await (ledger, ref) in try await connection.query(
                     """

@@ -151,6 +151,7 @@ extension FleetStore {
         // Events past a head (written by someone with the shipping credential, or the ledger's own
         // when the head was moved back): refused, naming the blocks that hold them.
         let past = try await blocksPastHead(of: ids)
+        let ranges = past.isEmpty ? [:] : try await blockRanges(of: past.keys.sorted())
         let held = try await heldLedgers(
             rows.filter { $0.value.seq > 0 }.mapValues(\.seq), users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
         var results: [String: Result<IngestHead, IngestRefusal>] = [:]
@@ -181,13 +182,18 @@ extension FleetStore {
                 continue
             }
             if let blocks = past[id] {
-                // The device's own events (the upload's, link for link) are not named for deletion:
-                // the head was moved back over them, and one `ship` from the device moves it on.
-                var uploaded: [Int64: [UInt8]] = [:]
-                for frame in upload.frames { uploaded[frame.seq] = frame.link }
+                // Named for deletion: blocks off the ledger's chain (overlapping it, or past a gap),
+                // and blocks of it that do not decode or hold an event the upload holds otherwise.
+                // Never a block of the chain that also holds events up to the head, nor one whose
+                // events the upload does not reach: the head was moved back over the device's own
+                // events, and one `ship` from the device keeps them and moves it on.
+                let chain = StoredBlock.chain(ranges[id] ?? [])
+                var uploaded: [Int64: UploadedFrame] = [:]
+                for frame in upload.frames { uploaded[frame.seq] = frame }
                 let foreign = blocks.filter { block in
-                    guard let links = block.seqLinks, (try? block.events()) != nil else { return true }
-                    return !links.allSatisfy { $0.seq <= row.seq || uploaded[$0.seq] == $0.link }
+                    if chain.contains(block.firstSeq) && block.firstSeq <= row.seq { return false }
+                    guard let events = try? block.events(), chain.contains(block.firstSeq) else { return true }
+                    return events.contains { e in e.seq > row.seq && uploaded[e.seq].map { !$0.isSameEvent(as: e) } ?? false }
                 }
                 let first = max(blocks.map(\.firstSeq).min()!, row.seq + 1)
                 if foreign.isEmpty {

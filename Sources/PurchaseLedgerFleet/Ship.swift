@@ -203,6 +203,8 @@ extension FleetStore {
         // moves past them; others would overlap its next ship's blocks, so that ledger is refused
         // naming their blocks instead, and the owner removes them.
         let pastHead = try await blocksPastHead(of: ids)
+        // (Where some are, the ledger's chain of blocks tells its own from planted ones.)
+        let ranges = pastHead.isEmpty ? [:] : try await blockRanges(of: pastHead.keys.sorted())
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
         for try await row in try await connection.query(
@@ -253,7 +255,14 @@ extension FleetStore {
                 if let stored = pastHead[id] {
                     // The ledger's own blocks (each event the file's, at its seq, from the head on)
                     // are kept; if any other block is there, nothing is shipped and its blocks are named.
-                    let own = Self.ownEvents(stored, head: held.seq, file: shipment.events)
+                    let own = Self.ownEvents(stored, chain: StoredBlock.chain(ranges[id] ?? []), head: held.seq, file: shipment.events)
+                    if let block = own.differing.first {
+                        throw LedgerError.make(
+                            .chainMismatch,
+                            "the fleet store's block of events \(block.firstSeq)...\(block.lastSeq) holds this ledger's events up to the head it shipped (seq \(held.seq)) and, past it, events that are not this file's; "
+                                + "nothing was shipped: the store's owner runs the fleet audit (`purchase-ledger verify URL`), which names what was altered",
+                            seq: held.seq + 1)
+                    }
                     if !own.foreign.isEmpty {
                         let first = own.foreign.map { max($0.firstSeq, held.seq + 1) }.min()!
                         let blocks = own.foreign.map(\.firstSeq)
@@ -301,33 +310,35 @@ extension FleetStore {
     }
 
     /// Which blocks the store holds past a ledger's head (`stored`, by first seq) are the ledger's
-    /// own (`file`: its events after `head`, in order). A block is its own when it decodes and
-    /// every event of it past the head is the file's event at that seq, field for field and link
-    /// for link. From the head on, the run of own blocks each holding the next seq is kept (of
-    /// two that hold it, the one that starts later: ship writes each block from where the last
-    /// ended); every other block is named, as planted (or, after a gap, for the ledger to ship
-    /// again).
-    static func ownEvents(_ stored: [StoredBlock], head: Int64, file: [ChainedEvent]) -> (count: Int, foreign: [StoredBlock]) {
+    /// own (`file`: its events after `head`, in order). Kept: the blocks of the ledger's chain
+    /// (`chain`, ``StoredBlock/chain(_:)``: from seq 1, each starting where the last ended) from
+    /// the one holding the head's next seq on, while each decodes and every event of it past the
+    /// head is the file's, field for field and link for link. Every other block is `foreign`
+    /// (planted, or past a gap), but a chain block that also holds events up to the head, which
+    /// no deletion may remove: that one is `differing`.
+    static func ownEvents(
+        _ stored: [StoredBlock], chain: Set<Int64>, head: Int64, file: [ChainedEvent]
+    ) -> (count: Int, foreign: [StoredBlock], differing: [StoredBlock]) {
         func isFiles(_ e: UploadedFrame) -> Bool {
             let i = e.seq &- head &- 1
-            guard i >= 0, i < Int64(file.count) else { return false }
-            let f = UploadedFrame(file[Int(i)])
-            return f.type == e.type && f.anomaly == e.anomaly && f.appendedByLedger == e.appendedByLedger && f.at == e.at && f.recorded == e.recorded
-                && f.version == e.version && f.payload == e.payload && f.link == e.link
-        }
-        let own = stored.indices.filter { i in
-            guard stored[i].lastSeq < Int64.max - Int64(FleetBlock.maxEvents), let events = try? stored[i].events() else { return false }
-            return events.allSatisfy { $0.seq <= head || isFiles($0) }
+            return i >= 0 && i < Int64(file.count) && UploadedFrame(file[Int(i)]).isSameEvent(as: e)
         }
         var next = head + 1
         var kept = Set<Int>()
-        while let i = own.filter({ !kept.contains($0) && stored[$0].firstSeq <= next && stored[$0].lastSeq >= next })
-            .max(by: { stored[$0].firstSeq < stored[$1].firstSeq })
-        {
+        var stopped = false
+        for (i, block) in stored.enumerated() where chain.contains(block.firstSeq) {
+            guard !stopped, block.firstSeq <= next, block.lastSeq >= next, block.lastSeq < Int64.max - Int64(FleetBlock.maxEvents),
+                let events = try? block.events(), events.allSatisfy({ $0.seq <= head || isFiles($0) })
+            else {
+                stopped = true
+                continue
+            }
             kept.insert(i)
-            next = stored[i].lastSeq + 1
+            next = block.lastSeq + 1
         }
-        return (Int(next - head - 1), stored.indices.filter { !kept.contains($0) }.map { stored[$0] })
+        let others = stored.indices.filter { !kept.contains($0) }.map { stored[$0] }
+        let holdsHead = { (b: StoredBlock) in chain.contains(b.firstSeq) && b.firstSeq <= head }
+        return (Int(next - head - 1), others.filter { !holdsHead($0) }, others.filter(holdsHead))
     }
 
     /// Stores accepted shipments in the current transaction, the one path of `ship` and of the

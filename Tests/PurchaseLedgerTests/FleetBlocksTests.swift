@@ -217,6 +217,19 @@ struct FleetBlocksTests {
         #expect(try cli(["ship", ledger.path, "--to", url]).status == 0)
         #expect(try cli(["verify", url]).status == 0)
 
+        // A decodable copy of its own events 990...1024 planted over the head moved back into
+        // block 1...1024: the copy is named, never the block that holds events 1...989.
+        _ = try server.psql(
+            "UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)'",
+            database: database)
+        try server.plantCopy(of: id, seqs: 990...1024, database: database)
+        let copy = try cli(["ship", ledger.path, "--to", url])
+        let deleteCopy = try #require(copy.stderr.range(of: "DELETE FROM event_blocks").map { String(copy.stderr[$0.lowerBound...].prefix { $0 != ";" }) }, "\(copy.stderr)")
+        #expect(deleteCopy.hasSuffix("first_seq IN (990)"), "\(deleteCopy)")
+        _ = try server.psql(deleteCopy, database: database)
+        #expect(try cli(["ship", ledger.path, "--to", url]).status == 0)
+        #expect(try cli(["verify", url]).status == 0)
+
         // A copy of two of its own events planted inside its blocks, and a block at the last seq
         // there is: `pull` still reads the ledger, and the audit names both blocks.
         _ = try server.psql(

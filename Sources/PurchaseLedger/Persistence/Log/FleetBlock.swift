@@ -171,6 +171,12 @@ package enum FleetBlock {
 }
 
 extension UploadedFrame {
+    /// Whether `other` is the same stored event: every field of its canonical frame, and its link.
+    package func isSameEvent(as other: UploadedFrame) -> Bool {
+        seq == other.seq && type == other.type && anomaly == other.anomaly && appendedByLedger == other.appendedByLedger && at == other.at
+            && recorded == other.recorded && version == other.version && payload == other.payload && link == other.link
+    }
+
     /// The event a ship stores: its fields and its link.
     package init(_ chained: ChainedEvent) {
         let e = chained.event

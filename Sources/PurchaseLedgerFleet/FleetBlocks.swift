@@ -32,13 +32,6 @@ struct StoredBlock {
         }
         return chain
     }
-
-    /// The link of each event, with its seq; nil when the block holds more or fewer links than events.
-    var seqLinks: [(seq: Int64, link: [UInt8])]? {
-        let count = lastSeq - firstSeq + 1
-        guard count > 0, count <= Int64(FleetBlock.maxEvents), Int64(links.count) == count * Int64(FleetBlock.linkSize) else { return nil }
-        return (0..<Int(count)).map { i in (firstSeq + Int64(i), Array(links[(i * FleetBlock.linkSize)..<((i + 1) * FleetBlock.linkSize)])) }
-    }
 }
 
 extension FleetStore {
@@ -114,23 +107,14 @@ extension FleetStore {
             return ledger.flatMap { block in ((try? block.events()) ?? []).map { ($0, chain.contains(block.firstSeq)) } }
         }
     }
-
-    /// The ranges (first seq, last seq) of every block of ledgers `ids`, by ledger.
-    func blockRanges(of ids: [String]) async throws -> [String: [(Int64, Int64)]] {
-        var ranges: [String: [(Int64, Int64)]] = [:]
-        for try await (id, first, last) in try await connection.query(
-            "SELECT ledger_id::text, first_seq, last_seq FROM event_blocks WHERE ledger_id = ANY(\(ids)::text[]::uuid[]) ORDER BY 1, 2", logger: logger
-        ).decode((String, Int64, Int64).self) {
-            ranges[id, default: []].append((first, last))
-        }
-        return ranges
-    }
 }
 
 extension FleetStore {
     /// The blocks of ledgers `ids` that hold events past their heads (`ledgers.last_seq`), by
-    /// ledger, in first seq order: what ship and the ingest service look for before storing.
-    func blocksPastHead(of ids: [String]) async throws -> [String: [StoredBlock]] {
+    /// ledger, in first seq order, with the ledger's chain of blocks (``StoredBlock/chain(_:)``),
+    /// which tells its own from planted ones: what ship and the ingest service look for before
+    /// storing.
+    func blocksPastHead(of ids: [String]) async throws -> [String: (blocks: [StoredBlock], chain: Set<Int64>)] {
         var past: [String: [StoredBlock]] = [:]
         try await forEachBlock(
             """
@@ -140,7 +124,14 @@ extension FleetStore {
         ) { block in
             past[block.ledger, default: []].append(block)
         }
-        return past
+        guard !past.isEmpty else { return [:] }
+        var ranges: [String: [(Int64, Int64)]] = [:]
+        for try await (id, first, last) in try await connection.query(
+            "SELECT ledger_id::text, first_seq, last_seq FROM event_blocks WHERE ledger_id = ANY(\(past.keys.sorted())::text[]::uuid[])", logger: logger
+        ).decode((String, Int64, Int64).self) {
+            ranges[id, default: []].append((first, last))
+        }
+        return past.reduce(into: [:]) { out, entry in out[entry.key] = (entry.value, StoredBlock.chain(ranges[entry.key] ?? [])) }
     }
 
     /// The frames (not the links) of the blocks of `ledgers` that `condition` (SQL over `e`)

@@ -151,7 +151,6 @@ extension FleetStore {
         // Events past a head (written by someone with the shipping credential, or the ledger's own
         // when the head was moved back): refused, naming the blocks that hold them.
         let past = try await blocksPastHead(of: ids)
-        let ranges = past.isEmpty ? [:] : try await blockRanges(of: past.keys.sorted())
         let held = try await heldLedgers(
             rows.filter { $0.value.seq > 0 }.mapValues(\.seq), users: round.flatMap { $0.upload.values.filter { $0.owner == $0.ref }.map { ($0.ref, $0.value) } })
         var results: [String: Result<IngestHead, IngestRefusal>] = [:]
@@ -181,13 +180,12 @@ extension FleetStore {
                 )
                 continue
             }
-            if let blocks = past[id] {
+            if let (blocks, chain) = past[id] {
                 // Named for deletion: blocks off the ledger's chain (overlapping it, or past a gap),
                 // and blocks of it that do not decode or hold an event the upload holds otherwise.
                 // Never a block of the chain that also holds events up to the head, nor one whose
                 // events the upload does not reach: the head was moved back over the device's own
                 // events, and one `ship` from the device keeps them and moves it on.
-                let chain = StoredBlock.chain(ranges[id] ?? [])
                 var uploaded: [Int64: UploadedFrame] = [:]
                 for frame in upload.frames { uploaded[frame.seq] = frame }
                 let foreign = blocks.filter { block in

@@ -203,8 +203,6 @@ extension FleetStore {
         // moves past them; others would overlap its next ship's blocks, so that ledger is refused
         // naming their blocks instead, and the owner removes them.
         let pastHead = try await blocksPastHead(of: ids)
-        // (Where some are, the ledger's chain of blocks tells its own from planted ones.)
-        let ranges = pastHead.isEmpty ? [:] : try await blockRanges(of: pastHead.keys.sorted())
         // Users erased from these ledgers in the store: their rows go with markers.
         var erased: [String: Set<Int64>] = [:]
         for try await row in try await connection.query(
@@ -252,10 +250,10 @@ extension FleetStore {
                 }
                 var shipment = try entry.ledger.shipment(
                     after: held.seq, link: held.link, erasedUsers: erased[id] ?? [], allValues: held.rowsVersion < FleetStore.valuesRowsVersion)
-                if let stored = pastHead[id] {
+                if let (stored, chain) = pastHead[id] {
                     // The ledger's own blocks (each event the file's, at its seq, from the head on)
                     // are kept; if any other block is there, nothing is shipped and its blocks are named.
-                    let own = Self.ownEvents(stored, chain: StoredBlock.chain(ranges[id] ?? []), head: held.seq, file: shipment.events)
+                    let own = Self.ownEvents(stored, chain: chain, head: held.seq, file: shipment.events)
                     if let block = own.differing.first {
                         throw LedgerError.make(
                             .chainMismatch,

@@ -61,32 +61,26 @@ package enum FleetBlock {
     }
 
     /// The events of a stored block, checked for shape: its range, one link per event, every
-    /// frame whole and nothing after the last. `ledger` names the ledger in a message. Throws
-    /// ``LedgerError/Code/corruptData`` naming the block's first seq.
+    /// frame whole and nothing after the last. Throws ``LedgerError/Code/corruptData`` naming the
+    /// block's first seq.
     package static func decode(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8], links: [UInt8]) throws(LedgerError) -> [UploadedFrame] {
-        let name = "the block of events \(firstSeq)...\(lastSeq)"
-        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents) else {
-            throw LedgerError.corrupt("\(name) has a range no ship writes (at most \(maxEvents) events from seq 1 on): it was edited", seq: max(firstSeq, 1))
-        }
+        let raw = try decompress(firstSeq: firstSeq, lastSeq: lastSeq, rawSize: rawSize, frames: frames)
         let count = Int(lastSeq - firstSeq + 1)
         guard links.count == count * linkSize else {
-            throw LedgerError.corrupt("\(name) holds \(links.count) bytes of links, not \(count * linkSize): it was edited", seq: firstSeq)
+            throw LedgerError.corrupt("the block of events \(firstSeq)...\(lastSeq) holds \(links.count) bytes of links, not \(count * linkSize): it was edited", seq: firstSeq)
         }
-        guard rawSize >= 0, rawSize <= maxRawSize else {
-            throw LedgerError.corrupt("\(name) claims \(rawSize) bytes of frames, more than any block a ship writes: it was edited", seq: firstSeq)
+        var out: [UploadedFrame] = []
+        out.reserveCapacity(count)
+        try walk(raw, firstSeq: firstSeq, lastSeq: lastSeq) { entry, buffer in
+            let e = entry.event, i = Int(e.seq - firstSeq)
+            out.append(
+                UploadedFrame(
+                    seq: e.seq, type: entry.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.event.at.nanosecondsSinceEpoch,
+                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: Array(buffer[entry.payload]),
+                    link: Array(links[(i * linkSize)..<((i + 1) * linkSize)])))
+            return true
         }
-        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
-        let decoded = raw.withUnsafeBytes { buffer -> Result<[UploadedFrame], BinaryReader.Failure> in
-            do throws(BinaryReader.Failure) {
-                return .success(try decodeFrames(in: buffer, firstSeq: firstSeq, count: count, links: links))
-            } catch {
-                return .failure(error)
-            }
-        }
-        switch decoded {
-        case .success(let events): return events
-        case .failure(let error): throw LedgerError.corrupt("\(name) does not decode (\(error.message)): it was edited or damaged", seq: firstSeq)
-        }
+        return out
     }
 
     /// Walks a stored block's events without copying them: `body` gets each event's seq, type
@@ -97,44 +91,61 @@ package enum FleetBlock {
         firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8], subjectOf: Set<EventType>,
         _ body: (_ seq: Int64, _ type: EventType, _ anomaly: Rule?, _ subject: String?) -> Void
     ) throws(LedgerError) {
-        let name = "the block of events \(firstSeq)...\(lastSeq)"
-        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= maxRawSize else {
-            throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
+        let raw = try decompress(firstSeq: firstSeq, lastSeq: lastSeq, rawSize: rawSize, frames: frames)
+        try walk(raw, firstSeq: firstSeq, lastSeq: lastSeq) { entry, buffer in
+            let subject = subjectOf.contains(entry.type) ? Self.subject(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload])) : nil
+            body(entry.event.seq, entry.type, entry.event.anomaly, subject)
+            return true
         }
-        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
+    }
+
+    /// When a stored block's first event happened (nanoseconds since 1970), its frames
+    /// decompressed and only the first read. Throws as ``decode(firstSeq:lastSeq:rawSize:frames:links:)``.
+    package static func firstEventAt(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8]) throws(LedgerError) -> Int64 {
+        let raw = try decompress(firstSeq: firstSeq, lastSeq: lastSeq, rawSize: rawSize, frames: frames)
+        var at: Int64 = 0
+        try walk(raw, firstSeq: firstSeq, lastSeq: lastSeq) { entry, _ in
+            at = entry.event.event.at.nanosecondsSinceEpoch
+            return false
+        }
+        return at
+    }
+
+    /// A stored block's frames decompressed, once its range and claimed size are those a ship
+    /// writes (nothing is allocated for a larger claim).
+    private static func decompress(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8]) throws(LedgerError) -> [UInt8] {
+        let name = "the block of events \(firstSeq)...\(lastSeq)"
+        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents) else {
+            throw LedgerError.corrupt("\(name) has a range no ship writes (at most \(maxEvents) events from seq 1 on): it was edited", seq: max(firstSeq, 1))
+        }
+        guard rawSize >= 0, rawSize <= maxRawSize else {
+            throw LedgerError.corrupt("\(name) claims \(rawSize) bytes of frames, more than any block a ship writes: it was edited", seq: firstSeq)
+        }
+        return try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
+    }
+
+    /// Reads the frames of `raw` for seqs `firstSeq...lastSeq` in order, handing each to `body`
+    /// with the buffer its ranges point into, until `body` returns false; read to the end, no
+    /// byte may follow the last frame.
+    private static func walk(
+        _ raw: [UInt8], firstSeq: Int64, lastSeq: Int64, _ body: (FrameCodec.BlockEntry, UnsafeRawBufferPointer) -> Bool
+    ) throws(LedgerError) {
         let failure = raw.withUnsafeBytes { buffer -> BinaryReader.Failure? in
             var r = BinaryReader(buffer)
             var previous: (at: Int64, recorded: Int64) = (0, 0)
             do throws(BinaryReader.Failure) {
                 for seq in firstSeq...lastSeq {
                     let entry = try FrameCodec.readBlockFrame(&r, seq: seq, inlineLink: 0, previous: &previous, personal: .empty, wanted: false)
-                    let subject = subjectOf.contains(entry.type) ? Self.subject(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload])) : nil
-                    body(seq, entry.type, entry.event.anomaly, subject)
+                    if !body(entry, buffer) { return nil }
                 }
                 return r.isAtEnd ? nil : BinaryReader.Failure(message: "bytes after its last frame")
             } catch {
                 return error
             }
         }
-        if let failure { throw LedgerError.corrupt("\(name) does not decode (\(failure.message)): it was edited or damaged", seq: firstSeq) }
-    }
-
-    /// When a stored block's first event happened (nanoseconds since 1970), its frames
-    /// decompressed and only the first read. Throws as ``scan(firstSeq:lastSeq:rawSize:frames:subjectOf:_:)``.
-    package static func firstEventAt(firstSeq: Int64, lastSeq: Int64, rawSize: Int64, frames: [UInt8]) throws(LedgerError) -> Int64 {
-        let name = "the block of events \(firstSeq)...\(lastSeq)"
-        guard firstSeq >= 1, lastSeq >= firstSeq, lastSeq - firstSeq < Int64(maxEvents), rawSize >= 0, rawSize <= maxRawSize else {
-            throw LedgerError.corrupt("\(name) has a range or size no ship writes: it was edited", seq: max(firstSeq, 1))
+        if let failure {
+            throw LedgerError.corrupt("the block of events \(firstSeq)...\(lastSeq) does not decode (\(failure.message)): it was edited or damaged", seq: firstSeq)
         }
-        let raw = try LZ4.decompressStored(frames, originalSize: Int(rawSize), name, seq: firstSeq)
-        let at = raw.withUnsafeBytes { buffer -> Int64? in
-            var r = BinaryReader(buffer)
-            var previous: (at: Int64, recorded: Int64) = (0, 0)
-            return try? FrameCodec.readBlockFrame(&r, seq: firstSeq, inlineLink: 0, previous: &previous, personal: .empty, wanted: false).event.event.at
-                .nanosecondsSinceEpoch
-        }
-        guard let at else { throw LedgerError.corrupt("\(name) does not decode: it was edited or damaged", seq: firstSeq) }
-        return at
     }
 
     /// Field 1 of a payload (the id it is about), read without decoding the rest; nil when it has
@@ -149,24 +160,6 @@ package enum FleetBlock {
             }
         } catch {}
         return nil
-    }
-
-    private static func decodeFrames(in buffer: UnsafeRawBufferPointer, firstSeq: Int64, count: Int, links: [UInt8]) throws(BinaryReader.Failure) -> [UploadedFrame] {
-        var r = BinaryReader(buffer)
-        var previous: (at: Int64, recorded: Int64) = (0, 0)
-        var out: [UploadedFrame] = []
-        out.reserveCapacity(count)
-        for i in 0..<count {
-            let entry = try FrameCodec.readBlockFrame(&r, seq: firstSeq + Int64(i), inlineLink: 0, previous: &previous, personal: .empty, wanted: false)
-            let e = entry.event
-            out.append(
-                UploadedFrame(
-                    seq: e.seq, type: entry.type, anomaly: e.anomaly, appendedByLedger: e.appendedByLedger, at: e.event.at.nanosecondsSinceEpoch,
-                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: Array(buffer[entry.payload]),
-                    link: Array(links[(i * linkSize)..<((i + 1) * linkSize)])))
-        }
-        guard r.isAtEnd else { throw BinaryReader.Failure(message: "bytes after its last frame") }
-        return out
     }
 }
 

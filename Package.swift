@@ -118,8 +118,11 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // The uploader: Foundation's URLSession only, so it runs in an app and on Linux.
-        .target(name: "PurchaseLedgerUploader", dependencies: ["PurchaseLedger"], swiftSettings: strict),
+        // The uploader, without an HTTP client of its own: what the CLI links (FoundationNetworking
+        // would load libcurl and about 30 libraries at every start of the CLI on Linux).
+        .target(name: "PurchaseLedgerUploaderCore", dependencies: ["PurchaseLedger"], swiftSettings: strict),
+        // The uploader with Foundation's URLSession, so it runs in an app and on Linux.
+        .target(name: "PurchaseLedgerUploader", dependencies: ["PurchaseLedger", "PurchaseLedgerUploaderCore"], swiftSettings: strict),
         // The ingest service in front of the fleet store; linked by the CLI, by no library product.
         .target(
             name: "PurchaseLedgerServer",
@@ -133,7 +136,7 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-                "PurchaseLedgerUploader",
+                "PurchaseLedgerUploaderCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
@@ -146,7 +149,7 @@ let package = Package(
                 "PurchaseLedger",
                 "PurchaseLedgerFleet",
                 "PurchaseLedgerServer",
-                "PurchaseLedgerUploader",
+                "PurchaseLedgerUploaderCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict

@@ -3,7 +3,7 @@ import Foundation
 import PurchaseLedger
 import PurchaseLedgerFleet
 import PurchaseLedgerServer
-import PurchaseLedgerUploader
+import PurchaseLedgerUploaderCore
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOSSL
-public import PurchaseLedgerUploader
+public import PurchaseLedgerUploaderCore
 
 /// The uploader's requests over swift-nio's HTTP client (AsyncHTTPClient): what `push` uses, so
 /// it can trust a private CA (`--ca`), which URLSession on Linux cannot.

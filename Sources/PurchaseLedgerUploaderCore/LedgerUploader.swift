@@ -1,10 +1,6 @@
 public import Foundation
 public import PurchaseLedger
 
-#if canImport(FoundationNetworking)
-    public import FoundationNetworking
-#endif
-
 /// One HTTP request of the protocol, for an ``UploadTransport``.
 public struct UploadRequest: Sendable {
     public var method: String
@@ -34,34 +30,14 @@ public struct UploadResponse: Sendable {
     }
 }
 
-/// How the uploader sends a request: ``URLSessionTransport`` in an app; another HTTP client where
-/// URLSession cannot do what is needed (the CLI trusts a private CA with swift-nio's).
+/// How the uploader sends a request: `URLSessionTransport` (the `PurchaseLedgerUploader` product)
+/// in an app; another HTTP client where URLSession cannot do what is needed (the CLI trusts a
+/// private CA with swift-nio's).
 public protocol UploadTransport: Sendable {
     /// Sends `request`; throws only when no answer came (the network, a refused connection): an
     /// ``UploadError`` to say what (`tls` for a certificate not trusted, which is not retried),
     /// any other error counts as `network`, retried.
     func send(_ request: UploadRequest) async throws -> UploadResponse
-}
-
-/// Foundation's URLSession: the system's trust store and proxies, in an app and on Linux.
-public struct URLSessionTransport: UploadTransport {
-    public let session: URLSession
-
-    public init(session: URLSession = .shared) {
-        self.session = session
-    }
-
-    public func send(_ request: UploadRequest) async throws -> UploadResponse {
-        var urlRequest = URLRequest(url: request.url)
-        urlRequest.httpMethod = request.method
-        for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
-        urlRequest.httpBody = request.body
-        let (data, response) = try await session.data(for: urlRequest)
-        let http = response as? HTTPURLResponse
-        var headers: [String: String] = [:]
-        for (name, value) in http?.allHeaderFields ?? [:] { headers["\(name)"] = "\(value)" }
-        return UploadResponse(status: http?.statusCode ?? 0, headers: headers, body: data)
-    }
 }
 
 /// Why an upload stopped. ``isRetryable`` says whether trying again later can help (the
@@ -152,7 +128,7 @@ public actor LedgerUploader {
     /// bearer `token` (`purchase-ledger token create`). `batchSize` events per request at most,
     /// and about `maxBytes` of them.
     public init(
-        ledger: Ledger, endpoint: URL, token: String, transport: any UploadTransport = URLSessionTransport(), batchSize: Int = 2_000,
+        ledger: Ledger, endpoint: URL, token: String, transport: any UploadTransport, batchSize: Int = 2_000,
         maxBytes: Int = 4 << 20, maxAttempts: Int = 6
     ) {
         self.maxAttempts = max(1, maxAttempts)

@@ -208,7 +208,7 @@ extension EventStore {
     static func scanPipelined(
         _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
         dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, onCorrupt: ((LedgerError) throws -> Void)?,
-        _ body: (Entry) throws -> Bool
+        prefetch: (@Sendable ([RecordedEvent]) -> Void)?, _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
         var pending: [PendingBlock] = []
@@ -219,8 +219,11 @@ extension EventStore {
                 let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries, personal: personal)
                 let slot = PendingBlock()
                 queue.async {
-                    (slot.events, slot.failure) = decodeEvents(block)
+                    let (events, failure) = decodeEvents(block)
+                    (slot.events, slot.failure) = (events, failure)
                     slot.done.signal()
+                    // While the caller takes this block's events, and before the next block.
+                    prefetch?(events)
                 }
                 pending.append(slot)
             }

@@ -138,10 +138,14 @@ package enum EventStore {
     /// Calls `body` with every event from `seq` on, in order, one block at a time: memory stays
     /// flat whatever the log's size. Return false from `body` to stop. A block or row that does
     /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
-    /// given, which is then called and the scan goes on with the next block or row.
+    /// given, which is then called and the scan goes on with the next block or row. `prefetch`
+    /// (scans without `integrity`) is called on the decoding thread with each sealed block's
+    /// events, once they are handed over: what the caller will read for them can be made ready
+    /// there, on the other core.
     static func scan(
         _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
-        personal given: PersonalValues? = nil, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)? = nil, _ body: (Entry) throws -> Bool
+        personal given: PersonalValues? = nil, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)? = nil,
+        prefetch: (@Sendable ([RecordedEvent]) -> Void)? = nil, _ body: (Entry) throws -> Bool
     ) throws {
         var dictionaries: [Int64: [UInt8]] = [:]
         // What the personal refs stand for: the caller's (``PersonalValues/unresolved`` for the
@@ -157,7 +161,9 @@ package enum EventStore {
             integrity
             ? try scanWithLinks(
                 db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, body)
-            : try scanPipelined(db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, body)
+            : try scanPipelined(
+                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, prefetch: prefetch,
+                body)
         guard keepGoing else { return }
         let rows = try Row.fetchCursor(
             db,

@@ -51,6 +51,25 @@ struct LogReplay {
         try replay.run(db, through: last, personal: personal, onCorrupt: onCorrupt) { _, _, _ in true }
     }
 
+    /// For a state loaded from a snapshot (its transactions and downloads in stored pages, decoded
+    /// the first time a record in them is read): decodes, on the scan's decoding thread, the
+    /// pages the reducer is about to read for a block's events, each event's transaction or
+    /// download and a download's transaction, instead of on the reducer's thread as it meets
+    /// them. The pages are shared and immutable, and each decodes once under its lock, so the
+    /// two threads never decode one twice; what the reducer reads is the same either way. Nil
+    /// for a state in memory (a replay from the first event), which has no such pages.
+    static func prefetcher(_ state: LedgerState) -> (@Sendable ([RecordedEvent]) -> Void)? {
+        let transactions = state.transactions.base, downloads = state.downloads.base
+        guard transactions != nil || downloads != nil else { return nil }
+        return { events in
+            for e in events {
+                let body = e.event.body
+                if let t = body.transactionID { _ = transactions?.value(for: t) }
+                if let d = body.downloadID, let t = downloads?.value(for: d)?.transaction { _ = transactions?.value(for: t) }
+            }
+        }
+    }
+
     /// Replays the stored events after `state.seq` through `last`, in log order, streaming.
     ///
     /// - `integrity`: also hand over each event's payload bytes and stored link (verification,
@@ -79,7 +98,10 @@ struct LogReplay {
             swap(&state, &self.state)
             self.history = history
         }
-        try EventStore.scan(db, from: state.seq + 1, through: last, integrity: integrity, personal: personal, onCorrupt: onCorrupt) { entry in
+        try EventStore.scan(
+            db, from: state.seq + 1, through: last, integrity: integrity, personal: personal, onCorrupt: onCorrupt,
+            prefetch: LogReplay.prefetcher(state)
+        ) { entry in
             let step = Step(entry: entry)
             guard try before(step, &state) else { return true }
             let e = entry.event

@@ -166,7 +166,7 @@ let package = Package(
             name: "ledger-bench",
             dependencies: [
                 "PurchaseLedger", "PurchaseLedgerFleet", "PurchaseLedgerFleetTesting", "PurchaseLedgerTesting", "PurchaseLedgerServer",
-                "PurchaseLedgerUploader", .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
+                "PurchaseLedgerUploaderCore", .product(name: "GRDBSQLite", package: "GRDB.swift"), .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             path: "Tools/ledger-bench",
             swiftSettings: strict

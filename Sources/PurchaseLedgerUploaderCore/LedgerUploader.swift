@@ -83,6 +83,8 @@ public struct UploadError: Error, Sendable, CustomStringConvertible {
 /// all, and a batch sent twice is stored once. A history that forks from the service's (a file
 /// restored from an older backup) is refused by both sides, never overwritten.
 ///
+/// With the product `PurchaseLedgerUploader` (URLSession by default):
+///
 /// ```swift
 /// let uploader = LedgerUploader(ledger: ledger, endpoint: URL(string: "https://ingest.example.com")!, token: token)
 /// let report = try await uploader.upload()        // now, until the service holds every event
@@ -125,8 +127,9 @@ public actor LedgerUploader {
     public private(set) var status = Status()
 
     /// An uploader of `ledger` to the service at `endpoint` (`https://host[:port]`), with the
-    /// bearer `token` (`purchase-ledger token create`). `batchSize` events per request at most,
-    /// and about `maxBytes` of them.
+    /// bearer `token` (`purchase-ledger token create`), sending through `transport` (the product
+    /// `PurchaseLedgerUploader` adds an initializer without it, over `URLSessionTransport`).
+    /// `batchSize` events per request at most, and about `maxBytes` of them.
     public init(
         ledger: Ledger, endpoint: URL, token: String, transport: any UploadTransport, batchSize: Int = 2_000,
         maxBytes: Int = 4 << 20, maxAttempts: Int = 6

@@ -211,6 +211,38 @@ import Testing
         #expect(reopened.currentState == folded)
     }
 
+    /// A replay from a snapshot decodes, on the scan's decoding thread, the pages the reducer
+    /// will read (LogReplay.prefetcher): what a lookup finds in the snapshot's overlay is left
+    /// alone (its page holds an older copy), every other record reads as the state holds it,
+    /// and a state in memory has no pages to read ahead. States loaded so, several blocks past
+    /// their snapshot, equal a fold of the log (scatteredChangesGoToTheOverlayAndLoadBackEqual).
+    @Test func pagesReadAheadSkipWhatTheOverlayHolds() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("ahead.ledger")
+        let (ledger, c) = try threeThousandPurchases(at: path, snapshotInterval: 500, overlay: .init(perPage: 4, total: 1000))
+        // A first snapshot writes every page; then scattered finishes, padded to the next one,
+        // go to that one's overlay, their pages kept as they were (unfinished).
+        let finished = ["t11", "t1008", "t2005"]
+        var seq = try ledger.lastSeq()
+        for changes in [[], finished.map { E.finished($0) }] {
+            let next = (seq / 500 + 1) * 500
+            try ledger.append(contentsOf: changes + Array(repeating: E.product("p1"), count: Int(next - seq) - changes.count))
+            seq = next
+        }
+        #expect(try latestOverlay(path).records == finished.count)
+        let state = try Ledger(path: path, configuration: c).state(atSeq: seq)
+        let reader = try #require(state.transactions.pageReader, "a state loaded from a snapshot reads its transactions from pages")
+        for id in finished {
+            #expect(state.transactions[id]?.finished == true)
+            #expect(reader.value(for: id) == nil, "\(id) is in the overlay: its page's copy is not read")
+        }
+        for id in ["t0", "t1500", "t2999"] {
+            #expect(reader.value(for: id) == state.transactions[id], "\(id) reads from its page as the state holds it")
+        }
+        #expect(LogReplay.prefetcher(state) != nil)
+        #expect(LogReplay.prefetcher(try ledger.replayFromLog()) == nil, "a state replayed from the first event has no pages")
+    }
+
     /// The overlay is written again by every snapshot, so it is bounded: once the changes it
     /// would keep pass `total`, the pages holding the most of them are rewritten, whatever the
     /// per-page limit. Each snapshot still loads back equal to a fold of the log.

@@ -3,7 +3,7 @@ import PurchaseLedger
 import PurchaseLedgerFleet
 import PurchaseLedgerFleetTesting
 import PurchaseLedgerServer
-import PurchaseLedgerUploader
+import PurchaseLedgerUploaderCore
 
 /// `ledger-bench ingest WORKLOAD [--ledgers N] [--runs R] [--concurrency K] [--binary PATH]`: the
 /// ingest service's figures on this machine, with a PostgreSQL server started here (fsync on) and

@@ -122,6 +122,26 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
     }
 }
 
+extension RecordMap {
+    /// The map's stored pages, for decoding on another thread, ahead of a reader, the pages its
+    /// lookups will decode (``LogReplay/prefetcher(_:)``): the pages are immutable and each
+    /// decodes once under its lock, and the ids changed or removed when this was taken, which a
+    /// lookup finds without the pages, are left alone. Nil when the map has no stored pages.
+    struct PageReader: Sendable {
+        let pages: RecordPages<Value>
+        let skipped: Set<RecordKey>
+
+        /// The stored record `id` (decoding its page), or nil: none, or one a lookup finds elsewhere.
+        func value(for id: String) -> Value? {
+            skipped.contains(RecordKey(id)) ? nil : pages.value(for: id)
+        }
+    }
+
+    var pageReader: PageReader? {
+        base.map { PageReader(pages: $0, skipped: removed.union(changes.keys)) }
+    }
+}
+
 extension RecordMap: Sequence {
     /// Iterates over `(key: id, value: record)` pairs in id order (every record, sorted first).
     public func makeIterator() -> IndexingIterator<[(key: String, value: Value)]> {
@@ -205,6 +225,8 @@ final class RecordPages<Value: Sendable>: Sendable {
 
 /// Where the records of a page not held in memory come from, when first read: implemented by the
 /// layer that stores pages (snapshots: `StoredRecordPage`), so the domain knows no storage form.
+/// `records` may be called from any thread (a replay's decoding thread reads pages ahead of the
+/// reducer), so a source holds its bytes already and never reads the database there.
 protocol RecordPageSource<Value>: Sendable {
     associatedtype Value: Sendable
     /// The records, sorted by id. A source checks its bytes when it is made (a snapshot page

@@ -211,6 +211,10 @@ extension EventStore {
         prefetch: (@Sendable ([RecordedEvent]) -> Void)?, _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
+        // Set when this returns (the caller stopped, a throw, or the end): blocks still being
+        // decoded are not read ahead for.
+        let returned = Locked(false)
+        defer { returned.withLock { $0 = true } }
         var pending: [PendingBlock] = []
         var exhausted = false
         while true {
@@ -223,7 +227,7 @@ extension EventStore {
                     (slot.events, slot.failure) = (events, failure)
                     slot.done.signal()
                     // While the caller takes this block's events, and before the next block.
-                    prefetch?(events)
+                    if let prefetch, !returned.withLock({ $0 }) { prefetch(events) }
                 }
                 pending.append(slot)
             }

@@ -139,9 +139,9 @@ package enum EventStore {
     /// flat whatever the log's size. Return false from `body` to stop. A block or row that does
     /// not decode throws ``LedgerError/Code/corruptData`` naming its seq, unless `onCorrupt` is
     /// given, which is then called and the scan goes on with the next block or row. `prefetch`
-    /// (scans without `integrity`) is called on the decoding thread with each sealed block's
-    /// events, once they are handed over: what the caller will read for them can be made ready
-    /// there, on the other core.
+    /// is called on the decoding thread with each sealed block's events, once they are handed
+    /// over, until the scan returns: what the caller will read for them can be made ready there,
+    /// on the other core (ignored with `integrity`, whose scan decodes on the caller's thread).
     static func scan(
         _ db: Database, from seq: Int64 = 1, through last: Int64 = .max, integrity: Bool = false,
         personal given: PersonalValues? = nil, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)? = nil,

@@ -53,13 +53,14 @@ struct LogReplay {
 
     /// For a state loaded from a snapshot (its transactions and downloads in stored pages, decoded
     /// the first time a record in them is read): decodes, on the scan's decoding thread, the
-    /// pages the reducer is about to read for a block's events, each event's transaction or
-    /// download and a download's transaction, instead of on the reducer's thread as it meets
-    /// them. The pages are shared and immutable, and each decodes once under its lock, so the
-    /// two threads never decode one twice; what the reducer reads is the same either way. Nil
-    /// for a state in memory (a replay from the first event), which has no such pages.
+    /// pages the reducer will read for a block's events (each event's transaction or download,
+    /// and a download's transaction) instead of on the reducer's thread as it meets them. Ids the
+    /// state holds outside its pages (the snapshot's overlay) are skipped, as a lookup skips
+    /// their pages. The pages are shared and immutable, and each decodes once under its lock,
+    /// whichever thread asks first: what the reducer reads is the same either way. Nil for a
+    /// state in memory (a replay from the first event), which has no such pages.
     static func prefetcher(_ state: LedgerState) -> (@Sendable ([RecordedEvent]) -> Void)? {
-        let transactions = state.transactions.base, downloads = state.downloads.base
+        let transactions = state.transactions.pageReader, downloads = state.downloads.pageReader
         guard transactions != nil || downloads != nil else { return nil }
         return { events in
             for e in events {

@@ -129,7 +129,7 @@ extension Ledger {
             try replay.run(
                 db, integrity: true,
                 before: { step, _ in
-                    let (e, entry) = (step.event, step.entry)
+                    let (e, entry) = (step.event, step)
                     guard e.seq == expected else {
                         throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                     }

@@ -337,7 +337,7 @@ private struct Verifier {
                 try me.problem(.corruptData, error.seq, error.message)
             },
             before: { step, state in
-                let (e, entry) = (step.event, step.entry)
+                let (e, entry) = (step.event, step)
                 if e.seq != expected {
                     lost = true
                     let message =
@@ -393,7 +393,7 @@ private struct Verifier {
             },
             after: { step, replayed, state in
                 try me.checkAfter(step.event, replayed, state: state)
-                me.noteOwners(step.event, payload: step.entry.payload, state: state)
+                me.noteOwners(step.event, payload: step.payload, state: state)
                 if case .outcome(let outcome) = replayed, step.event.event.body.signedTransaction != nil {
                     me.evidence.add(EvidenceRows.found(step.event, outcome: outcome, state: state, secret: me.evidenceSecret))
                 }

@@ -23,12 +23,10 @@ struct LogReplay {
         history = collectingHistory ? Projector.HistoryCollector() : nil
     }
 
-    /// One stored event as the loop hands it over.
-    struct Step {
-        /// The event, and with `integrity`, its payload bytes and stored link.
-        var entry: EventStore.Entry
-        var event: RecordedEvent { entry.event }
-    }
+    /// One stored event as the loop hands it over: the event, and with `integrity`, its payload
+    /// bytes and stored link. The scan's own entry, lent to `before` and `after` as it is (a
+    /// wrapper around it copied the event, a few hundred bytes, once more per event).
+    typealias Step = EventStore.Entry
 
     /// Replays the stored events after `state.seq` through `last`: ``run(_:through:integrity:onCorrupt:before:after:)``
     /// with nothing to see on the way.
@@ -103,16 +101,14 @@ struct LogReplay {
             db, from: state.seq + 1, through: last, integrity: integrity, personal: personal, onCorrupt: onCorrupt,
             prefetch: LogReplay.prefetcher(state)
         ) { entry in
-            let step = Step(entry: entry)
-            guard try before(step, &state) else { return true }
-            let e = entry.event
-            let replayed = LogReplay.step(&state, e.event, seq: e.seq)
+            guard try before(entry, &state) else { return true }
+            let replayed = LogReplay.step(&state, entry.event.event, seq: entry.event.seq)
             if history != nil, case .outcome(let outcome) = replayed,
-                let change = Projector.ownedChange(e, outcome: outcome, state: state)
+                let change = Projector.ownedChange(entry.event, outcome: outcome, state: state)
             {
                 history!.apply(change)
             }
-            return try after(step, replayed, &state)
+            return try after(entry, replayed, &state)
         }
     }
 

@@ -85,6 +85,7 @@ package enum Projector {
         case removed(ContentKey, at: Timestamp)
     }
 
+    @inline(__always)
     static func ownedChange(_ e: RecordedEvent, outcome: Outcome, state: LedgerState) -> OwnedChange? {
         guard outcome.changedState else { return nil }
         switch e.event.body {

@@ -172,9 +172,15 @@ struct FleetBlocksTests {
         let last = Int64(events.count)
         // The head moved back to seq 1000, inside the block 1...1024, with its signed statement of then.
         let statement = try #require(try ledger.identityStatement(seq: 1000, link: events[999].link)).json
-        _ = try server.psql(
-            "UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)'",
-            database: database)
+        let moveHeadBack = "UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)';"
+        // The DELETE a refusal names for the owner, checked to name only the blocks `firstSeqs`.
+        func namedDelete(_ result: CLIResult, _ firstSeqs: String) throws -> String {
+            let delete = try #require(
+                result.stderr.range(of: "DELETE FROM event_blocks").map { String(result.stderr[$0.lowerBound...].prefix { $0 != ";" }) }, "\(result.stderr)")
+            #expect(delete.hasSuffix("first_seq IN (\(firstSeqs))"), "\(delete)")
+            return delete
+        }
+        _ = try server.psql(moveHeadBack, database: database)
         let kept = try cli(["ship", ledger.path, "--to", url, "--json"])
         #expect(kept.status == 0 && kept.stdout.contains(#""shippedEvents":0"#), "\(kept.stdout) \(kept.stderr)")
         #expect(try server.psql("SELECT last_seq FROM ledgers WHERE ledger_id = '\(id)'", database: database) == "\(last)\n")
@@ -184,15 +190,14 @@ struct FleetBlocksTests {
         // only the planted block.
         _ = try server.psql(
             """
-            UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)';
+            \(moveHeadBack)
             INSERT INTO event_blocks SELECT ledger_id, \(last + 1), \(last + 1), raw_size, frames, substring(links from 1 for 32)
                 FROM event_blocks WHERE ledger_id = '\(id)' AND first_seq = 1;
             """, database: database)
         _ = try ledger.append(try JSONLines.decode(#"{"type":"restoreStarted","at":"2030-01-01T00:00:00Z"}"#))
         let blocked = try cli(["ship", ledger.path, "--to", url])
         #expect(blocked.status == 1 && blocked.stderr.contains("past the head it shipped (seq \(last)), from seq \(last + 1)"), "\(blocked.stderr)")
-        let statementText = try #require(blocked.stderr.range(of: "DELETE FROM event_blocks").map { String(blocked.stderr[$0.lowerBound...].prefix { $0 != ";" }) })
-        #expect(statementText.hasSuffix("first_seq IN (\(last + 1))"), "\(statementText)")
+        let statementText = try namedDelete(blocked, "\(last + 1)")
         _ = try server.psql(statementText, database: database)
         let shipped = try cli(["ship", ledger.path, "--to", url, "--json"])
         #expect(shipped.status == 0 && shipped.stdout.contains(#""shippedEvents":1"#), "\(shipped.stdout) \(shipped.stderr)")
@@ -205,12 +210,11 @@ struct FleetBlocksTests {
         let copied = now[989..<Int(top)].map { Hex.encode($0.link) }.joined()
         _ = try server.psql(
             """
-            UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)';
+            \(moveHeadBack)
             INSERT INTO event_blocks VALUES ('\(id)', 990, \(top), 4, '\\x00', '\\x\(copied)');
             """, database: database)
         let named = try cli(["ship", ledger.path, "--to", url])
-        let delete = try #require(named.stderr.range(of: "DELETE FROM event_blocks").map { String(named.stderr[$0.lowerBound...].prefix { $0 != ";" }) }, "\(named.stderr)")
-        #expect(delete.hasSuffix("first_seq IN (990)"), "\(delete)")
+        let delete = try namedDelete(named, "990")
         let overlapping = try cli(["verify", url])
         #expect(overlapping.stdout.contains("seq 990: the block of events 990...\(top) overlaps the events before it"), "\(overlapping.stdout)")
         _ = try server.psql(delete, database: database)
@@ -219,13 +223,10 @@ struct FleetBlocksTests {
 
         // A decodable copy of its own events 990...1024 planted over the head moved back into
         // block 1...1024: the copy is named, never the block that holds events 1...989.
-        _ = try server.psql(
-            "UPDATE ledgers SET last_seq = 1000, last_link = '\\x\(Hex.encode(events[999].link))', head_statement = $$\(statement)$$ WHERE ledger_id = '\(id)'",
-            database: database)
+        _ = try server.psql(moveHeadBack, database: database)
         try server.plantCopy(of: id, seqs: 990...1024, database: database)
         let copy = try cli(["ship", ledger.path, "--to", url])
-        let deleteCopy = try #require(copy.stderr.range(of: "DELETE FROM event_blocks").map { String(copy.stderr[$0.lowerBound...].prefix { $0 != ";" }) }, "\(copy.stderr)")
-        #expect(deleteCopy.hasSuffix("first_seq IN (990)"), "\(deleteCopy)")
+        let deleteCopy = try namedDelete(copy, "990")
         _ = try server.psql(deleteCopy, database: database)
         #expect(try cli(["ship", ledger.path, "--to", url]).status == 0)
         #expect(try cli(["verify", url]).status == 0)

@@ -129,14 +129,14 @@ extension Ledger {
             try replay.run(
                 db, integrity: true,
                 before: { step, _ in
-                    let (e, entry) = (step.event, step)
+                    let e = step.event
                     guard e.seq == expected else {
                         throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                     }
                     expected += 1
-                    FrameCodec.canonical(e, payload: entry.payload, into: &frame)
+                    FrameCodec.canonical(e, payload: step.payload, into: &frame)
                     let link = chain.link(after: previous, frame: frame.bytes)
-                    guard entry.link?.matches(link) == true else {
+                    guard step.link?.matches(link) == true else {
                         throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq)
                     }
                     previous = link
@@ -147,7 +147,7 @@ extension Ledger {
                             seq: e.seq)
                     }
                     if e.seq > shipped {
-                        events.append(ChainedEvent(event: e, payload: entry.payload, link: link))
+                        events.append(ChainedEvent(event: e, payload: step.payload, link: link))
                     }
                     return true
                 },

@@ -337,7 +337,7 @@ private struct Verifier {
                 try me.problem(.corruptData, error.seq, error.message)
             },
             before: { step, state in
-                let (e, entry) = (step.event, step)
+                let e = step.event
                 if e.seq != expected {
                     lost = true
                     let message =
@@ -351,16 +351,16 @@ private struct Verifier {
                 me.report.eventsChecked += 1
 
                 // The chain: recompute from the canonical frame, compare with what is stored.
-                let frame = FrameCodec.canonical(e, payload: entry.payload)
+                let frame = FrameCodec.canonical(e, payload: step.payload)
                 let stored: [UInt8]?
-                switch entry.link {
+                switch step.link {
                 case .full(let link): stored = link
                 case .prefix(_, let blockLast): stored = blockLast
                 case nil: stored = nil
                 }
                 if let prev = previous {
                     let link = chain.link(after: prev, frame: frame)
-                    let matches = entry.link?.matches(link) ?? true
+                    let matches = step.link?.matches(link) ?? true
                     if !matches && !chainReported {
                         chainReported = true
                         try me.problem(.chain, e.seq, HashChain.breakMessage(at: e.seq))
@@ -373,7 +373,7 @@ private struct Verifier {
                 if let progress = me.progress, e.seq % 50_000 == 0 { progress(e.seq, total) }
 
                 // Personal values the event introduces (their commitments), or erased.
-                for (ref, commitment) in PayloadCodec.introductions(in: entry.payload) {
+                for (ref, commitment) in PayloadCodec.introductions(in: step.payload) {
                     me.introduced[ref] = (commitment, e.seq)
                 }
                 if case .personalDataErased(let refs) = e.event.body {

@@ -104,6 +104,7 @@ struct ReplayCommand: AsyncParsableCommand {
         } else {
             state = try ledger.state(atSeq: .max)
         }
+        console.keepUntilExit(state)
         let selection = focus.isEmpty ? nil : try ledger.select(focus, in: state)
         if let missing = selection?.missing, !missing.isEmpty {
             // Never held by the ledger: a usage error (exit 2). Held, but not yet at this seq: a note.

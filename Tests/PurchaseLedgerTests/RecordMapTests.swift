@@ -118,6 +118,82 @@ import Testing
         }
     }
 
+    /// A page written with each record's length (format 10) gives one record by decoding it
+    /// alone, and a page written without (format 9) still gives every record: the same records,
+    /// the same misses, whichever layout, whichever is read first (one record or all).
+    @Test func aRecordIsReadAloneFromAPageWithLengthsAndEitherLayoutLoads() throws {
+        var records: [(key: String, value: TransactionRecord)] = []
+        for i in 0..<300 {
+            var t = TransactionRecord(transaction: "tx-\(1000 + 2 * i)", product: "p\(i % 7)", user: i % 3 == 0 ? nil : "u-\(i)", quantity: 1, state: .purchased)
+            t.purchasedAt = Timestamp(nanosecondsSinceEpoch: 1_709_251_247_942_000_000 + Int64(i))
+            records.append((t.transaction, t))
+        }
+        for indexed in [false, true] {
+            let raws = SnapshotCodec.cut(records, key: \.key, indexed: indexed) { r, w in r.value.writeSnapshot(to: &w) }
+            #expect(raws.count == 1, "one page (no key closes one early here)")
+            let raw = try #require(raws.first).raw
+            #expect(try raw.withUnsafeBytes { try SnapshotCodec.pageIndex($0) != nil } == indexed)
+            func page() throws -> StoredRecordPage<TransactionRecord> {
+                let stored = try SnapshotCodec.store(raw)
+                return StoredRecordPage(
+                    address: stored.address, rawSize: raw.count, firstID: records[0].key, count: records.count,
+                    storage: .encoded(stored.data, SnapshotCodec.keyedTransaction))
+            }
+            let lookedUp = try page()
+            for (key, value) in records.shuffled() { #expect(lookedUp.value(for: key) == value) }
+            for missing in ["tx-1001", "tx-0", "tx-9999", "", "tx-1000 "] { #expect(lookedUp.value(for: missing) == nil) }
+            #expect(lookedUp.records.map(\.key) == records.map(\.key))
+            #expect(lookedUp.records.map(\.value) == records.map(\.value))
+            let readWhole = try page()
+            #expect(readWhole.records.map(\.value) == records.map(\.value))
+            #expect(readWhole.value(for: "tx-1100") == records[50].value)
+        }
+        // A record that does not end where its length says is refused.
+        var bad = SnapshotCodec.cut(records, key: \.key, indexed: true) { r, w in r.value.writeSnapshot(to: &w) }[0].raw
+        let (at, length) = try bad.withUnsafeBytes { buffer in
+            var r = BinaryReader(buffer, offset: 1)
+            _ = try r.varint()
+            let length = try r.varint()
+            return (r.offset - 1, length)
+        }
+        #expect(length < 127, "a one-byte length")
+        bad[at] = UInt8(length + 1)
+        #expect(throws: BinaryReader.Failure.self) {
+            try bad.withUnsafeBytes { buffer in _ = try SnapshotCodec.decodePage(buffer, SnapshotCodec.keyedTransaction) }
+        }
+    }
+
+    /// A state whose pages were written without record lengths (format 9) loads equal, and a
+    /// later snapshot that keeps some of those pages and writes others with lengths loads equal.
+    @Test func pagesWithoutLengthsStillLoadBesidePagesWithThem() throws {
+        var state = LedgerState()
+        for i in 0..<2_000 {
+            let id = "t\(i)"
+            state.transactions[id] = TransactionRecord(transaction: id, product: "p", user: "u\(i % 50)", quantity: 1, state: .purchased)
+            state.downloads["d\(i)"] = DownloadRecord(download: "d\(i)", transaction: id)
+        }
+        let old = try SnapshotCodec.encode(state, indexedPages: false) { _ in false }
+        var pages = Dictionary(old.pages.map { ($0.address, $0.data) }, uniquingKeysWith: { a, _ in a })
+        let loaded = try SnapshotCodec.decode(manifest: old.manifest, cache: SnapshotPageCache()) { pages[$0] }
+        #expect(loaded == state)
+        #expect(loaded.transactions["t1234"] == state.transactions["t1234"] && loaded.downloads["d7"] == state.downloads["d7"])
+        // The transactions whose ids start "t1" change, nearly every record of their pages (so
+        // those are written again, with lengths); the other pages are kept as they are.
+        var next = loaded
+        var changed = state
+        for i in 0..<2_000 where String(i).hasPrefix("1") {
+            next.transactions["t\(i)"]?.finished = true
+            changed.transactions["t\(i)"]?.finished = true
+        }
+        let mixed = try SnapshotCodec.encode(next) { pages[$0] != nil }
+        for page in mixed.pages { pages[page.address] = page.data }
+        let raws = try mixed.pages.map { page in try LZ4.decompressStored(page.data, originalSize: page.rawSize, "a page") }
+        #expect(raws.contains { raw in (try? raw.withUnsafeBytes { try SnapshotCodec.pageIndex($0) }) != nil }, "some pages written with lengths")
+        #expect(mixed.pages.count < old.pages.count, "some pages kept from the first snapshot")
+        let back = try SnapshotCodec.decode(manifest: mixed.manifest, cache: SnapshotPageCache()) { pages[$0] }
+        #expect(back == changed)
+    }
+
     /// A record read from a shared page and changed is copied: the page, and every other state
     /// loaded from it, still see the old record.
     @Test func changingARecordNeverChangesTheSharedPage() throws {

@@ -195,7 +195,8 @@ import PurchaseLedgerFleetTesting
         try ledger.append(contentsOf: StorageTests.everyType)
         let seqs = [Int64(5), 9, 17, try ledger.lastSeq()]
         let expected = try seqs.map { try ledger.state(atSeq: $0) }
-        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = format - 1") }
+        // Format 8: a layout no version of this code reads (format 9's pages are still read).
+        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = 8") }
         let stale = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
         let before = try stale.read { db in try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq") }
         let summary = try stale.rebuildProjections()

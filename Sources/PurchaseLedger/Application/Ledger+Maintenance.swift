@@ -69,9 +69,10 @@ extension Ledger {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT count(*) FILTER (WHERE reducer_version = ? AND format = ?), count(*) FILTER (WHERE reducer_version != ? OR format != ?)
+                    SELECT count(*) FILTER (WHERE reducer_version = ? AND format IN \(SnapshotCodec.readableFormatsSQL)),
+                    count(*) FILTER (WHERE reducer_version != ? OR format NOT IN \(SnapshotCodec.readableFormatsSQL))
                     FROM snapshots
-                    """, arguments: [Reducer.version, SnapshotCodec.format, Reducer.version, SnapshotCodec.format]
+                    """, arguments: [Reducer.version, Reducer.version]
             ).map { ($0[0] as Int, $0[1] as Int) } ?? (0, 0)
         return current == 0 && stale > 0
     }

@@ -232,6 +232,12 @@ protocol RecordPageSource<Value>: Sendable {
     /// The records, sorted by id. A source checks its bytes when it is made (a snapshot page
     /// against its address), so reading them cannot meet damage here.
     var records: [(key: String, value: Value)] { get }
+    /// The record `id`, or nil: a source may find it without decoding the others.
+    func value(for id: String) -> Value?
+}
+
+extension RecordPageSource {
+    func value(for id: String) -> Value? { RecordPage<Value>.search(records, id) }
 }
 
 /// A run of records sorted by id, shared by every state that holds it: in memory, or read from
@@ -263,13 +269,29 @@ final class RecordPage<Value: Sendable>: Sendable {
     var records: [(key: String, value: Value)] { source?.records ?? held }
 
     func value(for id: String) -> Value? {
-        let records = self.records
+        if let source { return source.value(for: id) }
+        return RecordPage.search(held, id)
+    }
+
+    /// The record `id` among `records`, sorted by id.
+    static func search(_ records: [(key: String, value: Value)], _ id: String) -> Value? {
         var low = 0, high = records.count
         while low < high {
             let mid = (low + high) / 2
             let key = records[mid].key
             if key == id { return records[mid].value }
             if key < id { low = mid + 1 } else { high = mid }
+        }
+        return nil
+    }
+
+    /// Where `id` is among `keys`, sorted.
+    static func position(of id: String, in keys: [String]) -> Int? {
+        var low = 0, high = keys.count
+        while low < high {
+            let mid = (low + high) / 2
+            if keys[mid] == id { return mid }
+            if keys[mid] < id { low = mid + 1 } else { high = mid }
         }
         return nil
     }

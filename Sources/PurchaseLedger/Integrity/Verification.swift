@@ -316,8 +316,8 @@ private struct Verifier {
         let bound = try Migrations.applied("0006_snapshot_binding", db)
         let rows = try Row.fetchAll(
             db,
-            sql: "SELECT seq, manifest, \(bound ? "binding" : "NULL") FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
-            arguments: [Reducer.version, SnapshotCodec.format])
+            sql: "SELECT seq, manifest, \(bound ? "binding" : "NULL") FROM snapshots WHERE reducer_version = ? AND format IN \(SnapshotCodec.readableFormatsSQL) ORDER BY seq",
+            arguments: [Reducer.version])
         var snapshots = rows.enumerated().map { i, row in
             (
                 seq: row[0] as Int64, manifest: [UInt8](row[1] as Data), binding: (row[2] as Data?).map { [UInt8]($0) },
@@ -451,9 +451,7 @@ private struct Verifier {
         report.snapshotsChecked += 1
         let decoded: LedgerState
         do {
-            decoded = try SnapshotCodec.decode(manifest: snapshot.manifest, cache: cache) { address in
-                try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }
-            }
+            decoded = try SnapshotCodec.decode(manifest: snapshot.manifest, cache: cache) { address in try page.fetchBlob(key: address) }
         } catch {
             try problem(.snapshot, snapshot.seq, "the snapshot at seq \(snapshot.seq) does not load (\(error)); time travel replays the log instead")
             return

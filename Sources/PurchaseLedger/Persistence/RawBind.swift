@@ -123,3 +123,31 @@ extension Statement {
         guard step == SQLITE_DONE else { throw DatabaseError(resultCode: ResultCode(rawValue: step), message: db.lastErrorMessage, sql: sql) }
     }
 }
+
+extension Statement {
+    /// The first column of the first row this statement gives with `key` bound as its one blob
+    /// argument, copied once into an array (nil: no row, or NULL). Through SQLite's C API: GRDB's
+    /// `Data.fetchOne` made a `Data` and the caller an array from it, two copies of every
+    /// snapshot page a state load reads.
+    func fetchBlob(key: [UInt8]) throws -> [UInt8]? {
+        let statement = sqliteStatement
+        sqlite3_reset(statement)
+        let bound = key.withUnsafeBytes { sqlite3_bind_blob(statement, 1, $0.baseAddress, Int32($0.count), SQLITE_TRANSIENT) }
+        func failure(_ code: Int32) -> DatabaseError {
+            DatabaseError(resultCode: ResultCode(rawValue: code), message: sqlite3_errmsg(sqlite3_db_handle(statement)).map { String(cString: $0) }, sql: sql)
+        }
+        guard bound == SQLITE_OK else { throw failure(bound) }
+        defer { sqlite3_reset(statement) }
+        switch sqlite3_step(statement) {
+        case SQLITE_ROW:
+            guard sqlite3_column_type(statement, 0) != SQLITE_NULL else { return nil }
+            let count = Int(sqlite3_column_bytes(statement, 0))
+            guard count > 0, let bytes = sqlite3_column_blob(statement, 0) else { return [] }
+            return [UInt8](UnsafeRawBufferPointer(start: bytes, count: count))
+        case SQLITE_DONE:
+            return nil
+        case let code:
+            throw failure(code)
+        }
+    }
+}

@@ -69,17 +69,28 @@ package enum EventStore {
         var previous: [UInt8]
         if first == 1 {
             previous = try HashChain.genesis(db)
-        } else if let before = try Data.fetchOne(db.cachedStatement(sql: "SELECT last_link FROM event_blocks WHERE last_seq = ?"), arguments: [first - 1]) {
-            previous = [UInt8](before)
+        } else if let before = try Row.fetchOne(
+            // The block before, found by its key: `WHERE last_seq = ?` read every block's row.
+            db.cachedStatement(sql: "SELECT last_seq, last_link FROM event_blocks WHERE first_seq < ? ORDER BY first_seq DESC LIMIT 1"), arguments: [first]),
+            before[0] as Int64 == first - 1
+        {
+            previous = [UInt8](before[1] as Data)
         } else {
             return nil
         }
         var found: [UInt8]?
+        // Only the stored bytes are hashed: the payloads are not decoded (each event's body is
+        // a placeholder; its type is the entry's).
+        var frame = BinaryWriter(capacity: 256)
         do {
-            try scan(db, from: first, through: seq, integrity: true, personal: .unresolved) { entry in
-                previous = chain.link(after: previous, frame: FrameCodec.canonical(entry.event, payload: entry.payload))
-                if entry.event.seq == seq { found = previous }
-                return entry.event.seq < seq
+            try scan(db, from: first, through: seq, integrity: true, personal: .unresolved, bodies: false) { entry in
+                let e = entry.event
+                FrameCodec.canonical(
+                    seq: e.seq, type: UInt64(entry.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
+                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, into: &frame)
+                previous = chain.link(after: previous, frame: frame.bytes)
+                if e.seq == seq { found = previous }
+                return e.seq < seq
             }
         } catch let error as LedgerError where error.code == .corruptData {
             return nil
@@ -155,8 +166,9 @@ package enum EventStore {
             db,
             sql: """
                 SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
-                WHERE last_seq >= ? AND first_seq <= ? ORDER BY first_seq
-                """, arguments: [seq, last])
+                WHERE first_seq >= (SELECT coalesce(max(first_seq), 0) FROM event_blocks WHERE first_seq <= ?)
+                AND last_seq >= ? AND first_seq <= ? ORDER BY first_seq
+                """, arguments: [seq, seq, last])
         let keepGoing =
             integrity
             ? try scanWithLinks(

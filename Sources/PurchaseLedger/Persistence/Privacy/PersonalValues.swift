@@ -244,14 +244,12 @@ package final class PersonalValues: Sendable {
             guard through > above else { return }
             let blocks = try PersonalValueBlocks.blocks(above: above, through: through, db)
             for (index, block) in blocks.enumerated() {
-                var read = Set<Int64>()
                 do {
                     let raw = try PersonalValueBlocks.decompress(block)
                     try raw.withUnsafeBytes { raw in
                         try PersonalValueBlocks.forEachRecord(raw, of: block) { ref, _, _, value in
                             guard ref > above && ref <= through else { return }
                             set(ref, UnsafeRawBufferPointer(rebasing: raw[value]))
-                            read.insert(ref)
                         }
                     }
                 } catch is LedgerError {
@@ -261,7 +259,8 @@ package final class PersonalValues: Sendable {
                     let last = min(index + 1 < blocks.count ? blocks[index + 1].first - 1 : through, through, Int64(lengths.count - 1))
                     guard first <= last else { continue }
                     damagedBlocks.append((first...last, block.what))
-                    for ref in first...last where !read.contains(ref) && lengths[Int(ref)] < 0 {
+                    // (A ref a record before the damage gave has its length set.)
+                    for ref in first...last where lengths[Int(ref)] < 0 {
                         lengths[Int(ref)] = damaged
                     }
                 }

@@ -12,9 +12,18 @@ import Crypto
 /// A snapshot written from a state loaded from an earlier one re-encodes only the pages whose
 /// records changed and refers to the others by address, so a snapshot costs in proportion to what
 /// changed since the last one. Records are sequential, not tagged: a snapshot is only read by the
-/// same ``Reducer/version`` and ``format`` that wrote it; any other is ignored and the log replayed.
+/// same ``Reducer/version`` that wrote it, and in one of the ``readableFormats``; any other is
+/// ignored and the log replayed.
 enum SnapshotCodec {
-    static let format = 9
+    /// The format snapshots are written in: 10 writes the pages of the paged kinds with each
+    /// record's length (``cut(_:key:indexed:write:)``), so a lookup decodes one record, not the
+    /// page's 256.
+    static let format = 10
+    /// The formats read: format 9 differs only in its pages, which say which layout they have, so
+    /// its snapshots (and their pages that format-10 snapshots go on sharing) still load.
+    static let readableFormats = [9, 10]
+    /// ``readableFormats`` as an SQL list: `(9, 10)`.
+    static let readableFormatsSQL = "(" + readableFormats.map(String.init).joined(separator: ", ") + ")"
 
     /// A page's address: the first 16 bytes (128 bits) of the SHA-256 of its stored bytes. Every
     /// manifest lists the addresses of all its pages, so this is most of a manifest's size; the
@@ -86,7 +95,11 @@ enum SnapshotCodec {
 
     /// Encodes `s`. Pages of its paged kinds (``Kind/isPaged``) that are unchanged since the
     /// snapshot they came from, and still `stored`, are referred to, not written again.
-    static func encode(_ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), stored: ([UInt8]) throws -> Bool) throws -> Encoded {
+    /// `indexedPages` false writes the paged kinds' pages as format 9 did (no record lengths):
+    /// only for the tests that check those pages still load.
+    static func encode(
+        _ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), indexedPages: Bool = true, stored: ([UInt8]) throws -> Bool
+    ) throws -> Encoded {
         var scalars = BinaryWriter()
         scalars.varint(UInt64(s.seq))
         scalars.varint(s.restoreInProgress ? 1 : 0)
@@ -112,7 +125,7 @@ enum SnapshotCodec {
         /// of its records not in any page, and its chunks (address, raw size, generation, records).
         func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
             let (pages, overlay, storedOverlay) = try paged(
-                map, write: write, limits: limits, generation: s.seq, stored: stored, new: &newPages)
+                map, write: write, limits: limits, generation: s.seq, indexed: indexedPages, stored: stored, new: &newPages)
             list(
                 zip(pages, storedOverlay.generations).map {
                     PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID, generation: $1)
@@ -210,26 +223,40 @@ enum SnapshotCodec {
         return records
     }
 
-    /// Cuts sorted records into raw pages (`count` varint, then the records), closing a page after
-    /// a key whose hash says so, or when it grows past `maxPageBytes`.
-    static func cut<R>(_ records: [R], key: (R) -> String, write: (R, inout BinaryWriter) -> Void) -> [(raw: [UInt8], count: Int, firstKey: String)] {
+    /// Cuts sorted records into raw pages, closing a page after a key whose hash says so, or when
+    /// it grows past `maxPageBytes`. A page is a `count` varint, then the records; `indexed`, it is
+    /// a 0 byte (no page holds no record), the `count` varint, then each record as a varint length
+    /// and its bytes: a reader finds a record by its key (every paged record starts with it) and
+    /// decodes that one alone (``pageIndex(_:)``).
+    static func cut<R>(_ records: [R], key: (R) -> String, indexed: Bool = false, write: (R, inout BinaryWriter) -> Void) -> [(
+        raw: [UInt8], count: Int, firstKey: String
+    )] {
         var pages: [(raw: [UInt8], count: Int, firstKey: String)] = []
         var page = BinaryWriter(capacity: 8192)
+        var record = BinaryWriter(capacity: 256)
         var count = 0
         var firstKey = ""
         func close() {
             guard count > 0 else { return }
-            var framed = BinaryWriter(capacity: page.bytes.count + 4)
+            var framed = BinaryWriter(capacity: page.bytes.count + 5)
+            if indexed { framed.bytes.append(indexedPageMarker) }
             framed.varint(UInt64(count))
             framed.bytes.append(contentsOf: page.bytes)
             pages.append((framed.bytes, count, firstKey))
             page = BinaryWriter(capacity: 8192)
             count = 0
         }
-        for record in records {
-            let k = key(record)
+        for r in records {
+            let k = key(r)
             if count == 0 { firstKey = k }
-            write(record, &page)
+            if indexed {
+                record.bytes.removeAll(keepingCapacity: true)
+                write(r, &record)
+                page.varint(UInt64(record.bytes.count))
+                page.bytes.append(contentsOf: record.bytes)
+            } else {
+                write(r, &page)
+            }
             count += 1
             if Identifier.stableHash(k) & boundaryMask == 0 || page.bytes.count >= maxPageBytes { close() }
         }
@@ -251,7 +278,7 @@ enum SnapshotCodec {
     /// out of date, when a chunk holds a record that is gone, or past ``maxChunks``, the whole
     /// overlay is written as one chunk.
     static func paged<V>(
-        _ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64,
+        _ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64, indexed: Bool = true,
         stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
     ) throws -> (pages: [StoredRecordPage<V>], overlay: RecordMap<V>.Overlay, stored: StoredOverlay<V>) {
         var out: [StoredRecordPage<V>] = []
@@ -259,7 +286,7 @@ enum SnapshotCodec {
         var overlay = RecordMap<V>.Overlay()
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
-            for (raw, count, firstKey) in cut(records, key: \.key, write: { r, w in write(r.key, r.value, &w) }) {
+            for (raw, count, firstKey) in cut(records, key: \.key, indexed: indexed, write: { r, w in write(r.key, r.value, &w) }) {
                 let page = try store(raw)
                 new.append(page)
                 out.append(

@@ -12,8 +12,11 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
     private let storage: Locked<Storage>
 
     enum Storage {
-        /// The stored (compressed) bytes, already checked against `address`, and the decoder.
-        case encoded([UInt8], @Sendable (UnsafeRawBufferPointer) throws -> [(key: String, value: Value)])
+        /// The stored (compressed) bytes, already checked against `address`, and the record reader.
+        case encoded([UInt8], SnapshotCodec.RecordReader<Value>)
+        /// The raw bytes of a page written with each record's length, where its records are, and
+        /// the record reader: a lookup decodes one record.
+        case indexed([UInt8], SnapshotCodec.PageIndex, SnapshotCodec.RecordReader<Value>)
         case decoded([(key: String, value: Value)])
     }
 
@@ -31,25 +34,66 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
     /// The page as the state holds it.
     var page: RecordPage<Value> { RecordPage(firstID: firstID, count: count, source: self) }
 
+    // The bytes matched `address` when the snapshot was loaded, so they are the bytes the snapshot
+    // writer made: a page that does not decode is a bug in that writer (the codec's tests guard
+    // it), not damage, and there is no state to give.
+    private func decoded<T>(_ body: () throws -> T) -> T {
+        do {
+            return try body()
+        } catch {
+            preconditionFailure("a snapshot page that matched its SHA-256 does not decode (\(error)); please report this")
+        }
+    }
+
     var records: [(key: String, value: Value)] {
         storage.withLock { storage in
+            let records: [(key: String, value: Value)]
             switch storage {
             case .decoded(let records):
                 return records
-            case .encoded(let compressed, let decode):
-                // The bytes matched `address` when the snapshot was loaded, so they are the bytes
-                // the snapshot writer made: a page that does not decode here is a bug in that
-                // writer (the codec's tests guard it), not damage, and there is no state to give.
-                let records: [(key: String, value: Value)]
-                do {
+            case .encoded(let compressed, let reader):
+                records = decoded {
                     let raw = try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page")
-                    records = try raw.withUnsafeBytes { try decode($0) }
-                } catch {
-                    preconditionFailure("a snapshot page that matched its SHA-256 does not decode (\(error)); please report this")
+                    return try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) }
                 }
-                precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
-                storage = .decoded(records)
-                return records
+            case .indexed(let raw, let index, let reader):
+                records = decoded {
+                    try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in
+                        try index.keys.indices.map { i throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader) }
+                    }
+                }
+            }
+            precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
+            storage = .decoded(records)
+            return records
+        }
+    }
+
+    /// The record `id`, decoding only it when the page was written with each record's length.
+    func value(for id: String) -> Value? {
+        storage.withLock { storage -> Value? in
+            if case .encoded(let compressed, let reader) = storage {
+                let raw = decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }
+                if let index = decoded({ try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.pageIndex(buffer) } }) {
+                    precondition(index.keys.count == count, "a snapshot page holds \(index.keys.count) records, its manifest says \(count)")
+                    storage = .indexed(raw, index, reader)
+                } else {
+                    let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
+                    precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
+                    storage = .decoded(records)
+                }
+            }
+            switch storage {
+            case .decoded(let records):
+                return RecordPage<Value>.search(records, id)
+            case .indexed(let raw, let index, let reader):
+                guard let i = RecordPage<Value>.position(of: id, in: index.keys) else { return nil }
+                let value: Value = decoded {
+                    try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader).value }
+                }
+                return value
+            case .encoded:
+                preconditionFailure("a page read above")
             }
         }
     }
@@ -126,6 +170,12 @@ final class SnapshotPageCache: Sendable {
             let dropped = p.shrink(to: 0)
             return dropped
         }.releaseInBackground()
+    }
+
+    /// Whether a transaction or download page is cached under `address` (a later lookup may
+    /// still miss it, if it is dropped in between).
+    func holds(_ address: [UInt8]) -> Bool {
+        pages.withLock { $0.transactions[address] != nil || $0.downloads[address] != nil }
     }
 
     func transactionPage(_ address: [UInt8], load: () throws -> StoredRecordPage<TransactionRecord>) rethrows -> StoredRecordPage<TransactionRecord> {

@@ -82,10 +82,11 @@ enum Snapshots {
                     Data(binding(link: link, manifest: snapshot.manifest, chain: chain)), snapshot.personalRefs,
                 ])
         }
-        // Snapshots another reducer version or format wrote are never read again.
+        // Snapshots another reducer version wrote, or in a format this code does not read, are
+        // never read again.
         try db.execute(
-            sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format != ?",
-            arguments: [Reducer.version, SnapshotCodec.format])
+            sql: "DELETE FROM snapshots WHERE reducer_version != ? OR format NOT IN \(SnapshotCodec.readableFormatsSQL)",
+            arguments: [Reducer.version])
         var dropped = db.changesCount > 0
         var kept = try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq")
         if keep >= 2 {
@@ -161,7 +162,7 @@ enum Snapshots {
             for row in try Row.fetchAll(db, sql: "SELECT hash, length(data) FROM snapshot_pages") {
                 pageBytes[row[0]] = row[1]
             }
-            for row in try Row.fetchAll(db, sql: "SELECT seq, manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format]) {
+            for row in try Row.fetchAll(db, sql: "SELECT seq, manifest FROM snapshots WHERE format IN \(SnapshotCodec.readableFormatsSQL)") {
                 let manifest: Data = row[1]
                 let pages = addresses(manifest)
                 for page in pages { references[page, default: 0] += 1 }
@@ -198,10 +199,10 @@ enum Snapshots {
         return addresses
     }
 
-    /// Deletes pages no snapshot of this format refers to any more.
+    /// Deletes pages no snapshot of a format this code reads refers to any more.
     static func collectPages(_ db: Database) throws {
         var referenced = Set<Data>()
-        let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots WHERE format = ?", arguments: [SnapshotCodec.format])
+        let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots WHERE format IN \(SnapshotCodec.readableFormatsSQL)")
         for manifest in manifests { referenced.formUnion(addresses(manifest)) }
         for hash in try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages") where !referenced.contains(hash) {
             try db.execute(sql: "DELETE FROM snapshot_pages WHERE hash = ?", arguments: [hash])
@@ -213,8 +214,8 @@ enum Snapshots {
     static func seqs(_ db: Database) throws -> [Int64] {
         guard try Migrations.applied("0006_snapshot_binding", db) else { return [] }
         return try Int64.fetchAll(
-            db, sql: "SELECT seq FROM snapshots WHERE reducer_version = ? AND format = ? ORDER BY seq",
-            arguments: [Reducer.version, SnapshotCodec.format])
+            db, sql: "SELECT seq FROM snapshots WHERE reducer_version = ? AND format IN \(SnapshotCodec.readableFormatsSQL) ORDER BY seq",
+            arguments: [Reducer.version])
     }
 
     /// The newest usable snapshot at or before `seq`: of this reducer and format, bound to this
@@ -235,8 +236,8 @@ enum Snapshots {
             db,
             sql: """
                 SELECT seq, manifest, binding, \(refs) FROM snapshots
-                WHERE seq <= ? AND reducer_version = ? AND format = ? ORDER BY seq DESC
-                """, arguments: [seq, Reducer.version, SnapshotCodec.format])
+                WHERE seq <= ? AND reducer_version = ? AND format IN \(SnapshotCodec.readableFormatsSQL) ORDER BY seq DESC
+                """, arguments: [seq, Reducer.version])
         let page = try db.cachedStatement(sql: "SELECT data FROM snapshot_pages WHERE hash = ?")
         while let row = try rows.next() {
             let manifest: Data = row[1]
@@ -246,9 +247,7 @@ enum Snapshots {
                 guard try isBound(seq: row[0], manifest: [UInt8](manifest), binding: binding, chain: chain, db) else { continue }
                 cache.rememberBound(key)
             }
-            let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in
-                try Data.fetchOne(page, arguments: [Data(address)]).map { [UInt8]($0) }
-            }
+            let state = try? SnapshotCodec.decode(manifest: [UInt8](manifest), cache: cache) { address in try page.fetchBlob(key: address) }
             if let state, state.seq == row[0] as Int64 { return (state, row[3]) }
         }
         return nil

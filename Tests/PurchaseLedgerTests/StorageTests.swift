@@ -166,6 +166,62 @@ import PurchaseLedgerFleetTesting
         #expect(throws: LedgerError.self) { try reader.forEachEvent { _ in true } }
     }
 
+    /// A block row deleted, or a stray row added, with sqlite3: reading the events or the state
+    /// past it stops with `corruptData` naming the first missing seq, never a log with a hole (a
+    /// time-travel scan starts at the block holding its first seq; a stray row must not move that
+    /// start past the real block).
+    @Test func aHoleInTheLogIsAnErrorNeverASilentlyShorterLog() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("h.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 16))
+        for e in Self.everyType { try ledger.append(e) }
+        for i in 0..<12 { try ledger.append(contentsOf: [E.queued("tx\(i)", "p2"), E.purchased("tx\(i)"), E.finished("tx\(i)")]) }
+        let last = try ledger.lastSeq()
+        #expect(last > 40)
+        let expected = try (1...last).map { try ledger.state(atSeq: $0) }
+        var c = testConfiguration(blockSize: 8, snapshotInterval: 16)
+        c.readOnly = true
+
+        // A stray row inside the block 17...24, with an empty range (first after last), then
+        // with one that covers part of that block: time travel past it equals the log, or stops.
+        let stray = dir.path("stray.ledger")
+        try ledger.checkpoint()
+        try FileManager.default.copyItem(atPath: path, toPath: stray)
+        for edit in [
+            "INSERT INTO event_blocks (first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link) VALUES (19, 18, 0, NULL, 1, x'00', x'00')",
+            "UPDATE event_blocks SET last_seq = 20 WHERE first_seq = 19",
+        ] {
+            try tamper(stray, edit)
+            let reader = try Ledger(path: stray, configuration: c)
+            for seq in Int64(17)...30 {
+                do {
+                    #expect(try reader.state(atSeq: seq) == expected[Int(seq) - 1], "seq \(seq)")
+                } catch let error as LedgerError {
+                    #expect(error.code == .corruptData, "seq \(seq): \(error)")
+                }
+            }
+        }
+
+        // The block 17...24 deleted: the events, and every state past 16, stop there.
+        try tamper(path, "DELETE FROM event_blocks WHERE first_seq = 17")
+        let reader = try Ledger(path: path, configuration: c)
+        do {
+            try reader.forEachEvent { _ in true }
+            Issue.record("read a log with a hole without an error")
+        } catch let error as LedgerError {
+            #expect(error.code == .corruptData && error.seq == 17 && error.description.contains("events 17...24 are missing"), "\(error)")
+        }
+        for seq in [Int64(20), 24, 30] {
+            #expect(throws: LedgerError.self, "seq \(seq)") { try reader.state(atSeq: seq) }
+        }
+        // Before the hole, and past the next snapshot (taken, and bound to the chain, before the
+        // row was deleted), the states are the log's.
+        #expect(try reader.state(atSeq: 16) == expected[15])
+        #expect(try reader.state(atSeq: last) == expected[Int(last) - 1])
+        let report = try reader.verify(all: true)
+        #expect(report.problems.contains { $0.seq == 17 })
+    }
+
     /// Every compression in both link layouts (the older one, 4 link bytes inside each frame, is
     /// how ledgers before the trailing layout were written), in one ledger: read, verified, and
     /// a change inside any event of any block is pinned to that event.

@@ -166,16 +166,40 @@ package enum EventStore {
             db,
             sql: """
                 SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
-                WHERE first_seq >= (SELECT coalesce(max(first_seq), 0) FROM event_blocks WHERE first_seq <= ?)
-                AND last_seq >= ? AND first_seq <= ? ORDER BY first_seq
-                """, arguments: [seq, seq, last])
+                WHERE first_seq >= (SELECT coalesce(max(first_seq), 0) FROM event_blocks WHERE first_seq <= ?1 AND last_seq >= ?1)
+                AND last_seq >= ?1 AND first_seq <= ?2 ORDER BY first_seq
+                """, arguments: [seq, last])
+        // The log is gap-free from seq 1: a scan without integrity data (which `verify` checks
+        // its own way) says so when events are missing or stored twice (a block row deleted or
+        // its range edited), instead of handing over a log with a hole.
+        // (Events a damaged block held are reported as that damage, not again as missing.)
+        var expected = max(seq, 1)
+        var damaged = false
+        let onCorrupt = onCorrupt.map { handler in
+            { (error: LedgerError) throws in
+                damaged = true
+                try handler(error)
+            }
+        }
+        func checked(_ entry: Entry) throws -> Bool {
+            guard !integrity else { return try body(entry) }
+            let s = entry.event.seq
+            if s < expected {
+                try report(.corrupt("event \(s) is stored twice (a block's range overlaps another's)", seq: s), to: onCorrupt)
+                return true
+            }
+            if s > expected && !damaged { try report(.corrupt(missing(expected, s - 1), seq: expected), to: onCorrupt) }
+            damaged = false
+            expected = s + 1
+            return try body(entry)
+        }
         let keepGoing =
             integrity
             ? try scanWithLinks(
-                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, body)
+                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, checked)
             : try scanPipelined(
                 db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, prefetch: prefetch,
-                body)
+                checked)
         guard keepGoing else { return }
         let rows = try Row.fetchCursor(
             db,
@@ -200,8 +224,18 @@ package enum EventStore {
                 try report(error, to: onCorrupt)
                 continue
             }
-            if try !body(entry) { return }
+            if try !checked(entry) { return }
         }
+        // Events before the scan's end that the log holds further on, though no row gave them.
+        if !integrity && expected <= last && !damaged {
+            let stored = try lastSeq(db)
+            if stored >= expected { try report(.corrupt(missing(expected, min(last, stored)), seq: expected), to: onCorrupt) }
+        }
+    }
+
+    /// What a hole in the log is called, as `verify` says it.
+    static func missing(_ first: Int64, _ last: Int64) -> String {
+        first == last ? "event \(first) is missing" : "events \(first)...\(last) are missing"
     }
 }
 

@@ -140,13 +140,13 @@ import Testing
                     storage: .encoded(stored.data, SnapshotCodec.keyedTransaction))
             }
             let lookedUp = try page()
-            for (key, value) in records.shuffled() { #expect(lookedUp.value(for: key) == value) }
-            for missing in ["tx-1001", "tx-0", "tx-9999", "", "tx-1000 "] { #expect(lookedUp.value(for: missing) == nil) }
+            for (key, value) in records.shuffled() { #expect(lookedUp.page.value(for: key) == value) }
+            for missing in ["tx-1001", "tx-0", "tx-9999", "", "tx-1000 "] { #expect(lookedUp.page.value(for: missing) == nil) }
             #expect(lookedUp.records.map(\.key) == records.map(\.key))
             #expect(lookedUp.records.map(\.value) == records.map(\.value))
             let readWhole = try page()
             #expect(readWhole.records.map(\.value) == records.map(\.value))
-            #expect(readWhole.value(for: "tx-1100") == records[50].value)
+            #expect(readWhole.page.value(for: "tx-1100") == records[50].value)
         }
         // A record that does not end where its length says is refused.
         var bad = SnapshotCodec.cut(records, key: \.key, indexed: true) { r, w in r.value.writeSnapshot(to: &w) }[0].raw

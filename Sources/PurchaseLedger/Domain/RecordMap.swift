@@ -232,12 +232,21 @@ protocol RecordPageSource<Value>: Sendable {
     /// The records, sorted by id. A source checks its bytes when it is made (a snapshot page
     /// against its address), so reading them cannot meet damage here.
     var records: [(key: String, value: Value)] { get }
-    /// The record `id`, or nil: a source may find it without decoding the others.
-    func value(for id: String) -> Value?
+    /// The record `id`, when the source finds it without decoding the others; otherwise the
+    /// records, which the page searches (there, the search is specialized for the record type).
+    func lookup(_ id: String) -> RecordLookup<Value>
+}
+
+/// What a ``RecordPageSource`` gives for one id.
+enum RecordLookup<Value: Sendable> {
+    /// The record, or nil: there is none.
+    case found(Value?)
+    /// Every record, sorted by id, to search.
+    case records([(key: String, value: Value)])
 }
 
 extension RecordPageSource {
-    func value(for id: String) -> Value? { RecordPage<Value>.search(records, id) }
+    func lookup(_ id: String) -> RecordLookup<Value> { .records(records) }
 }
 
 /// A run of records sorted by id, shared by every state that holds it: in memory, or read from
@@ -269,8 +278,11 @@ final class RecordPage<Value: Sendable>: Sendable {
     var records: [(key: String, value: Value)] { source?.records ?? held }
 
     func value(for id: String) -> Value? {
-        if let source { return source.value(for: id) }
-        return RecordPage.search(held, id)
+        guard let source else { return RecordPage.search(held, id) }
+        switch source.lookup(id) {
+        case .found(let value): return value
+        case .records(let records): return RecordPage.search(records, id)
+        }
     }
 
     /// The record `id` among `records`, sorted by id.

@@ -208,7 +208,7 @@ extension EventStore {
     static func scanPipelined(
         _ db: Database, _ blocks: RowCursor, from seq: Int64, through last: Int64,
         dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, onCorrupt: ((LedgerError) throws -> Void)?,
-        prefetch: (@Sendable ([RecordedEvent]) -> Void)?, _ body: (Entry) throws -> Bool
+        prefetch: (@Sendable ([RecordedEvent]) -> Void)?, continuity: inout Continuity, _ body: (Entry) throws -> Bool
     ) throws -> Bool {
         let queue = DispatchQueue(label: "purchase-ledger.block-decoder", qos: .userInitiated)
         // Set when this returns (the caller stopped, a throw, or the end): blocks still being
@@ -234,8 +234,13 @@ extension EventStore {
             guard !pending.isEmpty else { return true }
             let slot = pending.removeFirst()
             slot.done.wait()
-            for event in slot.events where try !body(Entry(event: event, payload: [])) { return false }
-            if let failure = slot.failure { try report(failure, to: onCorrupt) }
+            for event in slot.events where try continuity.admit(event.seq, onCorrupt) {
+                if try !body(Entry(event: event, payload: [])) { return false }
+            }
+            if let failure = slot.failure {
+                try report(failure, to: onCorrupt)
+                continuity.damaged = true
+            }
         }
     }
 

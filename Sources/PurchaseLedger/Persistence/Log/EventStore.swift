@@ -172,34 +172,14 @@ package enum EventStore {
         // The log is gap-free from seq 1: a scan without integrity data (which `verify` checks
         // its own way) says so when events are missing or stored twice (a block row deleted or
         // its range edited), instead of handing over a log with a hole.
-        // (Events a damaged block held are reported as that damage, not again as missing.)
-        var expected = max(seq, 1)
-        var damaged = false
-        let onCorrupt = onCorrupt.map { handler in
-            { (error: LedgerError) throws in
-                damaged = true
-                try handler(error)
-            }
-        }
-        func checked(_ entry: Entry) throws -> Bool {
-            guard !integrity else { return try body(entry) }
-            let s = entry.event.seq
-            if s < expected {
-                try report(.corrupt("event \(s) is stored twice (a block's range overlaps another's)", seq: s), to: onCorrupt)
-                return true
-            }
-            if s > expected && !damaged { try report(.corrupt(missing(expected, s - 1), seq: expected), to: onCorrupt) }
-            damaged = false
-            expected = s + 1
-            return try body(entry)
-        }
+        var continuity = Continuity(expected: max(seq, 1))
         let keepGoing =
             integrity
             ? try scanWithLinks(
-                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, checked)
+                db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, bodies: bodies, onCorrupt: onCorrupt, body)
             : try scanPipelined(
                 db, blocks, from: seq, through: last, dictionaries: &dictionaries, personal: personal, onCorrupt: onCorrupt, prefetch: prefetch,
-                checked)
+                continuity: &continuity, body)
         guard keepGoing else { return }
         let rows = try Row.fetchCursor(
             db,
@@ -222,20 +202,50 @@ package enum EventStore {
                 entry = Entry(event: event, payload: integrity ? payload : [], link: integrity ? .full([UInt8](row[8] as Data)) : nil, type: type)
             } catch let error as LedgerError {
                 try report(error, to: onCorrupt)
+                continuity.damaged = true
                 continue
             }
-            if try !checked(entry) { return }
+            if !integrity, try !continuity.admit(s, onCorrupt) { continue }
+            if try !body(entry) { return }
         }
         // Events before the scan's end that the log holds further on, though no row gave them.
-        if !integrity && expected <= last && !damaged {
+        if !integrity && continuity.expected <= last && !continuity.damaged {
             let stored = try lastSeq(db)
-            if stored >= expected { try report(.corrupt(missing(expected, min(last, stored)), seq: expected), to: onCorrupt) }
+            if stored >= continuity.expected {
+                try report(.corrupt(missing(continuity.expected, min(last, stored)), seq: continuity.expected), to: onCorrupt)
+            }
         }
     }
 
     /// What a hole in the log is called, as `verify` says it.
     static func missing(_ first: Int64, _ last: Int64) -> String {
         first == last ? "event \(first) is missing" : "events \(first)...\(last) are missing"
+    }
+
+    /// The seqs a scan without integrity data has handed over: the next one expected, and whether
+    /// damage was reported since the last (the events a damaged block held are reported as that
+    /// damage, not again as missing).
+    struct Continuity {
+        var expected: Int64
+        var damaged = false
+
+        /// Whether the event at `s` is handed over: not one stored twice. A hole before it is
+        /// reported (thrown, without `onCorrupt`).
+        @inline(__always) mutating func admit(_ s: Int64, _ onCorrupt: ((LedgerError) throws -> Void)?) throws -> Bool {
+            if s == expected {
+                expected += 1
+                damaged = false
+                return true
+            }
+            if s < expected {
+                try report(.corrupt("event \(s) is stored twice (a block's range overlaps another's)", seq: s), to: onCorrupt)
+                return false
+            }
+            if !damaged { try report(.corrupt(missing(expected, s - 1), seq: expected), to: onCorrupt) }
+            expected = s + 1
+            damaged = false
+            return true
+        }
     }
 }
 

@@ -228,7 +228,7 @@ enum SnapshotCodec {
     /// a 0 byte (no page holds no record), the `count` varint, then each record as a varint length
     /// and its bytes: a reader finds a record by its key (every paged record starts with it) and
     /// decodes that one alone (``pageIndex(_:)``).
-    static func cut<R>(_ records: [R], key: (R) -> String, indexed: Bool = false, write: (R, inout BinaryWriter) -> Void) -> [(
+    @inline(__always) static func cut<R>(_ records: [R], key: (R) -> String, indexed: Bool = false, write: (R, inout BinaryWriter) -> Void) -> [(
         raw: [UInt8], count: Int, firstKey: String
     )] {
         var pages: [(raw: [UInt8], count: Int, firstKey: String)] = []

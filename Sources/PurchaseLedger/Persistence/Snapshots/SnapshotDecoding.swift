@@ -26,17 +26,23 @@ extension SnapshotCodec {
 
     /// The records of one raw page, each with its id, in either layout.
     static func decodePage<V>(_ buffer: UnsafeRawBufferPointer, _ record: RecordReader<V>) throws(Failure) -> [(key: String, value: V)] {
-        if let index = try pageIndex(buffer) {
-            var records: [(key: String, value: V)] = []
-            records.reserveCapacity(index.keys.count)
-            for i in index.keys.indices { records.append(try decodeRecord(buffer, index, i, record)) }
-            return records
-        }
-        var r = BinaryReader(buffer)
+        let indexed = buffer.first == indexedPageMarker
+        var r = BinaryReader(buffer, offset: indexed ? 1 : 0, end: buffer.count)
         let count = try r.int(max: buffer.count)
         var records: [(key: String, value: V)] = []
         records.reserveCapacity(count)
-        for _ in 0..<count { records.append(try record(&r)) }
+        for _ in 0..<count {
+            guard indexed else {
+                records.append(try record(&r))
+                continue
+            }
+            // Each record must use its length exactly.
+            let length = try r.int(max: r.end - r.offset)
+            var one = BinaryReader(buffer, offset: r.offset, end: r.offset + length)
+            records.append(try record(&one))
+            guard one.isAtEnd else { throw Failure(message: "a record differs from its length") }
+            r.offset += length
+        }
         guard r.isAtEnd else { throw Failure(message: "trailing bytes in a page") }
         return records
     }

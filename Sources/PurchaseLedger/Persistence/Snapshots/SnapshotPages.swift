@@ -56,12 +56,8 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
                     let raw = try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page")
                     return try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) }
                 }
-            case .indexed(let raw, let index, let reader):
-                records = decoded {
-                    try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in
-                        try index.keys.indices.map { i throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader) }
-                    }
-                }
+            case .indexed(let raw, _, let reader):
+                records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
             }
             precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
             storage = .decoded(records)
@@ -69,9 +65,10 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
         }
     }
 
-    /// The record `id`, decoding only it when the page was written with each record's length.
-    func value(for id: String) -> Value? {
-        storage.withLock { storage -> Value? in
+    /// The record `id`, decoding only it when the page was written with each record's length;
+    /// otherwise every record (decoded now if they were not), for the page to search.
+    func lookup(_ id: String) -> RecordLookup<Value> {
+        storage.withLock { storage -> RecordLookup<Value> in
             if case .encoded(let compressed, let reader) = storage {
                 let raw = decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }
                 if let index = decoded({ try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.pageIndex(buffer) } }) {
@@ -85,13 +82,13 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
             }
             switch storage {
             case .decoded(let records):
-                return RecordPage<Value>.search(records, id)
+                return .records(records)
             case .indexed(let raw, let index, let reader):
-                guard let i = RecordPage<Value>.position(of: id, in: index.keys) else { return nil }
+                guard let i = RecordPage<Value>.position(of: id, in: index.keys) else { return .found(nil) }
                 let value: Value = decoded {
                     try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader).value }
                 }
-                return value
+                return .found(value)
             case .encoded:
                 preconditionFailure("a page read above")
             }

@@ -133,14 +133,25 @@ import Testing
             #expect(raws.count == 1, "one page (no key closes one early here)")
             let raw = try #require(raws.first).raw
             #expect(try raw.withUnsafeBytes { try SnapshotCodec.pageIndex($0) != nil } == indexed)
+            // The records the page decodes, counted.
+            let decodes = Locked(0)
+            let reader: SnapshotCodec.RecordReader<TransactionRecord> = { (r: inout BinaryReader) throws(BinaryReader.Failure) in
+                decodes.withLock { $0 += 1 }
+                return try SnapshotCodec.keyedTransaction(&r)
+            }
             func page() throws -> StoredRecordPage<TransactionRecord> {
                 let stored = try SnapshotCodec.store(raw)
                 return StoredRecordPage(
-                    address: stored.address, rawSize: raw.count, firstID: records[0].key, count: records.count,
-                    storage: .encoded(stored.data, SnapshotCodec.keyedTransaction))
+                    address: stored.address, rawSize: raw.count, firstID: records[0].key, count: records.count, storage: .encoded(stored.data, reader))
             }
             let lookedUp = try page()
+            #expect(lookedUp.page.value(for: "tx-1100") == records[50].value)
+            #expect(decodes.withLock { $0 } == (indexed ? 1 : records.count), "one record decoded, or (without lengths) the page")
+            #expect(lookedUp.page.value(for: "tx-1102") == records[51].value)
+            #expect(decodes.withLock { $0 } == (indexed ? 2 : records.count))
             for (key, value) in records.shuffled() { #expect(lookedUp.page.value(for: key) == value) }
+            // Read many times, a page with lengths is decoded whole once, then searched.
+            #expect(decodes.withLock { $0 } == (indexed ? 75 + records.count : records.count))
             for missing in ["tx-1001", "tx-0", "tx-9999", "", "tx-1000 "] { #expect(lookedUp.page.value(for: missing) == nil) }
             #expect(lookedUp.records.map(\.key) == records.map(\.key))
             #expect(lookedUp.records.map(\.value) == records.map(\.value))

@@ -186,6 +186,32 @@ import PurchaseLedgerFleetTesting
         #expect(snap == sample)
     }
 
+    /// Snapshots in format 9 (pages without record lengths) are still current: used for time
+    /// travel, kept with their pages when a format-10 snapshot is written beside them, not taken
+    /// again by `rebuild`, and checked by `verify`.
+    @Test func formatNineSnapshotsStayCurrent() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("nine.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        try ledger.append(contentsOf: StorageTests.everyType)
+        let seqs = [Int64(5), 9, 17, try ledger.lastSeq()]
+        let expected = try seqs.map { try ledger.state(atSeq: $0) }
+        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = 9") }
+        let nine = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
+        let before = try nine.read { db in try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots WHERE format = 9 ORDER BY seq") }
+        #expect(!before.isEmpty)
+        #expect(try nine.rebuildProjections().snapshotsTaken == 0, "format 9 is current")
+        for (seq, state) in zip(seqs, expected) { #expect(try nine.state(atSeq: seq) == state, "seq \(seq)") }
+        for i in 0..<6 { try nine.append(contentsOf: [E.queued("n\(i)", "p2"), E.purchased("n\(i)")]) }
+        let after = try nine.read { db in try Row.fetchAll(db, sql: "SELECT seq, format FROM snapshots ORDER BY seq") }
+        #expect(after.filter { $0[1] as Int == 9 }.map { $0[0] as Int64 } == before, "kept")
+        #expect(after.contains { $0[1] as Int == 10 }, "and a format-10 one written beside them")
+        for (seq, state) in zip(seqs, expected) { #expect(try nine.state(atSeq: seq) == state, "seq \(seq), after the new snapshot") }
+        let report = try nine.verify(everySnapshot: true)
+        #expect(report.isValid, "\(report.problems)")
+        #expect(report.snapshotsChecked == after.count)
+    }
+
     /// A ledger whose snapshots an earlier version wrote (another snapshot format) gets them taken
     /// again by `rebuild`; states read from them equal the log's.
     @Test func rebuildRetakesSnapshotsAnEarlierVersionWrote() throws {

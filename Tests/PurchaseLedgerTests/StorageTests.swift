@@ -185,6 +185,7 @@ import PurchaseLedgerFleetTesting
         // A stray row inside the block 17...24, with an empty range (first after last), then
         // with one that covers part of that block: time travel past it equals the log, or stops.
         let stray = dir.path("stray.ledger")
+        let events = try ledger.events(from: 1, limit: 10_000)
         try ledger.checkpoint()
         try FileManager.default.copyItem(atPath: path, toPath: stray)
         for edit in [
@@ -193,6 +194,10 @@ import PurchaseLedgerFleetTesting
         ] {
             try tamper(stray, edit)
             let reader = try Ledger(path: stray, configuration: c)
+            // Read from inside the block, past the stray row's start: the block's own events.
+            if edit.hasPrefix("INSERT") {
+                #expect(try reader.events(from: 20, limit: 10_000).map(\.seq) == events.dropFirst(19).map(\.seq))
+            }
             for seq in Int64(17)...30 {
                 do {
                     #expect(try reader.state(atSeq: seq) == expected[Int(seq) - 1], "seq \(seq)")

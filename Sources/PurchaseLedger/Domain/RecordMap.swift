@@ -124,8 +124,8 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
 
 extension RecordMap {
     /// The map's stored pages, for decoding on another thread, ahead of a reader, the pages its
-    /// lookups will decode (``LogReplay/prefetcher(_:)``): the pages are immutable and each
-    /// decodes once under its lock, and the ids changed or removed when this was taken, which a
+    /// lookups will decode (``LogReplay/prefetcher(_:)``): the pages are immutable and each is
+    /// read under its lock, and the ids changed or removed when this was taken, which a
     /// lookup finds without the pages, are left alone. Nil when the map has no stored pages.
     struct PageReader: Sendable {
         let pages: RecordPages<Value>

@@ -162,11 +162,14 @@ package enum EventStore {
         // What the personal refs stand for: the caller's (``PersonalValues/unresolved`` for the
         // stored bytes only), else the whole table.
         let personal = try given ?? PersonalValues.current(db)
+        // From the block holding `seq` (the latest that starts at or before it and ends at or
+        // after it), or, when none does (`seq` in the unsealed tail, past the end, or in a hole),
+        // from the first block after `seq`: by the key, without walking the blocks before.
         let blocks = try Row.fetchCursor(
             db,
             sql: """
                 SELECT first_seq, last_seq, codec, dictionary_id, raw_size, data, last_link FROM event_blocks
-                WHERE first_seq >= (SELECT coalesce(max(first_seq), 0) FROM event_blocks WHERE first_seq <= ?1 AND last_seq >= ?1)
+                WHERE first_seq >= (SELECT coalesce(max(first_seq), ?1) FROM event_blocks WHERE first_seq <= ?1 AND last_seq >= ?1)
                 AND last_seq >= ?1 AND first_seq <= ?2 ORDER BY first_seq
                 """, arguments: [seq, last])
         // The log is gap-free from seq 1: a scan without integrity data (which `verify` checks

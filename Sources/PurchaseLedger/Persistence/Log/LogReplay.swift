@@ -54,8 +54,10 @@ struct LogReplay {
     /// pages the reducer will read for a block's events (each event's transaction or download,
     /// and a download's transaction) instead of on the reducer's thread as it meets them. Ids the
     /// state holds outside its pages (the snapshot's overlay) are skipped, as a lookup skips
-    /// their pages. The pages are shared and immutable, and each decodes once under its lock,
-    /// whichever thread asks first: what the reducer reads is the same either way. Nil for a
+    /// their pages. The pages are shared and immutable, and each is read under its lock, whichever
+    /// thread asks first (a page with record lengths decodes the record asked for, and is decoded
+    /// whole after enough lookups; one without is decoded whole at once): what the reducer reads
+    /// is the same either way. Nil for a
     /// state in memory (a replay from the first event), which has no such pages.
     static func prefetcher(_ state: LedgerState) -> (@Sendable ([RecordedEvent]) -> Void)? {
         let transactions = state.transactions.pageReader, downloads = state.downloads.pageReader

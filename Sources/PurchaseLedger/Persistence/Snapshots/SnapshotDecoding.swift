@@ -48,7 +48,7 @@ extension SnapshotCodec {
     }
 
     /// Where each record of a page written with lengths is, and its key; nil for a page of the
-    /// earlier layout. Reads the lengths and keys only: about a microsecond for 256 records,
+    /// earlier layout. Reads the lengths and keys only: a few microseconds for 256 records,
     /// where decoding them all took 270.
     struct PageIndex: Sendable {
         var keys: [String]
@@ -165,6 +165,7 @@ extension SnapshotCodec {
         read.reserveCapacity(wanted.count)
         // Checked in batches on another thread while the next are read.
         let checks = DispatchGroup()
+        defer { checks.wait() }
         let mismatch = Locked(false)
         var batch: [(address: [UInt8], data: [UInt8])] = []
         func check(_ pages: [(address: [UInt8], data: [UInt8])]) {
@@ -174,10 +175,7 @@ extension SnapshotCodec {
             }
         }
         for address in wanted where read[address] == nil {
-            guard let data = try fetch(address) else {
-                checks.wait()
-                throw Failure(message: "missing page")
-            }
+            guard let data = try fetch(address) else { throw Failure(message: "missing page") }
             read[address] = data
             batch.append((address, data))
             if batch.count == 64 {

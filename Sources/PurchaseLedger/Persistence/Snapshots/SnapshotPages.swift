@@ -14,9 +14,10 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
     enum Storage {
         /// The stored (compressed) bytes, already checked against `address`, and the record reader.
         case encoded([UInt8], SnapshotCodec.RecordReader<Value>)
-        /// The raw bytes of a page written with each record's length, where its records are, and
-        /// the record reader: a lookup decodes one record.
-        case indexed([UInt8], SnapshotCodec.PageIndex, SnapshotCodec.RecordReader<Value>)
+        /// The raw bytes of a page written with each record's length, where its records are, the
+        /// record reader, and how many lookups it served: a lookup decodes one record, until
+        /// ``wholeAfter`` lookups, when the page is decoded whole.
+        case indexed([UInt8], SnapshotCodec.PageIndex, SnapshotCodec.RecordReader<Value>, lookups: Int)
         case decoded([(key: String, value: Value)])
     }
 
@@ -56,7 +57,7 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
                     let raw = try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page")
                     return try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) }
                 }
-            case .indexed(let raw, _, let reader):
+            case .indexed(let raw, _, let reader, _):
                 records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
             }
             precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
@@ -64,6 +65,13 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
             return records
         }
     }
+
+    /// Lookups an indexed page serves one record at a time before it is decoded whole: a page
+    /// read many times (an open ledger's time travel to one seq after another reads the same
+    /// pages again) then costs a search, not a decode per lookup; one read a few times (a state
+    /// loaded once) never decodes the records nobody asked for. A quarter of its records: decoding
+    /// them one by one costs about what decoding the page does.
+    private var wholeAfter: Int { max(16, count / 4) }
 
     /// The record `id`, decoding only it when the page was written with each record's length;
     /// otherwise every record (decoded now if they were not), for the page to search.
@@ -73,17 +81,23 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
                 let raw = decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }
                 if let index = decoded({ try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.pageIndex(buffer) } }) {
                     precondition(index.keys.count == count, "a snapshot page holds \(index.keys.count) records, its manifest says \(count)")
-                    storage = .indexed(raw, index, reader)
+                    storage = .indexed(raw, index, reader, lookups: 0)
                 } else {
                     let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
                     precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
                     storage = .decoded(records)
                 }
             }
+            if case .indexed(let raw, _, let reader, let lookups) = storage, lookups >= wholeAfter {
+                let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
+                precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
+                storage = .decoded(records)
+            }
             switch storage {
             case .decoded(let records):
                 return .records(records)
-            case .indexed(let raw, let index, let reader):
+            case .indexed(let raw, let index, let reader, let lookups):
+                storage = .indexed(raw, index, reader, lookups: lookups + 1)
                 guard let i = RecordPage<Value>.position(of: id, in: index.keys) else { return .found(nil) }
                 let value: Value = decoded {
                     try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader).value }

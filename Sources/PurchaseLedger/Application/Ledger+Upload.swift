@@ -276,9 +276,7 @@ extension Ledger {
                     throw LedgerError.corrupt("the log jumps from seq \(expected - 1) to \(e.seq)", seq: min(e.seq, expected))
                 }
                 expected += 1
-                FrameCodec.canonical(
-                    seq: e.seq, type: UInt64(entry.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
-                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, into: &frame)
+                FrameCodec.canonical(entry, into: &frame)
                 let next = chain.link(after: previous, frame: frame.bytes)
                 guard entry.link?.matches(next) == true else { throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq) }
                 previous = next

@@ -123,9 +123,9 @@ public struct RecordMap<Value: Sendable & Hashable>: Sendable {
 }
 
 extension RecordMap {
-    /// The map's stored pages, for decoding on another thread, ahead of a reader, the pages its
-    /// lookups will decode (``LogReplay/prefetcher(_:)``): the pages are immutable and each is
-    /// read under its lock, and the ids changed or removed when this was taken, which a
+    /// The map's stored pages, for making ready on another thread, ahead of a reader, the pages its
+    /// lookups will read (``LogReplay/prefetcher(_:)``): the pages are immutable and each is
+    /// made ready under its lock, and the ids changed or removed when this was taken, which a
     /// lookup finds without the pages, are left alone. Nil when the map has no stored pages.
     struct PageReader: Sendable {
         let pages: RecordPages<Value>
@@ -134,6 +134,12 @@ extension RecordMap {
         /// The stored record `id` (decoding its page), or nil: none, or one a lookup finds elsewhere.
         func value(for id: String) -> Value? {
             skipped.contains(RecordKey(id)) ? nil : pages.value(for: id)
+        }
+
+        /// Makes ready the page a lookup of `id` reads (unless a lookup finds it elsewhere).
+        func prepare(for id: String) {
+            guard !pages.pages.isEmpty, !skipped.contains(RecordKey(id)) else { return }
+            pages.pages[pages.pageIndex(for: id)].source?.prepare()
         }
     }
 
@@ -235,6 +241,9 @@ protocol RecordPageSource<Value>: Sendable {
     /// The record `id`, when the source finds it without decoding the others; otherwise the
     /// records, which the page searches (there, the search is specialized for the record type).
     func lookup(_ id: String) -> RecordLookup<Value>
+    /// Does now what the first lookup would do before it finds a record (read ahead on another
+    /// thread), without decoding a record it may not be asked for.
+    func prepare()
 }
 
 /// What a ``RecordPageSource`` gives for one id.
@@ -247,6 +256,7 @@ enum RecordLookup<Value: Sendable> {
 
 extension RecordPageSource {
     func lookup(_ id: String) -> RecordLookup<Value> { .records(records) }
+    func prepare() { _ = records }
 }
 
 /// A run of records sorted by id, shared by every state that holds it: in memory, or read from
@@ -287,23 +297,17 @@ final class RecordPage<Value: Sendable>: Sendable {
 
     /// The record `id` among `records`, sorted by id.
     static func search(_ records: [(key: String, value: Value)], _ id: String) -> Value? {
-        var low = 0, high = records.count
-        while low < high {
-            let mid = (low + high) / 2
-            let key = records[mid].key
-            if key == id { return records[mid].value }
-            if key < id { low = mid + 1 } else { high = mid }
-        }
-        return nil
+        position(of: id, count: records.count) { records[$0].key }.map { records[$0].value }
     }
 
-    /// Where `id` is among `keys`, sorted.
-    static func position(of id: String, in keys: [String]) -> Int? {
-        var low = 0, high = keys.count
+    /// Where `id` is among `count` ids sorted by id, the `i`th being `key(i)`.
+    @inline(__always) static func position(of id: String, count: Int, key: (Int) -> String) -> Int? {
+        var low = 0, high = count
         while low < high {
             let mid = (low + high) / 2
-            if keys[mid] == id { return mid }
-            if keys[mid] < id { low = mid + 1 } else { high = mid }
+            let k = key(mid)
+            if k == id { return mid }
+            if k < id { low = mid + 1 } else { high = mid }
         }
         return nil
     }

@@ -342,7 +342,7 @@ private struct Verifier {
                     lost = true
                     let message =
                         e.seq > expected
-                        ? (e.seq - 1 == expected ? "event \(expected) is missing" : "events \(expected)...\(e.seq - 1) are missing")
+                        ? EventStore.missing(expected, e.seq - 1)
                         : "event \(e.seq) appears again or out of order after \(expected - 1)"
                     try me.problem(.sequence, min(e.seq, expected), message)
                     if e.seq < expected { return false }

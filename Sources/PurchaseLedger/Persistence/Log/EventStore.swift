@@ -84,13 +84,10 @@ package enum EventStore {
         var frame = BinaryWriter(capacity: 256)
         do {
             try scan(db, from: first, through: seq, integrity: true, personal: .unresolved, bodies: false) { entry in
-                let e = entry.event
-                FrameCodec.canonical(
-                    seq: e.seq, type: UInt64(entry.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
-                    recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, into: &frame)
+                FrameCodec.canonical(entry, into: &frame)
                 previous = chain.link(after: previous, frame: frame.bytes)
-                if e.seq == seq { found = previous }
-                return e.seq < seq
+                if entry.event.seq == seq { found = previous }
+                return entry.event.seq < seq
             }
         } catch let error as LedgerError where error.code == .corruptData {
             return nil
@@ -220,7 +217,7 @@ package enum EventStore {
         }
     }
 
-    /// What a hole in the log is called, as `verify` says it.
+    /// What a hole in the log is called (by a scan, and by `verify`).
     static func missing(_ first: Int64, _ last: Int64) -> String {
         first == last ? "event \(first) is missing" : "events \(first)...\(last) are missing"
     }

@@ -49,24 +49,24 @@ struct LogReplay {
         try replay.run(db, through: last, personal: personal, onCorrupt: onCorrupt) { _, _, _ in true }
     }
 
-    /// For a state loaded from a snapshot (its transactions and downloads in stored pages, decoded
-    /// the first time a record in them is read): decodes, on the scan's decoding thread, the
-    /// pages the reducer will read for a block's events (each event's transaction or download,
-    /// and a download's transaction) instead of on the reducer's thread as it meets them. Ids the
-    /// state holds outside its pages (the snapshot's overlay) are skipped, as a lookup skips
-    /// their pages. The pages are shared and immutable, and each is read under its lock, whichever
-    /// thread asks first (a page with record lengths decodes the record asked for, and is decoded
-    /// whole after enough lookups; one without is decoded whole at once): what the reducer reads
-    /// is the same either way. Nil for a
-    /// state in memory (a replay from the first event), which has no such pages.
+    /// For a state loaded from a snapshot (its transactions and downloads in stored pages, read
+    /// the first time a record in them is): makes ready, on the scan's decoding thread, the pages
+    /// the reducer will read for a block's events (each event's transaction or download, and a
+    /// download's transaction) instead of on the reducer's thread as it meets them: a page with
+    /// record lengths decompressed and its keys read, one without decoded whole. Ids the state
+    /// holds outside its pages (the snapshot's overlay) are skipped, as a lookup skips their
+    /// pages. The pages are shared and immutable, and each is made ready under its lock, whichever
+    /// thread asks first: what the reducer reads is the same either way. Nil for a state in memory
+    /// (a replay from the first event), which has no such pages.
     static func prefetcher(_ state: LedgerState) -> (@Sendable ([RecordedEvent]) -> Void)? {
         let transactions = state.transactions.pageReader, downloads = state.downloads.pageReader
         guard transactions != nil || downloads != nil else { return nil }
         return { events in
             for e in events {
                 let body = e.event.body
-                if let t = body.transactionID { _ = transactions?.value(for: t) }
-                if let d = body.downloadID, let t = downloads?.value(for: d)?.transaction { _ = transactions?.value(for: t) }
+                if let t = body.transactionID { transactions?.prepare(for: t) }
+                // (The download itself is read for its transaction's id: its page is made ready then.)
+                if let d = body.downloadID, let t = downloads?.value(for: d)?.transaction { transactions?.prepare(for: t) }
             }
         }
     }

@@ -110,6 +110,15 @@ package enum FrameCodec {
             recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: payload, into: &w)
     }
 
+    /// The canonical frame of a scanned entry, over `w`'s bytes: with the entry's type, right
+    /// also for a scan without bodies (whose events hold a placeholder body).
+    static func canonical(_ entry: EventStore.Entry, into w: inout BinaryWriter) {
+        let e = entry.event
+        canonical(
+            seq: e.seq, type: UInt64(entry.type.rawValue), flags: e.flags, at: e.event.at.nanosecondsSinceEpoch,
+            recorded: e.recordedAt.nanosecondsSinceEpoch, version: e.version, payload: entry.payload, into: &w)
+    }
+
     /// The canonical frame of a frame on its way into the log, over `w`'s bytes.
     static func canonical(_ f: EventStore.Frame, into w: inout BinaryWriter) {
         canonical(

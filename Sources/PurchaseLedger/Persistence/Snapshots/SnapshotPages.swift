@@ -46,6 +46,13 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
         }
     }
 
+    /// Every record of the raw page `raw`, in either layout.
+    private func whole(_ raw: [UInt8], _ reader: SnapshotCodec.RecordReader<Value>) -> [(key: String, value: Value)] {
+        let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
+        precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
+        return records
+    }
+
     var records: [(key: String, value: Value)] {
         storage.withLock { storage in
             let records: [(key: String, value: Value)]
@@ -53,16 +60,30 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
             case .decoded(let records):
                 return records
             case .encoded(let compressed, let reader):
-                records = decoded {
-                    let raw = try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page")
-                    return try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) }
-                }
+                records = whole(decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }, reader)
             case .indexed(let raw, _, let reader, _):
-                records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
+                records = whole(raw, reader)
             }
-            precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
             storage = .decoded(records)
             return records
+        }
+    }
+
+    /// Decompresses the page and reads its keys (with record lengths), or decodes it whole
+    /// (without), for a lookup coming on another thread.
+    func prepare() {
+        storage.withLock { open(&$0) }
+    }
+
+    /// An encoded page decompressed: indexed when it was written with record lengths, else decoded.
+    private func open(_ storage: inout Storage) {
+        guard case .encoded(let compressed, let reader) = storage else { return }
+        let raw = decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }
+        if let index = decoded({ try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.pageIndex(buffer) } }) {
+            precondition(index.keys.count == count, "a snapshot page holds \(index.keys.count) records, its manifest says \(count)")
+            storage = .indexed(raw, index, reader, lookups: 0)
+        } else {
+            storage = .decoded(whole(raw, reader))
         }
     }
 
@@ -77,28 +98,14 @@ final class StoredRecordPage<Value: Sendable>: RecordPageSource {
     /// otherwise every record (decoded now if they were not), for the page to search.
     func lookup(_ id: String) -> RecordLookup<Value> {
         storage.withLock { storage -> RecordLookup<Value> in
-            if case .encoded(let compressed, let reader) = storage {
-                let raw = decoded { try LZ4.decompressStored(compressed, originalSize: rawSize, "a snapshot page") }
-                if let index = decoded({ try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.pageIndex(buffer) } }) {
-                    precondition(index.keys.count == count, "a snapshot page holds \(index.keys.count) records, its manifest says \(count)")
-                    storage = .indexed(raw, index, reader, lookups: 0)
-                } else {
-                    let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
-                    precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
-                    storage = .decoded(records)
-                }
-            }
-            if case .indexed(let raw, _, let reader, let lookups) = storage, lookups >= wholeAfter {
-                let records = decoded { try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodePage(buffer, reader) } }
-                precondition(records.count == count, "a snapshot page holds \(records.count) records, its manifest says \(count)")
-                storage = .decoded(records)
-            }
+            open(&storage)
+            if case .indexed(let raw, _, let reader, let lookups) = storage, lookups >= wholeAfter { storage = .decoded(whole(raw, reader)) }
             switch storage {
             case .decoded(let records):
                 return .records(records)
             case .indexed(let raw, let index, let reader, let lookups):
                 storage = .indexed(raw, index, reader, lookups: lookups + 1)
-                guard let i = RecordPage<Value>.position(of: id, in: index.keys) else { return .found(nil) }
+                guard let i = RecordPage<Value>.position(of: id, count: index.keys.count, key: { index.keys[$0] }) else { return .found(nil) }
                 let value: Value = decoded {
                     try raw.withUnsafeBytes { buffer throws(BinaryReader.Failure) in try SnapshotCodec.decodeRecord(buffer, index, i, reader).value }
                 }

@@ -53,7 +53,7 @@ final class LedgerFile: Sendable {
         // its WAL byte for byte as they were.
         writeConnection = Locked(nil)
         do {
-            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+            let size = FileSize.of(path) ?? 0
             if !configuration.readOnly && size == 0 {
                 // A new ledger: in WAL mode from its first write on.
                 try LedgerFile.writeQueue(writeConnection, path: path, configuration: configuration).writeWithoutTransaction { db in

@@ -37,7 +37,9 @@ extension Ledger {
                     var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
                     var evidence = EvidenceRows.Collector()
                     let secret = try EvidenceRows.secret(db)
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in
+                    var replayed: (state: LedgerState, history: Projector.HistoryCollector)? = try Ledger.replayForProjections(
+                        db, progress: progress, evidence: &evidence, secret: secret
+                    ) { state in
                         guard retake, state.seq % interval == 0 else { return }
                         let pending: Snapshots.Pending
                         // No record of the personal refs assigned by then: a state loaded from
@@ -45,14 +47,16 @@ extension Ledger {
                         (state, pending) = try Snapshots.encode(state, db, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: nil)
                         taken.append(pending)
                     }
-                    summary = try Projector.reconcile(state: state, history: history, stored: stored?.take(0), db)
+                    let storedRows = stored?.take(0)
+                    summary = try Projector.reconcile(state: replayed!.state, history: replayed!.history, stored: storedRows, db)
+                    summary.events = replayed!.state.seq
+                    // Freed on another thread: taken out, so this one holds none of it.
+                    releaseInBackground(replayed.take()!)
+                    releaseInBackground(consume storedRows)
                     // The signatures checked again; a row whose signature forget erased stands.
                     summary.rowsWritten += try EvidenceRows.reconcile(evidence, db)
-                    summary.events = state.seq
                     try Snapshots.write(taken, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
                     summary.snapshotsTaken = taken.count
-                    releaseInBackground(consume state)
-                    releaseInBackground(consume history)
                     return .commit
                 }
                 return summary

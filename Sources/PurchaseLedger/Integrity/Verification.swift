@@ -482,8 +482,8 @@ private struct Verifier {
             try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
         }
         let omitted = try Migrations.applied("0004_history_destination", db)
-        for (table, build) in Projector.rowBuilders(state: state, history: history, ordered: false, latestDestinationOmitted: omitted) {
-            let expected = build()
+        for builder in Projector.rowBuilders(state: state, history: history, ordered: false, latestDestinationOmitted: omitted) {
+            let table = builder.table, expected = builder.build()
             let (stored, keys) = try Projector.differences(table, expected: expected, db)
             if let first = keys.first {
                 let key = first.map(\.description).joined(separator: ", ")

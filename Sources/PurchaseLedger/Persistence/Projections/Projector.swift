@@ -432,14 +432,26 @@ package enum Projector {
         rowBuilders(state: state, history: history, ordered: true).map { ($0.table, $0.build()) }
     }
 
-    /// The rows of each table, built when asked: a rebuild builds one table's rows on another
-    /// thread while it compares the table before. Transactions and downloads come in id order
+    /// The rows of one table, made when asked, one at a time (``each``) or all together (``build()``).
+    struct RowBuilder: Sendable {
+        let table: Table
+        /// Hands every row to `row`, one after another, holding none of them.
+        let each: @Sendable (_ row: ([ColumnValue]) -> Void) -> Void
+
+        /// Every row.
+        func build() -> [[ColumnValue]] {
+            var rows: [[ColumnValue]] = []
+            each { rows.append($0) }
+            return rows
+        }
+    }
+
+    /// The rows of each table, made when asked: a rebuild makes one table's rows on another
+    /// thread while it writes the table before. Transactions and downloads come in id order
     /// only when `ordered`.
     /// `latestDestinationOmitted`: history rows as migration 0004 stores them (false: as a ledger
     /// still waiting for it, opened read-only, does, every row with its destination).
-    static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool, latestDestinationOmitted: Bool = true) -> [(
-        table: Table, build: @Sendable () -> [[ColumnValue]]
-    )] {
+    static func rowBuilders(state: LedgerState, history: HistoryCollector, ordered: Bool, latestDestinationOmitted: Bool = true) -> [RowBuilder] {
         var products: [[ColumnValue]] = [], related: [[ColumnValue]] = [], contents: [[ColumnValue]] = []
         let published = Dictionary(grouping: state.publishedVersions.map { (key: $0.key, value: $0.value) }) { $0.key.product }
         for product in state.products.keys.sorted() {
@@ -448,45 +460,29 @@ package enum Projector {
             related += r.related
             contents += r.contents
         }
+        func made(_ table: Table, _ rows: @escaping @Sendable () -> [[ColumnValue]]) -> RowBuilder {
+            RowBuilder(table: table) { row in rows().forEach(row) }
+        }
         return [
-            (Table.products, { [products] in products }), (Table.productContents, { [contents] in contents }),
-            (Table.relatedProducts, { [related] in related }),
-            (
-                Table.transactions,
-                {
-                    guard !ordered else { return state.transactions.values.map(transactionRow) }
-                    var rows: [[ColumnValue]] = []
-                    rows.reserveCapacity(state.transactions.count)
-                    state.transactions.forEachUnordered { rows.append(transactionRow($1)) }
-                    return rows
-                }
-            ),
-            (
-                Table.downloads,
-                {
-                    guard !ordered else { return state.downloads.values.map { downloadRow($0, state: state) } }
-                    var rows: [[ColumnValue]] = []
-                    rows.reserveCapacity(state.downloads.count)
-                    state.downloads.forEachUnordered { rows.append(downloadRow($1, state: state)) }
-                    return rows
-                }
-            ),
-            (
-                Table.ownedContent,
-                {
-                    history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
-                        .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
-                }
-            ),
-            (
-                Table.ownedContentHistory,
-                {
-                    history.entries.map {
-                        historyRow($0, latest: latestDestinationOmitted && history.latestCopy[$0.owned.download] == $0.seq)
-                    }
-                }
-            ),
-            (Table.productViews, { state.productViews.keys.sorted(by: keyOrder).map { productViewRow(state.productViews[$0]!) } }),
+            made(Table.products) { [products] in products }, made(Table.productContents) { [contents] in contents },
+            made(Table.relatedProducts) { [related] in related },
+            RowBuilder(table: Table.transactions) { row in
+                guard !ordered else { return state.transactions.values.forEach { row(transactionRow($0)) } }
+                state.transactions.forEachUnordered { row(transactionRow($1)) }
+            },
+            RowBuilder(table: Table.downloads) { row in
+                guard !ordered else { return state.downloads.values.forEach { row(downloadRow($0, state: state)) } }
+                state.downloads.forEachUnordered { row(downloadRow($1, state: state)) }
+            },
+            made(Table.ownedContent) {
+                history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
+                    .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
+            },
+            RowBuilder(table: Table.ownedContentHistory) { row in
+                let latest = history.latestCopy
+                for entry in history.entries { row(historyRow(entry, latest: latestDestinationOmitted && latest[entry.owned.download] == entry.seq)) }
+            },
+            made(Table.productViews) { state.productViews.keys.sorted(by: keyOrder).map { productViewRow(state.productViews[$0]!) } },
         ]
     }
 }

@@ -161,8 +161,7 @@ final class SnapshotPageCache: Sendable {
 
         consuming func releaseInBackground() {
             guard !transactions.isEmpty || !downloads.isEmpty else { return }
-            let pages = self
-            DispatchQueue.global(qos: .utility).async { withExtendedLifetime(pages) {} }
+            PurchaseLedger.releaseInBackground(self)
         }
     }
 

@@ -435,12 +435,15 @@ package enum Projector {
     /// The rows of one table, made when asked, one at a time (``each``) or all together (``build()``).
     struct RowBuilder: Sendable {
         let table: Table
+        /// How many rows ``each`` gives, when known beforehand.
+        var count = 0
         /// Hands every row to `row`, one after another, holding none of them.
         let each: @Sendable (_ row: ([ColumnValue]) -> Void) -> Void
 
         /// Every row.
         func build() -> [[ColumnValue]] {
             var rows: [[ColumnValue]] = []
+            rows.reserveCapacity(count)
             each { rows.append($0) }
             return rows
         }
@@ -466,11 +469,11 @@ package enum Projector {
         return [
             made(Table.products) { [products] in products }, made(Table.productContents) { [contents] in contents },
             made(Table.relatedProducts) { [related] in related },
-            RowBuilder(table: Table.transactions) { row in
+            RowBuilder(table: Table.transactions, count: state.transactions.count) { row in
                 guard !ordered else { return state.transactions.values.forEach { row(transactionRow($0)) } }
                 state.transactions.forEachUnordered { row(transactionRow($1)) }
             },
-            RowBuilder(table: Table.downloads) { row in
+            RowBuilder(table: Table.downloads, count: state.downloads.count) { row in
                 guard !ordered else { return state.downloads.values.forEach { row(downloadRow($0, state: state)) } }
                 state.downloads.forEachUnordered { row(downloadRow($1, state: state)) }
             },
@@ -478,7 +481,7 @@ package enum Projector {
                 history.currentSeq.sorted { ($0.key.product, $0.key.content) < ($1.key.product, $1.key.content) }
                     .compactMap { key, seq in state.copiedContent[key].map { ownedRow($0, historySeq: seq) } }
             },
-            RowBuilder(table: Table.ownedContentHistory) { row in
+            RowBuilder(table: Table.ownedContentHistory, count: history.entries.count) { row in
                 let latest = history.latestCopy
                 for entry in history.entries { row(historyRow(entry, latest: latestDestinationOmitted && latest[entry.owned.download] == entry.seq)) }
             },

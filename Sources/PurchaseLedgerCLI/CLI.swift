@@ -289,7 +289,7 @@ struct LedgerOptions: ParsableArguments {
 
     /// Whether `path` is a file of zero bytes.
     static func isEmptyFile(_ path: String) -> Bool {
-        FileSize.of(path) == 0
+        ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1) == 0
     }
 
     /// Streams `reader` into the ledger in one atomic write, creating the ledger when missing.

@@ -103,7 +103,7 @@ extension FleetStore {
     static func openForShipping(_ path: String, configuration: LedgerConfiguration) throws -> Ledger {
         guard FileManager.default.fileExists(atPath: path) else { throw LedgerError.make(.io, "no ledger at \(path)") }
         // An empty file is no ledger (a truncated one, or a placeholder): never made one by shipping it.
-        if FileSize.of(path) == 0 {
+        if ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1) == 0 {
             throw LedgerError.make(.notALedger, "\(path) is an empty file, not a ledger (truncated?); nothing was shipped or written")
         }
         var readOnly = configuration

@@ -53,7 +53,9 @@ final class LedgerFile: Sendable {
         // its WAL byte for byte as they were.
         writeConnection = Locked(nil)
         do {
-            let size = FileSize.of(path) ?? 0
+            // Only a writable open asks (Foundation's attributes also look the owner's and group's
+            // names up, through nsswitch: about 1 ms of every command that opens a ledger).
+            let size = configuration.readOnly ? nil : (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
             if !configuration.readOnly && size == 0 {
                 // A new ledger: in WAL mode from its first write on.
                 try LedgerFile.writeQueue(writeConnection, path: path, configuration: configuration).writeWithoutTransaction { db in

@@ -67,6 +67,45 @@ import Testing
         #expect(paged.contains("t1") == (reference["t1"] != nil))
     }
 
+    /// A map handed to the snapshot encoder on another thread and changed meanwhile
+    /// (`SnapshotEncoder`, forget's replay): carried onto the encoded map, it reads as the map
+    /// changed, whatever the changes (records changed, added, removed, removed and added again),
+    /// and the next snapshot of it loads back equal.
+    @Test func aMapCarriedOntoItsSnapshotReadsAsItWasChanged() throws {
+        var plain = RecordMap<TransactionRecord>()
+        for i in 0..<1000 { plain["t\(i)"] = Self.record("t\(i)") }
+        var state = LedgerState()
+        state.transactions = plain
+        var generator = LZ4CodecTests.SplitMix(state: 11)
+        func change(_ map: inout RecordMap<TransactionRecord>, _ steps: Int) {
+            for step in 0..<steps {
+                let id = "t\(Int.random(in: 0..<1200, using: &generator))"
+                switch step % 4 {
+                case 0: map[id] = nil
+                case 1: map[id] = Self.record(id, "p\(step)")
+                case 2: map[id]?.quantity += 1
+                default: _ = map.update(id) { $0.events += 1 }
+                }
+            }
+        }
+        // A snapshot base with changes on top: the map as the replay hands it over.
+        var handedOver = try SnapshotCodec.encode(state) { _ in false }.transactions
+        change(&handedOver, 400)
+        state.transactions = handedOver
+        let encoded = try SnapshotCodec.encode(state) { _ in false }.transactions
+        #expect(encoded == handedOver)
+        for steps in [0, 1, 50, 2000] {
+            var current = handedOver
+            change(&current, steps)
+            let carried = RecordMap.carrying(current, since: handedOver, onto: encoded)
+            #expect(carried == current && carried.count == current.count, "\(steps) changes")
+            var next = state
+            next.transactions = carried
+            let reloaded = try SnapshotCodec.encode(next) { _ in false }.transactions
+            #expect(reloaded == current, "\(steps) changes, snapshot again")
+        }
+    }
+
     /// Records round-trip through a snapshot's pages byte for byte, whatever their times (kept
     /// as differences within a record) and ids (a download id after its transaction's, a
     /// transaction id at the start of its download's, kept as a suffix and a length).

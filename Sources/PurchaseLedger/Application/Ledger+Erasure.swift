@@ -212,18 +212,17 @@ extension Ledger {
         let storedRows = Pipeline([{ @Sendable in try? pool.read { db in try Projector.Table.all.map { try Projector.storedRowHashes($0, db) } } }])
         var evidence = EvidenceRows.Collector()
         let overlay = configuration.snapshotOverlay
+        // Encoded on another thread while the replay goes on (the file holds no page now).
         let spool = Spool()
-        var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
+        let encoder = SnapshotEncoder(overlay: overlay, spool: spool)
         var due = previous[...]
         let (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence) { state in
             while let (seq, _) = due.first, seq < state.seq { due = due.dropFirst() }
             guard let (seq, refs) = due.first, seq == state.seq else { return }
             due = due.dropFirst()
-            let pending: Snapshots.Pending
-            (state, pending) = try Snapshots.encode(state, db, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: refs)
-            taken.append(pending)
+            try encoder.snapshot(&state, personalRefs: refs)
         }
-        try Snapshots.write(taken, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        try Snapshots.write(try encoder.finish(), keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         // The erased signatures' evidence stands, without the keyed digest of their Apple
         // transaction ids (the file's secret would confirm a guess of one).
         let erasedSignatures = evidence.found.compactMap { t, found -> String? in if case .erased = found { t } else { nil } }

@@ -25,9 +25,20 @@ enum Snapshots {
         personalRefs: Int64?
     ) throws -> (LedgerState, Pending) {
         let exists = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM snapshot_pages WHERE hash = ?)")
+        return try encode(state, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs) { address in
+            try Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
+        }
+    }
+
+    /// ``encode(_:_:overlay:spooled:spool:personalRefs:)`` with the file's pages known through
+    /// `stored` (beside those of `spooled`), so that it can run away from the database's thread.
+    static func encode(
+        _ state: LedgerState, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool, personalRefs: Int64?,
+        stored: ([UInt8]) throws -> Bool
+    ) throws -> (LedgerState, Pending) {
         let known = spooled
         let encoded = try SnapshotCodec.encode(state, overlay: overlay) { address in
-            try known.contains(address) || Bool.fetchOne(exists, arguments: [Data(address)]) ?? false
+            try known.contains(address) || stored(address)
         }
         var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [], personalRefs: personalRefs)
         for page in encoded.pages where spooled.insert(page.address).inserted {
@@ -251,5 +262,76 @@ enum Snapshots {
             if let state, state.seq == row[0] as Int64 { return (state, row[3]) }
         }
         return nil
+    }
+}
+
+/// Snapshots of a replay encoded on another thread while the replay goes on (an erasure takes
+/// every snapshot again: encoding them was about a third of the replaying thread's time, with the
+/// other core mostly idle). One at a time, in order; each from the pages of the one before.
+///
+/// The replay hands over a copy of its state at each snapshot's seq (``start(_:personalRefs:)``)
+/// and goes on changing its own; at the next seq it takes the encoded state back
+/// (``carry(_:since:)``): the state it holds now, over the pages the snapshot wrote, as the
+/// serial path's state would be, so each snapshot adds only what changed since the one before.
+/// Only for a file whose pages are all spooled here (none stored before): the encoder never
+/// reads the database.
+final class SnapshotEncoder: @unchecked Sendable {  // unchecked: the fields below are the queue's, read by others only after `finish`
+    private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
+    private let overlay: SnapshotCodec.OverlayLimits
+    private let spool: Spool
+    private var spooled = Set<[UInt8]>()
+    private var taken: [Snapshots.Pending] = []
+    /// The state last handed over and its encoding, when it is done.
+    private var handedOver: LedgerState?
+    private var encoded: Result<LedgerState, any Error>?
+    private let done = DispatchSemaphore(value: 0)
+    private var running = false
+
+    init(overlay: SnapshotCodec.OverlayLimits, spool: Spool) {
+        self.overlay = overlay
+        self.spool = spool
+    }
+
+    /// Starts encoding a snapshot of `state`, after taking back the one before into `state`.
+    func snapshot(_ state: inout LedgerState, personalRefs: Int64?) throws {
+        try carry(&state)
+        handedOver = state
+        running = true
+        let copy = state
+        queue.async { [self] in
+            var spooled = self.spooled
+            let result = Result { () throws -> LedgerState in
+                let (written, pending) = try Snapshots.encode(
+                    copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, stored: { _ in false })
+                taken.append(pending)
+                return written
+            }
+            self.spooled = spooled
+            encoded = result
+            done.signal()
+        }
+    }
+
+    /// Waits for the snapshot under way, and makes `state` continue from its pages.
+    private func carry(_ state: inout LedgerState) throws {
+        guard running, let then = handedOver else { return }
+        done.wait()
+        running = false
+        let written = try encoded!.get()
+        encoded = nil
+        handedOver = nil
+        state.transactions = .carrying(state.transactions, since: then.transactions, onto: written.transactions)
+        state.downloads = .carrying(state.downloads, since: then.downloads, onto: written.downloads)
+        state.registeredURLs = .carrying(state.registeredURLs, since: then.registeredURLs, onto: written.registeredURLs)
+    }
+
+    /// Waits for the last snapshot, and returns every snapshot encoded, in order.
+    func finish() throws -> [Snapshots.Pending] {
+        if running {
+            done.wait()
+            running = false
+            _ = try encoded!.get()
+        }
+        return taken
     }
 }

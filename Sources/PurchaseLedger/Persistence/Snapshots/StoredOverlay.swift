@@ -22,6 +22,20 @@ extension RecordMap {
     }
 }
 
+extension RecordMap {
+    /// A map that reads as `current` and is stored as `encoded` plus what changed since:
+    /// `encoded` is `handedOver` as a snapshot stored it (the same records, in its pages), and
+    /// `current` is `handedOver` changed since (the same base, other changes). Each record that
+    /// differs between the two is set in `encoded`, as the reducer would have set it there.
+    static func carrying(_ current: RecordMap, since handedOver: RecordMap, onto encoded: RecordMap) -> RecordMap {
+        var result = encoded
+        for (key, value) in current.changes where handedOver.changes[key] != value { result[key.id] = value }
+        for key in handedOver.changes.keys where current.changes[key] == nil { result[key.id] = current[key.id] }
+        for key in current.removed.symmetricDifference(handedOver.removed) { result[key.id] = current[key.id] }
+        return result
+    }
+}
+
 /// How a snapshot stored a map's pages and overlay (docs/format.md), so that the next snapshot
 /// refers to what is still current instead of writing it again. The overlay is stored as
 /// **chunks**, oldest first, each holding the records that changed in one stretch of the log; a

@@ -69,6 +69,35 @@ import Testing
         #expect(try history(imported) == live)
     }
 
+    /// A stored row keyed by a text canonically equivalent to a real row's key (the Kelvin sign
+    /// for `K`, in a key and in a composite key), as only an edit of the file makes: SQLite
+    /// tells the two keys apart, and so does a rebuild, which deletes the extra row.
+    @Test func aRowKeyedByAnEquivalentTextIsDeletedByARebuild() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("k.ledger")
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        try ledger.append(contentsOf: [E.product("pK"), E.queued("tK1", "pK"), E.purchased("tK1", downloads: ["dK1"])])
+        let live = try Self.dump(path)
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(
+                sql: """
+                    CREATE TEMP TABLE t AS SELECT * FROM transactions WHERE transaction_id = 'tK1';
+                    UPDATE t SET transaction_id = 't\u{212A}1';
+                    INSERT INTO transactions SELECT * FROM t;
+                    CREATE TEMP TABLE c AS SELECT * FROM product_contents WHERE product = 'pK';
+                    UPDATE c SET product = 'p\u{212A}';
+                    INSERT INTO product_contents SELECT * FROM c;
+                    """)
+        }
+        #expect(try !ledger.verify().isValid)
+        let repaired = try ledger.rebuildProjections()
+        #expect(repaired.rowsDeleted == 2 && repaired.rowsWritten == 0, "\(repaired)")
+        #expect(try Self.dump(path) == live)
+        #expect(try ledger.verify().isValid)
+        let again = try ledger.rebuildProjections()
+        #expect(again.rowsDeleted == 0 && again.rowsWritten == 0)
+    }
+
     @Test func rebuildWritesOnlyTheRowsThatDifferFromTheLog() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("r.ledger")

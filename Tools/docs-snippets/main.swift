@@ -8,7 +8,7 @@ import PurchaseLedger
 import PurchaseLedgerFleet
 import PurchaseLedgerUploader
 
-// README.md, line 216
+// README.md, line 219
 func block1() async throws {
 
     // 2. In the app (product PurchaseLedgerUploader): sends what the service does not hold, exactly once.

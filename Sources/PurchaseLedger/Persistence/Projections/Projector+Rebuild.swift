@@ -108,9 +108,9 @@ extension Projector {
             // Stored rows the state has no row for: only when some stored key was never found.
             var delete: [[ColumnValue]] = []
             if found < stored.count {
-                var made = Set<[ColumnValue]>()
-                builder.each { made.insert(Array($0[..<keyColumns])) }
-                delete = stored.keys.filter { !made.contains($0) }
+                var made = Set<ExactKey>()
+                builder.each { made.insert(ExactKey($0[..<keyColumns])) }
+                delete = stored.keys.filter { !made.contains(ExactKey($0)) }
             }
             if write.count + delete.count > stored.count / 2 {
                 all = builder.build()

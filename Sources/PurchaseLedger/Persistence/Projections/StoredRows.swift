@@ -125,42 +125,79 @@ extension Projector {
         }
     }
 
-    /// Values by a projection row's key (its first values): a one-column text key hashed as a
-    /// ``RecordKey`` and a one-column integer key as it is (every large table has one or the
-    /// other), any other key as its values.
+    /// A row's key as SQLite tells keys apart: text byte for byte. (Swift's `String` takes
+    /// canonically equivalent texts as equal, the Kelvin sign `\u{212A}` and `K` say: a stored
+    /// row keyed by one was taken for the row of the other, and a rebuild never deleted it.)
+    struct ExactKey: Hashable, Sendable {
+        let columns: [ColumnValue]
+
+        init<C: Collection<ColumnValue>>(_ columns: C) {
+            self.columns = Array(columns)
+        }
+
+        static func == (a: ExactKey, b: ExactKey) -> Bool {
+            a.columns.count == b.columns.count && zip(a.columns, b.columns).allSatisfy(ExactText.same)
+        }
+
+        // Equal exactly, equal as values: the values' hash serves.
+        func hash(into hasher: inout Hasher) { hasher.combine(columns) }
+    }
+
+    /// A one-column text key as SQLite tells it apart (byte for byte), hashed as a ``RecordKey``.
+    struct ExactText: Hashable, Sendable {
+        let id: String
+
+        static func == (a: ExactText, b: ExactText) -> Bool {
+            let contiguous = a.id.utf8.withContiguousStorageIfAvailable { x in b.id.utf8.withContiguousStorageIfAvailable { y in x.elementsEqual(y) } }
+            return (contiguous ?? nil) ?? a.id.utf8.elementsEqual(b.id.utf8)
+        }
+
+        /// Whether two values are the same, text byte for byte.
+        static func same(_ x: ColumnValue, _ y: ColumnValue) -> Bool {
+            if case .string(let s) = x, case .string(let t) = y { return ExactText(id: s) == ExactText(id: t) }
+            return x == y
+        }
+
+        func hash(into hasher: inout Hasher) { RecordKey(id).hash(into: &hasher) }
+        func _rawHashValue(seed: Int) -> Int { RecordKey(id)._rawHashValue(seed: seed) }
+    }
+
+    /// Values by a projection row's key (its first values), told apart as SQLite does: a
+    /// one-column text key hashed as a ``RecordKey`` and a one-column integer key as it is (every
+    /// large table has one or the other), any other key as its values.
     struct RowsByKey<Value: Sendable>: Sendable {
-        private var text: [RecordKey: Value] = [:]
+        private var text: [ExactText: Value] = [:]
         private var integer: [Int64: Value] = [:]
-        private var other: [[ColumnValue]: Value] = [:]
+        private var other: [ExactKey: Value] = [:]
 
         init() {}
 
         var count: Int { text.count + integer.count + other.count }
 
         var keys: [[ColumnValue]] {
-            text.keys.map { [$0.id.columnValue] } + integer.keys.map { [$0.columnValue] } + Array(other.keys)
+            text.keys.map { [$0.id.columnValue] } + integer.keys.map { [$0.columnValue] } + other.keys.map(\.columns)
         }
 
         subscript(key: ArraySlice<ColumnValue>) -> Value? {
             get {
                 if key.count == 1 {
                     switch key[key.startIndex] {
-                    case .string(let id): return text[RecordKey(id)]
+                    case .string(let id): return text[ExactText(id: id)]
                     case .int64(let n): return integer[n]
                     case .null, .double, .blob: break
                     }
                 }
-                return other[Array(key)]
+                return other[ExactKey(key)]
             }
             set {
                 if key.count == 1 {
                     switch key[key.startIndex] {
-                    case .string(let id): text[RecordKey(id)] = newValue; return
+                    case .string(let id): text[ExactText(id: id)] = newValue; return
                     case .int64(let n): integer[n] = newValue; return
                     case .null, .double, .blob: break
                     }
                 }
-                other[Array(key)] = newValue
+                other[ExactKey(key)] = newValue
             }
         }
 

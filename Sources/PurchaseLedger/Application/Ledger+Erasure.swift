@@ -216,13 +216,13 @@ extension Ledger {
         let spool = Spool()
         let encoder = SnapshotEncoder(overlay: overlay, spool: spool)
         var due = previous[...]
-        let (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence) { state in
+        var (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence) { state in
             while let (seq, _) = due.first, seq < state.seq { due = due.dropFirst() }
             guard let (seq, refs) = due.first, seq == state.seq else { return }
             due = due.dropFirst()
             try encoder.snapshot(&state, personalRefs: refs)
         }
-        try Snapshots.write(try encoder.finish(), keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        try Snapshots.write(try encoder.finish(carrying: &replayed), keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
         // The erased signatures' evidence stands, without the keyed digest of their Apple
         // transaction ids (the file's secret would confirm a guess of one).
         let erasedSignatures = evidence.found.compactMap { t, found -> String? in if case .erased = found { t } else { nil } }

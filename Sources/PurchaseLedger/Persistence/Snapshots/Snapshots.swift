@@ -275,7 +275,7 @@ enum Snapshots {
 /// serial path's state would be, so each snapshot adds only what changed since the one before.
 /// Only for a file whose pages are all spooled here (none stored before): the encoder never
 /// reads the database.
-final class SnapshotEncoder: @unchecked Sendable {  // unchecked: the fields below are the queue's, read by others only after `finish`
+final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is the queue's; `taken` and `encoded` are read by the caller only after `done`; the rest is the caller's
     private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
     private let overlay: SnapshotCodec.OverlayLimits
     private let spool: Spool
@@ -325,13 +325,12 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: the fields bel
         state.registeredURLs = .carrying(state.registeredURLs, since: then.registeredURLs, onto: written.registeredURLs)
     }
 
-    /// Waits for the last snapshot, and returns every snapshot encoded, in order.
-    func finish() throws -> [Snapshots.Pending] {
-        if running {
-            done.wait()
-            running = false
-            _ = try encoded!.get()
-        }
+    /// Waits for the last snapshot, makes `state` (the replay's last) continue from its pages,
+    /// as ``snapshot(_:personalRefs:)`` does, and returns every snapshot encoded, in order. (The
+    /// next snapshot of `state` then adds only what changed since the last one here: left on
+    /// the pages of the one before, the erasure's own snapshot rewrote two intervals' pages.)
+    func finish(carrying state: inout LedgerState) throws -> [Snapshots.Pending] {
+        try carry(&state)
         return taken
     }
 }

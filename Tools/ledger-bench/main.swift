@@ -390,6 +390,10 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         return item + "}"
     }.joined(separator: ",\n")
     json += "\n  ]\n}\n"
+    // Its folder made when missing (`bench-results/` of the folder it runs in, by default):
+    // a run of many minutes used to end in a crash there, its figures printed but not written.
+    let folder = URL(fileURLWithPath: out).deletingLastPathComponent()
+    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
     try json.write(toFile: out, atomically: true, encoding: .utf8)
     print("wrote \(out)")
 }

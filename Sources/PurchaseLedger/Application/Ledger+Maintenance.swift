@@ -37,9 +37,7 @@ extension Ledger {
                     var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
                     var evidence = EvidenceRows.Collector()
                     let secret = try EvidenceRows.secret(db)
-                    var replayed: (state: LedgerState, history: Projector.HistoryCollector)? = try Ledger.replayForProjections(
-                        db, progress: progress, evidence: &evidence, secret: secret
-                    ) { state in
+                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in
                         guard retake, state.seq % interval == 0 else { return }
                         let pending: Snapshots.Pending
                         // No record of the personal refs assigned by then: a state loaded from
@@ -48,10 +46,10 @@ extension Ledger {
                         taken.append(pending)
                     }
                     let storedRows = stored?.take(0)
-                    summary = try Projector.reconcile(state: replayed!.state, history: replayed!.history, stored: storedRows, db)
-                    summary.events = replayed!.state.seq
-                    // Freed on another thread: taken out, so this one holds none of it.
-                    releaseInBackground(replayed.take()!)
+                    summary = try Projector.reconcile(state: state, history: history, stored: storedRows, db)
+                    summary.events = state.seq
+                    releaseInBackground(consume state)
+                    releaseInBackground(consume history)
                     releaseInBackground(consume storedRows)
                     // The signatures checked again; a row whose signature forget erased stands.
                     summary.rowsWritten += try EvidenceRows.reconcile(evidence, db)

@@ -53,10 +53,9 @@ final class LedgerFile: Sendable {
         // its WAL byte for byte as they were.
         writeConnection = Locked(nil)
         do {
-            // Only a writable open asks (Foundation's attributes also look the owner's and group's
-            // names up, through nsswitch: about 1 ms of every command that opens a ledger).
-            let size = configuration.readOnly ? nil : (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
-            if !configuration.readOnly && size == 0 {
+            // Only a writable open asks for the size (Foundation's attributes also look the owner's
+            // and group's names up, through nsswitch: about 1 ms of every command that opens a ledger).
+            if !configuration.readOnly && ((try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0) == 0 {
                 // A new ledger: in WAL mode from its first write on.
                 try LedgerFile.writeQueue(writeConnection, path: path, configuration: configuration).writeWithoutTransaction { db in
                     _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")

@@ -269,23 +269,22 @@ enum Snapshots {
 /// every snapshot again: encoding them was about a third of the replaying thread's time, with the
 /// other core mostly idle). One at a time, in order; each from the pages of the one before.
 ///
-/// The replay hands over a copy of its state at each snapshot's seq (``start(_:personalRefs:)``)
-/// and goes on changing its own; at the next seq it takes the encoded state back
-/// (``carry(_:since:)``): the state it holds now, over the pages the snapshot wrote, as the
-/// serial path's state would be, so each snapshot adds only what changed since the one before.
-/// Only for a file whose pages are all spooled here (none stored before): the encoder never
-/// reads the database.
+/// The replay hands over a copy of its state at each snapshot's seq (``snapshot(_:personalRefs:)``)
+/// and goes on changing its own; at the next seq (or at ``finish(carrying:)``) it takes the
+/// encoded state back: the state it holds now, over the pages the snapshot wrote, as the serial
+/// path's state would be (`RecordMap.carrying`), so each snapshot adds only what changed since
+/// the one before. Only for a file whose pages are all spooled here (none stored before): the
+/// encoder never reads the database.
 final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is the queue's; `taken` and `encoded` are read by the caller only after `done`; the rest is the caller's
     private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
     private let overlay: SnapshotCodec.OverlayLimits
     private let spool: Spool
     private var spooled = Set<[UInt8]>()
     private var taken: [Snapshots.Pending] = []
-    /// The state last handed over and its encoding, when it is done.
+    /// The state last handed over, while its encoding is under way or not yet taken back.
     private var handedOver: LedgerState?
     private var encoded: Result<LedgerState, any Error>?
     private let done = DispatchSemaphore(value: 0)
-    private var running = false
 
     init(overlay: SnapshotCodec.OverlayLimits, spool: Spool) {
         self.overlay = overlay
@@ -296,30 +295,25 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
     func snapshot(_ state: inout LedgerState, personalRefs: Int64?) throws {
         try carry(&state)
         handedOver = state
-        running = true
         let copy = state
         queue.async { [self] in
-            var spooled = self.spooled
-            let result = Result { () throws -> LedgerState in
+            encoded = Result {
                 let (written, pending) = try Snapshots.encode(
                     copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, stored: { _ in false })
                 taken.append(pending)
                 return written
             }
-            self.spooled = spooled
-            encoded = result
             done.signal()
         }
     }
 
     /// Waits for the snapshot under way, and makes `state` continue from its pages.
     private func carry(_ state: inout LedgerState) throws {
-        guard running, let then = handedOver else { return }
+        guard let then = handedOver else { return }
         done.wait()
-        running = false
+        handedOver = nil
         let written = try encoded!.get()
         encoded = nil
-        handedOver = nil
         state.transactions = .carrying(state.transactions, since: then.transactions, onto: written.transactions)
         state.downloads = .carrying(state.downloads, since: then.downloads, onto: written.downloads)
         state.registeredURLs = .carrying(state.registeredURLs, since: then.registeredURLs, onto: written.registeredURLs)

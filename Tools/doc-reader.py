@@ -782,17 +782,52 @@ def read_time_delta(buf, pos):
     raise FormatError("time delta with tag %d (value %d)" % (tag, value))
 
 
-LZ4_CODECS = {1, 2, 4, 5}
-DICTIONARY_CODECS = {2, 5}
+LZ4_CODECS = {1, 2, 4, 5, 7, 8}
+DICTIONARY_CODECS = {2, 5, 8}
 OLD_LAYOUT_CODECS = {0, 1, 2}   # 4 link bytes inline after each frame
-NEW_LAYOUT_CODECS = {3, 4, 5}   # 2 link bytes per event after the last frame
+NEW_LAYOUT_CODECS = {3, 4, 5, 6, 7, 8}   # 2 link bytes per event after the last frame
+ELIDED_CODECS = {6, 7, 8}       # and commitments elided (docs/format.md, "Commitments elided")
 
 
-def decode_block(first_seq, last_seq, codec, dictionary, raw_size, data):
-    """The events of one event_blocks row."""
+def restore_elided(payload, commitment):
+    """A payload of a block of codecs 6-8 as the chain hashes it: its top-level field 14 (wire 2,
+    the refs alone) replaced in place by field 15, each ref followed by `commitment(ref)`."""
+    pos = 0
+    found = None
+    try:
+        while pos < len(payload):
+            start = pos
+            key, pos = read_varint(payload, pos)
+            number, wire = key >> 3, key & 7
+            if wire == WIRE_VARINT:
+                _, pos = read_varint(payload, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == WIRE_BYTES:
+                blob, pos = read_bytes(payload, pos)
+                if number == 14 and found is None:
+                    found = (start, pos, blob)
+            else:
+                return payload
+    except FormatError:
+        return payload   # bytes that do not parse are hashed as stored
+    if found is None:
+        return payload
+    start, end, blob = found
+    refs = []
+    p = 0
+    while p < len(blob):
+        ref, p = read_varint(blob, p)
+        refs.append(ref)
+    pairs = b"".join(encode_varint(ref) + commitment(ref) for ref in refs)
+    return payload[:start] + encode_varint(15 << 3 | WIRE_BYTES) + encode_varint(len(pairs)) + pairs + payload[end:]
+
+
+def decode_block(first_seq, last_seq, codec, dictionary, raw_size, data, commitment):
+    """The events of one event_blocks row (`commitment(ref)` makes an elided one again)."""
     if codec in LZ4_CODECS:
         raw = lz4_block_decompress(data, raw_size, dictionary if codec in DICTIONARY_CODECS else b"")
-    elif codec in (0, 3):
+    elif codec in (0, 3, 6):
         raw = bytes(data)
     else:
         raise FormatError("block %d: unknown codec %d" % (first_seq, codec))
@@ -821,6 +856,8 @@ def decode_block(first_seq, last_seq, codec, dictionary, raw_size, data):
         recorded_ns = to_signed64(recorded_ns + delta)
         version, pos = read_varint(raw, pos)
         payload, pos = read_bytes(raw, pos)
+        if codec in ELIDED_CODECS:
+            payload = restore_elided(payload, commitment)
         if codec in OLD_LAYOUT_CODECS:
             prefix = raw[pos:pos + 4]
             pos += 4
@@ -838,7 +875,7 @@ def table_exists(db, name):
     return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
-def read_log(db):
+def read_log(db, commitment):
     """Every event in seq order: the sealed blocks, then the tail rows after them.
     Yields (event, stored full link or None).
 
@@ -862,7 +899,7 @@ def read_log(db):
             if dictionary_id not in dictionaries:
                 raise FormatError("block %d: no dictionary %r" % (first_seq, dictionary_id))
             dictionary = dictionaries[dictionary_id]
-        events = decode_block(first_seq, last_seq, codec, dictionary, raw_size, data)
+        events = decode_block(first_seq, last_seq, codec, dictionary, raw_size, data, commitment)
         for event in events[:-1]:
             yield event, None
         yield events[-1], bytes(last_link)
@@ -952,10 +989,28 @@ def export(path, out, check_chain=False, key=None):
         if table_exists(db, "signing_headers"):
             headers = SigningHeaders(db.execute("SELECT digest, header FROM signing_headers"))
         personal = PersonalValues(rows, headers)
+        # docs/format.md, "Commitments elided": a commitment made again from the value and its
+        # owner's salt, or, erased, kept in erased_commitments (migration 0011); 16 zero bytes
+        # for a ref that is neither (the chain then breaks there).
+        kept = {}
+        if table_exists(db, "erased_commitments"):
+            kept = {ref: bytes(c) for ref, c in db.execute("SELECT ref, commitment FROM erased_commitments")}
+
+        def commitment(ref):
+            row = rows.get(ref)
+            if row is None:
+                return kept.get(ref, bytes(16))
+            owner, salt, _ = row
+            if owner != 0:
+                salt = rows.get(owner, (None, None, None))[1]
+            if salt is None:
+                return bytes(16)
+            return hashlib.sha256(b"purchase-ledger personal value v1\x00" + bytes(salt) + personal.value(ref)).digest()[:16]
+
         chain = Chain(info, key) if check_chain else None
         write = out.write
         erased = set()
-        for event, stored_link in read_log(db):
+        for event, stored_link in read_log(db, commitment):
             if chain is not None:
                 link = chain.advance(event)
                 if stored_link is not None and stored_link != link:

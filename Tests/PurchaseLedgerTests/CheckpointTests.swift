@@ -115,26 +115,44 @@ struct CheckpointTests {
     }
 
     /// A personal value edited beside its commitment (the chain untouched, projections rebuilt):
-    /// the file still extends the checkpoint, and `verify --checkpoint` says so, then reports the
-    /// value, as plain `verify` does (exit 1). Its ok lines say what each checked.
+    /// in the open tail, where its event stores the commitment, the file still extends the
+    /// checkpoint, and `verify --checkpoint` says so, then reports the value, as plain `verify`
+    /// does (exit 1). In a sealed block, where the commitment is made again from the value
+    /// (docs/format.md, "Commitments elided"), the edit changes the chain: the file no longer
+    /// extends the checkpoint. Its ok lines say what each checked.
     @Test func verifyWithACheckpointChecksEverythingTheChainCommitsTo() throws {
         let dir = try TemporaryDirectory()
         let path = dir.path("a.ledger")
-        _ = try Self.ledger(path, count: 30)
+        do {
+            let ledger = try Self.ledger(path, count: 30)
+            // A user id whose event stays in the open tail (blocks of 8: 61 events sealed through 56).
+            try ledger.append(E.queued("t-tail", user: "u-tail"))
+        }
         let key = dir.path("support.key"), checkpoint = dir.path("cp.json")
         #expect(try cli(["keygen", "-o", key]).status == 0)
         #expect(try cli(["checkpoint", path, "--signing-key", key, "-o", checkpoint]).status == 0)
         let clean = try cli(["verify", path, "--checkpoint", checkpoint, "--public-key", key + ".pub"])
         #expect(clean.status == 0 && clean.stdout.contains("extends the checkpoint") && clean.stdout.contains("every personal value matches its commitment"), "\(clean.stdout)")
 
-        try DatabaseQueue(path: path).write { db in
-            try db.execute(sql: "UPDATE personal_values SET value = CAST('u9' AS BLOB) WHERE value = CAST('u3' AS BLOB)")
+        let u3Ref = try DatabaseQueue(path: path).read { db in try PersonalValues.userRef("u3", db) }
+        for (user, sealed) in [("u-tail", false), ("u3", true)] {
+            let copy = dir.path("\(user).ledger")
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try DatabaseQueue(path: copy).write { db in
+                try db.execute(sql: "UPDATE personal_values SET value = CAST('u9' AS BLOB) WHERE value = CAST(? AS BLOB)", arguments: [user])
+            }
+            #expect(try cli(["rebuild", copy]).status == 0)
+            #expect(try cli(["report", copy, "--user", "u9", "--format", "csv"]).stdout.contains(user == "u3" ? "t3" : "t-tail"), "the edit shows in the reports")
+            let caught = try cli(["verify", copy, "--checkpoint", checkpoint, "--public-key", key + ".pub", "--all"])
+            #expect(caught.status == 1, "\(caught.stdout) \(caught.stderr)")
+            if sealed {
+                #expect(
+                    !caught.stdout.contains("extends the checkpoint") && caught.stdout.contains("the hash chain breaks at event 8")
+                        && caught.stdout.contains("or a personal value it introduces (ref \(u3Ref!))"), "\(caught.stdout) \(caught.stderr)")
+            } else {
+                #expect(caught.stdout.contains("extends the checkpoint") && caught.stdout.contains("personalValues"), "\(caught.stdout)")
+            }
         }
-        #expect(try cli(["rebuild", path]).status == 0)
-        #expect(try cli(["report", path, "--user", "u9", "--format", "csv"]).stdout.contains("t3"), "the edit shows in the reports")
-        let caught = try cli(["verify", path, "--checkpoint", checkpoint, "--public-key", key + ".pub", "--all"])
-        #expect(caught.status == 1, "\(caught.stdout) \(caught.stderr)")
-        #expect(caught.stdout.contains("extends the checkpoint") && caught.stdout.contains("personalValues"), "\(caught.stdout)")
     }
 
     /// Another ledger's key-derived id copied into a file whose identity key is then deleted (the

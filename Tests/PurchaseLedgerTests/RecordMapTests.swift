@@ -471,7 +471,8 @@ import Testing
             LogReplay.step(&folded, e.event, seq: e.seq)
             if e.seq % 97 == 0 { #expect(try Ledger(path: path, configuration: c).state(atSeq: e.seq) == folded, "seq \(e.seq)") }
         }
-        #expect(try reopened.verify(everySnapshot: true).isValid)
+        let report = try reopened.verify(everySnapshot: true)
+        #expect(report.isValid, "\(report.problems.prefix(3))")
     }
 
     /// Registered URLs are paged like transactions: a URL registered after a snapshot (its key

@@ -320,7 +320,8 @@ import PurchaseLedgerFleetTesting
         let layoutTables = ["snapshot_pages", "transactions", "downloads"]
         try DatabaseQueue(path: path).write { db in
             // 0008's table first, so that the rebuilds below reuse its pages.
-            try db.execute(sql: "DROP TABLE signing_headers; DROP TABLE transaction_evidence; DROP TABLE product_views; DROP TABLE personal_value_blocks")
+            try db.execute(
+                sql: "DROP TABLE signing_headers; DROP TABLE transaction_evidence; DROP TABLE product_views; DROP TABLE personal_value_blocks; DROP TABLE erased_commitments")
             try db.execute(sql: "PRAGMA legacy_alter_table = ON; DROP VIEW owned_content_history_view")
             // Without the columns 0005 and 0006 add, and with the projections an older reducer wrote.
             try db.execute(sql: "ALTER TABLE snapshots DROP COLUMN binding; UPDATE snapshots SET reducer_version = 1")

@@ -189,6 +189,14 @@ extension Ledger {
                 sql: "INSERT OR REPLACE INTO ledger_info (key, value) VALUES ('erased_user_refs', ?)",
                 arguments: [listed.map(String.init).joined(separator: ",")])
         }
+        // Their commitments first: an event sealed with its commitments elided (docs/format.md)
+        // reads them from there once the values and salts are gone.
+        if try db.tableExists("erased_commitments") {
+            let keep = try db.cachedStatement(sql: "INSERT OR REPLACE INTO erased_commitments (ref, commitment) VALUES (?, ?)")
+            for (ref, commitment) in try CommitmentSource.beforeErasing(Set(refs), db) {
+                try keep.execute(arguments: [ref, Data(commitment)])
+            }
+        }
         try db.execute(sql: "DELETE FROM personal_values WHERE ref IN (\(refs.map(String.init).joined(separator: ",")))")
         try PersonalValueBlocks.erase(Set(refs), db)
 

@@ -137,7 +137,7 @@ extension Ledger {
                     FrameCodec.canonical(e, payload: step.payload, into: &frame)
                     let link = chain.link(after: previous, frame: frame.bytes)
                     guard step.link?.matches(link) == true else {
-                        throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq)
+                        throw LedgerError.corrupt(HashChain.breakMessage(at: step), seq: e.seq)
                     }
                     previous = link
                     if e.seq == shipped, let shippedLink, shippedLink != link {

@@ -278,7 +278,7 @@ extension Ledger {
                 expected += 1
                 FrameCodec.canonical(entry, into: &frame)
                 let next = chain.link(after: previous, frame: frame.bytes)
-                guard entry.link?.matches(next) == true else { throw LedgerError.corrupt(HashChain.breakMessage(at: e.seq), seq: e.seq) }
+                guard entry.link?.matches(next) == true else { throw LedgerError.corrupt(HashChain.breakMessage(at: entry), seq: e.seq) }
                 previous = next
                 if e.seq == seq { stored = next }
                 if e.seq > seq {

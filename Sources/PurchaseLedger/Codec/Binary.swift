@@ -20,6 +20,17 @@ struct BinaryWriter {
         bytes.append(UInt8(v))
     }
 
+    /// The bytes ``varint(_:)`` writes for `value`.
+    @inline(__always) static func varintSize(_ value: UInt64) -> Int {
+        var v = value
+        var size = 1
+        while v >= 0x80 {
+            v >>= 7
+            size += 1
+        }
+        return size
+    }
+
     @inline(__always) mutating func zigzag(_ value: Int64) {
         varint(ZigZag.encode(value))
     }

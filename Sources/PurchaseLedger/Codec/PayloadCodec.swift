@@ -346,7 +346,7 @@ package enum PayloadCodec {
         if let text { return text }
         guard let ref else { throw Failure(message: "a signed transaction without its body") }
         guard let body = try p.value(ref) else {
-            return PersonalValues.erasedMarker(ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions))
+            return PersonalValues.erasedMarker(ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions) ?? p.erasedCommitment(ref))
         }
         guard let digest else { return body }
         guard let header = try p.header(digest) else { return body }

@@ -30,7 +30,8 @@ extension PayloadCodec {
             if let value = try p.value(ref) { return value }
             // A user id has one row for all its events: its marker is its ref.
             if user { return PersonalValues.erased(ref) }
-            return PersonalValues.erasedMarker(ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions ?? self.introductions))
+            return PersonalValues.erasedMarker(
+                ref: ref, commitment: try PayloadCodec.commitment(of: ref, in: introductions ?? self.introductions) ?? p.erasedCommitment(ref))
         }
 
         func personal(_ f: UInt64, _ name: String, _ p: PersonalValues, introductions: BinaryReader? = nil) throws(Failure) -> String {
@@ -104,6 +105,9 @@ extension PayloadCodec {
             case 2:
                 if number == PayloadField.introductions {
                     f.introductions = try r.message()
+                } else if number == ElidedCommitments.field {
+                    // Introductions stored elided: their commitments are not needed to read.
+                    try r.skip(wire: wire)
                 } else if number == nested || (withTerms && number == PayloadField.Purchase.terms) {
                     f.messages.append((number, try r.message()))
                 } else if number == repeatedString {

@@ -275,7 +275,7 @@ enum ChainWalk {
             let link = chain.link(after: previous, frame: FrameCodec.canonical(e, payload: entry.payload))
             guard entry.link?.matches(link) ?? true else {
                 throw LedgerError.corrupt(
-                    HashChain.breakMessage(at: e.seq), seq: e.seq)
+                    HashChain.breakMessage(at: entry), seq: e.seq)
             }
             previous = link
             if e.seq == stopAt { atStop = link }

@@ -19,6 +19,18 @@ package struct HashChain: Sendable {
             + (seq == 1 ? ", or the ledger id in ledger_info was changed (the chain starts from it)" : "")
     }
 
+    /// ``breakMessage(at:)`` for an event read from the log: one whose block keeps its
+    /// commitments elided (docs/format.md) also names the personal values it introduces, whose
+    /// commitments were made again from what is stored beside the log.
+    static func breakMessage(at entry: EventStore.Entry) -> String {
+        var message = breakMessage(at: entry.event.seq)
+        if entry.commitmentsMadeAgain {
+            let refs = PayloadCodec.introductions(in: entry.payload).map { String($0.0) }.joined(separator: ", ")
+            message += ", or a personal value it introduces (ref \(refs)), or its owner's salt, was edited or deleted beside the log"
+        }
+        return message
+    }
+
     /// The genesis of a ledger created with id `id`.
     package static func genesis(ledgerID id: String) -> [UInt8] {
         sha256(Array("purchase-ledger genesis v1".utf8) + [0] + Array(id.utf8))

@@ -61,7 +61,10 @@ struct AppendBatch {
             } else {
                 FrameCodec.payload(body)
             }
-        try blocks.add(EventStore.Frame(recorded, payload: payload), db)
+        var frame = EventStore.Frame(recorded, payload: payload)
+        // Its commitments were made just now from the values and salts stored with it.
+        frame.introductionsChecked = true
+        try blocks.add(frame, db)
         if body.signedTransaction != nil {
             if evidenceSecret == nil { evidenceSecret = try EvidenceRows.secret(db) }
             if case .check(let check) = EvidenceRows.pending(recorded, outcome: outcome, state: state, secret: evidenceSecret!) {

@@ -123,7 +123,7 @@ extension EventStore {
             let inline = block.layout == .inlineLinks ? size : 0
             // Trailing links: the frames end where the links of the block's events begin.
             var links = buffer.count
-            if block.layout == .trailingLinks {
+            if block.layout.trailsLinks {
                 let count = block.last.subtractingReportingOverflow(block.first)
                 guard !count.overflow, count.partialValue >= 0, count.partialValue < buffer.count / size else {
                     return (false, .corrupt("the block of events \(block.first)...\(block.last) is too short for their links", seq: block.first))
@@ -163,6 +163,8 @@ extension EventStore {
         dictionaries: inout [Int64: [UInt8]], personal: PersonalValues, bodies: Bool = true, onCorrupt: ((LedgerError) throws -> Void)?,
         _ body: (Entry) throws -> Bool
     ) throws -> Bool {
+        // Made when the first block that elides commitments is met (``ElidedCommitments``).
+        var commitments: CommitmentSource?
         while let row = try blocks.next() {
             let block = try sealedBlock(db, row, from: seq, through: last, dictionaries: &dictionaries, personal: personal)
             let raw: [UInt8]
@@ -173,11 +175,30 @@ extension EventStore {
                 continue
             }
             let lastLink = [UInt8](row[6] as Data)
+            if block.layout == .elidedCommitments {
+                // The values whose commitments the block's frames hold elided, read at once.
+                if commitments == nil { commitments = try CommitmentSource(db) }
+                var refs = Set<Int64>()
+                _ = forEachFrame(in: raw, of: block, bodies: false) { entry, buffer in
+                    ElidedCommitments.refs(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload]), into: &refs)
+                    return true
+                }
+                commitments!.load(refs, db)
+            }
             let (stopped, failure) = try forEachFrame(in: raw, of: block, bodies: bodies) { entry, buffer in
-                try body(
-                    Entry(
-                        event: entry.event, payload: Array(buffer[entry.payload]),
-                        link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil), type: entry.type))
+                var payload = Array(buffer[entry.payload])
+                var madeAgain = false
+                if block.layout == .elidedCommitments {
+                    if let canonical = ElidedCommitments.canonical(UnsafeRawBufferPointer(rebasing: buffer[entry.payload]), commitments!.commitment) {
+                        payload = canonical
+                        madeAgain = true
+                    }
+                }
+                var made = Entry(
+                    event: entry.event, payload: payload,
+                    link: .prefix(Array(buffer[entry.linkPrefix]), blockLast: entry.event.seq == block.last ? lastLink : nil), type: entry.type)
+                made.commitmentsMadeAgain = madeAgain
+                return try body(made)
             }
             if stopped { return false }
             if let failure { try report(failure, to: onCorrupt) }

@@ -19,6 +19,12 @@ extension EventStore {
         var flags: Int64
         var payload: [UInt8]
         var link: [UInt8]
+        /// Whether the commitments of its payload's field 15 are those its values and their
+        /// owners' salts, as the ledger stores them, make: true for a payload this version's
+        /// encoder just wrote, and for a stored one ``ElidedCommitments/check(_:_:)`` checked.
+        /// A block of the ``BlockLayout/elidedCommitments`` layout stores only such a frame's
+        /// commitments elided.
+        var introductionsChecked = false
 
         /// A new event's frame; its link is set when it is linked into the chain.
         package init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {
@@ -61,6 +67,7 @@ extension EventStore {
     struct BlockWriter {
         let blockSize: Int
         let codec: BlockCodec
+        let layout: BlockLayout
         /// Rows in the open tail when the append began.
         let storedTail: Int
         /// New frames given so far.
@@ -84,6 +91,7 @@ extension EventStore {
         ) throws {
             self.blockSize = max(1, blockSize)
             self.codec = codec
+            self.layout = layout
             if let storedTail {
                 self.storedTail = storedTail
             } else {
@@ -107,6 +115,7 @@ extension EventStore {
                                 SELECT seq, stream, version, type, at_ns, recorded_ns, flags, payload, link FROM events ORDER BY seq
                                 """)
                     ).map(Frame.init(row:))
+                    if layout == .elidedCommitments { try ElidedCommitments.check(&tail, db) }
                 }
                 var dictionary: (id: Int64, bytes: [UInt8])?
                 if codec == .lz4Dictionary, let row = try Row.fetchOne(db, sql: "SELECT id, bytes FROM dictionaries ORDER BY id DESC LIMIT 1") {
@@ -270,7 +279,7 @@ extension EventStore {
                     // The first block sealed seeds the ledger's dictionary from its own frames
                     // (not their links, which are random bytes: nothing to match).
                     var raw = EventStore.rawBlock(frames, layout: layout)
-                    if layout == .trailingLinks { raw.removeLast(frames.count * layout.linkPrefixSize) }
+                    if layout.trailsLinks { raw.removeLast(frames.count * layout.linkPrefixSize) }
                     let seeded = (id: Int64(1), bytes: Array(DictionarySeed.common + raw.suffix(maxDictionarySize - DictionarySeed.common.count)))
                     dictionary = seeded
                     newDictionary = seeded
@@ -299,20 +308,52 @@ extension EventStore {
 
     /// The frames of a block, uncompressed, as docs/format.md lays them out.
     package static func rawBlock(_ frames: ArraySlice<Frame>, layout: BlockLayout) -> [UInt8] {
+        rawBlock(frames, asked: layout).bytes
+    }
+
+    /// The frames of a block, uncompressed, and the layout they are in: the one `asked`, except
+    /// that a block holding a payload with a field 14 of its own is not given the
+    /// ``BlockLayout/elidedCommitments`` layout, where the field means elided refs.
+    static func rawBlock(_ frames: ArraySlice<Frame>, asked: BlockLayout) -> (bytes: [UInt8], layout: BlockLayout) {
+        var layout = asked
+        var stored: [ElidedCommitments.Stored] = []
+        if layout == .elidedCommitments {
+            stored.reserveCapacity(frames.count)
+            for i in frames.indices {
+                let how = ElidedCommitments.stored(frames[i].payload, checked: frames[i].introductionsChecked)
+                if case .conflicting = how {
+                    layout = .trailingLinks
+                    break
+                }
+                stored.append(how)
+            }
+        }
         var w = BinaryWriter(capacity: frames.count * 64)
         var previous: (at: Int64, recorded: Int64) = (0, 0)
         let inline = layout == .inlineLinks ? layout.linkPrefixSize : 0
-        for f in frames {
+        for i in frames.indices {
             // Bytes are copied as stored, never re-encoded: sealing cannot hide or repair damage,
-            // which the chain still catches.
-            FrameCodec.appendBlockFrame(
+            // which the chain still catches. (An elided field 15 is only left out: a reader puts
+            // it back byte for byte, and ``ElidedCommitments/stored(_:checked:)`` elides only
+            // what it can.)
+            let f = frames[i]
+            FrameCodec.appendBlockFrameHeader(
                 type: UInt64(bitPattern: f.type), flags: UInt64(bitPattern: f.flags), at: f.at, recorded: f.recorded,
-                version: UInt64(bitPattern: f.version), payload: f.payload, link: f.link, inlineLink: inline, previous: &previous, to: &w)
+                version: UInt64(bitPattern: f.version), previous: &previous, to: &w)
+            if layout == .elidedCommitments, case .elided(let range, let field) = stored[i - frames.startIndex] {
+                w.varint(UInt64(f.payload.count - range.count + field.count))
+                w.bytes.append(contentsOf: f.payload[..<range.lowerBound])
+                w.bytes.append(contentsOf: field)
+                w.bytes.append(contentsOf: f.payload[range.upperBound...])
+            } else {
+                w.lengthPrefixed(f.payload)
+            }
+            if inline > 0 { w.bytes.append(contentsOf: f.link.prefix(inline)) }
         }
-        if layout == .trailingLinks {
-            for f in frames { w.bytes.append(contentsOf: f.link.prefix(layout.linkPrefixSize)) }
+        if layout.trailsLinks {
+            for i in frames.indices { w.bytes.append(contentsOf: frames[i].link.prefix(layout.linkPrefixSize)) }
         }
-        return w.bytes
+        return (w.bytes, layout)
     }
 
     /// Seals consecutive frames into one compressed block.
@@ -320,7 +361,7 @@ extension EventStore {
         _ frames: ArraySlice<Frame>, codec: BlockCodec, layout: BlockLayout = .current, dictionary: (id: Int64, bytes: [UInt8])?
     ) throws -> SealedRow {
         let first = frames.first!, last = frames.last!
-        let raw = rawBlock(frames, layout: layout)
+        let (raw, layout) = rawBlock(frames, asked: layout)
         let data: [UInt8]
         switch codec {
         case .raw: data = raw

@@ -131,6 +131,9 @@ package enum EventStore {
         /// The binary payload and stored link; only when integrity data was asked for.
         var payload: [UInt8]
         var link: StoredLink?
+        /// Whether `payload`'s commitments were made again from the values beside the log (its
+        /// block stored them elided: ``ElidedCommitments``).
+        var commitmentsMadeAgain = false
         /// The event's type: also right when its body was not decoded (a scan without `bodies`,
         /// whose events hold a placeholder body).
         var type: EventType

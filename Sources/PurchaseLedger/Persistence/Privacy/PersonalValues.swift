@@ -40,11 +40,17 @@ package final class PersonalValues: Sendable {
     private let headers: SigningHeaders
     /// The refs of each sealed block that did not decode (``damaged``), and its name.
     private let damagedBlocks: [(refs: ClosedRange<Int64>, what: String)]
+    /// The commitments `forget` kept of the values it erased (``erasedCommitments(_:)``): an
+    /// erased value introduced by an elided frame (``ElidedCommitments``) reads as its marker
+    /// from here.
+    private let erased: [Int64: [UInt8]]
 
     private init(
         bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true,
-        erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [(refs: ClosedRange<Int64>, what: String)] = []
+        erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [(refs: ClosedRange<Int64>, what: String)] = [],
+        erased: [Int64: [UInt8]] = [:]
     ) {
+        self.erased = erased
         self.headers = headers
         self.damagedBlocks = damagedBlocks
         self.erasingAll = erasingAll
@@ -145,7 +151,7 @@ package final class PersonalValues: Sendable {
         try table.readBlocks(above: from, through: assigned, db)
         let loaded = PersonalValues(
             bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
-            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks)
+            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks, erased: try erasedCommitments(db))
         // Not what a write transaction sees before its commit (an erasure's, which may still roll
         // back: a later read would take its table for the file's).
         if sqlite3_txn_state(db.sqliteConnection, nil) != SQLITE_TXN_WRITE {
@@ -186,7 +192,7 @@ package final class PersonalValues: Sendable {
         try table.readBlocks(above: refs, through: through, db)
         return PersonalValues(
             bytes: table.bytes, starts: table.starts, lengths: table.lengths, assigned: assigned, generation: generation,
-            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks)
+            headers: try SigningHeaders.read(db), damagedBlocks: table.damagedBlocks, erased: try erasedCommitments(db))
     }
 
     /// The arrays a read fills: every ref up to the highest assigned has its entry from the
@@ -283,6 +289,22 @@ package final class PersonalValues: Sendable {
         return list.split(separator: ",").compactMap { Int64($0) }
     }
 
+    /// The commitments of the erased values whose events' frames may hold them elided
+    /// (`erased_commitments`, migration 0011; none in a ledger before it), by ref.
+    static func erasedCommitments(_ db: Database) throws -> [Int64: [UInt8]] {
+        guard try db.tableExists("erased_commitments") else { return [:] }
+        var found: [Int64: [UInt8]] = [:]
+        for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT ref, commitment FROM erased_commitments")) {
+            found[row[0]] = [UInt8]((row[1] as Data?) ?? Data())
+        }
+        return found
+    }
+
+    /// The commitment `forget` kept for `ref` when it erased it, if any.
+    func erasedCommitment(_ ref: UInt64) -> [UInt8]? {
+        erased.isEmpty || ref > UInt64(Int64.max) ? nil : erased[Int64(ref)]
+    }
+
     /// Forgets what was cached for `db`'s file (after an erasure there).
     static func invalidate(_ db: Database) {
         let file = String(cString: sqlite3_db_filename(db.sqliteConnection, "main"))
@@ -302,6 +324,14 @@ package final class PersonalValues: Sendable {
         hasher.update(data: salt)
         var value = value
         value.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        return hasher.finalize().withUnsafeBytes { Array($0.prefix(commitmentSize)) }
+    }
+
+    /// ``commitment(salt:value:)`` of a text given as its UTF-8 bytes.
+    static func commitment(salt: [UInt8], utf8: [UInt8]) -> [UInt8] {
+        var hasher = commitmentBase
+        hasher.update(data: salt)
+        hasher.update(data: utf8)
         return hasher.finalize().withUnsafeBytes { Array($0.prefix(commitmentSize)) }
     }
 

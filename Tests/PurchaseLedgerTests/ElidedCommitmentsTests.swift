@@ -260,4 +260,57 @@ struct ElidedCommitmentsTests {
         let read = try LocalPostgres.run("/usr/bin/env", ["python3", reader, path, "--check-chain"])
         #expect(read.split(separator: "\n").map(String.init) == (try Self.export(ledger)))
     }
+
+    /// What an attacker with sqlite3 tries once commitments are made again from the values, each
+    /// reported (a helper's attack on this change): a value held twice (the chain makes no
+    /// commitment for it, whichever copy a reader shows), a value deleted and passed off as
+    /// erased (its commitment added to `erased_commitments`, its ref to the list a pulled copy
+    /// keeps), a commitment kept for a value still held, and cells of the wrong type, which
+    /// are reported instead of stopping the reader.
+    @Test func valuesHeldTwiceOrPassedOffAsErasedAreReported() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let lines = try PersonalValueBlocksTests.lines()[...]
+        _ = try Self.ledger(path, lines, chunk: lines.count)
+        let commitments = try Self.commitments(path)
+        let (sealedValue, owner) = try DatabaseQueue(path: path).read { db -> (Int64, Int64) in
+            let sealedThrough = try Int64.fetchOne(db, sql: "SELECT max(last_seq) FROM event_blocks") ?? 0
+            let owned = try PersonalValueBlocks.owners(db).filter { $0.owner > 0 && (commitments[$0.ref]?.seq ?? .max) <= sealedThrough }
+            let chosen = owned[owned.count / 2]
+            return (chosen.ref, chosen.owner)
+        }
+        let seq = commitments[sealedValue]!.seq
+        func tampered(_ name: String, _ sql: String...) throws -> [VerificationProblem] {
+            let copy = dir.path(name)
+            try FileManager.default.copyItem(atPath: path, toPath: copy)
+            try DatabaseQueue(path: copy).write { db in for statement in sql { try db.execute(sql: statement) } }
+            return try Ledger(path: copy, configuration: Self.configuration(.current)).verify(all: true).problems
+        }
+        let twice = try tampered("twice.ledger", "INSERT INTO personal_values (ref, owner, value) VALUES (\(sealedValue), \(owner), CAST('EVIL' AS BLOB))")
+        #expect(twice.contains { $0.kind == .chain && $0.seq == seq }, "\(twice.map(\.description))")
+        #expect(twice.contains { $0.message.contains("personal value \(sealedValue) is held twice") }, "\(twice.map(\.description))")
+
+        // Deleted from its block (the block rewritten without it), its commitment kept, its ref
+        // listed as a fleet store's erasure.
+        let copy = dir.path("deleted.ledger")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try DatabaseQueue(path: copy).write { db in
+            #expect(try PersonalValueBlocks.erase([sealedValue], db) == 1)
+            try db.execute(
+                sql: "INSERT INTO erased_commitments (ref, commitment) VALUES (?, ?)", arguments: [sealedValue, Data(commitments[sealedValue]!.commitment)])
+            try db.execute(sql: "INSERT INTO ledger_info (key, value) VALUES ('fleet_erased_refs', ?)", arguments: ["\(sealedValue)"])
+        }
+        let passedOff = try Ledger(path: copy, configuration: Self.configuration(.current)).verify(all: true).problems
+        #expect(!passedOff.contains { $0.kind == .chain }, "the commitment is the right one: \(passedOff.map(\.description))")
+        #expect(passedOff.contains { $0.message.contains("fleet_erased_refs lists values erased by a fleet store, but this file is not a copy pulled from one") })
+        #expect(passedOff.contains { $0.message.contains("erased_commitments keeps a commitment of personal value \(sealedValue), which no erasure event") })
+
+        let kept = try tampered(
+            "kept.ledger", "INSERT INTO erased_commitments (ref, commitment) VALUES (\(sealedValue), x'00112233445566778899aabbccddeeff')")
+        #expect(kept.map(\.message) == ["erased_commitments keeps a commitment of personal value \(sealedValue), which is still held: it was edited"])
+
+        // Cells of the wrong type: the chain breaks where they are used, and nothing stops.
+        let typed = try tampered("typed.ledger", "UPDATE personal_values SET value = 2000000000000001 WHERE ref = \(owner)")
+        #expect(typed.contains { $0.kind == .chain && $0.seq == commitments[owner]!.seq }, "\(typed.map(\.description))")
+    }
 }

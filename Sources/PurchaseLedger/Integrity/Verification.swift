@@ -176,17 +176,25 @@ private struct Verifier {
         // A copy pulled from a fleet store lacks the values of the users the store erased
         // (`forget` there), which no event of the log records: the copy lists their refs.
         if let refs = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'fleet_erased_refs'") {
+            // Only a pulled copy holds such a list (docs/fleet.md): in any other file it would
+            // pass values deleted with sqlite3 off as erased by a fleet store. (Marking the file
+            // a pulled copy too makes it read-only for good: no app writes to it again.)
+            if try Data.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'pulled_from'") == nil {
+                try problem(
+                    .personalValues, nil,
+                    "ledger_info.fleet_erased_refs lists values erased by a fleet store, but this file is not a copy pulled from one: it was edited")
+            }
             for ref in refs.split(separator: ",").compactMap({ Int64($0) }) where erased[ref] == nil { erased[ref] = 0 }
         }
         var seen = Set<Int64>()
         // The salts: on user ids' rows (for every value they own) and values of no user.
         var salts: [Int64: [UInt8]] = [:]
-        for row in try Row.fetchAll(db, sql: "SELECT ref, salt FROM personal_values WHERE salt IS NOT NULL") {
+        for row in try Row.fetchAll(db, sql: "SELECT ref, CAST(salt AS BLOB) FROM personal_values WHERE salt IS NOT NULL") {
             salts[row[0]] = [UInt8](row[1] as Data)
         }
         // The user ids' rows, by ref (owners of the other values).
         var userIDs: [Int64: String] = [:]
-        for row in try Row.fetchAll(db, sql: "SELECT ref, value FROM personal_values WHERE owner = ref") {
+        for row in try Row.fetchAll(db, sql: "SELECT ref, CAST(value AS BLOB) FROM personal_values WHERE owner = ref") {
             userIDs[row[0]] = String(decoding: (row[1] as Data?) ?? Data(), as: UTF8.self)
         }
         // One value, from a row or a sealed block (`where` names it; `ownSalt`: a salt of its own).
@@ -236,7 +244,8 @@ private struct Verifier {
                         : "personal value \(ref) is held, although ledger_info lists it as erased by the fleet store this copy was pulled from")
             }
         }
-        let rows = try Row.fetchCursor(db, sql: "SELECT ref, owner, value, salt FROM personal_values ORDER BY ref")
+        // Each cell as stored, whatever its type (an edit may have made a value a number).
+        let rows = try Row.fetchCursor(db, sql: "SELECT ref, coalesce(CAST(owner AS INTEGER), -1), CAST(value AS BLOB), CAST(salt AS BLOB) FROM personal_values ORDER BY ref")
         while let row = try rows.next() {
             let stored = [UInt8]((row[2] as Data?) ?? Data())
             let ownSalt = (row[3] as Data?).map { [UInt8]($0) }
@@ -267,6 +276,18 @@ private struct Verifier {
                 .personalValues, introduced.seq,
                 "personal value \(ref), introduced by event \(introduced.seq), is missing and no erasure recorded its removal: deleted from personal_values or personal_value_blocks"
             )
+        }
+        // The commitments `forget` kept (migration 0011): only of values an erasure event of this
+        // ledger removed. One of a value still held, or of one no event erased (added with the
+        // value deleted, to pass the deletion off as an erasure), is an edit.
+        for ref in try PersonalValues.erasedCommitments(db).keys.sorted() {
+            if seen.contains(ref) {
+                try problem(.personalValues, nil, "erased_commitments keeps a commitment of personal value \(ref), which is still held: it was edited")
+            } else if (erased[ref] ?? 0) <= 0 {
+                try problem(
+                    .personalValues, nil,
+                    "erased_commitments keeps a commitment of personal value \(ref), which no erasure event of this ledger recorded: it was added")
+            }
         }
     }
 

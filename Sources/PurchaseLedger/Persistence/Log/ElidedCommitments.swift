@@ -190,17 +190,32 @@ final class CommitmentSource {
         }
     }
 
+    /// Refs held twice (a row and a sealed record, or two records): no commitment is made for
+    /// them, so their events' links break, whichever copy a reader would show.
+    private var doubled = Set<Int64>()
+
     private func read(_ refs: [Int64], _ db: Database) throws {
         guard try db.tableExists("personal_values") else { return }
+        // As stored, whatever the type of each cell (an edit may have made one a number): the
+        // bytes a reader of the values gets.
         func rows(_ list: [Int64]) throws -> [PersonalValueRow] {
             try Row.fetchAll(
-                db, sql: "SELECT ref, owner, salt, value FROM personal_values WHERE ref IN (\(list.map(String.init).joined(separator: ",")))"
+                db,
+                sql: """
+                    SELECT ref, CAST(owner AS INTEGER), CAST(salt AS BLOB), CAST(value AS BLOB) FROM personal_values
+                    WHERE ref IN (\(list.map(String.init).joined(separator: ",")))
+                    """
             ).map { row in
-                PersonalValueRow(ref: row[0], owner: row[1], salt: (row[2] as Data?).map { [UInt8]($0) }, value: [UInt8]((row[3] as Data?) ?? Data()))
+                PersonalValueRow(ref: row[0], owner: row[1] ?? -1, salt: (row[2] as Data?).map { [UInt8]($0) }, value: [UInt8]((row[3] as Data?) ?? Data()))
             }
         }
         var owners = Set<Int64>()
+        var found = Set<Int64>()
         func keep(_ row: PersonalValueRow) {
+            guard found.insert(row.ref).inserted else {
+                doubled.insert(row.ref)
+                return
+            }
             if row.owner == row.ref {
                 users[row.ref] = row
             } else {
@@ -209,24 +224,22 @@ final class CommitmentSource {
             }
         }
         for row in try rows(refs) { keep(row) }
-        // The sealed ones, from the blocks decoded last or from their rows.
-        let sealed = refs.filter { users[$0] == nil && values[$0] == nil }
-        if !sealed.isEmpty {
-            decoded.removeAll { $0.last < sealed[0] }
-            var unread = sealed.filter { ref in !decoded.contains { $0.first <= ref && ref <= $0.last } }
-            if !unread.isEmpty {
-                for block in try PersonalValueBlocks.blocks(above: unread[0] - 1, through: unread[unread.count - 1], db) where block.covers(any: unread) {
-                    decoded.append((block.first, block.last, try PersonalValueBlocks.rows(of: block)))
-                    unread.removeAll { block.first <= $0 && $0 <= block.last }
-                }
+        // The sealed ones (every ref is looked for there too: one held twice has no commitment),
+        // from the blocks decoded last or from their rows.
+        decoded.removeAll { $0.last < refs[0] }
+        let unread = refs.filter { ref in !decoded.contains { $0.first <= ref && ref <= $0.last } }
+        if !unread.isEmpty {
+            for block in try PersonalValueBlocks.blocks(above: unread[0] - 1, through: unread[unread.count - 1], db) where block.covers(any: unread) {
+                guard !decoded.contains(where: { $0.first == block.first }) else { continue }
+                decoded.append((block.first, block.last, try PersonalValueBlocks.rows(of: block)))
             }
-            let wanted = Set(sealed)
-            for block in decoded where block.last >= sealed[0] && block.first <= sealed[sealed.count - 1] {
-                for row in block.rows where wanted.contains(row.ref) && values[row.ref] == nil { keep(row) }
-            }
-            // The last few stay for the next blocks of the log.
-            if decoded.count > 4 { decoded.removeFirst(decoded.count - 4) }
         }
+        let wanted = Set(refs)
+        for block in decoded where block.last >= refs[0] && block.first <= refs[refs.count - 1] {
+            for row in block.rows where wanted.contains(row.ref) { keep(row) }
+        }
+        // The last few stay for the next blocks of the log.
+        if decoded.count > 4 { decoded.removeFirst(decoded.count - 4) }
         if !owners.isEmpty { for row in try rows(owners.sorted()) where row.owner == row.ref { users[row.ref] = row } }
     }
 
@@ -235,13 +248,12 @@ final class CommitmentSource {
     /// not decode): an erasure that cannot keep a commitment would break the chain.
     static func beforeErasing(_ refs: Set<Int64>, _ db: Database) throws -> [(ref: Int64, commitment: [UInt8])] {
         let source = CommitmentSource(erased: [:])
-        for row in try PersonalValueRow.read(db, introducedBy: refs, withOwners: true) {
-            if row.owner == row.ref { source.users[row.ref] = row } else { source.values[row.ref] = row }
-        }
+        if !refs.isEmpty { try source.read(refs.sorted(), db) }
         return refs.sorted().compactMap { ref in source.commitment(ref).map { (ref, $0) } }
     }
 
     func commitment(_ ref: Int64) -> [UInt8]? {
+        guard !doubled.contains(ref) else { return nil }
         guard let row = values[ref] ?? users[ref] else { return erased[ref] }
         // A user id's row and a value of no user carry their own salt; any other value is
         // salted with its owner's.

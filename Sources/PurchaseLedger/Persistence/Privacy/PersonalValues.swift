@@ -294,7 +294,9 @@ package final class PersonalValues: Sendable {
     static func erasedCommitments(_ db: Database) throws -> [Int64: [UInt8]] {
         guard try db.tableExists("erased_commitments") else { return [:] }
         var found: [Int64: [UInt8]] = [:]
-        for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT ref, commitment FROM erased_commitments")) {
+        // As stored, whatever the type of the cell: a commitment edited into a number is then
+        // the wrong bytes, and the chain breaks where it is used.
+        for row in try Row.fetchAll(db.cachedStatement(sql: "SELECT ref, CAST(commitment AS BLOB) FROM erased_commitments")) {
             found[row[0]] = [UInt8]((row[1] as Data?) ?? Data())
         }
         return found

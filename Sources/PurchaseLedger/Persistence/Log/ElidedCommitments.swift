@@ -194,18 +194,23 @@ final class CommitmentSource {
     /// them, so their events' links break, whichever copy a reader would show.
     private var doubled = Set<Int64>()
 
+    /// Whether the file has `personal_values` (a ledger opened read-only before migration 0007
+    /// has none), asked once.
+    private var hasValues: Bool?
+
     private func read(_ refs: [Int64], _ db: Database) throws {
-        guard try db.tableExists("personal_values") else { return }
+        if hasValues == nil { hasValues = try db.tableExists("personal_values") }
+        guard hasValues == true else { return }
         // As stored, whatever the type of each cell (an edit may have made one a number): the
-        // bytes a reader of the values gets.
-        func rows(_ list: [Int64]) throws -> [PersonalValueRow] {
-            try Row.fetchAll(
-                db,
+        // bytes a reader of the values gets. The refs an event block introduces were assigned
+        // one after another, so one range holds them (and its statement is prepared once).
+        func rows(from first: Int64, through last: Int64) throws -> [PersonalValueRow] {
+            let statement = try db.cachedStatement(
                 sql: """
                     SELECT ref, CAST(owner AS INTEGER), CAST(salt AS BLOB), CAST(value AS BLOB) FROM personal_values
-                    WHERE ref IN (\(list.map(String.init).joined(separator: ",")))
-                    """
-            ).map { row in
+                    WHERE ref >= ? AND ref <= ?
+                    """)
+            return try Row.fetchAll(statement, arguments: [first, last]).map { row in
                 PersonalValueRow(ref: row[0], owner: row[1] ?? -1, salt: (row[2] as Data?).map { [UInt8]($0) }, value: [UInt8]((row[3] as Data?) ?? Data()))
             }
         }
@@ -223,7 +228,8 @@ final class CommitmentSource {
                 if row.owner > 0 && users[row.owner] == nil { owners.insert(row.owner) }
             }
         }
-        for row in try rows(refs) { keep(row) }
+        let wanted = Set(refs)
+        for row in try rows(from: refs[0], through: refs[refs.count - 1]) where wanted.contains(row.ref) { keep(row) }
         // The sealed ones (every ref is looked for there too: one held twice has no commitment),
         // from the blocks decoded last or from their rows.
         decoded.removeAll { $0.last < refs[0] }
@@ -234,13 +240,12 @@ final class CommitmentSource {
                 decoded.append((block.first, block.last, try PersonalValueBlocks.rows(of: block)))
             }
         }
-        let wanted = Set(refs)
         for block in decoded where block.last >= refs[0] && block.first <= refs[refs.count - 1] {
             for row in block.rows where wanted.contains(row.ref) { keep(row) }
         }
         // The last few stay for the next blocks of the log.
         if decoded.count > 4 { decoded.removeFirst(decoded.count - 4) }
-        if !owners.isEmpty { for row in try rows(owners.sorted()) where row.owner == row.ref { users[row.ref] = row } }
+        for owner in owners { for row in try rows(from: owner, through: owner) where row.owner == row.ref { users[row.ref] = row } }
     }
 
     /// The commitments of `refs`, made from their values before `forget` erases them (to keep

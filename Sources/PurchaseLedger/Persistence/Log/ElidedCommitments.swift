@@ -170,8 +170,10 @@ final class CommitmentSource {
     /// a block of values serves the events of a few blocks of the log.
     private var decoded: [(first: Int64, last: Int64, rows: [PersonalValueRow])] = []
 
-    init(_ db: Database) throws {
-        erased = try PersonalValues.erasedCommitments(db)
+    /// `personal`: the values the scan reads, when it read them (their kept commitments are
+    /// then taken from there instead of read again).
+    init(_ db: Database, personal: PersonalValues) throws {
+        erased = try personal.keptCommitments ?? PersonalValues.erasedCommitments(db)
     }
 
     fileprivate init(erased: [Int64: [UInt8]]) { self.erased = erased }
@@ -195,12 +197,15 @@ final class CommitmentSource {
     private var doubled = Set<Int64>()
 
     /// Whether the file has `personal_values` (a ledger opened read-only before migration 0007
-    /// has none), asked once.
+    /// has none), and the highest ref a sealed block covers: asked once.
     private var hasValues: Bool?
+    private var sealedThrough: Int64?
 
     private func read(_ refs: [Int64], _ db: Database) throws {
         if hasValues == nil { hasValues = try db.tableExists("personal_values") }
         guard hasValues == true else { return }
+        // A ledger whose values are all rows (a small one) has no block to look in.
+        if sealedThrough == nil { sealedThrough = try PersonalValueBlocks.sealedThrough(db) }
         // As stored, whatever the type of each cell (an edit may have made one a number): the
         // bytes a reader of the values gets. The refs an event block introduces were assigned
         // one after another, so one range holds them (and its statement is prepared once).
@@ -233,7 +238,7 @@ final class CommitmentSource {
         // The sealed ones (every ref is looked for there too: one held twice has no commitment),
         // from the blocks decoded last or from their rows.
         decoded.removeAll { $0.last < refs[0] }
-        let unread = refs.filter { ref in !decoded.contains { $0.first <= ref && ref <= $0.last } }
+        let unread = refs[0] > sealedThrough! ? [] : refs.filter { ref in !decoded.contains { $0.first <= ref && ref <= $0.last } }
         if !unread.isEmpty {
             for block in try PersonalValueBlocks.blocks(above: unread[0] - 1, through: unread[unread.count - 1], db) where block.covers(any: unread) {
                 guard !decoded.contains(where: { $0.first == block.first }) else { continue }

@@ -177,7 +177,7 @@ extension EventStore {
             let lastLink = [UInt8](row[6] as Data)
             if block.layout == .elidedCommitments {
                 // The values whose commitments the block's frames hold elided, read at once.
-                if commitments == nil { commitments = try CommitmentSource(db) }
+                if commitments == nil { commitments = try CommitmentSource(db, personal: personal) }
                 var refs = Set<Int64>()
                 _ = forEachFrame(in: raw, of: block, bodies: false) { entry, buffer in
                     ElidedCommitments.refs(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload]), into: &refs)

@@ -302,6 +302,10 @@ package final class PersonalValues: Sendable {
         return found
     }
 
+    /// The commitments `forget` kept, as this read them; nil when it read no values
+    /// (``unresolved``, ``allErased``, ``empty``).
+    var keptCommitments: [Int64: [UInt8]]? { resolving && !erasingAll && assigned > 0 ? erased : nil }
+
     /// The commitment `forget` kept for `ref` when it erased it, if any.
     func erasedCommitment(_ ref: UInt64) -> [UInt8]? {
         erased.isEmpty || ref > UInt64(Int64.max) ? nil : erased[Int64(ref)]

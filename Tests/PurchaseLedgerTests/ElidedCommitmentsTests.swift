@@ -65,13 +65,16 @@ struct ElidedCommitmentsTests {
         return (0...(raw.count - 16)).contains { needles.contains(Array(raw[$0..<($0 + 16)])) }
     }
 
-    static func export(_ ledger: Ledger) throws -> [String] {
-        var lines: [String] = []
-        try ledger.forEachEvent { e in
-            lines.append(e.jsonLine)
-            return true
-        }
-        return lines
+    static func export(_ ledger: Ledger) throws -> [String] { try PersonalValueBlocksTests.export(ledger) }
+
+    /// A ledger of the 10,000-event workload written in one append, in a new temporary folder
+    /// (kept while the result is), and the commitments its chain covers.
+    static func sealedLedger() throws -> (dir: TemporaryDirectory, path: String, commitments: [Int64: (commitment: [UInt8], seq: Int64)]) {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        let lines = try PersonalValueBlocksTests.lines()[...]
+        _ = try ledger(path, lines, chunk: lines.count)
+        return (dir, path, try commitments(path))
     }
 
     /// In one append, or in appends of 7 events (each block then sealed from the open tail the
@@ -110,11 +113,7 @@ struct ElidedCommitmentsTests {
     /// for the event that introduced it: the chain breaks there, and `verify` says which value.
     /// Deleted, the same, and the value is reported missing.
     @Test func aValueEditedBesideTheLogBreaksTheChainAtItsEvent() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.path("l.ledger")
-        let lines = try PersonalValueBlocksTests.lines()[...]
-        _ = try Self.ledger(path, lines, chunk: lines.count)
-        let commitments = try Self.commitments(path)
+        let (dir, path, commitments) = try Self.sealedLedger()
         let (sealedThrough, users) = try DatabaseQueue(path: path).read { db in
             (
                 try Int64.fetchOne(db, sql: "SELECT max(last_seq) FROM event_blocks") ?? 0,
@@ -268,11 +267,7 @@ struct ElidedCommitmentsTests {
     /// keeps), a commitment kept for a value still held, and cells of the wrong type, which
     /// are reported instead of stopping the reader.
     @Test func valuesHeldTwiceOrPassedOffAsErasedAreReported() throws {
-        let dir = try TemporaryDirectory()
-        let path = dir.path("l.ledger")
-        let lines = try PersonalValueBlocksTests.lines()[...]
-        _ = try Self.ledger(path, lines, chunk: lines.count)
-        let commitments = try Self.commitments(path)
+        let (dir, path, commitments) = try Self.sealedLedger()
         let (sealedValue, owner) = try DatabaseQueue(path: path).read { db -> (Int64, Int64) in
             let sealedThrough = try Int64.fetchOne(db, sql: "SELECT max(last_seq) FROM event_blocks") ?? 0
             let owned = try PersonalValueBlocks.owners(db).filter { $0.owner > 0 && (commitments[$0.ref]?.seq ?? .max) <= sealedThrough }

@@ -214,10 +214,12 @@ struct ElidedCommitmentsTests {
             // Field 14, wire 2 (key 0x72), one byte: 0x05.
             try db.execute(sql: "UPDATE events SET payload = CAST(payload || x'720105' AS BLOB) WHERE seq = 50")
         }
-        try Self.append(lines.dropFirst(100).prefix(400), to: ledger, chunk: 400)
-        let first = try #require(try Self.blocks(path).first)
+        try Self.append(lines.dropFirst(100).prefix(700), to: ledger, chunk: 700)
+        let blocks = try Self.blocks(path)
+        #expect(blocks.count >= 3)
+        let first = try #require(blocks.first)
         #expect(first.first == 1 && first.codec / 3 == Int64(BlockLayout.trailingLinks.rawValue), "codec \(first.codec)")
-        #expect(try Self.blocks(path).dropFirst().allSatisfy { $0.codec / 3 == Int64(BlockLayout.elidedCommitments.rawValue) })
+        #expect(blocks.dropFirst().allSatisfy { $0.codec / 3 == Int64(BlockLayout.elidedCommitments.rawValue) }, "the blocks after it elide")
         let problems = try ledger.verify(all: true).problems
         #expect(problems.first { $0.kind == .chain }?.seq == 50, "\(problems.map(\.description))")
     }
@@ -284,6 +286,15 @@ struct ElidedCommitmentsTests {
         let twice = try tampered("twice.ledger", "INSERT INTO personal_values (ref, owner, value) VALUES (\(sealedValue), \(owner), CAST('EVIL' AS BLOB))")
         #expect(twice.contains { $0.kind == .chain && $0.seq == seq }, "\(twice.map(\.description))")
         #expect(twice.contains { $0.message.contains("personal value \(sealedValue) is held twice") }, "\(twice.map(\.description))")
+        // Held again in a block of its own, added beside the block that holds it (a reader shows
+        // the later block's copy): no commitment either.
+        let added = dir.path("added-block.ledger")
+        try FileManager.default.copyItem(atPath: path, toPath: added)
+        try DatabaseQueue(path: added).write { db in
+            try PersonalValueBlocks.write([PersonalValueRow(ref: sealedValue, owner: owner, salt: nil, value: Array("EVIL".utf8))][...], db)
+        }
+        let inTwoBlocks = try Ledger(path: added, configuration: Self.configuration(.current)).verify(all: true).problems
+        #expect(inTwoBlocks.contains { $0.kind == .chain && $0.seq == seq }, "\(inTwoBlocks.map(\.description))")
 
         // Deleted from its block (the block rewritten without it), its commitment kept, its ref
         // listed as a fleet store's erasure.

@@ -40,18 +40,26 @@ enum ElidedCommitments {
         payload.withUnsafeBytes { buffer -> Stored in
             var r = BinaryReader(buffer)
             var found: Stored = .asIs
+            // Whether field 15 can still be elided; the scan goes on to the end either way, for
+            // a field 14 of the payload's own.
+            var elidable = checked
             do throws(BinaryReader.Failure) {
                 while !r.isAtEnd {
                     let start = r.offset
                     let (number, wire) = try r.key()
                     if number == field { return .conflicting }
-                    guard number == PayloadField.introductions, checked else {
+                    guard number == PayloadField.introductions, elidable, wire == 2, case .asIs = found else {
+                        if number == PayloadField.introductions { elidable = false }
                         try r.skip(wire: wire)
                         continue
                     }
-                    guard wire == 2, case .asIs = found else { return .asIs }
-                    let pairs = try PayloadCodec.commitments(in: r.message())
-                    guard !pairs.isEmpty, write(PayloadField.introductions, pairs).elementsEqual(buffer[start..<r.offset]) else { return .asIs }
+                    let message = try r.message()
+                    guard let pairs = try? PayloadCodec.commitments(in: message), !pairs.isEmpty,
+                        write(PayloadField.introductions, pairs).elementsEqual(buffer[start..<r.offset])
+                    else {
+                        elidable = false
+                        continue
+                    }
                     var w = BinaryWriter(capacity: pairs.count * 4 + 4)
                     w.message(field) { m in for (ref, _) in pairs { m.varint(ref) } }
                     found = .elided(range: start..<r.offset, field: w.bytes)
@@ -60,7 +68,7 @@ enum ElidedCommitments {
                 // Bytes that do not parse are stored as they are (the chain reports them).
                 return .asIs
             }
-            return found
+            return elidable ? found : .asIs
         }
     }
 
@@ -149,7 +157,8 @@ enum ElidedCommitments {
             for (ref, _) in pairs { refs.insert(ref) }
         }
         let source = CommitmentSource(erased: [:])
-        if !refs.isEmpty { source.load(refs, db) }
+        // A value that cannot be read leaves its frame stored as it is.
+        if !refs.isEmpty { try? source.load(refs, db) }
         for i in frames.indices {
             frames[i].introductionsChecked = introduced[i].allSatisfy { ref, commitment in source.commitment(ref) == commitment }
         }
@@ -181,15 +190,11 @@ final class CommitmentSource {
     /// Reads the rows of `refs` (and their owners'), replacing the values read before. A sealed
     /// block of values that does not decode gives none of its refs: their events' links then
     /// break, and `verify` names the block, instead of the read failing.
-    func load(_ refs: Set<Int64>, _ db: Database) {
+    func load(_ refs: Set<Int64>, _ db: Database) throws {
         values.removeAll(keepingCapacity: true)
         let missing = refs.filter { users[$0] == nil }.sorted()
         guard !missing.isEmpty else { return }
-        do {
-            try read(missing, db)
-        } catch {
-            // Left unread: their events' links break where they are checked.
-        }
+        try read(missing, db)
     }
 
     /// Refs held twice (a row and a sealed record, or two records): no commitment is made for
@@ -238,11 +243,20 @@ final class CommitmentSource {
         // The sealed ones (every ref is looked for there too: one held twice has no commitment),
         // from the blocks decoded last or from their rows.
         decoded.removeAll { $0.last < refs[0] }
-        let unread = refs[0] > sealedThrough! ? [] : refs.filter { ref in !decoded.contains { $0.first <= ref && ref <= $0.last } }
-        if !unread.isEmpty {
-            for block in try PersonalValueBlocks.blocks(above: unread[0] - 1, through: unread[unread.count - 1], db) where block.covers(any: unread) {
-                guard !decoded.contains(where: { $0.first == block.first }) else { continue }
-                decoded.append((block.first, block.last, try PersonalValueBlocks.rows(of: block)))
+        if refs[0] <= sealedThrough! {
+            // Every block whose range meets the refs' (an added one too: a ref held in two
+            // blocks then has no commitment), those not decoded yet read and decoded. One that
+            // does not decode gives none of its refs: their events' links break, and `verify`
+            // names the block.
+            let first = refs[0], last = refs[refs.count - 1]
+            let meeting = try Int64.fetchAll(
+                db.cachedStatement(sql: "SELECT first_ref FROM personal_value_blocks WHERE first_ref <= ?2 AND (last_ref >= ?1 OR last_ref < first_ref)"),
+                arguments: [first, last])
+            if meeting.contains(where: { start in !decoded.contains { $0.first == start } }) {
+                for block in try PersonalValueBlocks.blocks(above: first - 1, through: last, db) where !decoded.contains(where: { $0.first == block.first }) {
+                    guard let rows = try? PersonalValueBlocks.rows(of: block) else { continue }
+                    decoded.append((block.first, block.last, rows))
+                }
             }
         }
         for block in decoded where block.last >= refs[0] && block.first <= refs[refs.count - 1] {

@@ -183,7 +183,7 @@ extension EventStore {
                     ElidedCommitments.refs(in: UnsafeRawBufferPointer(rebasing: buffer[entry.payload]), into: &refs)
                     return true
                 }
-                commitments!.load(refs, db)
+                try commitments!.load(refs, db)
             }
             let (stopped, failure) = try forEachFrame(in: raw, of: block, bodies: bodies) { entry, buffer in
                 var payload = Array(buffer[entry.payload])

@@ -44,13 +44,17 @@ package final class PersonalValues: Sendable {
     /// erased value introduced by an elided frame (``ElidedCommitments``) reads as its marker
     /// from here.
     private let erased: [Int64: [UInt8]]
+    /// Whether this was read from a ledger file (``current(_:)``, ``since(_:upTo:_:)``), not
+    /// made of rows in memory (a pull's, an ingest's).
+    private let readFromFile: Bool
 
     private init(
         bytes: [UInt8] = [], starts: [UInt32] = [0], lengths: [Int32] = [absent], assigned: Int64, generation: Int64, resolving: Bool = true,
         erasingAll: Bool = false, headers: SigningHeaders = .none, damagedBlocks: [(refs: ClosedRange<Int64>, what: String)] = [],
-        erased: [Int64: [UInt8]] = [:]
+        erased: [Int64: [UInt8]]? = nil
     ) {
-        self.erased = erased
+        self.erased = erased ?? [:]
+        self.readFromFile = erased != nil
         self.headers = headers
         self.damagedBlocks = damagedBlocks
         self.erasingAll = erasingAll
@@ -304,7 +308,7 @@ package final class PersonalValues: Sendable {
 
     /// The commitments `forget` kept, as this read them; nil when it read no values
     /// (``unresolved``, ``allErased``, ``empty``).
-    var keptCommitments: [Int64: [UInt8]]? { resolving && !erasingAll && assigned > 0 ? erased : nil }
+    var keptCommitments: [Int64: [UInt8]]? { readFromFile ? erased : nil }
 
     /// The commitment `forget` kept for `ref` when it erased it, if any.
     func erasedCommitment(_ ref: UInt64) -> [UInt8]? {

@@ -77,25 +77,7 @@ enum ElidedCommitments {
     /// stored canonical). A ref `commitment` cannot make gets 16 zero bytes, which no commitment
     /// is: the chain then breaks at that event.
     static func canonical(_ stored: UnsafeRawBufferPointer, _ commitment: (Int64) throws -> [UInt8]?) rethrows -> [UInt8]? {
-        var r = BinaryReader(stored)
-        var found: (start: Int, end: Int, refs: [UInt64])?
-        do throws(BinaryReader.Failure) {
-            while !r.isAtEnd {
-                let start = r.offset
-                let (number, wire) = try r.key()
-                guard number == field, wire == 2, found == nil else {
-                    try r.skip(wire: wire)
-                    continue
-                }
-                var m = try r.message()
-                var refs: [UInt64] = []
-                while !m.isAtEnd { refs.append(try m.varint()) }
-                found = (start, r.offset, refs)
-            }
-        } catch {
-            return nil
-        }
-        guard let found else { return nil }
+        guard let found = elided(in: stored) else { return nil }
         // Field 15: its key, the length of its pairs, then each ref and its commitment.
         let size = PersonalValues.commitmentSize
         var length = 0
@@ -130,18 +112,31 @@ enum ElidedCommitments {
 
     /// Adds the refs a stored payload holds elided (field 14) to `refs`.
     static func refs(in stored: UnsafeRawBufferPointer, into refs: inout Set<Int64>) {
+        for ref in elided(in: stored)?.refs ?? [] { refs.insert(Int64(truncatingIfNeeded: ref)) }
+    }
+
+    /// Where a stored payload holds its elided refs (its first top-level field 14, wire 2), and
+    /// the refs; nil when it holds none, or does not parse (it is then read as stored).
+    private static func elided(in stored: UnsafeRawBufferPointer) -> (start: Int, end: Int, refs: [UInt64])? {
         var r = BinaryReader(stored)
+        var found: (start: Int, end: Int, refs: [UInt64])?
         do throws(BinaryReader.Failure) {
             while !r.isAtEnd {
+                let start = r.offset
                 let (number, wire) = try r.key()
-                guard number == field, wire == 2 else {
+                guard number == field, wire == 2, found == nil else {
                     try r.skip(wire: wire)
                     continue
                 }
                 var m = try r.message()
-                while !m.isAtEnd { refs.insert(Int64(truncatingIfNeeded: try m.varint())) }
+                var refs: [UInt64] = []
+                while !m.isAtEnd { refs.append(try m.varint()) }
+                found = (start, r.offset, refs)
             }
-        } catch {}
+        } catch {
+            return nil
+        }
+        return found
     }
 
     /// Marks each frame of the log's stored tail whose introductions the ledger can make again:

@@ -354,7 +354,12 @@ let sampleLog = """
         #expect(try cli(["rebuild", ledger]).stdout.contains("rebuilt the projections from 10 events"))
         #expect(try cli(["verify", ledger]).status == 0)
         // A damaged row is the one row written back; --full rewrites them all.
-        try DatabaseQueue(path: ledger).write { try $0.execute(sql: "UPDATE transactions SET state = 'failed' WHERE transaction_id = 't1'") }
+        try DatabaseQueue(path: ledger).write {
+            try $0.execute(
+                sql:
+                    "INSERT OR IGNORE INTO projection_texts (text) VALUES ('failed'); UPDATE transaction_rows SET state = (SELECT code FROM projection_texts WHERE text = 'failed') WHERE transaction_id = 't1'"
+            )
+        }
         #expect(try cli(["verify", ledger]).status == 1)
         let repaired = try cli(["rebuild", ledger, "--json"])
         #expect(repaired.stdout.contains(#""events":10,"rowsWritten":1,"rowsDeleted":0,"#), "\(repaired.stdout)")

@@ -81,9 +81,9 @@ import Testing
         try DatabaseQueue(path: path).write { db in
             try db.execute(
                 sql: """
-                    CREATE TEMP TABLE t AS SELECT * FROM transactions WHERE transaction_id = 'tK1';
+                    CREATE TEMP TABLE t AS SELECT * FROM transaction_rows WHERE transaction_id = 'tK1';
                     UPDATE t SET transaction_id = 't\u{212A}1';
-                    INSERT INTO transactions SELECT * FROM t;
+                    INSERT INTO transaction_rows SELECT * FROM t;
                     CREATE TEMP TABLE c AS SELECT * FROM product_contents WHERE product = 'pK';
                     UPDATE c SET product = 'p\u{212A}';
                     INSERT INTO product_contents SELECT * FROM c;
@@ -122,9 +122,10 @@ import Testing
         try DatabaseQueue(path: path).write { db in
             try db.execute(
                 sql: """
-                    UPDATE transactions SET state = 'failed' WHERE transaction_id IN ('r1', 'r2');
-                    UPDATE downloads SET transaction_id = 'r9' WHERE download_id = 'rd3';
-                    UPDATE downloads SET error_code = 0 WHERE download_id = 'rd4';
+                    INSERT OR IGNORE INTO projection_texts (text) VALUES ('failed');
+                    UPDATE transaction_rows SET state = (SELECT code FROM projection_texts WHERE text = 'failed') WHERE transaction_id IN ('r1', 'r2');
+                    UPDATE download_rows SET transaction_id = 'r9' WHERE download_id = 'rd3';
+                    UPDATE download_rows SET error_code = 0 WHERE download_id = 'rd4';
                     DELETE FROM owned_content_history WHERE seq = (SELECT min(seq) FROM owned_content_history);
                     INSERT INTO owned_content_history (seq, download_id, destination, copied_at_ms) VALUES (999999, 'dx', 'nowhere', 0);
                     """)
@@ -135,7 +136,7 @@ import Testing
         try Self.expectIntact(ledger, path, live)
 
         // An emptied table is written whole; rewritingEveryRow writes every row of every table.
-        try DatabaseQueue(path: path).write { try $0.execute(sql: "DELETE FROM downloads") }
+        try DatabaseQueue(path: path).write { try $0.execute(sql: "DELETE FROM download_rows") }
         #expect(try ledger.rebuildProjections().rowsWritten == live["downloads"]!.count)
         #expect(try Self.dump(path) == live)
         #expect(try ledger.rebuildProjections(rewritingEveryRow: true).rowsWritten == rows)
@@ -150,7 +151,7 @@ import Testing
         let live = try Self.dump(path)
         // As if a crash or an older version left the projections behind the log.
         try DatabaseQueue(path: path).write { db in
-            try db.execute(sql: "DELETE FROM transactions; UPDATE ledger_info SET value = 3 WHERE key = 'projection_seq'")
+            try db.execute(sql: "DELETE FROM transaction_rows; UPDATE ledger_info SET value = 3 WHERE key = 'projection_seq'")
         }
         var readOnly = testConfiguration()
         readOnly.readOnly = true

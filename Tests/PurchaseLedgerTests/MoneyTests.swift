@@ -252,6 +252,7 @@ import Testing
             try ledger.append(contentsOf: Self.repriced.map { try JSONLines.decode($0) })
         }
         try DatabaseQueue(path: path).write { db in
+            try undoCompactProjections(db)
             try db.execute(sql: "UPDATE ledger_info SET value = 'reducer 1, projections 1' WHERE key = 'projection_stamp'")
             for column in ["price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type", "offer_id"] {
                 try db.execute(sql: "ALTER TABLE transactions DROP COLUMN \(column)")

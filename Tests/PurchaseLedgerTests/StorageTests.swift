@@ -322,7 +322,8 @@ import PurchaseLedgerFleetTesting
             // 0008's table first, so that the rebuilds below reuse its pages.
             try db.execute(
                 sql: "DROP TABLE signing_headers; DROP TABLE transaction_evidence; DROP TABLE product_views; DROP TABLE personal_value_blocks; DROP TABLE erased_commitments")
-            try db.execute(sql: "PRAGMA legacy_alter_table = ON; DROP VIEW owned_content_history_view")
+            try undoCompactProjections(db, keepHistoryView: false)
+            try db.execute(sql: "PRAGMA legacy_alter_table = ON")
             // Without the columns 0005 and 0006 add, and with the projections an older reducer wrote.
             try db.execute(sql: "ALTER TABLE snapshots DROP COLUMN binding; UPDATE snapshots SET reducer_version = 1")
             try db.execute(sql: "UPDATE ledger_info SET value = 'reducer 1, projections 1' WHERE key = 'projection_stamp'")
@@ -358,7 +359,12 @@ import PurchaseLedgerFleetTesting
                 (
                     try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations ORDER BY identifier"),
                     try Int.fetchOne(db, sql: "SELECT count(*) FROM snapshot_pages")!,
-                    try layoutTables.map { try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE name = ?", arguments: [$0])!.contains("WITHOUT ROWID") }
+                    // Since 0012, transactions and downloads are views of the tables that store them.
+                    try layoutTables.map {
+                        try String.fetchOne(
+                            db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                            arguments: [$0, ["transactions": "transaction_rows", "downloads": "download_rows"][$0] ?? $0])!.contains("WITHOUT ROWID")
+                    }
                 )
             }
         }

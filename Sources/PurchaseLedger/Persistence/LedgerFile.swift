@@ -416,8 +416,10 @@ final class LedgerFile: Sendable {
         do {
             try body()
             try statements(commit, db).executeWithoutArguments(db)
+            statements.texts.keepMade()
         } catch {
             if db.isInsideTransaction { try? statements(rollback, db).executeWithoutArguments(db) }
+            statements.texts.forgetMade()
             throw error
         }
     }

@@ -32,12 +32,14 @@ enum Migrations {
     /// 0008: signing headers, which no older event refers to; 0009: store product views, which no
     /// older event fills, and which read as empty until it runs; 0010: personal values' blocks,
     /// which a ledger before it does not have, its values all rows; 0011: erased values'
-    /// commitments, which only blocks sealed since need). A
+    /// commitments, which only blocks sealed since need; 0012: `transactions` and `downloads`
+    /// stored compactly behind views of the same names and columns, which readers query as they
+    /// queried the tables). A
     /// read-only open (which cannot migrate) accepts such a ledger; the next writable open runs them.
     static let optionalForReading: Set<String> = [
         "0002_snapshot_pages_rowid", "0003_projections_without_rowid", "0004_history_destination", "0005_transaction_terms",
         "0006_snapshot_binding", "0007_personal_values", "0008_signing_headers", "0009_product_views", "0010_personal_value_blocks",
-        "0011_erased_commitments",
+        "0011_erased_commitments", "0012_compact_projections",
     ]
 
     /// Whether this version can read `db` as it is: every migration it knows has run, except

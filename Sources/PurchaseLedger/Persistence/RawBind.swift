@@ -53,10 +53,13 @@ final class PreparedSQL: Sendable {
 final class PreparedStatements: @unchecked Sendable {  // unchecked: used only under the writer's lock
     private var connection: OpaquePointer?
     private var statements: [ObjectIdentifier: Statement] = [:]
+    /// The codes of `projection_texts` the writes through these statements read or made.
+    private(set) var texts = Projector.ProjectionTexts()
 
     func callAsFunction(_ sql: PreparedSQL, _ db: Database) throws -> Statement {
         if connection != db.sqliteConnection {
             statements = [:]
+            texts = Projector.ProjectionTexts()
             connection = db.sqliteConnection
         }
         if let statement = statements[ObjectIdentifier(sql)] { return statement }

@@ -57,6 +57,7 @@ extension Projector {
             }, width: 2)
         // The builders hold the state: whatever this leaves of it is freed elsewhere.
         defer { releaseInBackground(consume pipeline) }
+        let texts = ProjectionTexts()
         for (index, table) in tables.enumerated() {
             let reconciled = pipeline.take(index)
             defer { releaseInBackground(reconciled) }
@@ -68,10 +69,10 @@ extension Projector {
                 continue
             }
             let deleteRow = try db.makeStatement(
-                sql: "DELETE FROM \(table.name) WHERE " + table.columns.prefix(table.keyColumns).map { "\($0) = ?" }.joined(separator: " AND "))
+                sql: "DELETE FROM \(table.stored) WHERE " + table.columns.prefix(table.keyColumns).map { "\($0) = ?" }.joined(separator: " AND "))
             for key in reconciled.delete { try deleteRow.execute(values: key, db) }
             let replace = try db.makeStatement(sql: table.replace)
-            for row in reconciled.write.sorted(by: table.keyLess) { try replace.execute(values: row, db) }
+            for row in reconciled.write.sorted(by: table.keyLess) { try replace.execute(values: table.storedRow(row, texts, db), db) }
             result.rowsWritten += reconciled.write.count
             result.rowsDeleted += reconciled.delete.count
             result.rowsUnchanged += reconciled.unchanged
@@ -142,22 +143,23 @@ extension Projector {
     /// carries out as a transfer of whole records into full pages, as VACUUM does.
     static func replaceAll(_ table: Table, _ db: Database, _ body: (_ insert: ([ColumnValue]) throws -> Void) throws -> Void) throws {
         let indexes = try Row.fetchAll(
-            db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.name]
+            db, sql: "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name = ?", arguments: [table.stored]
         ).map { (name: $0[0] as String, sql: $0[1] as String) }
         for index in indexes { try db.execute(sql: "DROP INDEX \(index.name)") }
-        try db.execute(sql: "DELETE FROM \(table.name)")
-        let create = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", arguments: [table.name]) ?? ""
+        try db.execute(sql: "DELETE FROM \(table.stored)")
+        let create = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", arguments: [table.stored]) ?? ""
+        let texts = ProjectionTexts()
         if create.hasSuffix("WITHOUT ROWID"), let columns = create.firstIndex(of: "(") {
             let staging = "projection_staging"
             try db.execute(sql: "DROP TABLE IF EXISTS temp.\(staging)")
             try db.execute(sql: "CREATE TEMP TABLE \(staging) " + create[columns...])
             let statement = try db.makeStatement(sql: table.upsertSQL(into: "temp.\(staging)"))
-            try body { row in try statement.execute(values: row, db) }
-            try db.execute(sql: "INSERT INTO main.\(table.name) SELECT * FROM temp.\(staging)")
+            try body { row in try statement.execute(values: table.storedRow(row, texts, db), db) }
+            try db.execute(sql: "INSERT INTO main.\(table.stored) SELECT * FROM temp.\(staging)")
             try db.execute(sql: "DROP TABLE temp.\(staging)")
         } else {
             let statement = try db.cachedStatement(sql: table.upsert)
-            try body { row in try statement.execute(values: row, db) }
+            try body { row in try statement.execute(values: table.storedRow(row, texts, db), db) }
         }
         for index in indexes { try db.execute(sql: index.sql) }
     }

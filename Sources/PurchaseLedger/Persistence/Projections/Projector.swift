@@ -190,13 +190,15 @@ package enum Projector {
         if !dirty.transactions.isEmpty {
             let transactions = try statements(Table.transactions.preparedUpsert, db)
             for t in dirty.transactions.sorted(by: Projector.keyOrder) {
-                if let record = state.transactions[t] { try transactions.execute(values: transactionRow(record), db) }
+                guard let record = state.transactions[t] else { continue }
+                try transactions.execute(values: Table.transactions.storedRow(transactionRow(record), statements.texts, db), db)
             }
         }
         if !dirty.downloads.isEmpty {
             let downloads = try statements(Table.downloads.preparedUpsert, db)
             for d in dirty.downloads.sorted(by: Projector.keyOrder) {
-                if let record = state.downloads[d] { try downloads.execute(values: downloadRow(record, state: state), db) }
+                guard let record = state.downloads[d] else { continue }
+                try downloads.execute(values: Table.downloads.storedRow(downloadRow(record, state: state), statements.texts, db), db)
             }
         }
         if !dirty.productViews.isEmpty {
@@ -268,14 +270,21 @@ package enum Projector {
     static func insert(
         into table: Table, _ row: [ColumnValue], _ db: Database, _ statements: PreparedStatements, upsert: Bool = true
     ) throws {
-        try statements(upsert ? table.preparedUpsert : table.preparedInsert, db).execute(values: row, db)
+        try statements(upsert ? table.preparedUpsert : table.preparedInsert, db).execute(values: table.storedRow(row, statements.texts, db), db)
     }
 
     // MARK: - The row layout, shared with the fleet store
 
     /// A projection table and its columns, in the order the row functions give values.
     package struct Table: Sendable {
+        /// The name queries read it by: the table itself, or (``compact``) a view of the table
+        /// ``stored``.
         package let name: String
+        /// The SQLite table that holds the rows, which writers write: `name`, or for a table
+        /// stored compactly (migration 0012) the table behind the view `name`.
+        let stored: String
+        /// How the SQLite table stores a row's values, when not as they are.
+        let compact: CompactRow?
         /// Its columns, with their types: what its migrations must make.
         package let declared: [ProjectionColumn]
         package let columns: [String]
@@ -301,15 +310,22 @@ package enum Projector {
         /// `fixed` columns never change once a row is written (a download's transaction and its
         /// position there are set when the transaction is delivered): the upsert leaves them, and
         /// the index on them, alone.
-        init(_ name: String, _ declared: [ProjectionColumn], key: Int = 1, fixed: Set<String> = []) {
+        /// `stored`: the table behind the view `name` that a compact layout needs (`coded` and
+        /// `relative` say what it stores differently; see ``CompactRow``).
+        init(
+            _ name: String, _ declared: [ProjectionColumn], key: Int = 1, fixed: Set<String> = [], stored: String? = nil,
+            coded: [String] = [], relative: [(time: String, to: String)] = []
+        ) {
             self.name = name
+            self.stored = stored ?? name
             self.declared = declared
             let columns = declared.map(\.name)
             self.columns = columns
+            compact = stored == nil ? nil : CompactRow(declared, coded: coded, relative: relative)
             keyColumns = key
             let values = "(" + columns.joined(separator: ", ") + ") VALUES (" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
-            insert = "INSERT INTO \(name) " + values
-            replace = "INSERT OR REPLACE INTO \(name) " + values
+            insert = "INSERT INTO \(self.stored) " + values
+            replace = "INSERT OR REPLACE INTO \(self.stored) " + values
             let rest = columns.dropFirst(key).filter { !fixed.contains($0) }
             conflict =
                 " ON CONFLICT (" + columns.prefix(key).joined(separator: ", ") + ") DO "
@@ -321,6 +337,14 @@ package enum Projector {
                 rest.isEmpty
                 ? "" : " WHERE (" + rest.joined(separator: ", ") + ") IS NOT (" + rest.map { "excluded.\($0)" }.joined(separator: ", ") + ")"
             preparedUpsertIfChanged = PreparedSQL(upsert + changed)
+        }
+
+        /// `row` as ``stored`` holds it: itself, or for a compact table its ``CompactRow`` form.
+        func storedRow(_ row: [ColumnValue], _ texts: ProjectionTexts, _ db: Database) throws -> [ColumnValue] {
+            guard let compact else { return row }
+            var row = row
+            try compact.store(&row, texts, db)
+            return row
         }
 
         /// `upsert`, into another table with the same columns.
@@ -338,8 +362,14 @@ package enum Projector {
         package static let productContents = Table(
             "product_contents", [ProjectionColumn("product", .text), ProjectionColumn("content", .text), ProjectionColumn("latest_version", .text)], key: 2)
         package static let relatedProducts = Table("related_products", [ProjectionColumn("product", .text), ProjectionColumn("related_product", .text)], key: 2)
-        package static let transactions = Table("transactions", TransactionRecord.schema.columns)
-        package static let downloads = Table("downloads", DownloadRecord.schema.columns, fixed: ["transaction_id", "position"])
+        package static let transactions = Table(
+            "transactions", TransactionRecord.schema.columns, stored: "transaction_rows",
+            coded: ["product", "state", "error_domain", "price", "currency", "price_source", "storefront", "environment", "ownership", "offer_type"],
+            relative: ["purchased_at_ms", "failed_at_ms", "finished_at_ms", "revoked_at_ms"].map { ($0, "queued_at_ms") })
+        package static let downloads = Table(
+            "downloads", DownloadRecord.schema.columns, fixed: ["transaction_id", "position"], stored: "download_rows",
+            coded: ["content", "content_version", "state", "cancel_reason", "error_domain"],
+            relative: ["last_activity_at_ms", "finished_at_ms", "copied_out_at_ms"].map { ($0, "started_at_ms") })
         package static let ownedContent = Table("owned_content", OwnedContent.schema.columns, key: 2)
         package static let ownedContentHistory = Table(
             "owned_content_history",

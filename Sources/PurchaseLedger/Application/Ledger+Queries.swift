@@ -25,7 +25,7 @@ extension Ledger {
     public func transaction(_ id: String) throws -> TransactionRecord? {
         let id = Identifier.normalize(id)
         return try readProjections { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM transactions WHERE transaction_id = ?", arguments: [id]) else { return nil }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM transactions WHERE transaction_id = ?"), arguments: [id]) else { return nil }
             var record = TransactionRecord(row: row)
             record.downloads = try Ledger.downloadIDs(transaction: id, db)
             return record
@@ -58,15 +58,18 @@ extension Ledger {
     }
 
     static func owns(_ product: String, _ db: Database) throws -> Bool {
+        // Prepared once per connection: a report asks this for every owned content (117 times for
+        // one user of the 1,000,000-event workload), and preparing it each time (a view of a
+        // join, since migration 0012) cost about 0.3 ms.
         try Bool.fetchOne(
-            db,
-            sql: """
-                SELECT EXISTS (SELECT 1 FROM transactions
-                    WHERE state IN ('purchased', 'restored') AND revoked = 0
-                      AND (product = :p
-                           OR product IN (SELECT related_product FROM related_products WHERE product = :p)
-                           OR product IN (SELECT product FROM related_products WHERE related_product = :p)))
-                """, arguments: ["p": product]) ?? false
+            db.cachedStatement(
+                sql: """
+                    SELECT EXISTS (SELECT 1 FROM transactions
+                        WHERE state IN ('purchased', 'restored') AND revoked = 0
+                          AND (product = :p
+                               OR product IN (SELECT related_product FROM related_products WHERE product = :p)
+                               OR product IN (SELECT product FROM related_products WHERE related_product = :p)))
+                    """), arguments: ["p": product]) ?? false
     }
 
     /// The owned content versions: the latest copy-out of each product the user owns, sorted by
@@ -93,7 +96,7 @@ extension Ledger {
     public func contentURL(for download: String) throws -> String? {
         let download = Identifier.normalize(download)
         return try readProjections { db in
-            try String.fetchOne(db, sql: "SELECT content_url FROM downloads WHERE download_id = ? AND state = 'finished'", arguments: [download])
+            try String.fetchOne(db.cachedStatement(sql: "SELECT content_url FROM downloads WHERE download_id = ? AND state = 'finished'"), arguments: [download])
         }
     }
 
@@ -119,7 +122,7 @@ extension Ledger {
     /// ``LedgerError/Code/unregisteredURL`` when there is none.
     public func download(forURL url: String) throws -> String {
         let url = Identifier.normalize(url)
-        guard let id = try read({ db in try String.fetchOne(db, sql: "SELECT download_id FROM downloads WHERE url = ?", arguments: [url]) }) else {
+        guard let id = try read({ db in try String.fetchOne(db.cachedStatement(sql: "SELECT download_id FROM downloads WHERE url = ?"), arguments: [url]) }) else {
             throw LedgerError(.unregisteredURL, "no download is registered for this URL")
         }
         return id

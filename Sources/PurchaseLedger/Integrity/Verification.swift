@@ -496,6 +496,36 @@ private struct Verifier {
 
     private func rows(_ n: Int) -> String { n == 1 ? "1 row" : "\(n) rows" }
 
+    /// The views queries read the projections through are the ones the migrations made, and no
+    /// trigger (the ledger makes none) changes what is written or read: the rows compared below
+    /// are what the views give now, and a view or trigger put in with sqlite3 could give other
+    /// rows at another time. False when a view is missing.
+    private mutating func checkViews(_ db: Database) throws -> Bool {
+        for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name") {
+            try problem(.projections, nil, "the file holds a trigger, \(trigger), which the ledger never makes: it was added with sqlite3 and can change what is written or read")
+        }
+        guard let migration = embeddedMigrations.first(where: { $0.name == "0012_compact_projections" }),
+            try Migrations.applied(migration.name, db)
+        else { return true }
+        var complete = true
+        for view in ["transactions", "downloads", "owned_content_history_view"] {
+            guard let start = migration.sql.range(of: "CREATE VIEW \(view) AS"),
+                let end = migration.sql[start.lowerBound...].firstIndex(of: ";")
+            else { preconditionFailure("migration 0012 makes the view \(view)") }
+            let stored = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", arguments: [view])
+            if stored != String(migration.sql[start.lowerBound..<end]) {
+                try problem(
+                    .projections, nil,
+                    stored == nil
+                        ? "the view \(view) is missing: dropped with sqlite3 (queries of it fail)"
+                        : "the view \(view) is not the one migration 0012 made: changed with sqlite3, so what queries and reports read through it is not what the rows compared here say"
+                )
+                complete = complete && stored != nil
+            }
+        }
+        return complete
+    }
+
     /// Builds each table's rows afresh from the replayed state and compares them with the
     /// stored ones, value by value, table by table.
     private mutating func checkProjections(_ db: Database, state: LedgerState, history: Projector.HistoryCollector) throws {
@@ -511,6 +541,8 @@ private struct Verifier {
         if projectedSeq != state.seq {
             try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
         }
+        // Without a view, the rows it gives cannot be compared.
+        guard try checkViews(db) else { return }
         let omitted = try Migrations.applied("0004_history_destination", db)
         for builder in Projector.rowBuilders(state: state, history: history, ordered: false, latestDestinationOmitted: omitted) {
             let table = builder.table, expected = builder.build()

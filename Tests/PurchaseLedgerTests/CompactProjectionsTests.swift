@@ -1,0 +1,184 @@
+import Foundation
+import GRDB
+import Testing
+@testable import PurchaseLedger
+
+/// Migration 0012: `transactions` and `downloads` are views of `transaction_rows` and
+/// `download_rows`, which hold repeated texts as codes into `projection_texts` and later times
+/// as differences from the row's first (docs/storage.md, "The tables").
+@Suite struct CompactProjectionsTests {
+    /// Every event type, then a few hundred purchases with downloads, some failed or revoked.
+    static func populated(_ path: String) throws -> Ledger {
+        let ledger = try Ledger(path: path, configuration: testConfiguration())
+        for e in StorageTests.everyType { try ledger.append(e) }
+        var events: [Event] = []
+        for i in 0..<120 {
+            events += [E.queued("c\(i)", "p1"), E.purchased("c\(i)", downloads: ["cd\(i)"], version: "1.\(i % 3)"), E.start("cd\(i)")]
+            if i % 4 == 0 { events.append(E.dlFailed("cd\(i)")) } else { events += [E.done("cd\(i)"), E.copied("cd\(i)", to: "v\(i)")] }
+            events.append(E.finished("c\(i)"))
+            if i % 5 == 1 { events.append(E.revoked("c\(i)")) }
+            if i % 10 == 2 { events += [E.queued("f\(i)", "p1"), E.failed("f\(i)")] }
+        }
+        try ledger.append(contentsOf: events)
+        return ledger
+    }
+
+    static func rows(_ path: String, _ table: String) throws -> [Row] {
+        try DatabaseQueue(path: path).read { try Row.fetchAll($0, sql: "SELECT * FROM \(table) ORDER BY 1") }
+    }
+
+    static func values(_ row: Row) -> [ColumnValue] {
+        row.databaseValues.map { value in
+            switch value.storage {
+            case .null: .null
+            case .int64(let n): .int64(n)
+            case .double(let d): .double(d)
+            case .string(let text): .string(text)
+            case .blob(let data): .blob(data)
+            }
+        }
+    }
+
+    @Test func theViewsGiveTheRowsAReplayMakesFromCompactTables() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("c.ledger")
+        let ledger = try Self.populated(path)
+        #expect(try ledger.verify().isValid)
+        let (state, history) = try ledger.read { db in try Ledger.replayForProjections(db) }
+        // What the views give, value by value, is what the row functions make from the state.
+        for (table, made) in Projector.rows(state: state, history: history) where table.compact != nil {
+            let sql = "SELECT \(table.columns.joined(separator: ", ")) FROM \(table.name) ORDER BY 1"
+            let viewed = try DatabaseQueue(path: path).read { db in try Row.fetchAll(db, sql: sql) }.map(Self.values)
+            #expect(viewed == table.inKeyOrder(made), "\(table.name)")
+            #expect(viewed.count > 100)
+        }
+        // Stored: codes and differences, never the texts.
+        let stored = try DatabaseQueue(path: path).read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT typeof(r.product) AS product, typeof(r.state) AS state, r.purchased_at_ms AS purchased,
+                           t.purchased_at_ms - t.queued_at_ms AS difference, (SELECT count(*) FROM projection_texts WHERE text = 'p1') AS texts
+                    FROM transaction_rows r JOIN transactions t USING (transaction_id) WHERE transaction_id = 'c7'
+                    """)!
+        }
+        #expect(stored["product"] as String == "integer" && stored["state"] as String == "integer")
+        #expect(stored["purchased"] as Int64 == stored["difference"] as Int64 && stored["texts"] as Int == 1)
+        let download = try DatabaseQueue(path: path).read { db in
+            try Row.fetchOne(db, sql: "SELECT typeof(state) AS state, typeof(content_version) AS version FROM download_rows WHERE download_id = 'cd7'")!
+        }
+        #expect(download["state"] as String == "integer" && download["version"] as String == "integer")
+    }
+
+    /// A ledger from before 0012 reads the same on a read-only open, and its first writable open
+    /// moves the rows: the views then give exactly the rows the tables held.
+    @Test func aLedgerBeforeTheMigrationReadsAndMigratesToTheSameRows() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("old.ledger")
+        let live: [String: [Row]]
+        do {
+            _ = try Self.populated(path)
+            live = try LedgerTests.dump(path)
+        }
+        try DatabaseQueue(path: path).write { try undoCompactProjections($0) }
+        #expect(try LedgerTests.dump(path) == live)
+        var readOnly = testConfiguration()
+        readOnly.readOnly = true
+        let before = try Ledger(path: path, configuration: readOnly)
+        #expect(try before.verify().isValid)
+        let transactions = try before.transactions()
+        #expect(transactions.count > 100)
+
+        let migrated = try Ledger(path: path, configuration: testConfiguration())
+        #expect(try LedgerTests.dump(path) == live)
+        #expect(try migrated.transactions() == transactions)
+        #expect(try migrated.verify().isValid)
+        let applied = try DatabaseQueue(path: path).read { try String.fetchAll($0, sql: "SELECT identifier FROM grdb_migrations") }
+        #expect(applied == Migrations.names)
+        // And it goes on: appends and erasures write the compact tables.
+        try migrated.append(contentsOf: [E.queued("after", "p1"), E.purchased("after", downloads: ["after-d"])])
+        #expect(try migrated.transaction("after")?.state == .purchased)
+        #expect(try migrated.verify().isValid)
+    }
+
+    /// Edits with sqlite3 of what the views read (a text, a code, a difference), of a view
+    /// itself, or a trigger added: `verify` names each; `rebuild` repairs the rows.
+    @Test func editsOfTheCompactTablesTheirTextsAndViewsAreCaught() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("e.ledger")
+        let ledger = try Self.populated(path)
+        let live = try LedgerTests.dump(path)
+        func problems() throws -> [String] { try ledger.verify(all: true).problems.map(\.message) }
+        for edit in [
+            "UPDATE projection_texts SET text = 'p9' WHERE text = 'p1'",
+            "UPDATE transaction_rows SET product = (SELECT code FROM projection_texts WHERE text = 'purchased') WHERE transaction_id = 'c3'",
+            "UPDATE download_rows SET finished_at_ms = finished_at_ms + 1 WHERE download_id = 'cd5'",
+            "UPDATE transaction_rows SET state = 999 WHERE transaction_id = 'c4'",
+        ] {
+            try DatabaseQueue(path: path).write { try $0.execute(sql: edit) }
+            let found = try problems()
+            #expect(found.count == 1 && found[0].contains("differs from a fresh rebuild"), "\(edit): \(found)")
+            _ = try ledger.rebuildProjections()
+            // A text edited stays in projection_texts; the rows use the right one again.
+            try DatabaseQueue(path: path).write {
+                try $0.execute(sql: "UPDATE projection_texts SET text = 'p1' WHERE text = 'p9' AND NOT EXISTS (SELECT 1 FROM projection_texts WHERE text = 'p1')")
+            }
+            #expect(try LedgerTests.dump(path) == live, "\(edit)")
+            #expect(try problems().isEmpty, "\(edit)")
+        }
+        let view = try DatabaseQueue(path: path).read { try String.fetchOne($0, sql: "SELECT sql FROM sqlite_master WHERE name = 'transactions'")! }
+        // The same rows for verify's full scan, but not for a report of failed purchases.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DROP VIEW transactions")
+            try db.execute(sql: view.replacingOccurrences(of: "state.text AS state", with: "replace(state.text, 'failed', 'purchased') AS state"))
+        }
+        var found = try problems()
+        #expect(found.contains { $0.contains("the view transactions is not the one migration 0012 made") }, "\(found)")
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DROP VIEW transactions")
+            try db.execute(sql: view)
+            try db.execute(sql: "CREATE TRIGGER hide AFTER INSERT ON transaction_rows BEGIN DELETE FROM transaction_rows WHERE transaction_id = 'c1'; END")
+        }
+        found = try problems()
+        #expect(found == ["the file holds a trigger, hide, which the ledger never makes: it was added with sqlite3 and can change what is written or read"])
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "DROP TRIGGER hide")
+            try db.execute(sql: "DROP VIEW downloads")
+        }
+        found = try problems()
+        #expect(found.count == 1 && found[0].contains("the view downloads is missing"), "\(found)")
+    }
+
+    /// A code made in a transaction that is rolled back is forgotten with it: the next write of
+    /// the same text makes it again instead of pointing at a row that does not exist.
+    @Test func aCodeMadeInARolledBackTransactionIsNotUsedAfter() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("r.ledger")
+        _ = try Self.populated(path)
+        let queue = try DatabaseQueue(path: path)
+        let statements = PreparedStatements()
+        struct Abandon: Error {}
+        let made = Locked<Int64>(0), again = Locked<Int64>(0)
+        try queue.writeWithoutTransaction { db in
+            do {
+                try LedgerFile.immediateTransaction(db, statements) {
+                    made.withLock { $0 = (try? statements.texts.code("a new text", db)) ?? -1 }
+                    throw Abandon()
+                }
+                Issue.record("the transaction was not abandoned")
+            } catch is Abandon {}
+            try LedgerFile.immediateTransaction(db, statements) {
+                again.withLock { $0 = (try? statements.texts.code("a new text", db)) ?? -1 }
+                // Taken by another text first: a stale code would name it.
+                _ = try statements.texts.code("another new text", db)
+            }
+        }
+        let (text, cached) = try queue.write { db in
+            (
+                try String.fetchOne(db, sql: "SELECT text FROM projection_texts WHERE code = ?", arguments: [again.withLock { $0 }]),
+                try statements.texts.code("a new text", db)
+            )
+        }
+        #expect(made.withLock { $0 } > 0 && text == "a new text" && cached == again.withLock { $0 })
+    }
+}

@@ -119,15 +119,17 @@ CREATE INDEX downloads_by_transaction ON download_rows (transaction_id, position
 CREATE UNIQUE INDEX downloads_by_url ON download_rows (url) WHERE url IS NOT NULL;
 
 -- Each coded column is joined to its text by the text's code (a rowid), which reads faster than
--- a subquery per column (SQLite skips the joins of a query that reads no coded column).
+-- a subquery per column (SQLite skips the joins of a query that reads no coded column). A time
+-- made from a difference is CAST to INTEGER: a column's INTEGER affinity, so that it compares
+-- with a number written as text ('1709251247942') as the table's column did.
 CREATE VIEW transactions AS
     SELECT r.transaction_id, product.text AS product, r.user_id, r.quantity, state.text AS state, r.finished, r.revoked,
            r.revocation_reason, r.original_transaction, r.store_transaction_id, error_domain.text AS error_domain,
            r.error_code, r.error_message, r.was_deferred, r.discarded_content, r.queued_at_ms,
-           r.purchased_at_ms + coalesce(r.queued_at_ms, 0) AS purchased_at_ms,
-           r.failed_at_ms + coalesce(r.queued_at_ms, 0) AS failed_at_ms,
-           r.finished_at_ms + coalesce(r.queued_at_ms, 0) AS finished_at_ms,
-           r.revoked_at_ms + coalesce(r.queued_at_ms, 0) AS revoked_at_ms,
+           CAST(r.purchased_at_ms + coalesce(r.queued_at_ms, 0) AS INTEGER) AS purchased_at_ms,
+           CAST(r.failed_at_ms + coalesce(r.queued_at_ms, 0) AS INTEGER) AS failed_at_ms,
+           CAST(r.finished_at_ms + coalesce(r.queued_at_ms, 0) AS INTEGER) AS finished_at_ms,
+           CAST(r.revoked_at_ms + coalesce(r.queued_at_ms, 0) AS INTEGER) AS revoked_at_ms,
            r.events, price.text AS price, currency.text AS currency, price_source.text AS price_source,
            storefront.text AS storefront, environment.text AS environment, ownership.text AS ownership,
            offer_type.text AS offer_type, r.offer_id
@@ -148,9 +150,9 @@ CREATE VIEW downloads AS
            r.content_length, state.text AS state, r.started, r.progress, r.bytes_written, r.content_url, r.copied_out,
            r.destination, r.discarded, r.lost, cancel_reason.text AS cancel_reason, error_domain.text AS error_domain,
            r.error_code, r.error_message, r.attempts, r.started_at_ms,
-           r.last_activity_at_ms + coalesce(r.started_at_ms, 0) AS last_activity_at_ms,
-           r.finished_at_ms + coalesce(r.started_at_ms, 0) AS finished_at_ms,
-           r.copied_out_at_ms + coalesce(r.started_at_ms, 0) AS copied_out_at_ms,
+           CAST(r.last_activity_at_ms + coalesce(r.started_at_ms, 0) AS INTEGER) AS last_activity_at_ms,
+           CAST(r.finished_at_ms + coalesce(r.started_at_ms, 0) AS INTEGER) AS finished_at_ms,
+           CAST(r.copied_out_at_ms + coalesce(r.started_at_ms, 0) AS INTEGER) AS copied_out_at_ms,
            r.events
     FROM download_rows r
     LEFT JOIN projection_texts content ON content.code = r.content

@@ -68,6 +68,17 @@ import Testing
             try Row.fetchOne(db, sql: "SELECT typeof(state) AS state, typeof(content_version) AS version FROM download_rows WHERE download_id = 'cd7'")!
         }
         #expect(download["state"] as String == "integer" && download["version"] as String == "integer")
+        // A time made from a difference compares with a number written as text as a column does.
+        let compared = try DatabaseQueue(path: path).read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT (SELECT count(*) FROM transactions WHERE purchased_at_ms > '0') AS text,
+                           (SELECT count(*) FROM transactions WHERE purchased_at_ms > 0) AS number,
+                           (SELECT count(*) FROM downloads WHERE finished_at_ms >= '1') AS downloads
+                    """)!
+        }
+        #expect(compared["text"] as Int == compared["number"] as Int && compared["number"] as Int > 100 && compared["downloads"] as Int > 50)
     }
 
     /// A ledger from before 0012 reads the same on a read-only open, and its first writable open

@@ -10,33 +10,50 @@ import PurchaseLedgerTesting
 // (with min and max), each ratio taken in the same run against a raw SQLite ceiling measured here
 // on the same bytes with the same pragmas. Run it through Tools/bench.sh.
 //
-//   ledger-bench run --workloads DIR --sizes 100000,1000000 --runs 3 --out results.json
-//   ledger-bench import-once WORKLOAD LEDGER      (child process: imports, prints peak RSS in KiB)
-//   ledger-bench peak-replay LEDGER               (child process: prints peak RSS in KiB)
-//
-// Loops for profilers (perf, valgrind --tool=callgrind on a stripped copy):
-//   ledger-bench profile-state LEDGER [ROUNDS]    where a state at a seq spends its time
-//   ledger-bench profile-replay-loop LEDGER [N]   N full replays, events/s of each
-//   ledger-bench profile-rebuild LEDGER [N]       N rebuilds, then N with every row rewritten
-//   ledger-bench profile-split LEDGER             decode alone, reduce alone, then both
-//   ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
-//   ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
-//   ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
-//   ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
-//   ledger-bench signed WORKLOAD [--runs N] [--out FILE]   the workload with every purchase signed (a chain made
-//                                                 here) against it unsigned: file bytes per signed purchase, import speed
-//   ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH] [--audit-baseline PATH]
-//                                                 ship N device ledgers into a PostgreSQL started here (with
-//                                                 --tls, also over TLS, same run); reports over them, the CLI's
-//                                                 undelivered one and its fleet audit too (alternated with the
-//                                                 baseline build's audit when given)
-//   ledger-bench fleet-apple WORKLOAD [--ledgers N] [--apple M] [--runs R] [--binary PATH]
-//   ledger-bench ingest WORKLOAD [--ledgers N] [--runs R] [--concurrency K] [--binary PATH]
-//                                                 M of Apple's signed transactions (a chain made here) beside N
-//                                                 shipped ledgers: the import's verify rate against openssl's,
-//                                                 the CLI's apple-import, and its fleet divergence report
-//   ledger-bench fleet-report URL [--binary PATH] [--runs N]   the CLI's undelivered report in each format
-//                                                 over a fleet already shipped: wall time and peak memory
+// The commands: `usage` below (`ledger-bench --help` prints it).
+
+/// The commands (`--help` prints them).
+let usage = """
+    usage:
+      ledger-bench run --workloads DIR --sizes 100000,1000000 --runs 3 --out results.json
+      ledger-bench import-once WORKLOAD LEDGER      (child process: imports, prints peak RSS in KiB)
+      ledger-bench peak-replay LEDGER               (child process: prints peak RSS in KiB)
+
+      Loops for profilers (perf, valgrind --tool=callgrind on a stripped copy):
+      ledger-bench profile-state LEDGER [ROUNDS]    where a state at a seq spends its time
+      ledger-bench profile-replay-loop LEDGER [N]   N full replays, events/s of each
+      ledger-bench profile-rebuild LEDGER [N]       N rebuilds, then N with every row rewritten
+      ledger-bench profile-split LEDGER             decode alone, reduce alone, then both
+      ledger-bench profile-snapshot-loop LEDGER SEQ [N]   N states at SEQ on one open ledger
+      ledger-bench profile-cold-loop LEDGER SEQ [N]       N opens and states at SEQ, each on a new Ledger
+      ledger-bench profile-append WORKLOAD LEDGER [N]     N per-event appends (synchronous=NORMAL)
+      ledger-bench profile-append-on LEDGER TAIL          TAIL's events appended one commit each to a copy of LEDGER
+      ledger-bench profile-shipment DIR [N]         what a ship reads on the client, for N ledgers of DIR
+      ledger-bench append WORKLOAD [RUNS]           the per-event durable append figures alone
+      ledger-bench append-at-scale WORKLOAD [RUNS]  the per-event append figure at the workload's size
+
+      Reliability (Tools/reliability.sh):
+      ledger-bench crash [--kills N]                writers killed mid-append; no acknowledged event lost
+      ledger-bench flips [--trials N] [--workload FILE]   flipped bits; every one caught
+      ledger-bench fuzz [--inputs N]                fuzzed decoders; none crashes
+      ledger-bench fleet-crash [--kills N] [--workload FILE] [--binary PATH]   ships killed; none loses an event
+      ledger-bench codec LEDGER [RUNS]              the Swift LZ4 codec against liblz4 on the ledger's blocks
+      ledger-bench import-floor WORKLOAD [RUNS]     what an import cannot skip, against what 0.6x of raw allows
+      ledger-bench signed WORKLOAD [--runs N] [--out FILE]   the workload with every purchase signed (a chain made
+                                                    here) against it unsigned: file bytes per signed purchase, import speed
+      ledger-bench fleet WORKLOAD [--ledgers N] [--runs R] [--tls] [--binary PATH] [--audit-baseline PATH]
+                                                    ship N device ledgers into a PostgreSQL started here (with
+                                                    --tls, also over TLS, same run); reports over them, the CLI's
+                                                    undelivered one and its fleet audit too (alternated with the
+                                                    baseline build's audit when given)
+      ledger-bench fleet-apple WORKLOAD [--ledgers N] [--apple M] [--runs R] [--binary PATH]
+      ledger-bench ingest WORKLOAD [--ledgers N] [--runs R] [--concurrency K] [--binary PATH]
+                                                    M of Apple's signed transactions (a chain made here) beside N
+                                                    shipped ledgers: the import's verify rate against openssl's,
+                                                    the CLI's apple-import, and its fleet divergence report
+      ledger-bench fleet-report URL [--binary PATH] [--runs N]   the CLI's undelivered report in each format
+                                                    over a fleet already shipped: wall time and peak memory
+    """
 
 struct Figure {
     var name: String
@@ -465,14 +482,43 @@ func appendAtScaleFigure(workload: String, count: Int = 1000, runs: Int, scratch
 // A line at a time, also into a file: a run that stops part way keeps the figures it printed.
 setvbuf(stdout, nil, _IOLBF, 0)
 let args = Array(CommandLine.arguments.dropFirst())
+// `--help` or `-h` anywhere prints the commands (the list at the top of this file) and runs none:
+// `fleet --help` used to take `--help` for the workload file and crash.
+if args.contains("--help") || args.contains("-h") {
+    print(usage)
+    exit(0)
+}
+
+/// The value after option `name`, nil when the option is absent. An option without its value is
+/// a usage error, not an index past the end.
+func optionValue(_ name: String) -> String? {
+    guard let i = args.firstIndex(of: name) else { return nil }
+    guard i + 1 < args.count, !args[i + 1].hasPrefix("--") else {
+        FileHandle.standardError.write(Data("ledger-bench: \(name) needs a value\n\(usage)\n".utf8))
+        exit(2)
+    }
+    return args[i + 1]
+}
+
+/// Argument `i` of the command line (0 is the command), or a usage error when it is missing.
+func argument(_ i: Int) -> String {
+    guard i < args.count else {
+        FileHandle.standardError.write(Data("ledger-bench \(args.first ?? ""): missing argument \(i)\n\(usage)\n".utf8))
+        exit(2)
+    }
+    return args[i]
+}
+
+/// The command's first argument, unless it is an option.
+let positional = args.count > 1 && !args[1].hasPrefix("--") ? args[1] : nil
 switch args.first {
 case "import-once":
-    _ = try importWorkload(args[1], into: args[2])
+    _ = try importWorkload(argument(1), into: argument(2))
     print(peakRSSKiB())
 case "peak-replay":
     var c = configuration()
     c.readOnly = true
-    let replayed = try Ledger(path: args[1], configuration: c).replayFromLog()
+    let replayed = try Ledger(path: argument(1), configuration: c).replayFromLog()
     // What the memory is, on stderr (stdout is the figure the benchmark reads): the state and the
     // heap (RssAnon) against pages of the mapped ledger file (RssFile).
     if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) {
@@ -482,21 +528,21 @@ case "peak-replay":
     print(peakRSSKiB())
 case "profile-append":
     // A loop for profilers: per-event appends with synchronous=NORMAL.
-    let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: args[1]))))
-    remove(args[2])
-    let ledger = try Ledger(path: args[2], configuration: configuration(durability: .normal))
-    let (_, seconds) = try time { for e in input.events.prefix(Int(args[3]) ?? 5000) { try ledger.append(e) } }
+    let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: argument(1)))))
+    remove(argument(2))
+    let ledger = try Ledger(path: argument(2), configuration: configuration(durability: .normal))
+    let (_, seconds) = try time { for e in input.events.prefix(Int(argument(3)) ?? 5000) { try ledger.append(e) } }
     print(seconds)
 case "profile-append-on":
     // `profile-append-on LEDGER TAIL.jsonl`: a loop for profilers: a copy of LEDGER, its state
     // loaded, then TAIL's events appended one commit each (synchronous=NORMAL).
-    let copy = args[1] + ".profile-copy"
+    let copy = argument(1) + ".profile-copy"
     for suffix in ["", "-wal", "-shm"] { remove(copy + suffix) }
-    try FileManager.default.copyItem(atPath: args[1], toPath: copy)
+    try FileManager.default.copyItem(atPath: argument(1), toPath: copy)
     sync()  // the copy's pages reach the disk now, not in the first checkpoint's fsync
     let ledger = try Ledger(path: copy, configuration: configuration(durability: .normal))
     _ = ledger.currentState
-    let tail = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: args[2])))).events
+    let tail = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: argument(2))))).events
     let (_, seconds) = try time { for e in tail { try ledger.append(e) } }
     print(String(format: "%d appends in %.3f s: %.0f µs each", tail.count, seconds, seconds * 1e6 / Double(tail.count)))
 case "profile-state":
@@ -504,9 +550,9 @@ case "profile-state":
     // tail after it, and a full replay.
     var c = configuration()
     c.readOnly = true
-    let ledger = try Ledger(path: args[1], configuration: c)
+    let ledger = try Ledger(path: argument(1), configuration: c)
     let last = try ledger.lastSeq()
-    let rounds = args.count > 2 ? Int(args[2]) ?? 5 : 5
+    let rounds = args.count > 2 ? Int(argument(2)) ?? 5 : 5
     for _ in 0..<rounds {
         let interval = Int64(LedgerConfiguration().snapshotInterval)
         let atSnapshot = (last / interval) * interval - interval
@@ -534,8 +580,8 @@ case "profile-state":
 case "profile-rebuild":
     // Rebuilds of the projections on one open ledger, as the benchmark times them: the default
     // (only rows that differ are written), then with every row rewritten, alternating.
-    let ledger = try Ledger(path: args[1], configuration: configuration())
-    for _ in 0..<(args.count > 2 ? Int(args[2]) ?? 3 : 3) {
+    let ledger = try Ledger(path: argument(1), configuration: configuration())
+    for _ in 0..<(args.count > 2 ? Int(argument(2)) ?? 3 : 3) {
         let (summary, seconds) = try time { try ledger.rebuildProjections() }
         let (_, full) = try time { try ledger.rebuildProjections(rewritingEveryRow: true) }
         print(String(format: "rebuild %.2f s (%d rows written), every row rewritten %.2f s", seconds, summary.rowsWritten, full))
@@ -543,21 +589,21 @@ case "profile-rebuild":
 case "profile-replay-loop":
     var c = configuration()
     c.readOnly = true
-    let ledger = try Ledger(path: args[1], configuration: c)
+    let ledger = try Ledger(path: argument(1), configuration: c)
     var rates: [Double] = []
     let last = Double(try ledger.lastSeq())
-    for _ in 0..<(Int(args[2]) ?? 3) { rates.append(last / (try time { try ledger.replayFromLog() }.1)) }
+    for _ in 0..<(Int(argument(2)) ?? 3) { rates.append(last / (try time { try ledger.replayFromLog() }.1)) }
     print(rates.map { String(format: "%.0f", $0) }.joined(separator: " "), String(format: "median %.0f", rates.sorted()[rates.count / 2]))
 case "profile-snapshot-loop":
     var c = configuration()
     c.readOnly = true
-    let ledger = try Ledger(path: args[1], configuration: c)
-    for _ in 0..<(Int(args[3]) ?? 10) { _ = try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }
+    let ledger = try Ledger(path: argument(1), configuration: c)
+    for _ in 0..<(Int(argument(3)) ?? 10) { _ = try ledger.state(atSeq: Int64(argument(2)) ?? 950_000) }
 case "profile-split":
     // Decode alone (into memory), then reduce alone, to see which side a replay waits on.
     var c = configuration()
     c.readOnly = true
-    let ledger = try Ledger(path: args[1], configuration: c)
+    let ledger = try Ledger(path: argument(1), configuration: c)
     for _ in 0..<3 {
         var events: [RecordedEvent] = []
         events.reserveCapacity(Int(try ledger.lastSeq()))
@@ -579,9 +625,9 @@ case "profile-cold-loop":
     var c = configuration()
     c.readOnly = true
     var times: [String] = []
-    for _ in 0..<(Int(args[3]) ?? 10) {
-        let (ledger, open) = try time { try Ledger(path: args[1], configuration: c) }
-        let state = try time { try ledger.state(atSeq: Int64(args[2]) ?? 950_000) }.1
+    for _ in 0..<(Int(argument(3)) ?? 10) {
+        let (ledger, open) = try time { try Ledger(path: argument(1), configuration: c) }
+        let state = try time { try ledger.state(atSeq: Int64(argument(2)) ?? 950_000) }.1
         times.append(String(format: "open %.1f + state %.1f ms", open * 1000, state * 1000))
     }
     print(times.joined(separator: "\n"))
@@ -590,9 +636,9 @@ case "profile-shipment":
     // chain-checked and replayed into projection rows (no server). `profile-shipment DIR [N]`.
     var c = configuration()
     c.readOnly = true
-    let folder = args[1]
+    let folder = argument(1)
     let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".ledger") }.sorted()
-    let paths = names.prefix(args.count > 2 ? Int(args[2]) ?? names.count : names.count).map { folder + "/" + $0 }
+    let paths = names.prefix(args.count > 2 ? Int(argument(2)) ?? names.count : names.count).map { folder + "/" + $0 }
     var opening = 0.0, reading = 0.0, events = 0
     for path in paths {
         let (ledger, open) = try time { try Ledger(path: path, configuration: c) }
@@ -607,7 +653,7 @@ case "append":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    for figure in try perEventAppendFigures(workload: args[1], runs: args.count > 2 ? Int(args[2]) ?? 3 : 3, scratch: scratch) {
+    for figure in try perEventAppendFigures(workload: argument(1), runs: args.count > 2 ? Int(argument(2)) ?? 3 : 3, scratch: scratch) {
         print(figure.summary)
     }
 case "append-at-scale":
@@ -615,9 +661,9 @@ case "append-at-scale":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    print(try appendAtScaleFigure(workload: args[1], runs: args.count > 2 ? Int(args[2]) ?? 3 : 3, scratch: scratch).summary)
+    print(try appendAtScaleFigure(workload: argument(1), runs: args.count > 2 ? Int(argument(2)) ?? 3 : 3, scratch: scratch).summary)
 case "crash-writer":
-    try crashWriter(ledgerPath: args[1], ackPath: args[2], mode: args[3])
+    try crashWriter(ledgerPath: argument(1), ackPath: argument(2), mode: argument(3))
 case "crash", "flips", "fuzz":
     func value(_ name: String, _ fallback: Int) -> Int {
         guard let i = args.firstIndex(of: name), i + 1 < args.count, let v = Int(args[i + 1]) else { return fallback }
@@ -628,10 +674,10 @@ case "crash", "flips", "fuzz":
     // Removed before `exit`, which returns to no `defer`: every run used to leave its scratch
     // ledgers (up to 12 MB) in the temporary directory.
     let result = Result { () throws -> Bool in
-        switch args[0] {
+        switch argument(0) {
         case "crash": return try crashHarness(kills: value("--kills", 200), scratch: scratch)
         case "flips":
-            let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
+            let workload = optionValue("--workload") ?? "bench-results/workload-100000.jsonl"
             return try flipHarness(trials: value("--trials", 500), workload: workload, scratch: scratch)
         default: return try fuzzHarness(inputs: value("--inputs", 1_000_000))
         }
@@ -639,62 +685,62 @@ case "crash", "flips", "fuzz":
     try? FileManager.default.removeItem(atPath: scratch)
     exit(try result.get() ? 0 : 1)
 case "fleet":
-    let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3
-    let ledgers = args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000
+    let runs = optionValue("--runs").map { Int($0) ?? 3 } ?? 3
+    let ledgers = optionValue("--ledgers").map { Int($0) ?? 1000 } ?? 1000
     // The CLI beside this tool, for the report figures (`--binary PATH` for another).
-    let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger")
+    let binary = optionValue("--binary") ?? besideThisTool("purchase-ledger")
     try fleetBenchmark(
-        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
+        workload: positional ?? "bench-results/workload-1000000.jsonl", ledgers: ledgers, runs: runs, tls: args.contains("--tls"),
         binary: FileManager.default.isExecutableFile(atPath: binary) ? binary : nil,
-        auditBaseline: args.firstIndex(of: "--audit-baseline").map { args[$0 + 1] })
+        auditBaseline: optionValue("--audit-baseline"))
 case "ingest":
     try ingestBenchmark(
-        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl",
-        ledgers: args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 1000 } ?? 1000,
-        runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
-        concurrency: args.firstIndex(of: "--concurrency").map { Int(args[$0 + 1]) ?? 8 } ?? 8,
-        binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"))
+        workload: positional ?? "bench-results/workload-1000000.jsonl",
+        ledgers: optionValue("--ledgers").map { Int($0) ?? 1000 } ?? 1000,
+        runs: optionValue("--runs").map { Int($0) ?? 3 } ?? 3,
+        concurrency: optionValue("--concurrency").map { Int($0) ?? 8 } ?? 8,
+        binary: optionValue("--binary") ?? besideThisTool("purchase-ledger"))
 case "fleet-apple":
     try fleetAppleBenchmark(
-        workload: args.count > 1 ? args[1] : "bench-results/workload-1000000.jsonl",
-        ledgers: args.firstIndex(of: "--ledgers").map { Int(args[$0 + 1]) ?? 5000 } ?? 5000,
-        apple: args.firstIndex(of: "--apple").map { Int(args[$0 + 1]) ?? 100_000 } ?? 100_000,
-        runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
-        binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"))
+        workload: positional ?? "bench-results/workload-1000000.jsonl",
+        ledgers: optionValue("--ledgers").map { Int($0) ?? 5000 } ?? 5000,
+        apple: optionValue("--apple").map { Int($0) ?? 100_000 } ?? 100_000,
+        runs: optionValue("--runs").map { Int($0) ?? 3 } ?? 3,
+        binary: optionValue("--binary") ?? besideThisTool("purchase-ledger"))
 case "fleet-report":
     guard args.count > 1 else {
         print("usage: ledger-bench fleet-report URL [--binary PATH] [--runs N]")
         exit(2)
     }
-    let runs = args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 5 } ?? 5
-    try fleetReportFigures(url: args[1], binary: args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? besideThisTool("purchase-ledger"), runs: runs)
+    let runs = optionValue("--runs").map { Int($0) ?? 5 } ?? 5
+    try fleetReportFigures(url: argument(1), binary: optionValue("--binary") ?? besideThisTool("purchase-ledger"), runs: runs)
 case "timed-run":
     // Internal to fleet-report: runs the rest of the line, prints its wall seconds and peak KiB.
     let run = try timedRun(Array(args.dropFirst()))
     print("\(run.seconds) \(run.peakKiB)")
 case "fleet-crash":
-    let kills = args.firstIndex(of: "--kills").map { Int(args[$0 + 1]) ?? 50 } ?? 50
-    let workload = args.firstIndex(of: "--workload").map { args[$0 + 1] } ?? "bench-results/workload-100000.jsonl"
-    let binary = args.firstIndex(of: "--binary").map { args[$0 + 1] } ?? ".build/release/purchase-ledger"
+    let kills = optionValue("--kills").map { Int($0) ?? 50 } ?? 50
+    let workload = optionValue("--workload") ?? "bench-results/workload-100000.jsonl"
+    let binary = optionValue("--binary") ?? ".build/release/purchase-ledger"
     exit(try fleetCrash(workload: workload, kills: kills, binary: binary) ? 0 : 1)
 case "import-floor":
     guard args.count > 1 else {
         print("usage: ledger-bench import-floor WORKLOAD [RUNS]")
         exit(2)
     }
-    try importFloor(workload: args[1], runs: args.count > 2 ? max(1, Int(args[2]) ?? 3) : 3)
+    try importFloor(workload: argument(1), runs: args.count > 2 ? max(1, Int(argument(2)) ?? 3) : 3)
 case "signed":
     guard args.count > 1 else {
         print("usage: ledger-bench signed WORKLOAD [--runs N] [--out SIGNED.jsonl]")
         exit(2)
     }
     try signedFigures(
-        workload: args[1], runs: args.firstIndex(of: "--runs").map { Int(args[$0 + 1]) ?? 3 } ?? 3,
-        out: args.firstIndex(of: "--out").map { args[$0 + 1] })
+        workload: argument(1), runs: optionValue("--runs").map { Int($0) ?? 3 } ?? 3,
+        out: optionValue("--out"))
 case "codec":
     var c = configuration()
     c.readOnly = true
-    let result = try codecComparison(try Ledger(path: args[1], configuration: c), runs: args.count > 2 ? Int(args[2]) ?? 5 : 5)
+    let result = try codecComparison(try Ledger(path: argument(1), configuration: c), runs: args.count > 2 ? Int(argument(2)) ?? 5 : 5)
     print(result.summary)
 case "run":
     func option(_ name: String, _ fallback: String) -> String {
@@ -707,8 +753,7 @@ case "run":
         runs: Int(option("--runs", "3")) ?? 3,
         out: option("--out", "bench-results/results.json"))
 default:
-    print("usage: ledger-bench run [--workloads DIR] [--sizes 100000,1000000] [--runs 3] [--out FILE]")
-    print("       ledger-bench import-floor WORKLOAD [RUNS]; others: see the top of Tools/ledger-bench/main.swift")
+    print(usage)
     exit(2)
 }
 

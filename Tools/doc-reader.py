@@ -303,6 +303,7 @@ class PersonalValues:
         self.headers = headers      # SigningHeaders (migration 0008), or None before it
         self.values = {}            # ref -> text bytes (a packed body unpacked), filled as read
         self.commitments = {}       # ref -> 16-byte commitment, from the field 15 that introduced it
+        self.unknown = set()        # refs of elided commitments neither held nor kept (a deletion)
 
     def value(self, ref):
         """The text bytes of a present row (unpacked if packed), or None if the row is gone."""
@@ -363,7 +364,9 @@ class PersonalValues:
             except UnicodeDecodeError:
                 # No writer stores such a value (verify reports it against its commitment).
                 raise FormatError("personal value %d is not UTF-8 text" % value)
-        if is_user:
+        # A user id, or a value whose elided commitment is neither held nor kept (deleted without
+        # an erasure), reads as its ref: no commitment says which value it was.
+        if is_user or value in self.unknown:
             return "[erased %d]" % value, True
         commitment = self.commitments.get(value)
         if commitment is None:
@@ -816,9 +819,12 @@ def restore_elided(payload, commitment):
     start, end, blob = found
     refs = []
     p = 0
-    while p < len(blob):
-        ref, p = read_varint(blob, p)
-        refs.append(ref)
+    try:
+        while p < len(blob):
+            ref, p = read_varint(blob, p)
+            refs.append(ref)
+    except FormatError:
+        return payload   # refs that do not parse: the payload is hashed as stored, as the CLI does
     pairs = b"".join(encode_varint(ref) + commitment(ref) for ref in refs)
     return payload[:start] + encode_varint(15 << 3 | WIRE_BYTES) + encode_varint(len(pairs)) + pairs + payload[end:]
 
@@ -999,11 +1005,14 @@ def export(path, out, check_chain=False, key=None):
         def commitment(ref):
             row = rows.get(ref)
             if row is None:
+                if ref not in kept:
+                    personal.unknown.add(ref)
                 return kept.get(ref, bytes(16))
             owner, salt, _ = row
             if owner != 0:
                 salt = rows.get(owner, (None, None, None))[1]
             if salt is None:
+                personal.unknown.add(ref)
                 return bytes(16)
             return hashlib.sha256(b"purchase-ledger personal value v1\x00" + bytes(salt) + personal.value(ref)).digest()[:16]
 

@@ -262,6 +262,35 @@ struct ElidedCommitmentsTests {
         #expect(read.split(separator: "\n").map(String.init) == (try Self.export(ledger)))
     }
 
+    /// A sealed value deleted without an erasure (its block of values rewritten without it,
+    /// nothing kept): the chain breaks at its event, and the CLI's export and the independent
+    /// reader both show it as `[erased <ref>]` (no commitment says which value it was; the reader
+    /// used to show the 16 zero bytes it hashes in its place).
+    @Test func aValueDeletedWithoutAnErasureReadsAsItsRefInBothReaders() throws {
+        let (dir, path, commitments) = try Self.sealedLedger()
+        defer { withExtendedLifetime(dir) {} }
+        let (ref, seq) = try DatabaseQueue(path: path).read { db -> (Int64, Int64) in
+            let sealedThrough = try Int64.fetchOne(db, sql: "SELECT max(last_seq) FROM event_blocks") ?? 0
+            let sealed = try PersonalValueBlocks.owners(db).filter { $0.owner > 0 && (commitments[$0.ref]?.seq ?? .max) <= sealedThrough }
+            let chosen = sealed[sealed.count / 2].ref
+            return (chosen, commitments[chosen]!.seq)
+        }
+        // On a copy: this process keeps the values it read of the original's path.
+        let copy = dir.path("deleted.ledger")
+        try FileManager.default.copyItem(atPath: path, toPath: copy)
+        try DatabaseQueue(path: copy).write { db in _ = try PersonalValueBlocks.erase([ref], db) }
+        let ledger = try Ledger(path: copy, configuration: Self.configuration(.current))
+        let exported = try Self.export(ledger)
+        let line = exported.first { $0.hasPrefix("{\"seq\":\(seq),") }
+        #expect(line?.contains("[erased \(ref)]") == true, "\(line ?? "no event \(seq)")")
+        let reader = packageRoot.appending(path: "Tools/doc-reader.py").path
+        let read = try LocalPostgres.run("/usr/bin/env", ["python3", reader, copy]).split(separator: "\n").map(String.init)
+        let difference = zip(read, exported).first { $0 != $1 }
+        #expect(read.count == exported.count && difference == nil, "\(difference.map { "reader: \($0.0)\nCLI:    \($0.1)" } ?? "")")
+        let problems = try ledger.verify(all: true).problems
+        #expect(problems.contains { $0.kind == .chain && $0.seq == seq }, "\(problems.map(\.description))")
+    }
+
     /// What an attacker with sqlite3 tries once commitments are made again from the values, each
     /// reported (a helper's attack on this change): a value held twice (the chain makes no
     /// commitment for it, whichever copy a reader shows), a value deleted and passed off as

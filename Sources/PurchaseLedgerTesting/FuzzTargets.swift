@@ -22,9 +22,11 @@ public enum FuzzTargets {
         bytes.withUnsafeBytes { (try? LZ4.decompress($0, originalSize: size)) != nil }
     }
 
-    /// The uncompressed frames of a sealed block of 24 realistic events (seqs 1...24), with
-    /// their links inside the frames (`trailingLinks` false, the older layout) or after them.
-    public static func blockSample(trailingLinks: Bool) -> [UInt8] {
+    /// The uncompressed frames of a sealed block of 24 realistic events (seqs 1...24), in
+    /// `layout`: their links inside the frames (the oldest), after them, or after them with the
+    /// commitments of every third event's personal values elided (its field 15 stored as field
+    /// 14, the refs alone).
+    package static func blockSample(layout: BlockLayout) -> [UInt8] {
         var frames: [EventStore.Frame] = []
         var generator = SystemRandomNumberGenerator()
         for i in 0..<24 {
@@ -37,16 +39,40 @@ public enum FuzzTargets {
             let at = Timestamp(nanosecondsSinceEpoch: 1_709_251_200_000_000_000 + Int64(i) * 1_500_000_000)
             let event = RecordedEvent(seq: Int64(i + 1), version: 1, event: Event(at: at, body), recordedAt: at)
             let link = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-            frames.append(EventStore.Frame(event, payload: FrameCodec.payload(body), link: link))
+            var payload = FrameCodec.payload(body)
+            if i % 3 == 2 {
+                // Field 15 (wire 2, key 0x7A): the (ref, commitment) pairs of the values the event
+                // introduces, each ref a varint.
+                var pairs: [UInt8] = []
+                for ref in [UInt64(100 + i), UInt64(70_000 + i)] {
+                    pairs += varint(ref) + (0..<16).map { _ in UInt8.random(in: 0...255, using: &generator) }
+                }
+                payload += [0x7A] + varint(UInt64(pairs.count)) + pairs
+            }
+            var frame = EventStore.Frame(event, payload: payload, link: link)
+            frame.introductionsChecked = true
+            frames.append(frame)
         }
-        return EventStore.rawBlock(frames[...], layout: trailingLinks ? .trailingLinks : .inlineLinks)
+        let raw = EventStore.rawBlock(frames[...], layout: layout)
+        // 8 events of 2 commitments each: 256 bytes fewer when they are elided.
+        precondition(layout != .elidedCommitments || raw.count == EventStore.rawBlock(frames[...], layout: .trailingLinks).count - 256)
+        return raw
+    }
+
+    private static func varint(_ value: UInt64) -> [UInt8] {
+        var value = value, bytes: [UInt8] = []
+        while value >= 0x80 {
+            bytes.append(UInt8(value & 0x7F) | 0x80)
+            value >>= 7
+        }
+        return bytes + [UInt8(value)]
     }
 
     /// Decodes `raw` as the uncompressed frames of a sealed block said to hold events
-    /// `first...last`, in either layout; false when the damage is found and reported.
-    public static func decodeBlock(_ raw: [UInt8], first: Int64, last: Int64, trailingLinks: Bool) -> Bool {
+    /// `first...last`, in `layout`; false when the damage is found and reported.
+    package static func decodeBlock(_ raw: [UInt8], first: Int64, last: Int64, layout: BlockLayout) -> Bool {
         var block = EventStore.SealedBlock(first: first, last: last, from: first, through: last)
-        block.layout = trailingLinks ? .trailingLinks : .inlineLinks
+        block.layout = layout
         block.rawSize = raw.count
         block.data = raw
         return EventStore.decodeEvents(block).failure == nil

@@ -258,7 +258,9 @@ func fuzzHarness(inputs: Int) throws -> Bool {
     let seeds = (1...40).flatMap { CrashWorkload.batch($0) } + [CrashWorkload.catalog]
     let payloads = try seeds.map { try JSONLines.decode($0) }.map { ($0.type, $0.binaryPayload) }
     let block = try FuzzTargets.compressedSample()
-    let frames = [FuzzTargets.blockSample(trailingLinks: false), FuzzTargets.blockSample(trailingLinks: true)]
+    let frames = BlockLayout.allCases.map { ($0, FuzzTargets.blockSample(layout: $0)) }
+    // Each seed decodes as it is: the mutations below start from blocks the reader accepts.
+    precondition(frames.allSatisfy { FuzzTargets.decodeBlock($1, first: 1, last: 24, layout: $0) }, "a sample block does not decode")
     var decoded = 0, rejected = 0
     for i in 0..<inputs {
         switch i % 4 {
@@ -283,10 +285,9 @@ func fuzzHarness(inputs: Int) throws -> Bool {
             let type = EventType.allCases.randomElement(using: &generator)!
             if FuzzTargets.decodePayload(type, bytes) { decoded += 1 } else { rejected += 1 }
         case 3:
-            // Sealed-block frames, in either layout: bytes changed, inserted or cut, and the
+            // Sealed-block frames, in every layout: bytes changed, inserted or cut, and the
             // block's range of seqs right, off by a little, or absurd.
-            let trailing = Bool.random(using: &generator)
-            var bytes = frames[trailing ? 1 : 0]
+            var (layout, bytes) = frames.randomElement(using: &generator)!
             for _ in 0..<Int.random(in: 1...3, using: &generator) where !bytes.isEmpty {
                 let p = Int.random(in: 0..<bytes.count, using: &generator)
                 if Bool.random(using: &generator) {
@@ -300,7 +301,7 @@ func fuzzHarness(inputs: Int) throws -> Bool {
             let last: Int64 =
                 Bool.random(using: &generator)
                 ? 24 : [first, first &+ 23, first &- 1, .max, .min, Int64.random(in: -100...100, using: &generator)].randomElement(using: &generator)!
-            if FuzzTargets.decodeBlock(bytes, first: first, last: last, trailingLinks: trailing) { decoded += 1 } else { rejected += 1 }
+            if FuzzTargets.decodeBlock(bytes, first: first, last: last, layout: layout) { decoded += 1 } else { rejected += 1 }
         default:
             // LZ4: a compressed block with bytes changed or cut, and a wrong size claimed.
             var bytes = block.data

@@ -24,7 +24,7 @@ extension EventStore {
         /// encoder just wrote, and for a stored one ``ElidedCommitments/check(_:_:)`` checked.
         /// A block of the ``BlockLayout/elidedCommitments`` layout stores only such a frame's
         /// commitments elided.
-        var introductionsChecked = false
+        package var introductionsChecked = false
 
         /// A new event's frame; its link is set when it is linked into the chain.
         package init(_ e: RecordedEvent, payload: [UInt8], link: [UInt8] = []) {

@@ -225,48 +225,39 @@ func undo0007(_ db: Database) throws {
 }
 
 /// Puts `transactions` and `downloads` back as the tables they were before migration 0012
-/// (which made them views of `transaction_rows` and `download_rows`) and forgets that migration,
-/// so a test can make a ledger of an older layout from a new one; the next writable open runs
-/// 0012 again. Leaves `owned_content_history_view` dropped when `keepHistoryView` is false.
+/// (which made them views of `transaction_rows` and `download_rows`), with the statements of
+/// the migrations that made them (0003, 0005), so the schema is exactly what a ledger before
+/// 0012 has, and forgets that migration: a test makes a ledger of an older layout from a new
+/// one, and the next writable open runs 0012 again. Leaves `owned_content_history_view` dropped
+/// when `keepHistoryView` is false.
 func undoCompactProjections(_ db: Database, keepHistoryView: Bool = true) throws {
+    func migration(_ name: String) -> String { embeddedMigrations.first { $0.name == name }!.sql }
+    /// The statement of `sql` that starts with `start`, without its semicolon.
+    func statement(_ sql: String, _ start: String) -> String {
+        let from = sql.range(of: start)!.lowerBound
+        return String(sql[from..<sql[from...].firstIndex(of: ";")!])
+    }
+    let layout = migration("0003_projections_without_rowid"), terms = migration("0005_transaction_terms")
+    let history = statement(migration("0004_history_destination"), "CREATE VIEW owned_content_history_view")
+    try db.execute(sql: "DROP VIEW owned_content_history_view")
+    try db.execute(sql: statement(layout, "CREATE TABLE transactions_new"))
+    try db.execute(sql: "ALTER TABLE transactions_new RENAME TO plain_transactions")
+    for alter in terms.components(separatedBy: ";").map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }) {
+        guard let start = alter.range(of: "ALTER TABLE transactions ADD COLUMN") else { continue }
+        try db.execute(sql: String(alter[start.lowerBound...]).replacingOccurrences(of: "ALTER TABLE transactions", with: "ALTER TABLE plain_transactions"))
+    }
+    try db.execute(sql: statement(layout, "CREATE TABLE downloads_new"))
     try db.execute(
         sql: """
-            DROP VIEW owned_content_history_view;
-            CREATE TABLE plain_transactions (
-                transaction_id TEXT PRIMARY KEY NOT NULL, product TEXT NOT NULL, user_id TEXT, quantity INTEGER NOT NULL,
-                state TEXT NOT NULL, finished INTEGER NOT NULL, revoked INTEGER NOT NULL, revocation_reason TEXT,
-                original_transaction TEXT, store_transaction_id TEXT, error_domain TEXT, error_code INTEGER, error_message TEXT,
-                was_deferred INTEGER NOT NULL, discarded_content INTEGER NOT NULL, queued_at_ms INTEGER, purchased_at_ms INTEGER,
-                failed_at_ms INTEGER, finished_at_ms INTEGER, revoked_at_ms INTEGER, events INTEGER NOT NULL, price TEXT, currency TEXT,
-                price_source TEXT, storefront TEXT, environment TEXT, ownership TEXT, offer_type TEXT, offer_id TEXT) WITHOUT ROWID;
             INSERT INTO plain_transactions SELECT * FROM transactions;
-            DROP VIEW transactions; DROP TABLE transaction_rows;
+            INSERT INTO downloads_new SELECT * FROM downloads;
+            DROP VIEW transactions; DROP TABLE transaction_rows; DROP VIEW downloads; DROP TABLE download_rows; DROP TABLE projection_texts;
             ALTER TABLE plain_transactions RENAME TO transactions;
-            CREATE INDEX transactions_by_user ON transactions (user_id);
-            CREATE TABLE plain_downloads (
-                download_id TEXT PRIMARY KEY NOT NULL, transaction_id TEXT, position INTEGER NOT NULL, url TEXT, content TEXT,
-                content_version TEXT, content_length INTEGER, state TEXT NOT NULL, started INTEGER NOT NULL, progress REAL NOT NULL,
-                bytes_written INTEGER, content_url TEXT, copied_out INTEGER NOT NULL, destination TEXT, discarded INTEGER NOT NULL,
-                lost INTEGER NOT NULL, cancel_reason TEXT, error_domain TEXT, error_code INTEGER, error_message TEXT,
-                attempts INTEGER NOT NULL, started_at_ms INTEGER, last_activity_at_ms INTEGER, finished_at_ms INTEGER,
-                copied_out_at_ms INTEGER, events INTEGER NOT NULL) WITHOUT ROWID;
-            INSERT INTO plain_downloads SELECT * FROM downloads;
-            DROP VIEW downloads; DROP TABLE download_rows;
-            ALTER TABLE plain_downloads RENAME TO downloads;
-            CREATE INDEX downloads_by_transaction ON downloads (transaction_id, position);
-            CREATE UNIQUE INDEX downloads_by_url ON downloads (url) WHERE url IS NOT NULL;
-            DROP TABLE projection_texts;
+            ALTER TABLE downloads_new RENAME TO downloads;
             DELETE FROM grdb_migrations WHERE identifier = '0012_compact_projections';
             """)
-    if keepHistoryView {
-        try db.execute(
-            sql: """
-                CREATE VIEW owned_content_history_view AS
-                    SELECT h.seq, t.product, d.content, d.content_version, coalesce(h.destination, d.destination) AS destination,
-                           d.transaction_id, t.user_id, h.download_id, h.copied_at_ms, h.superseded_at_ms, h.deleted_at_ms
-                    FROM owned_content_history h
-                    JOIN downloads d ON d.download_id = h.download_id
-                    JOIN transactions t ON t.transaction_id = d.transaction_id;
-                """)
-    }
+    try db.execute(sql: statement(layout, "CREATE INDEX transactions_by_user"))
+    try db.execute(sql: statement(layout, "CREATE INDEX downloads_by_transaction"))
+    try db.execute(sql: statement(layout, "CREATE UNIQUE INDEX downloads_by_url"))
+    if keepHistoryView { try db.execute(sql: history) }
 }

@@ -79,8 +79,9 @@ extension Ledger {
             guard !all, let first = report.problems.first, [.rules, .snapshot, .projections].contains(first.kind) else { return report }
             var whole = Verifier(chain: chain, all: true, everySnapshot: everySnapshot, progress: nil)
             // A value its event introduced at or before the problem (a later one did not cause it).
+            // (Its own error, on a file whose schema was changed, leaves the report as it is.)
             guard
-                let cause = try whole.run(db).problems.first(where: {
+                let cause = (try? whole.run(db))?.problems.first(where: {
                     $0.kind == .personalValues && ($0.seq ?? .min) <= (first.seq ?? .max)
                 })
             else { return report }
@@ -99,6 +100,10 @@ private struct Verifier {
     let everySnapshot: Bool
     let progress: ((Int64, Int64) -> Void)?
     var report = VerificationReport()
+    /// False when a view the projections are read through is missing (``checkSchema(_:)``).
+    var schemaComplete = true
+    /// Whether ``checkSchema(_:)`` found an object changed, missing or added.
+    var schemaChanged = false
     /// Refs the log introduced: the commitment and the event that stored it, and whether the
     /// commitment was made again from the value (its block keeps it elided: the chain's check of
     /// the event's link is then the check of the value).
@@ -136,6 +141,7 @@ private struct Verifier {
     mutating func run(_ db: Database) throws -> VerificationReport {
         do {
             try checkIntegrity(db)
+            schemaComplete = try checkSchema(db)
             evidenceSecret = try EvidenceRows.secret(db)
             try checkIdentity(db)
             try checkUnfinishedErasure(db)
@@ -496,34 +502,87 @@ private struct Verifier {
 
     private func rows(_ n: Int) -> String { n == 1 ? "1 row" : "\(n) rows" }
 
-    /// The views queries read the projections through are the ones the migrations made, and no
-    /// trigger (the ledger makes none) changes what is written or read: the rows compared below
-    /// are what the views give now, and a view or trigger put in with sqlite3 could give other
-    /// rows at another time. False when a view is missing.
-    private mutating func checkViews(_ db: Database) throws -> Bool {
-        for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name") {
-            try problem(.projections, nil, "the file holds a trigger, \(trigger), which the ledger never makes: it was added with sqlite3 and can change what is written or read")
+    /// The file's schema is the one its migrations make: every table, index and view as they
+    /// wrote it, nothing added. The rows compared below are what the views and tables give now;
+    /// an object changed with sqlite3 could make queries read something else at another time (a
+    /// view that knows `verify`'s connection from a report's, a column made case-blind by a
+    /// `COLLATE NOCASE` that merges two products or two users in a report), and a trigger could
+    /// change what is written. The expected schema is the file's applied migrations, run again on
+    /// an empty database in memory. Returns false when a view the projections are read through
+    /// is missing (they cannot be compared then).
+    private mutating func checkSchema(_ db: Database) throws -> Bool {
+        let applied = try Set(String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations"))
+        let expected = try DatabaseQueue().write { memory in
+            for migration in embeddedMigrations where applied.contains(migration.name) { try memory.execute(sql: migration.sql) }
+            return try Self.schema(memory)
         }
-        guard let migration = embeddedMigrations.first(where: { $0.name == "0012_compact_projections" }),
-            try Migrations.applied(migration.name, db)
-        else { return true }
+        let found = try Self.schema(db)
         var complete = true
-        for view in ["transactions", "downloads", "owned_content_history_view"] {
-            guard let start = migration.sql.range(of: "CREATE VIEW \(view) AS"),
-                let end = migration.sql[start.lowerBound...].firstIndex(of: ";")
-            else { preconditionFailure("migration 0012 makes the view \(view)") }
-            let stored = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", arguments: [view])
-            if stored != String(migration.sql[start.lowerBound..<end]) {
+        for (name, object) in expected.sorted(by: { $0.key < $1.key }) {
+            guard let stored = found[name] else {
+                schemaChanged = true
+                try problem(.projections, nil, "the \(object.type) \(name), which the migrations make, is missing: dropped with sqlite3")
+                if object.type == "view" { complete = false }
+                continue
+            }
+            if stored != object {
+                schemaChanged = true
                 try problem(
                     .projections, nil,
-                    stored == nil
-                        ? "the view \(view) is missing: dropped with sqlite3 (queries of it fail)"
-                        : "the view \(view) is not the one migration 0012 made: changed with sqlite3, so what queries and reports read through it is not what the rows compared here say"
+                    stored.type == object.type
+                        ? "the \(object.type) \(name) is not the one the migrations made: changed with sqlite3, so what queries and reports read through it may not be what verify compares"
+                        : "\(name) is a \(stored.type), where the migrations made a \(object.type): changed with sqlite3, so what queries and reports read through it may not be what verify compares"
                 )
-                complete = complete && stored != nil
             }
         }
+        for (name, object) in found.sorted(by: { $0.key < $1.key }) where expected[name] == nil {
+            schemaChanged = true
+            try problem(
+                .projections, nil, "the file holds a \(object.type), \(name), which the ledger never makes: it was added with sqlite3 and can change what is written or read")
+        }
         return complete
+    }
+
+    /// Every schema object of `db` but SQLite's own and GRDB's list of migrations, by name: its
+    /// type, table and SQL (comments dropped, white space made single spaces, double quotes
+    /// dropped: `ALTER TABLE ... RENAME` writes the new name quoted).
+    private static func schema(_ db: Database) throws -> [String: SchemaObject] {
+        var objects: [String: SchemaObject] = [:]
+        for row in try Row.fetchAll(
+            db, sql: "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> 'grdb_migrations'")
+        {
+            let sql = (row["sql"] as String?).map { text in
+                text.split(separator: "\n").map { line in line.range(of: "--").map { line[..<$0.lowerBound] } ?? line }.joined(separator: " ")
+                    .split(whereSeparator: \.isWhitespace).joined(separator: " ").replacingOccurrences(of: "\"", with: "")
+            }
+            objects[row["name"]] = SchemaObject(type: row["type"], table: row["tbl_name"], sql: sql)
+        }
+        return objects
+    }
+
+    private struct SchemaObject: Equatable {
+        var type: String
+        var table: String
+        var sql: String?
+    }
+
+    /// No row of a compact table holds a code above every code `projection_texts` has: the view
+    /// shows such a column as NULL, as it shows an absent value, so the rows compare equal, but
+    /// the next text a write makes takes that code and would show in the row.
+    private mutating func checkCodes(_ db: Database) throws {
+        guard try Migrations.applied("0012_compact_projections", db) else { return }
+        let texts = try Int64.fetchOne(db, sql: "SELECT coalesce(max(code), 0) FROM projection_texts") ?? 0
+        for table in Projector.Table.all {
+            guard let compact = table.compact else { continue }
+            let columns = compact.coded.map { "coalesce(CAST(\(table.columns[$0]) AS INTEGER), 0)" }.joined(separator: ", ")
+            let highest = try Int64.fetchOne(db, sql: "SELECT coalesce(max(max(\(columns))), 0) FROM \(table.stored)") ?? 0
+            if highest > texts {
+                try problem(
+                    .projections, nil,
+                    "table \(table.stored) holds the code \(highest), which no text of projection_texts has (edited with sqlite3): the text a later write makes would take that code and show in its row"
+                )
+            }
+        }
     }
 
     /// Builds each table's rows afresh from the replayed state and compares them with the
@@ -542,11 +601,20 @@ private struct Verifier {
             try problem(.projections, projectedSeq, "the projections reflect seq \(projectedSeq), the log ends at \(state.seq); run rebuild")
         }
         // Without a view, the rows it gives cannot be compared.
-        guard try checkViews(db) else { return }
+        guard schemaComplete else { return }
+        try checkCodes(db)
         let omitted = try Migrations.applied("0004_history_destination", db)
         for builder in Projector.rowBuilders(state: state, history: history, ordered: false, latestDestinationOmitted: omitted) {
             let table = builder.table, expected = builder.build()
-            let (stored, keys) = try Projector.differences(table, expected: expected, db)
+            let stored: Int, keys: [[ColumnValue]]
+            do {
+                (stored, keys) = try Projector.differences(table, expected: expected, db)
+            } catch  where schemaChanged {
+                // An object put in with sqlite3 may not even read (a view calling a function
+                // the connection does not trust): named, not a stop of the whole check.
+                try problem(.projections, nil, "table \(table.name) could not be read (\(LedgerFile.wrap(error, "reading it").message)); its schema was changed, above")
+                continue
+            }
             if let first = keys.first {
                 let key = first.map(\.description).joined(separator: ", ")
                 try problem(

@@ -97,6 +97,10 @@ final class LedgerFile: Sendable {
             // library's build default (Debian's is on already; so the figures here include it):
             // an erased value leaves no copy in the file (docs/storage.md, "Erasure").
             try db.execute(sql: "PRAGMA secure_delete = ON")
+            // What the file's schema holds (views, triggers) runs no function that is not
+            // innocuous: a view put in with sqlite3 cannot read `pragma_database_list` to tell
+            // `verify`'s connection from a report's and show each something else.
+            try db.execute(sql: "PRAGMA trusted_schema = OFF")
         }
         config.busyMode = .timeout(
             TimeInterval(configuration.busyTimeout.components.seconds)

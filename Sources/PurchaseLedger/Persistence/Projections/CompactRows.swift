@@ -47,21 +47,26 @@ extension Projector {
         }
     }
 
-    /// The codes of `projection_texts`, read or made as rows are written. A code is never changed
-    /// nor deleted once committed, so the codes read stay right for as long as the connection
-    /// lives; one made in a transaction that is rolled back is gone with it, so ``forgetMade()``
-    /// must run after a rollback (``LedgerFile/immediateTransaction(_:_:_:)`` does).
+    /// The codes of `projection_texts`, read or made as rows are written, each text told apart by
+    /// its bytes. No writer changes or deletes a code once committed, so the codes read stay
+    /// right for as long as the connection lives; one made in a transaction that is rolled back
+    /// is gone with it, so ``forgetMade()`` must run after a rollback
+    /// (``LedgerFile/immediateTransaction(_:_:_:)`` does).
     final class ProjectionTexts: @unchecked Sendable {  // unchecked: used only under the writer's lock
-        private var codes: [String: Int64] = [:]
-        private var made: [String] = []
+        // By their bytes, as SQLite tells texts apart: Swift's `String` takes canonically
+        // equivalent texts as equal ("é" and "e" + U+0301), and keyed by it the second of two
+        // such error domains was stored with the first one's code, its bytes lost.
+        private var codes: [ExactText: Int64] = [:]
+        private var made: [ExactText] = []
 
         func code(_ text: String, _ db: Database) throws -> Int64 {
+            let text = ExactText(id: text)
             if let code = codes[text] { return code }
             let code: Int64
-            if let found = try Int64.fetchOne(db.cachedStatement(sql: "SELECT code FROM projection_texts WHERE text = ?"), arguments: [text]) {
+            if let found = try Int64.fetchOne(db.cachedStatement(sql: "SELECT code FROM projection_texts WHERE text = ?"), arguments: [text.id]) {
                 code = found
             } else {
-                try db.cachedStatement(sql: "INSERT INTO projection_texts (text) VALUES (?)").execute(arguments: [text])
+                try db.cachedStatement(sql: "INSERT INTO projection_texts (text) VALUES (?)").execute(arguments: [text.id])
                 code = db.lastInsertedRowID
                 made.append(text)
             }

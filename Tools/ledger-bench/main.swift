@@ -509,8 +509,30 @@ func argument(_ i: Int) -> String {
     return args[i]
 }
 
-/// The command's first argument, unless it is an option.
-let positional = args.count > 1 && !args[1].hasPrefix("--") ? args[1] : nil
+/// Argument `i`, or nil when the command line ends before it (an optional `[N]`).
+func optionalArgument(_ i: Int) -> String? { i < args.count ? args[i] : nil }
+
+/// The options that take a value: what follows one of them is not a positional argument.
+let valueOptions: Set<String> = [
+    "--runs", "--ledgers", "--binary", "--audit-baseline", "--apple", "--concurrency", "--kills", "--trials", "--inputs", "--workload",
+    "--workloads", "--sizes", "--out",
+]
+
+/// The command's first argument that is neither an option nor an option's value, wherever it
+/// stands (`fleet --ledgers 100 my.jsonl`).
+let positional: String? = {
+    var i = 1
+    while i < args.count {
+        if valueOptions.contains(args[i]) {
+            i += 2
+        } else if args[i].hasPrefix("--") {
+            i += 1
+        } else {
+            return args[i]
+        }
+    }
+    return nil
+}()
 switch args.first {
 case "import-once":
     _ = try importWorkload(argument(1), into: argument(2))
@@ -531,7 +553,7 @@ case "profile-append":
     let input = try JSONLinesInput(bytes: [UInt8](try Data(contentsOf: URL(fileURLWithPath: argument(1)))))
     remove(argument(2))
     let ledger = try Ledger(path: argument(2), configuration: configuration(durability: .normal))
-    let (_, seconds) = try time { for e in input.events.prefix(Int(argument(3)) ?? 5000) { try ledger.append(e) } }
+    let (_, seconds) = try time { for e in input.events.prefix(optionalArgument(3).flatMap { Int($0) } ?? 5000) { try ledger.append(e) } }
     print(seconds)
 case "profile-append-on":
     // `profile-append-on LEDGER TAIL.jsonl`: a loop for profilers: a copy of LEDGER, its state
@@ -552,7 +574,7 @@ case "profile-state":
     c.readOnly = true
     let ledger = try Ledger(path: argument(1), configuration: c)
     let last = try ledger.lastSeq()
-    let rounds = args.count > 2 ? Int(argument(2)) ?? 5 : 5
+    let rounds = args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 5 : 5
     for _ in 0..<rounds {
         let interval = Int64(LedgerConfiguration().snapshotInterval)
         let atSnapshot = (last / interval) * interval - interval
@@ -581,7 +603,7 @@ case "profile-rebuild":
     // Rebuilds of the projections on one open ledger, as the benchmark times them: the default
     // (only rows that differ are written), then with every row rewritten, alternating.
     let ledger = try Ledger(path: argument(1), configuration: configuration())
-    for _ in 0..<(args.count > 2 ? Int(argument(2)) ?? 3 : 3) {
+    for _ in 0..<(args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3) {
         let (summary, seconds) = try time { try ledger.rebuildProjections() }
         let (_, full) = try time { try ledger.rebuildProjections(rewritingEveryRow: true) }
         print(String(format: "rebuild %.2f s (%d rows written), every row rewritten %.2f s", seconds, summary.rowsWritten, full))
@@ -592,13 +614,13 @@ case "profile-replay-loop":
     let ledger = try Ledger(path: argument(1), configuration: c)
     var rates: [Double] = []
     let last = Double(try ledger.lastSeq())
-    for _ in 0..<(Int(argument(2)) ?? 3) { rates.append(last / (try time { try ledger.replayFromLog() }.1)) }
+    for _ in 0..<(optionalArgument(2).flatMap { Int($0) } ?? 3) { rates.append(last / (try time { try ledger.replayFromLog() }.1)) }
     print(rates.map { String(format: "%.0f", $0) }.joined(separator: " "), String(format: "median %.0f", rates.sorted()[rates.count / 2]))
 case "profile-snapshot-loop":
     var c = configuration()
     c.readOnly = true
     let ledger = try Ledger(path: argument(1), configuration: c)
-    for _ in 0..<(Int(argument(3)) ?? 10) { _ = try ledger.state(atSeq: Int64(argument(2)) ?? 950_000) }
+    for _ in 0..<(optionalArgument(3).flatMap { Int($0) } ?? 10) { _ = try ledger.state(atSeq: optionalArgument(2).flatMap { Int64($0) } ?? 950_000) }
 case "profile-split":
     // Decode alone (into memory), then reduce alone, to see which side a replay waits on.
     var c = configuration()
@@ -625,9 +647,9 @@ case "profile-cold-loop":
     var c = configuration()
     c.readOnly = true
     var times: [String] = []
-    for _ in 0..<(Int(argument(3)) ?? 10) {
+    for _ in 0..<(optionalArgument(3).flatMap { Int($0) } ?? 10) {
         let (ledger, open) = try time { try Ledger(path: argument(1), configuration: c) }
-        let state = try time { try ledger.state(atSeq: Int64(argument(2)) ?? 950_000) }.1
+        let state = try time { try ledger.state(atSeq: optionalArgument(2).flatMap { Int64($0) } ?? 950_000) }.1
         times.append(String(format: "open %.1f + state %.1f ms", open * 1000, state * 1000))
     }
     print(times.joined(separator: "\n"))
@@ -638,7 +660,7 @@ case "profile-shipment":
     c.readOnly = true
     let folder = argument(1)
     let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".ledger") }.sorted()
-    let paths = names.prefix(args.count > 2 ? Int(argument(2)) ?? names.count : names.count).map { folder + "/" + $0 }
+    let paths = names.prefix(args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? names.count : names.count).map { folder + "/" + $0 }
     var opening = 0.0, reading = 0.0, events = 0
     for path in paths {
         let (ledger, open) = try time { try Ledger(path: path, configuration: c) }
@@ -653,7 +675,7 @@ case "append":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    for figure in try perEventAppendFigures(workload: argument(1), runs: args.count > 2 ? Int(argument(2)) ?? 3 : 3, scratch: scratch) {
+    for figure in try perEventAppendFigures(workload: argument(1), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3, scratch: scratch) {
         print(figure.summary)
     }
 case "append-at-scale":
@@ -661,12 +683,16 @@ case "append-at-scale":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    print(try appendAtScaleFigure(workload: argument(1), runs: args.count > 2 ? Int(argument(2)) ?? 3 : 3, scratch: scratch).summary)
+    print(try appendAtScaleFigure(workload: argument(1), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3, scratch: scratch).summary)
 case "crash-writer":
     try crashWriter(ledgerPath: argument(1), ackPath: argument(2), mode: argument(3))
 case "crash", "flips", "fuzz":
     func value(_ name: String, _ fallback: Int) -> Int {
-        guard let i = args.firstIndex(of: name), i + 1 < args.count, let v = Int(args[i + 1]) else { return fallback }
+        guard let text = optionValue(name) else { return fallback }
+        guard let v = Int(text) else {
+            FileHandle.standardError.write(Data("ledger-bench: \(name) needs a number, not \(text)\n".utf8))
+            exit(2)
+        }
         return v
     }
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-reliability-\(getpid())").path
@@ -728,7 +754,7 @@ case "import-floor":
         print("usage: ledger-bench import-floor WORKLOAD [RUNS]")
         exit(2)
     }
-    try importFloor(workload: argument(1), runs: args.count > 2 ? max(1, Int(argument(2)) ?? 3) : 3)
+    try importFloor(workload: argument(1), runs: args.count > 2 ? max(1, optionalArgument(2).flatMap { Int($0) } ?? 3) : 3)
 case "signed":
     guard args.count > 1 else {
         print("usage: ledger-bench signed WORKLOAD [--runs N] [--out SIGNED.jsonl]")
@@ -740,13 +766,10 @@ case "signed":
 case "codec":
     var c = configuration()
     c.readOnly = true
-    let result = try codecComparison(try Ledger(path: argument(1), configuration: c), runs: args.count > 2 ? Int(argument(2)) ?? 5 : 5)
+    let result = try codecComparison(try Ledger(path: argument(1), configuration: c), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 5 : 5)
     print(result.summary)
 case "run":
-    func option(_ name: String, _ fallback: String) -> String {
-        guard let i = args.firstIndex(of: name), i + 1 < args.count else { return fallback }
-        return args[i + 1]
-    }
+    func option(_ name: String, _ fallback: String) -> String { optionValue(name) ?? fallback }
     try run(
         workloads: option("--workloads", "bench-results"),
         sizes: option("--sizes", "100000,1000000").split(separator: ",").compactMap { Int($0) },

@@ -178,6 +178,9 @@ extension Ledger {
                     // and the tail it left are the file's, and the projections are marked.
                     let known = lastCommit.flatMap { $0.dataVersion == EventStore.dataVersion(db) ? $0 : nil }
                     if known == nil {
+                        // Another connection may have changed projection_texts (sqlite3, then a
+                        // rebuild here): the codes this writer knew are read again.
+                        w.statements.forgetTexts()
                         mutated = try catchUp(&w, db)
                         // Another connection may have recorded personal values: start from the table.
                         try w.personal.sync(db, rowsPerBlock: configuration.personalValuesPerBlock)

@@ -23,6 +23,8 @@ extension Ledger {
             return try writeQueue().writeWithoutTransaction { db in
                 var summary = RebuildSummary()
                 try db.inTransaction(.immediate) {
+                    // A view of the projections changed or dropped with sqlite3 is made again.
+                    _ = try Projector.restoreViews(db)
                     // The tables as stored are read on a read connection while the log replays
                     // here (the write lock is held, so both see the same commit), unless they
                     // are to be rewritten anyway. A table that cannot be read is rewritten whole.

@@ -29,6 +29,11 @@ public struct VerificationProblem: Sendable, Hashable, CustomStringConvertible {
         /// A transaction's stored evidence (`transaction_evidence`) is not what its signed
         /// transaction says when checked again: the signature, or the row, was edited.
         case signatures
+        /// The schema was changed beside the ledger so that queries may read something other
+        /// than the rows `verify` compares: a view of the projections that is not the one the
+        /// migrations made, a table of the ledger replaced by a view or made case-blind
+        /// (`COLLATE`), or a trigger (the ledger makes none).
+        case schema
     }
 
     /// What part of the ledger the problem is in.
@@ -100,10 +105,10 @@ private struct Verifier {
     let everySnapshot: Bool
     let progress: ((Int64, Int64) -> Void)?
     var report = VerificationReport()
-    /// False when a view the projections are read through is missing (``checkSchema(_:)``).
+    /// False when a view the projections are read through is missing (``findSchemaChanges(_:)``).
     var schemaComplete = true
-    /// Whether ``checkSchema(_:)`` found an object changed, missing or added.
-    var schemaChanged = false
+    /// What ``findSchemaChanges(_:)`` found, reported last (``reportSchema()``).
+    var schemaChanges: [String] = []
     /// Refs the log introduced: the commitment and the event that stored it, and whether the
     /// commitment was made again from the value (its block keeps it elided: the chain's check of
     /// the event's link is then the check of the value).
@@ -141,7 +146,7 @@ private struct Verifier {
     mutating func run(_ db: Database) throws -> VerificationReport {
         do {
             try checkIntegrity(db)
-            schemaComplete = try checkSchema(db)
+            try findSchemaChanges(db)
             evidenceSecret = try EvidenceRows.secret(db)
             try checkIdentity(db)
             try checkUnfinishedErasure(db)
@@ -152,6 +157,7 @@ private struct Verifier {
             if trusted { try checkPersonalValues(db) }
             if trusted { try checkProjections(db, state: state, history: history) }
             if trusted { try checkEvidence(db) }
+            try reportSchema()
         } catch is StopVerification {}
         return report
     }
@@ -502,67 +508,87 @@ private struct Verifier {
 
     private func rows(_ n: Int) -> String { n == 1 ? "1 row" : "\(n) rows" }
 
-    /// The file's schema is the one its migrations make: every table, index and view as they
-    /// wrote it, nothing added. The rows compared below are what the views and tables give now;
-    /// an object changed with sqlite3 could make queries read something else at another time (a
-    /// view that knows `verify`'s connection from a report's, a column made case-blind by a
-    /// `COLLATE NOCASE` that merges two products or two users in a report), and a trigger could
-    /// change what is written. The expected schema is the file's applied migrations, run again on
-    /// an empty database in memory. Returns false when a view the projections are read through
-    /// is missing (they cannot be compared then).
-    private mutating func checkSchema(_ db: Database) throws -> Bool {
+    /// What of the schema could make queries read something other than the rows compared below,
+    /// found before the log is read and reported after it (``reportSchema()``), so a problem of
+    /// the log still comes first: a view of the projections that is not the one migration 0012
+    /// made (one that knows `verify`'s connection from a report's could show each something
+    /// else), a table of the ledger's that is now a view or another object, a table whose SQL
+    /// holds `COLLATE` or `GENERATED` (a column made case-blind merges two products or two users
+    /// in a report, every value left as it was; no migration writes either), and any trigger (the
+    /// ledger makes none; one can change what is written, or keep an erased value elsewhere).
+    /// Not flagged: a table or index that is missing or laid out as an earlier version of a
+    /// migration made it (some were changed before they shipped, and the code reads both), and
+    /// an index or view an analyst added, which changes no result. Sets ``schemaComplete``.
+    private mutating func findSchemaChanges(_ db: Database) throws {
         let applied = try Set(String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations"))
         let expected = try DatabaseQueue().write { memory in
             for migration in embeddedMigrations where applied.contains(migration.name) { try memory.execute(sql: migration.sql) }
             return try Self.schema(memory)
         }
         let found = try Self.schema(db)
-        var complete = true
-        for (name, object) in expected.sorted(by: { $0.key < $1.key }) {
-            guard let stored = found[name] else {
-                schemaChanged = true
-                try problem(.projections, nil, "the \(object.type) \(name), which the migrations make, is missing: dropped with sqlite3")
-                if object.type == "view" { complete = false }
-                continue
-            }
-            if stored != object {
-                schemaChanged = true
-                try problem(
-                    .projections, nil,
-                    stored.type == object.type
-                        ? "the \(object.type) \(name) is not the one the migrations made: changed with sqlite3, so what queries and reports read through it may not be what verify compares"
-                        : "\(name) is a \(stored.type), where the migrations made a \(object.type): changed with sqlite3, so what queries and reports read through it may not be what verify compares"
+        for object in found.values.sorted(by: { $0.name < $1.name }) {
+            if object.type == "trigger" {
+                schemaChanges.append(
+                    "the file holds a trigger, \(object.name), which the ledger never makes: it was added with sqlite3 and can change what is written (DROP TRIGGER \(object.name))"
+                )
+            } else if object.type == "table", let sql = object.sql?.uppercased(), sql.contains("COLLATE") || sql.contains("GENERATED") {
+                schemaChanges.append(
+                    "the table \(object.name) declares a collation or a generated column, which no migration makes: changed with sqlite3, so queries may compare or read its values otherwise than verify does"
                 )
             }
         }
-        for (name, object) in found.sorted(by: { $0.key < $1.key }) where expected[name] == nil {
-            schemaChanged = true
-            try problem(
-                .projections, nil, "the file holds a \(object.type), \(name), which the ledger never makes: it was added with sqlite3 and can change what is written or read")
+        for (key, object) in expected.sorted(by: { $0.key.name < $1.key.name }) {
+            switch object.type {
+            case "table":
+                if found[key] == nil, let other = found.values.first(where: { $0.name == object.name && $0.type != "table" }) {
+                    schemaChanges.append(
+                        "\(object.name) is a \(other.type), where the migrations made a table: changed with sqlite3, so what queries read of it may not be what verify compares")
+                }
+            case "view" where applied.contains("0012_compact_projections"):
+                guard let stored = found[key] else {
+                    schemaChanges.append("the view \(object.name), which the migrations make, is missing: dropped with sqlite3 (run rebuild to make it again)")
+                    schemaComplete = false
+                    continue
+                }
+                if stored != object {
+                    schemaChanges.append(
+                        "the view \(object.name) is not the one the migrations made: changed with sqlite3, so what queries and reports read through it may not be what verify compares (run rebuild to make it again)"
+                    )
+                }
+            default: break
+            }
         }
-        return complete
     }
 
-    /// Every schema object of `db` but SQLite's own and GRDB's list of migrations, by name: its
-    /// type, table and SQL (comments dropped, white space made single spaces, double quotes
-    /// dropped: `ALTER TABLE ... RENAME` writes the new name quoted).
-    private static func schema(_ db: Database) throws -> [String: SchemaObject] {
-        var objects: [String: SchemaObject] = [:]
-        for row in try Row.fetchAll(
-            db, sql: "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND name <> 'grdb_migrations'")
-        {
+    /// The schema changes found, as problems.
+    private mutating func reportSchema() throws {
+        for message in schemaChanges { try problem(.schema, nil, message) }
+    }
+
+    /// Every schema object of `db` but SQLite's own, by type and name: its SQL with comments
+    /// dropped, white space made single spaces and double quotes dropped (`ALTER TABLE ...
+    /// RENAME` writes the new name quoted).
+    private static func schema(_ db: Database) throws -> [SchemaKey: SchemaObject] {
+        var objects: [SchemaKey: SchemaObject] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'") {
             let sql = (row["sql"] as String?).map { text in
                 text.split(separator: "\n").map { line in line.range(of: "--").map { line[..<$0.lowerBound] } ?? line }.joined(separator: " ")
                     .split(whereSeparator: \.isWhitespace).joined(separator: " ").replacingOccurrences(of: "\"", with: "")
             }
-            objects[row["name"]] = SchemaObject(type: row["type"], table: row["tbl_name"], sql: sql)
+            let object = SchemaObject(type: row["type"], name: row["name"], sql: sql)
+            objects[SchemaKey(type: object.type, name: object.name)] = object
         }
         return objects
     }
 
+    private struct SchemaKey: Hashable {
+        var type: String
+        var name: String
+    }
+
     private struct SchemaObject: Equatable {
         var type: String
-        var table: String
+        var name: String
         var sql: String?
     }
 
@@ -609,10 +635,10 @@ private struct Verifier {
             let stored: Int, keys: [[ColumnValue]]
             do {
                 (stored, keys) = try Projector.differences(table, expected: expected, db)
-            } catch  where schemaChanged {
+            } catch  where !schemaChanges.isEmpty {
                 // An object put in with sqlite3 may not even read (a view calling a function
                 // the connection does not trust): named, not a stop of the whole check.
-                try problem(.projections, nil, "table \(table.name) could not be read (\(LedgerFile.wrap(error, "reading it").message)); its schema was changed, above")
+                try problem(.projections, nil, "table \(table.name) could not be read (\(LedgerFile.wrap(error, "reading it").message)); its schema was changed: below")
                 continue
             }
             if let first = keys.first {

@@ -56,6 +56,10 @@ final class PreparedStatements: @unchecked Sendable {  // unchecked: used only u
     /// The codes of `projection_texts` the writes through these statements read or made.
     private(set) var texts = Projector.ProjectionTexts()
 
+    /// Forgets the codes of `projection_texts` read so far: another connection may have changed
+    /// the table since.
+    func forgetTexts() { texts = Projector.ProjectionTexts() }
+
     func callAsFunction(_ sql: PreparedSQL, _ db: Database) throws -> Statement {
         if connection != db.sqliteConnection {
             statements = [:]

@@ -210,6 +210,16 @@ import Testing
                 "view.ledger", "CREATE VIEW projection_texts AS SELECT code, text FROM kept_texts",
                 ["projection_texts is a view, where the migrations made a table"]
             ),
+            // One that tells verify's connection (which has a temp schema) from a report's: with
+            // trusted_schema off it does not read at all, in verify or anywhere else.
+            (
+                "lying.ledger",
+                """
+                CREATE VIEW projection_texts AS SELECT code, CASE WHEN EXISTS (SELECT 1 FROM pragma_database_list WHERE name = 'temp')
+                    THEN text ELSE text || '0' END AS text FROM kept_texts
+                """,
+                ["table transactions could not be read", "projection_texts is a view, where the migrations made a table"]
+            ),
         ] {
             let copy = dir.path(name)
             try FileManager.default.copyItem(atPath: dir.path("sound.ledger"), toPath: copy)
@@ -218,8 +228,10 @@ import Testing
                 try db.execute(sql: edit)
                 if edit.hasPrefix("CREATE TABLE") { try db.execute(sql: "INSERT INTO projection_texts SELECT * FROM kept_texts; DROP TABLE kept_texts") }
             }
-            let problems = try Ledger(path: copy, configuration: testConfiguration()).verify(all: true).problems.map(\.message)
+            let copied = try Ledger(path: copy, configuration: testConfiguration())
+            let problems = try copied.verify(all: true).problems.map(\.message)
             for message in expected { #expect(problems.contains { $0.contains(message) }, "\(name): \(problems)") }
+            #expect(try !copied.verify().isValid)
         }
     }
 

@@ -521,17 +521,30 @@ private struct Verifier {
     /// an index or view an analyst added, which changes no result. Sets ``schemaComplete``.
     private mutating func findSchemaChanges(_ db: Database) throws {
         let applied = try Set(String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations"))
-        let expected = try DatabaseQueue().write { memory in
+        let (expected, expectedColumns) = try DatabaseQueue().write { memory in
             for migration in embeddedMigrations where applied.contains(migration.name) { try memory.execute(sql: migration.sql) }
-            return try Self.schema(memory)
+            return (try Self.schema(memory), try Self.columns(memory))
         }
         let found = try Self.schema(db)
+        let foundColumns = try Self.columns(db)
+        // Declared types (a column's affinity: how its values compare) and generated columns, as
+        // SQLite itself reads them, for the columns a table has in both.
+        for (table, columns) in foundColumns.sorted(by: { $0.key < $1.key }) {
+            guard let made = expectedColumns[table] else { continue }
+            for (name, column) in columns.sorted(by: { $0.key < $1.key }) where made[name] != nil && made[name] != column {
+                schemaChanges.append(
+                    "the table \(table) declares its column \(name) otherwise than the migrations made it (\(column.type)\(column.hidden == 0 ? "" : ", generated")): changed with sqlite3, so queries may compare or read its values otherwise than verify does"
+                )
+            }
+        }
         for object in found.values.sorted(by: { $0.name < $1.name }) {
             if object.type == "trigger" {
                 schemaChanges.append(
                     "the file holds a trigger, \(object.name), which the ledger never makes: it was added with sqlite3 and can change what is written (DROP TRIGGER \(object.name))"
                 )
             } else if object.type == "table", let sql = object.sql?.uppercased(), sql.contains("COLLATE") || sql.contains("GENERATED") {
+                // Anywhere in its text, comments and literals too: no migration writes either word,
+                // and SQLite reads the SQL, not the comments a text comparison would drop.
                 schemaChanges.append(
                     "the table \(object.name) declares a collation or a generated column, which no migration makes: changed with sqlite3, so queries may compare or read its values otherwise than verify does"
                 )
@@ -565,20 +578,33 @@ private struct Verifier {
         for message in schemaChanges { try problem(.schema, nil, message) }
     }
 
-    /// Every schema object of `db` but SQLite's own, by type and name: its SQL with comments
-    /// dropped, white space made single spaces and double quotes dropped (`ALTER TABLE ...
-    /// RENAME` writes the new name quoted).
+    /// Every schema object of `db` but SQLite's own, by type and name, with its SQL exactly as
+    /// stored (a view is compared byte for byte with the statement that made it: a text made
+    /// comparable by dropping comments let `"--"/*` hide a rewritten view from the check).
     private static func schema(_ db: Database) throws -> [SchemaKey: SchemaObject] {
         var objects: [SchemaKey: SchemaObject] = [:]
         for row in try Row.fetchAll(db, sql: "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'") {
-            let sql = (row["sql"] as String?).map { text in
-                text.split(separator: "\n").map { line in line.range(of: "--").map { line[..<$0.lowerBound] } ?? line }.joined(separator: " ")
-                    .split(whereSeparator: \.isWhitespace).joined(separator: " ").replacingOccurrences(of: "\"", with: "")
-            }
-            let object = SchemaObject(type: row["type"], name: row["name"], sql: sql)
+            let object = SchemaObject(type: row["type"], name: row["name"], sql: row["sql"])
             objects[SchemaKey(type: object.type, name: object.name)] = object
         }
         return objects
+    }
+
+    /// Each table's columns as SQLite reads them (`PRAGMA table_xinfo`): the declared type, in
+    /// capitals, and whether it is generated.
+    private static func columns(_ db: Database) throws -> [String: [String: ColumnDeclaration]] {
+        var tables: [String: [String: ColumnDeclaration]] = [:]
+        for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'") {
+            for row in try Row.fetchAll(db, sql: "SELECT name, type, hidden FROM pragma_table_xinfo(?)", arguments: [table]) {
+                tables[table, default: [:]][row["name"]] = ColumnDeclaration(type: (row["type"] as String? ?? "").uppercased(), hidden: row["hidden"])
+            }
+        }
+        return tables
+    }
+
+    private struct ColumnDeclaration: Equatable {
+        var type: String
+        var hidden: Int
     }
 
     private struct SchemaKey: Hashable {

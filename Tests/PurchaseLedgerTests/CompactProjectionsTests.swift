@@ -148,7 +148,6 @@ import Testing
         #expect(try ledger.transaction("later")?.product == "p1")
         #expect(try problems().isEmpty)
         let view = try DatabaseQueue(path: path).read { try String.fetchOne($0, sql: "SELECT sql FROM sqlite_master WHERE name = 'transactions'")! }
-        let downloadsView = try DatabaseQueue(path: path).read { try String.fetchOne($0, sql: "SELECT sql FROM sqlite_master WHERE name = 'downloads'")! }
         // The same rows for verify's full scan, but not for a report of failed purchases.
         try DatabaseQueue(path: path).write { db in
             try db.execute(sql: "DROP VIEW transactions")
@@ -188,7 +187,6 @@ import Testing
         #expect(found.count == 1 && found[0].contains("the view downloads, which the migrations make, is missing"), "\(found)")
 
         // A code no text has yet, in a column that shows NULL: the rows compare equal now.
-        _ = downloadsView
         _ = try ledger.rebuildProjections()
         try DatabaseQueue(path: path).write { db in
             try db.execute(sql: "UPDATE transaction_rows SET offer_type = (SELECT max(code) + 1 FROM projection_texts) WHERE transaction_id = 'c9'")

@@ -342,14 +342,13 @@ import PurchaseLedgerFleetTesting
             }
             // Every history row with its destination (0004 keeps none for a download's latest), in
             // the table as 0001 made it (verify compares the schema with the migrations').
-            let initial = embeddedMigrations[0].sql
-            let history = initial.range(of: "CREATE TABLE owned_content_history (")!.lowerBound
+            let history = Migrations.statement(of: "0001_initial", startingWith: "CREATE TABLE owned_content_history (")!
             try db.execute(
                 sql: """
                     CREATE TEMP TABLE old_history AS SELECT h.seq, h.download_id, coalesce(h.destination, d.destination), h.copied_at_ms,
                         h.superseded_at_ms, h.deleted_at_ms FROM owned_content_history h JOIN downloads d USING (download_id);
                     DROP TABLE owned_content_history;
-                    \(initial[history..<initial[history...].firstIndex(of: ";")!]);
+                    \(history);
                     INSERT INTO owned_content_history SELECT * FROM temp.old_history;
                     DROP TABLE temp.old_history;
                     """)

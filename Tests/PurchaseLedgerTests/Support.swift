@@ -231,14 +231,9 @@ func undo0007(_ db: Database) throws {
 /// one, and the next writable open runs 0012 again. Leaves `owned_content_history_view` dropped
 /// when `keepHistoryView` is false.
 func undoCompactProjections(_ db: Database, keepHistoryView: Bool = true) throws {
-    func migration(_ name: String) -> String { embeddedMigrations.first { $0.name == name }!.sql }
-    /// The statement of `sql` that starts with `start`, without its semicolon.
-    func statement(_ sql: String, _ start: String) -> String {
-        let from = sql.range(of: start)!.lowerBound
-        return String(sql[from..<sql[from...].firstIndex(of: ";")!])
-    }
-    let layout = migration("0003_projections_without_rowid"), terms = migration("0005_transaction_terms")
-    let history = statement(migration("0004_history_destination"), "CREATE VIEW owned_content_history_view")
+    func statement(_ name: String, _ start: String) -> String { Migrations.statement(of: name, startingWith: start)! }
+    let layout = "0003_projections_without_rowid", terms = embeddedMigrations.first { $0.name == "0005_transaction_terms" }!.sql
+    let history = statement("0004_history_destination", "CREATE VIEW owned_content_history_view")
     try db.execute(sql: "DROP VIEW owned_content_history_view")
     try db.execute(sql: statement(layout, "CREATE TABLE transactions_new"))
     try db.execute(sql: "ALTER TABLE transactions_new RENAME TO plain_transactions")

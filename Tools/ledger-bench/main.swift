@@ -574,7 +574,7 @@ case "profile-state":
     c.readOnly = true
     let ledger = try Ledger(path: argument(1), configuration: c)
     let last = try ledger.lastSeq()
-    let rounds = args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 5 : 5
+    let rounds = optionalArgument(2).flatMap { Int($0) } ?? 5
     for _ in 0..<rounds {
         let interval = Int64(LedgerConfiguration().snapshotInterval)
         let atSnapshot = (last / interval) * interval - interval
@@ -603,7 +603,7 @@ case "profile-rebuild":
     // Rebuilds of the projections on one open ledger, as the benchmark times them: the default
     // (only rows that differ are written), then with every row rewritten, alternating.
     let ledger = try Ledger(path: argument(1), configuration: configuration())
-    for _ in 0..<(args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3) {
+    for _ in 0..<(optionalArgument(2).flatMap { Int($0) } ?? 3) {
         let (summary, seconds) = try time { try ledger.rebuildProjections() }
         let (_, full) = try time { try ledger.rebuildProjections(rewritingEveryRow: true) }
         print(String(format: "rebuild %.2f s (%d rows written), every row rewritten %.2f s", seconds, summary.rowsWritten, full))
@@ -660,7 +660,7 @@ case "profile-shipment":
     c.readOnly = true
     let folder = argument(1)
     let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(".ledger") }.sorted()
-    let paths = names.prefix(args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? names.count : names.count).map { folder + "/" + $0 }
+    let paths = names.prefix(optionalArgument(2).flatMap { Int($0) } ?? names.count).map { folder + "/" + $0 }
     var opening = 0.0, reading = 0.0, events = 0
     for path in paths {
         let (ledger, open) = try time { try Ledger(path: path, configuration: c) }
@@ -675,7 +675,7 @@ case "append":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    for figure in try perEventAppendFigures(workload: argument(1), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3, scratch: scratch) {
+    for figure in try perEventAppendFigures(workload: argument(1), runs: optionalArgument(2).flatMap { Int($0) } ?? 3, scratch: scratch) {
         print(figure.summary)
     }
 case "append-at-scale":
@@ -683,7 +683,7 @@ case "append-at-scale":
     let scratch = FileManager.default.temporaryDirectory.appending(path: "ledger-append-\(getpid())").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    print(try appendAtScaleFigure(workload: argument(1), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 3 : 3, scratch: scratch).summary)
+    print(try appendAtScaleFigure(workload: argument(1), runs: optionalArgument(2).flatMap { Int($0) } ?? 3, scratch: scratch).summary)
 case "crash-writer":
     try crashWriter(ledgerPath: argument(1), ackPath: argument(2), mode: argument(3))
 case "crash", "flips", "fuzz":
@@ -766,7 +766,7 @@ case "signed":
 case "codec":
     var c = configuration()
     c.readOnly = true
-    let result = try codecComparison(try Ledger(path: argument(1), configuration: c), runs: args.count > 2 ? optionalArgument(2).flatMap { Int($0) } ?? 5 : 5)
+    let result = try codecComparison(try Ledger(path: argument(1), configuration: c), runs: optionalArgument(2).flatMap { Int($0) } ?? 5)
     print(result.summary)
 case "run":
     func option(_ name: String, _ fallback: String) -> String { optionValue(name) ?? fallback }

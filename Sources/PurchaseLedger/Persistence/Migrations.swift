@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// The schema migrations, from `Migrations/NNNN_name.sql`, compiled in by the EmbedMigrations
@@ -47,6 +48,15 @@ enum Migrations {
     static func readableWithoutMigrating(_ db: Database) throws -> Bool {
         let applied = try migrator.appliedIdentifiers(db)
         return Set(names).subtracting(optionalForReading).isSubset(of: applied)
+    }
+
+    /// The statement of migration `name` that starts with `start`, without its semicolon (what
+    /// SQLite keeps of it in `sqlite_master`).
+    static func statement(of name: String, startingWith start: String) -> String? {
+        guard let sql = embeddedMigrations.first(where: { $0.name == name })?.sql, let from = sql.range(of: start)?.lowerBound,
+            let end = sql[from...].firstIndex(of: ";")
+        else { return nil }
+        return String(sql[from..<end])
     }
 
     /// Whether the migration `name` has run on `db`.

@@ -96,15 +96,12 @@ extension Projector {
     /// object of another kind under its name (a table put in its place) is left for `verify` to
     /// name. Returns the views made again.
     static func restoreViews(_ db: Database) throws -> [String] {
-        guard try Migrations.applied("0012_compact_projections", db),
-            let sql = embeddedMigrations.first(where: { $0.name == "0012_compact_projections" })?.sql
-        else { return [] }
+        guard try Migrations.applied("0012_compact_projections", db) else { return [] }
         var restored: [String] = []
         for view in compactViews {
-            guard let start = sql.range(of: "CREATE VIEW \(view) AS")?.lowerBound, let end = sql[start...].firstIndex(of: ";") else {
+            guard let statement = Migrations.statement(of: "0012_compact_projections", startingWith: "CREATE VIEW \(view) AS") else {
                 preconditionFailure("migration 0012 makes the view \(view)")
             }
-            let statement = String(sql[start..<end])
             let stored = try Row.fetchOne(db, sql: "SELECT type, sql FROM sqlite_master WHERE name = ?", arguments: [view])
             if let stored, stored["type"] as String != "view" || stored["sql"] as String == statement { continue }
             try db.execute(sql: "DROP VIEW IF EXISTS \(view)")

@@ -475,6 +475,60 @@ import Testing
         #expect(report.isValid, "\(report.problems.prefix(3))")
     }
 
+    /// An append into an empty ledger (an import) encodes its snapshots on another thread while
+    /// the rules go on. They are byte for byte the snapshots the calling thread writes for the
+    /// same events appended in small batches (the pages, the overlay chunks, the manifests), and
+    /// each loads back equal to a fold of the log.
+    @Test(arguments: [4, 5] as [UInt64])
+    func aBulkAppendEncodesItsSnapshotsOnAnotherThreadAsTheSerialPathWould(seed: UInt64) throws {
+        let dir = try TemporaryDirectory()
+        var c = testConfiguration(blockSize: 64, snapshotInterval: 60)
+        c.maxSnapshots = 100
+        c.maxSnapshotShare = 1
+        c.snapshotOverlay = .init(perPage: 3, total: 10)
+        var rng = LZ4CodecTests.SplitMix(state: seed)
+        var events = [E.product("p1")] + (0..<600).flatMap { [E.queued("t\($0)"), E.purchased("t\($0)")] }
+        var finished = Set<String>(), revoked = Set<String>()
+        for round in 0..<60 {
+            for i in 0..<Int.random(in: 0...12, using: &rng) {
+                let t = "t\(Int.random(in: 0..<600, using: &rng))"
+                switch Int.random(in: 0..<4, using: &rng) {
+                case 0 where finished.insert(t).inserted: events.append(E.finished(t))
+                case 1 where revoked.insert(t).inserted: events.append(E.revoked(t))
+                case 0, 1: break
+                case 2: events += [E.queued("\(t)x\(round)-\(i)"), E.purchased("\(t)x\(round)-\(i)")]
+                default: events.append(E.queued("\(t)y\(round)-\(i)"))
+                }
+            }
+            events += Array(repeating: E.product("p1"), count: Int.random(in: 0...20, using: &rng))
+        }
+        let bulk = dir.path("bulk.ledger"), serial = dir.path("serial.ledger")
+        try Ledger(path: bulk, configuration: c).append(contentsOf: events)
+        let batches = try Ledger(path: serial, configuration: c)
+        try batches.append(contentsOf: [events[0]])
+        for start in stride(from: 1, to: events.count, by: 37) {
+            try batches.append(contentsOf: Array(events[start..<min(start + 37, events.count)]))
+        }
+        func stored(_ path: String) throws -> (snapshots: [String], pages: [String]) {
+            try DatabaseQueue(path: path).read { db in
+                (
+                    try Row.fetchAll(db, sql: "SELECT seq, hex(manifest), personal_refs FROM snapshots ORDER BY seq").map {
+                        "\($0[0] as Int64) \($0[1] as String) \($0[2] as Int64?)"
+                    },
+                    try String.fetchAll(db, sql: "SELECT hex(hash) || ' ' || raw_size || ' ' || hex(data) FROM snapshot_pages ORDER BY hash")
+                )
+            }
+        }
+        let (a, b) = (try stored(bulk), try stored(serial))
+        #expect(a.snapshots.count >= 20, "\(a.snapshots.count) snapshots")
+        // (Compared as booleans: the texts are long.)
+        let sameSnapshots = a.snapshots == b.snapshots, samePages = a.pages == b.pages
+        #expect(sameSnapshots, "first different snapshot: \(zip(a.snapshots, b.snapshots).first { $0 != $1 }.map { $0.0.prefix(80) } ?? "none")")
+        #expect(samePages, "\(a.pages.count) pages against \(b.pages.count)")
+        #expect(try expectEverySnapshotLoadsBackEqual(bulk, c) == a.snapshots.count)
+        #expect(try Ledger(path: bulk, configuration: c).verify(everySnapshot: true).isValid)
+    }
+
     /// Registered URLs are paged like transactions: a URL registered after a snapshot (its key
     /// lands anywhere among the others) goes to an overlay chunk instead of rewriting the page it
     /// sorts into, so a snapshot adds the few URLs registered since, not every page again.

@@ -74,7 +74,7 @@ struct AppendSession {
     /// stored.
     mutating func commit(_ w: inout Ledger.Writer, markProjections: Bool) throws -> Int? {
         guard stored > 0 else { return nil }
-        let written = try batch.commit(w.state, personal: &w.personal, statements: w.statements, markProjections: markProjections)
+        let written = try batch.commit(&w.state, personal: &w.personal, statements: w.statements, markProjections: markProjections)
         w.lastLink = written.lastLink
         return written.tail
     }

@@ -19,6 +19,11 @@ struct AppendBatch {
     private var blocks: EventStore.BlockWriter
     private var snapshots: [Snapshots.Pending] = []
     private var spooledPages: Set<[UInt8]> = []
+    /// A bulk append's snapshots, encoded on another thread while the rules go on (the file
+    /// holds no page yet, so the encoder never reads it), with their pages in a spool of their
+    /// own (the block writer's thread appends to `spool`). Made at the first snapshot due.
+    private var encoder: SnapshotEncoder?
+    private let encoderSpool = Spool(memoryLimit: 1 << 20)
     private var changes: [Projector.OwnedChange] = []
     /// Whether the ledger was empty when the append began: every projection row is then new,
     /// and the tables are written in bulk from the state reached and `history`.
@@ -94,28 +99,42 @@ struct AppendBatch {
 
     /// Adds a snapshot of `state` (the state after its last event), sharing the pages of the
     /// snapshots stored before; `state` then continues from the snapshot's pages.
+    /// In a bulk append the snapshot is encoded on another thread, and `state` continues from
+    /// its pages at the next snapshot or at the commit.
     mutating func snapshot(_ state: inout LedgerState, personal: PersonalEncoder) throws {
+        let personalRefs = configuration.writesPersonalValuesInline ? nil : personal.assignedRefs
+        if bulk {
+            if encoder == nil { encoder = SnapshotEncoder(overlay: configuration.snapshotOverlay, spool: encoderSpool) }
+            try encoder!.snapshot(&state, personalRefs: personalRefs)
+            return
+        }
         let snapshot: Snapshots.Pending
         (state, snapshot) = try Snapshots.encode(
-            state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool,
-            personalRefs: configuration.writesPersonalValuesInline ? nil : personal.assignedRefs)
+            state, db, overlay: configuration.snapshotOverlay, spooled: &spooledPages, spool: spool, personalRefs: personalRefs)
         snapshots.append(snapshot)
     }
 
     /// Stores everything added: the log's blocks and tail rows, the personal values' rows, the
     /// snapshots, the owned-content history in order, and the projection rows of what changed,
-    /// at `state` (the state the batch reached); and, when `markProjections`, that the
-    /// projections are in step with the log. Returns the chain link of the last event and the
-    /// rows the log's open tail then holds. Called only when an event was added.
+    /// at `state` (the state the batch reached, which then continues from the last snapshot's
+    /// pages); and, when `markProjections`, that the projections are in step with the log.
+    /// Returns the chain link of the last event and the rows the log's open tail then holds.
+    /// Called only when an event was added.
     mutating func commit(
-        _ state: LedgerState, personal: inout PersonalEncoder, statements: PreparedStatements, markProjections: Bool
+        _ state: inout LedgerState, personal: inout PersonalEncoder, statements: PreparedStatements, markProjections: Bool
     ) throws -> (lastLink: [UInt8], tail: Int) {
         let written = try blocks.write(db, statements)
         try personal.write(db)
         try settleEvidence()
         try EvidenceRows.write(evidence, db)
         evidence.removeAll()
-        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        if let encoder {
+            snapshots = try encoder.finish(carrying: &state)
+            self.encoder = nil
+            try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: encoderSpool, chain: chain, db)
+        } else {
+            try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
+        }
         if bulk {
             try Projector.writeAll(state: state, history: history, db)
         } else {

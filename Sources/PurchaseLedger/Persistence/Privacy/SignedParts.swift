@@ -34,6 +34,9 @@ package enum SignedParts {
     /// `body` packed, or nil when it is not `payload.signature` in canonical base64url (then it
     /// is stored as its text, like any value).
     static func pack(_ body: String) -> [UInt8]? {
+        // A payload starting with "{" is base64url starting with "e": anything else (a URL, a
+        // path) is not looked at further.
+        guard body.utf8.first == UInt8(ascii: "e") else { return nil }
         let parts = body.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].count >= 16,
             let payload = parts[0].withContiguousStorageIfAvailable({ Base64URL.decode(UnsafeRawBufferPointer($0)) }) ?? nil,

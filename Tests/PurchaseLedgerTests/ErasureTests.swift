@@ -359,6 +359,35 @@ import Testing
         #expect(try ledger.verify(all: true).isValid)
     }
 
+    /// A user id that reads as an erased user's (`[erased 3]`) is refused from the library,
+    /// naming the field, and nothing is written: reports, support and the fleet's reconciliation
+    /// would take a live user for an erased one. The same events appended by an export's import
+    /// (JSON Lines) keep the markers an erasure left.
+    @Test func aUserIdThatReadsAsAnErasedOneIsRefused() throws {
+        let dir = try TemporaryDirectory()
+        let ledger = try Self.ledger(dir.path("l.ledger"))
+        let before = try ledger.events(limit: 10_000).count
+        for user in ["[erased 3]", "[erased 9f86d081884c]"] {
+            let queued = Event(at: E.at(500), .paymentQueued(transaction: "t-x", product: "p-coins", quantity: 1, user: user))
+            let error = try #require(#expect(throws: LedgerError.self) { try ledger.append(queued) })
+            #expect(error.code == .malformedInput && error.message.contains("field `user`") && error.message.contains("only forget"), "\(error)")
+            #expect(throws: LedgerError.self) { try ledger.append(Event(at: E.at(501), .restoreStarted(user: user))) }
+        }
+        #expect(try ledger.events(limit: 10_000).count == before)
+        try ledger.append(Event(at: E.at(502), .restoreStarted(user: "[erased")))
+
+        try ledger.forget(user: Self.alice.user)
+        // The user's events, exported as `export` writes them, go into a new ledger as they are.
+        let exported = try ledger.events(limit: 10_000).filter { !$0.appendedByLedger && $0.event.type != .personalDataErased }
+            .map { JSONLines.encode($0.event) + "\n" }.joined()
+        #expect(exported.contains("\"user\":\"[erased "))
+        let input = dir.path("export.jsonl")
+        try exported.write(toFile: input, atomically: true, encoding: .utf8)
+        try Ledger(path: dir.path("copy.ledger"), configuration: testConfiguration()).importJSONLines(from: try JSONLinesReader(path: input))
+        let copy = try Ledger(path: dir.path("copy.ledger"), configuration: testConfiguration())
+        #expect(try copy.state(atSeq: .max).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
+    }
+
     /// The rows of `personal_values` are covered by the chain through their commitments: an
     /// edited, added or deleted row is reported. (Bob's id is introduced by an event sealed with
     /// its commitment elided, so the edit breaks the chain at that event: docs/format.md.)

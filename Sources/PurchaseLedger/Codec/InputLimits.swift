@@ -59,6 +59,16 @@ public enum InputLimits {
         if event.body.signedTransaction == nil, let jws = event.body.signedDocument, SignedTransaction.isMarker(jws) {
             throw .malformed("Apple's record is \(jws.prefix(40)), not a signed document: only forget and redaction make one")
         }
+        // Nor is what an erased user's id reads as: taken for a user, a report, a support
+        // engineer or the fleet's reconciliation would read a live user as erased. (An export of
+        // an erased user's events, imported again as JSON Lines, keeps its markers.)
+        var marker: String?
+        PersonalData.forEachValue(in: event.body) { value, isUser in
+            if isUser, marker == nil, SignedTransaction.isErasedMarker(value) { marker = value }
+        }
+        if let marker {
+            throw .malformed("field `user` is \(marker.prefix(40)), what an erased user's id reads as: only forget makes one")
+        }
         // Input only (a ledger written before these limits still verifies): prices within their
         // range and scale, one spelling per amount (JSON input is normalised as it is read; the
         // library is told).

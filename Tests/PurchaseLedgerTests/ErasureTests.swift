@@ -274,6 +274,36 @@ import Testing
         }
     }
 
+    /// `forget` writes a page it takes again as the old page's stored bytes when the replay makes
+    /// it byte for byte again (``KnownPages``), instead of compressing it again. A stored page that
+    /// was damaged is never taken for one: every page written has the address of its bytes, every
+    /// snapshot loads, and none holds the user.
+    @Test func forgetWritesUnchangedPagesAgainFromWhatWasStoredAndNeverFromADamagedOne() throws {
+        let dir = try TemporaryDirectory()
+        let path = dir.path("l.ledger")
+        _ = try Self.ledger(path)
+        // Damage every old page's last byte, keeping its address: none may come back.
+        let old = try DatabaseQueue(path: path).write { db in
+            let pages = try Row.fetchAll(db, sql: "SELECT hash, data FROM snapshot_pages").map { ($0[0] as Data, [UInt8]($0[1] as Data)) }
+            for (hash, data) in pages {
+                var damaged = data
+                damaged[damaged.count - 1] ^= 0x5A
+                try db.execute(sql: "UPDATE snapshot_pages SET data = ? WHERE hash = ?", arguments: [Data(damaged), hash])
+            }
+            return pages.count
+        }
+        #expect(old >= 3)
+        let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8))
+        try ledger.forget(user: Self.alice.user)
+        let pages = try DatabaseQueue(path: path).read { db in
+            try Row.fetchAll(db, sql: "SELECT hash, data FROM snapshot_pages").map { ([UInt8]($0[0] as Data), [UInt8]($0[1] as Data)) }
+        }
+        #expect(!pages.isEmpty && pages.allSatisfy { SnapshotCodec.address(of: $0.1) == $0.0 })
+        #expect(try ledger.verify(everySnapshot: true).isValid)
+        let held = try Self.snapshotPages(path)
+        #expect(Self.alice.secrets.filter { Self.contains(held, $0) }.isEmpty)
+    }
+
     /// Values of no user (a Kollus download registered by URL) have an erasure of their own: by
     /// download. A user's download is refused there (`forget --user` erases it).
     @Test func forgetByDownloadErasesTheValuesOfNoUser() throws {

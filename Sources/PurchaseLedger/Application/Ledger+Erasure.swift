@@ -214,6 +214,9 @@ extension Ledger {
         // here without the values (the write lock is held and this transaction has not touched
         // them, so both see the same rows).
         let previous = try Row.fetchAll(db, sql: "SELECT seq, personal_refs FROM snapshots ORDER BY seq").map { ($0[0] as Int64, $0[1] as Int64?) }
+        // The pages they hold, to be written again as they are where the replay makes them byte
+        // for byte again (all but those of the erased values), instead of compressed again.
+        let known = KnownPages(try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages").map { ($0[0], [UInt8]($0[1] as Data)) })
         try db.execute(sql: "DELETE FROM snapshots")
         try db.execute(sql: "DELETE FROM snapshot_pages")
         let pool = self.pool
@@ -222,7 +225,7 @@ extension Ledger {
         let overlay = configuration.snapshotOverlay
         // Encoded on another thread while the replay goes on (the file holds no page now).
         let spool = Spool()
-        let encoder = SnapshotEncoder(overlay: overlay, spool: spool)
+        let encoder = SnapshotEncoder(overlay: overlay, spool: spool, known: known)
         var due = previous[...]
         var (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence) { state in
             while let (seq, _) = due.first, seq < state.seq { due = due.dropFirst() }
@@ -261,7 +264,7 @@ extension Ledger {
         let written = Set(try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages").map { [UInt8]($0) })
         let snapshot =
             configuration.snapshotInterval > 0
-            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay) { written.contains($0) } }]) : nil
+            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay, known: known) { written.contains($0) } }]) : nil
         let rebuilt = try Projector.reconcile(state: state, history: history, stored: storedRows.take(0), db)
         releaseInBackground(consume history)
         if let snapshot {

@@ -34,11 +34,11 @@ enum Snapshots {
     /// `stored` (beside those of `spooled`), so that it can run away from the database's thread.
     static func encode(
         _ state: LedgerState, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool, personalRefs: Int64?,
-        stored: ([UInt8]) throws -> Bool
+        known: KnownPages? = nil, stored: ([UInt8]) throws -> Bool
     ) throws -> (LedgerState, Pending) {
-        let known = spooled
-        let encoded = try SnapshotCodec.encode(state, overlay: overlay) { address in
-            try known.contains(address) || stored(address)
+        let alreadySpooled = spooled
+        let encoded = try SnapshotCodec.encode(state, overlay: overlay, known: known) { address in
+            try alreadySpooled.contains(address) || stored(address)
         }
         var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [], personalRefs: personalRefs)
         for page in encoded.pages where spooled.insert(page.address).inserted {
@@ -279,6 +279,7 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
     private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
     private let overlay: SnapshotCodec.OverlayLimits
     private let spool: Spool
+    private let known: KnownPages?
     private var spooled = Set<[UInt8]>()
     private var taken: [Snapshots.Pending] = []
     /// The state last handed over, while its encoding is under way or not yet taken back.
@@ -286,9 +287,11 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
     private var encoded: Result<LedgerState, any Error>?
     private let done = DispatchSemaphore(value: 0)
 
-    init(overlay: SnapshotCodec.OverlayLimits, spool: Spool) {
+    /// `known`: pages the snapshots may write again as they are stored (``KnownPages``).
+    init(overlay: SnapshotCodec.OverlayLimits, spool: Spool, known: KnownPages? = nil) {
         self.overlay = overlay
         self.spool = spool
+        self.known = known
     }
 
     /// Starts encoding a snapshot of `state`, after taking back the one before into `state`.
@@ -299,7 +302,7 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
         queue.async { [self] in
             encoded = Result {
                 let (written, pending) = try Snapshots.encode(
-                    copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, stored: { _ in false })
+                    copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, known: known, stored: { _ in false })
                 taken.append(pending)
                 return written
             }

@@ -233,8 +233,12 @@ import PurchaseLedgerFleetTesting
         try ledger.append(contentsOf: StorageTests.everyType)
         let seqs = [Int64(5), 9, 17, try ledger.lastSeq()]
         let expected = try seqs.map { try ledger.state(atSeq: $0) }
-        // Format 8: a layout no version of this code reads (format 9's pages are still read).
-        try DatabaseQueue(path: path).write { db in try db.execute(sql: "UPDATE snapshots SET format = 8") }
+        // Format 8: a layout no version of this code reads (format 9's pages are still read);
+        // with a page only such a snapshot held, which must not outlive it.
+        try DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE snapshots SET format = 8")
+            try db.execute(sql: "INSERT INTO snapshot_pages (hash, raw_size, data) VALUES (x'00112233445566778899AABBCCDDEEFF', 3, x'30616263')")
+        }
         let stale = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
         let before = try stale.read { db in try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq") }
         let summary = try stale.rebuildProjections()
@@ -243,6 +247,16 @@ import PurchaseLedgerFleetTesting
         #expect(after.map { $0[0] as Int64 } == before, "taken again at the same seqs")
         #expect(after.allSatisfy { $0[1] as Int == SnapshotCodec.format })
         #expect(try stale.rebuildProjections().snapshotsTaken == 0, "a second rebuild finds current snapshots")
+        let (pages, referenced) = try stale.read { db in
+            let manifests = try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots")
+            let referenced = try Set(
+                manifests.flatMap { m -> [Data] in
+                    let (_, kinds, overlays) = try SnapshotCodec.parse([UInt8](m))
+                    return kinds.flatMap { $0.map { Data($0.address) } } + overlays.values.flatMap { $0.chunks.map { Data($0.address) } }
+                })
+            return (Set(try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages")), referenced)
+        }
+        #expect(pages == referenced, "\(pages.subtracting(referenced).count) pages no snapshot refers to")
         let reopened = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
         for (seq, state) in zip(seqs, expected) {
             #expect(try reopened.state(atSeq: seq) == state, "seq \(seq)")

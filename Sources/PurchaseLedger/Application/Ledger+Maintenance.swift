@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// Maintenance: rebuilding the projections from the log, checkpointing the WAL.
@@ -34,19 +35,23 @@ extension Ledger {
                     // Snapshots written by an earlier version cannot be read: they are taken
                     // again during the replay, at the same seqs an import takes them.
                     let retake = try configuration.snapshotInterval > 0 && Ledger.onlyStaleSnapshots(db)
-                    let interval = Int64(max(1, configuration.snapshotInterval)), overlay = configuration.snapshotOverlay
-                    let spool = Spool()
-                    var spooled = Set<[UInt8]>(), taken: [Snapshots.Pending] = []
+                    let interval = Int64(max(1, configuration.snapshotInterval))
+                    // Encoded on another thread while the replay goes on, as an erasure's.
+                    let spool = Spool(memoryLimit: 1 << 20)
+                    let encoder =
+                        retake
+                        ? SnapshotEncoder(
+                            overlay: configuration.snapshotOverlay, spool: spool,
+                            stored: Set(try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages").map { [UInt8]($0) })) : nil
                     var evidence = EvidenceRows.Collector()
                     let secret = try EvidenceRows.secret(db)
-                    let (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in
-                        guard retake, state.seq % interval == 0 else { return }
-                        let pending: Snapshots.Pending
+                    var (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in
+                        guard let encoder, state.seq % interval == 0 else { return }
                         // No record of the personal refs assigned by then: a state loaded from
                         // one of these reads the whole personal-values table for its tail.
-                        (state, pending) = try Snapshots.encode(state, db, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: nil)
-                        taken.append(pending)
+                        try encoder.snapshot(&state, personalRefs: nil)
                     }
+                    let taken = try encoder?.finish(carrying: &state) ?? []
                     let storedRows = stored?.take(0)
                     summary = try Projector.reconcile(state: state, history: history, stored: storedRows, db)
                     summary.events = state.seq

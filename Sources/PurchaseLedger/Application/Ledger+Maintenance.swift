@@ -64,6 +64,8 @@ extension Ledger {
                     summary.snapshotsTaken = taken.count
                     return .commit
                 }
+                // The pages of the snapshots taken again (an earlier version's) are free now.
+                if summary.snapshotsTaken > 0 { try LedgerFile.giveBackFreePages(db) }
                 return summary
             }
         } catch {

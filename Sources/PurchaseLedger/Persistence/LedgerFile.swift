@@ -288,11 +288,7 @@ final class LedgerFile: Sendable {
             // A migration that rebuilds a table (0003, 0004) leaves the old one's pages free in
             // the file: past a tenth of it, they are given back, once, on the upgrading open (a
             // 1,000,000-event ledger grew from 96 to 113 MB without it; VACUUM took about 1 s).
-            try writer.writeWithoutTransaction { db in
-                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
-                let free = try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
-                if free > 0 && free * 10 > pages { try db.execute(sql: "VACUUM") }
-            }
+            try writer.writeWithoutTransaction { db in try LedgerFile.giveBackFreePages(db) }
         }
         try pool.read { db in
             let mode = try String.fetchOne(db, sql: "SELECT value FROM ledger_info WHERE key = 'chain'")
@@ -307,6 +303,14 @@ final class LedgerFile: Sendable {
                 )
             }
         }
+    }
+
+    /// Gives the file's free pages back (VACUUM) when they are more than a tenth of it: after an
+    /// upgrade left a table's or a snapshot's old pages behind. Outside any transaction.
+    static func giveBackFreePages(_ db: Database) throws {
+        let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+        let free = try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0
+        if free > 0 && free * 10 > pages { try db.execute(sql: "VACUUM") }
     }
 
     /// Finishes an erasure whose transaction committed (`erasure_unfinished` in `ledger_info`,

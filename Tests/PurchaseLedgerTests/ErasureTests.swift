@@ -280,8 +280,9 @@ import Testing
     /// snapshot loads, and none holds the user.
     @Test func forgetWritesUnchangedPagesAgainFromWhatWasStoredAndNeverFromADamagedOne() throws {
         let dir = try TemporaryDirectory()
-        let path = dir.path("l.ledger")
-        _ = try Self.ledger(path)
+        let path = dir.path("l.ledger"), sound = dir.path("sound.ledger")
+        try Self.ledger(path).checkpoint()
+        try FileManager.default.copyItem(atPath: path, toPath: sound)
         // Damage every old page's last byte, keeping its address: none may come back.
         let old = try DatabaseQueue(path: path).write { db in
             let pages = try Row.fetchAll(db, sql: "SELECT hash, data FROM snapshot_pages").map { ($0[0] as Data, [UInt8]($0[1] as Data)) }
@@ -295,13 +296,49 @@ import Testing
         #expect(old >= 3)
         let ledger = try Ledger(path: path, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8))
         try ledger.forget(user: Self.alice.user)
-        let pages = try DatabaseQueue(path: path).read { db in
-            try Row.fetchAll(db, sql: "SELECT hash, data FROM snapshot_pages").map { ([UInt8]($0[0] as Data), [UInt8]($0[1] as Data)) }
+        func stored(_ path: String) throws -> (manifests: [Data], pages: [[UInt8]: [UInt8]]) {
+            try DatabaseQueue(path: path).read { db in
+                (
+                    try Data.fetchAll(db, sql: "SELECT manifest FROM snapshots ORDER BY seq"),
+                    Dictionary(
+                        uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT hash, data FROM snapshot_pages").map {
+                            ([UInt8]($0[0] as Data), [UInt8]($0[1] as Data))
+                        })
+                )
+            }
         }
-        #expect(!pages.isEmpty && pages.allSatisfy { SnapshotCodec.address(of: $0.1) == $0.0 })
+        let damaged = try stored(path)
+        #expect(!damaged.pages.isEmpty && damaged.pages.allSatisfy { SnapshotCodec.address(of: $0.value) == $0.key })
         #expect(try ledger.verify(everySnapshot: true).isValid)
         let held = try Self.snapshotPages(path)
         #expect(Self.alice.secrets.filter { Self.contains(held, $0) }.isEmpty)
+
+        // The same erasure on a sound copy finds each stored page by its raw bytes (the page
+        // itself), and gives the same snapshots, byte for byte, as compressing every page again
+        // did above.
+        let before = try DatabaseQueue(path: sound).read { db in
+            try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages").map { ($0[0] as Int, [UInt8]($0[1] as Data)) }
+        }
+        let known = KnownPages(before)
+        for (rawSize, data) in before {
+            let raw = try LZ4.decompressStored(data, originalSize: rawSize, "a snapshot page")
+            #expect(known.page(for: raw)?.data == data)
+        }
+        try Ledger(path: sound, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8)).forget(user: Self.alice.user)
+        let fresh = try stored(sound)
+        #expect(fresh.manifests == damaged.manifests)
+        #expect(fresh.pages == damaged.pages)
+
+        // A row damaged into another type is left out too, not a fatal error.
+        let typed = dir.path("typed.ledger")
+        _ = try Self.ledger(typed)
+        try DatabaseQueue(path: typed).write { db in
+            try db.execute(sql: "UPDATE snapshot_pages SET raw_size = 'abc' WHERE rowid = (SELECT min(rowid) FROM snapshot_pages)")
+            try db.execute(sql: "UPDATE snapshot_pages SET data = 123 WHERE rowid = (SELECT max(rowid) FROM snapshot_pages)")
+        }
+        let erased = try Ledger(path: typed, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8)).forget(user: Self.alice.user)
+        #expect(erased.values > 0)
+        #expect(try Ledger(path: typed, configuration: testConfiguration(blockSize: 8, snapshotInterval: 8)).verify(everySnapshot: true).isValid)
     }
 
     /// Values of no user (a Kollus download registered by URL) have an erasure of their own: by
@@ -416,6 +453,17 @@ import Testing
         try Ledger(path: dir.path("copy.ledger"), configuration: testConfiguration()).importJSONLines(from: try JSONLinesReader(path: input))
         let copy = try Ledger(path: dir.path("copy.ledger"), configuration: testConfiguration())
         #expect(try copy.state(atSeq: .max).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
+        // So do a JSON Lines document appended or checked whole, and an extract of the erased
+        // user's transaction (its events appended to a new ledger as they are).
+        let document = try JSONLinesInput(bytes: Array(exported.utf8))
+        let other = try Ledger(path: dir.path("other.ledger"), configuration: testConfiguration())
+        try other.checkJSONLines(document)
+        try other.appendJSONLines(document)
+        #expect(try other.state(atSeq: .max).transactions["t-a-1"]?.user?.hasPrefix("[erased ") == true)
+        let extract = try ledger.extract(.transactions(["t-a-1"]), to: dir.path("extract.ledger"), configuration: testConfiguration())
+        #expect(extract.keptEvents > 0)
+        // Whatever follows the prefix, as the fleet reads it.
+        #expect(throws: LedgerError.self) { try ledger.append(Event(at: E.at(503), .restoreStarted(user: "[erased 3"))) }
     }
 
     /// The rows of `personal_values` are covered by the chain through their commitments: an

@@ -66,6 +66,12 @@ extension Ledger {
     /// large imports.
     @discardableResult
     public func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?) throws -> AppendResult {
+        try append(contentsOf: events, progress: progress, refusingErasedUsers: true)
+    }
+
+    /// ``append(contentsOf:progress:)``; `refusingErasedUsers` false for events that come from a
+    /// ledger (an export's JSON Lines, an extract), which may name erased users.
+    func append(contentsOf events: [Event], progress: ((Int, Int) -> Void)?, refusingErasedUsers: Bool) throws -> AppendResult {
         var index = 0
         var stored: [RecordedEvent] = []
         let summary = try appendSession(keepEvents: { stored.append($0) }) {
@@ -73,7 +79,7 @@ extension Ledger {
             defer { index += 1 }
             if let progress, index % 10_000 == 0, index > 0 { progress(index, events.count) }
             do {
-                if configuration.checksInput { try InputLimits.check(events[index]) }
+                if configuration.checksInput { try InputLimits.check(events[index], refusingErasedUsers: refusingErasedUsers) }
             } catch let error as LedgerError {
                 throw error.at(.batch(index))
             }
@@ -142,11 +148,16 @@ extension Ledger {
     /// Checks events against the rules without writing anything: throws the error `append` would
     /// throw (with ``LedgerError/batchIndex``), or returns the outcomes it would have.
     public func check(_ events: [Event]) throws -> [Outcome] {
+        try check(events, refusingErasedUsers: true)
+    }
+
+    /// ``check(_:)``; `refusingErasedUsers` as for ``append(contentsOf:progress:refusingErasedUsers:)``.
+    func check(_ events: [Event], refusingErasedUsers: Bool) throws -> [Outcome] {
         var state = try withWriter { $0.state }
         var outcomes: [Outcome] = []
         for (index, input) in events.enumerated() {
             do {
-                if configuration.checksInput { try InputLimits.check(input) }
+                if configuration.checksInput { try InputLimits.check(input, refusingErasedUsers: refusingErasedUsers) }
             } catch {
                 throw error.at(.batch(index))
             }

@@ -216,7 +216,10 @@ extension Ledger {
         let previous = try Row.fetchAll(db, sql: "SELECT seq, personal_refs FROM snapshots ORDER BY seq").map { ($0[0] as Int64, $0[1] as Int64?) }
         // The pages they hold, to be written again as they are where the replay makes them byte
         // for byte again (all but those of the erased values), instead of compressed again.
-        let known = KnownPages(try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages").map { ($0[0], [UInt8]($0[1] as Data)) })
+        // (A row damaged into another type is left out, as one that does not decode.)
+        let known = KnownPages(
+            try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages WHERE typeof(raw_size) = 'integer' AND typeof(data) = 'blob'")
+                .map { ($0[0], [UInt8]($0[1] as Data)) })
         try db.execute(sql: "DELETE FROM snapshots")
         try db.execute(sql: "DELETE FROM snapshot_pages")
         let pool = self.pool

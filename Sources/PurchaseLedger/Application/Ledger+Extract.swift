@@ -81,7 +81,8 @@ extension Ledger {
             var config = configuration
             config.readOnly = false
             let repro = try Ledger(path: path, configuration: config)
-            let result = try repro.append(contentsOf: events)
+            // (An erased user's events name it as the erasure left it.)
+            let result = try repro.append(contentsOf: events, progress: nil, refusingErasedUsers: false)
             // The file alone holds everything (nothing left in the -wal file): it is made to be attached.
             try repro.checkpoint()
             guard result.events.count == original.count else {

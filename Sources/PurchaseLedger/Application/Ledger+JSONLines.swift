@@ -1,13 +1,14 @@
 extension Ledger {
     /// Checks a JSON Lines document against the rules without writing; errors name the input line.
+    /// (Like ``importJSONLines(from:progress:)``, it takes the ids an erasure left in an export.)
     public func checkJSONLines(_ input: JSONLinesInput) throws {
-        try input.namingLines { _ = try check(input.events) }
+        try input.namingLines { _ = try check(input.events, refusingErasedUsers: false) }
     }
 
     /// Appends a JSON Lines document in one atomic write; errors name the input line.
     @discardableResult
     public func appendJSONLines(_ input: JSONLinesInput, progress: ((Int, Int) -> Void)? = nil) throws -> AppendResult {
-        try input.namingLines { try append(contentsOf: input.events, progress: progress) }
+        try input.namingLines { try append(contentsOf: input.events, progress: progress, refusingErasedUsers: false) }
     }
 }
 

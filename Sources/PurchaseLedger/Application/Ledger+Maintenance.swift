@@ -65,7 +65,7 @@ extension Ledger {
                     return .commit
                 }
                 // The pages of the snapshots taken again (an earlier version's) are free now.
-                if summary.snapshotsTaken > 0 { try LedgerFile.giveBackFreePages(db) }
+                if summary.snapshotsTaken > 0 { LedgerFile.giveBackFreePages(db) }
                 return summary
             }
         } catch {

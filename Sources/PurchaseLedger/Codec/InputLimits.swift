@@ -24,6 +24,9 @@ public enum InputLimits {
     /// The most bytes one JSON Lines line may hold: 1 MiB, refused before the rest of it is read.
     public static let lineBytes = 1 << 20
 
+    /// How every erased user's id begins (`[erased 12]`).
+    static let erasedUserPrefix = "[erased "
+
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = [
         "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id", "pack",
@@ -52,7 +55,11 @@ public enum InputLimits {
     /// within its limit and free of NUL (which JSON input cannot carry), and the values
     /// ``storedValueProblem(_:)`` checks. Direct, field by field: going through the event's JSON
     /// form cost a fsync-less append a fifth of its speed.
-    static func check(_ event: Event) throws(LedgerError) {
+    ///
+    /// `refusingErasedUsers`: refuse a user id that reads as an erased user's (`[erased ...`),
+    /// which only `forget` makes. Off for events that come from a ledger (an export's JSON Lines,
+    /// an extract), where an erasure left them.
+    static func check(_ event: Event, refusingErasedUsers: Bool = true) throws(LedgerError) {
         if let wrong = storedValueProblem(event.body) { throw .malformed(wrong) }
         // What an erased signed transaction reads as is no input: only forget makes one.
         if let jws = event.body.signedTransaction, let wrong = SignedTransaction.problem(jws: jws) { throw .malformed(wrong) }
@@ -60,14 +67,16 @@ public enum InputLimits {
             throw .malformed("Apple's record is \(jws.prefix(40)), not a signed document: only forget and redaction make one")
         }
         // Nor is what an erased user's id reads as: taken for a user, a report, a support
-        // engineer or the fleet's reconciliation would read a live user as erased. (An export of
-        // an erased user's events, imported again as JSON Lines, keeps its markers.)
-        var marker: String?
-        PersonalData.forEachValue(in: event.body) { value, isUser in
-            if isUser, marker == nil, SignedTransaction.isErasedMarker(value) { marker = value }
-        }
-        if let marker {
-            throw .malformed("field `user` is \(marker.prefix(40)), what an erased user's id reads as: only forget makes one")
+        // engineer or the fleet's reconciliation (which takes any user id starting so for an
+        // erased one) would read a live user as erased.
+        if refusingErasedUsers {
+            var marker: String?
+            PersonalData.forEachValue(in: event.body) { value, isUser in
+                if isUser, marker == nil, value.hasPrefix(erasedUserPrefix) { marker = value }
+            }
+            if let marker {
+                throw .malformed("field `user` is \(marker.prefix(40)), what an erased user's id reads as: only forget makes one")
+            }
         }
         // Input only (a ledger written before these limits still verifies): prices within their
         // range and scale, one spelling per amount (JSON input is normalised as it is read; the

@@ -21,7 +21,7 @@ struct AppendBatch {
     private var spooledPages: Set<[UInt8]> = []
     /// A bulk append's snapshots, encoded on another thread while the rules go on (the file
     /// holds no page yet, so the encoder never reads it), with their pages in a spool of their
-    /// own (the block writer's thread appends to `spool`). Made at the first snapshot due.
+    /// own, which only the encoder's thread appends to. Made at the first snapshot due.
     private var encoder: SnapshotEncoder?
     private let encoderSpool = Spool(memoryLimit: 1 << 20)
     private var changes: [Projector.OwnedChange] = []

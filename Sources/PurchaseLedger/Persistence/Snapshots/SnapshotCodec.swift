@@ -440,7 +440,7 @@ final class KnownPages: Sendable {
         var pages: [[UInt8]: SnapshotCodec.StoredPage] = [:]
         pages.reserveCapacity(stored.count)
         for (rawSize, data) in stored {
-            guard let raw = try? LZ4.decompressStored(data, originalSize: rawSize, "a snapshot page") else { continue }
+            guard rawSize >= 0, let raw = try? LZ4.decompressStored(data, originalSize: rawSize, "a snapshot page") else { continue }
             pages[Array(SHA256.hash(data: raw))] = SnapshotCodec.StoredPage(address: SnapshotCodec.address(of: data), rawSize: raw.count, data: data)
         }
         self.pages = pages

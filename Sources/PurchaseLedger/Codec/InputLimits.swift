@@ -66,18 +66,6 @@ public enum InputLimits {
         if event.body.signedTransaction == nil, let jws = event.body.signedDocument, SignedTransaction.isMarker(jws) {
             throw .malformed("Apple's record is \(jws.prefix(40)), not a signed document: only forget and redaction make one")
         }
-        // Nor is what an erased user's id reads as: taken for a user, a report, a support
-        // engineer or the fleet's reconciliation (which takes any user id starting so for an
-        // erased one) would read a live user as erased.
-        if refusingErasedUsers {
-            var marker: String?
-            PersonalData.forEachValue(in: event.body) { value, isUser in
-                if isUser, marker == nil, value.hasPrefix(erasedUserPrefix) { marker = value }
-            }
-            if let marker {
-                throw .malformed("field `user` is \(marker.prefix(40)), what an erased user's id reads as: only forget makes one")
-            }
-        }
         // Input only (a ledger written before these limits still verifies): prices within their
         // range and scale, one spelling per amount (JSON input is normalised as it is read; the
         // library is told).
@@ -92,6 +80,13 @@ public enum InputLimits {
             guard failure == nil else { return }
             if value.utf8.contains(0) {
                 failure = .malformed("field `\(name)` holds a NUL character")
+                return
+            }
+            // Nor is what an erased user's id reads as: taken for a user, a report, a support
+            // engineer or the fleet's reconciliation (which takes any user id starting so for an
+            // erased one) would read a live user as erased.
+            if refusingErasedUsers, key == "user", value.hasPrefix(erasedUserPrefix) {
+                failure = .malformed("field `\(name)` is \(value.prefix(40)), what an erased user's id reads as: only forget makes one")
                 return
             }
             do throws(LedgerError) { try check(value, key: key, name: "`\(name)`") } catch { failure = error }

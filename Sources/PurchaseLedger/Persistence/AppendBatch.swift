@@ -23,7 +23,6 @@ struct AppendBatch {
     /// holds no page yet, so the encoder never reads it), with their pages in a spool of their
     /// own, which only the encoder's thread appends to. Made at the first snapshot due.
     private var encoder: SnapshotEncoder?
-    private let encoderSpool = Spool(memoryLimit: 1 << 20)
     private var changes: [Projector.OwnedChange] = []
     /// Whether the ledger was empty when the append began: every projection row is then new,
     /// and the tables are written in bulk from the state reached and `history`.
@@ -104,7 +103,7 @@ struct AppendBatch {
     mutating func snapshot(_ state: inout LedgerState, personal: PersonalEncoder) throws {
         let personalRefs = configuration.writesPersonalValuesInline ? nil : personal.assignedRefs
         if bulk {
-            if encoder == nil { encoder = SnapshotEncoder(overlay: configuration.snapshotOverlay, spool: encoderSpool) }
+            if encoder == nil { encoder = SnapshotEncoder(overlay: configuration.snapshotOverlay, spool: Spool(memoryLimit: 1 << 20)) }
             try encoder!.snapshot(&state, personalRefs: personalRefs)
             return
         }
@@ -128,13 +127,8 @@ struct AppendBatch {
         try settleEvidence()
         try EvidenceRows.write(evidence, db)
         evidence.removeAll()
-        if let encoder {
-            snapshots = try encoder.finish(carrying: &state)
-            self.encoder = nil
-            try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: encoderSpool, chain: chain, db)
-        } else {
-            try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: spool, chain: chain, db)
-        }
+        if let encoder { snapshots = try encoder.finish(carrying: &state) }
+        try Snapshots.write(snapshots, keep: configuration.maxSnapshots, spool: encoder?.spool ?? spool, chain: chain, db)
         if bulk {
             try Projector.writeAll(state: state, history: history, db)
         } else {

@@ -283,7 +283,8 @@ enum Snapshots {
 final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is the queue's; `taken` and `encoded` are read by the caller only after `done`; the rest is the caller's
     private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
     private let overlay: SnapshotCodec.OverlayLimits
-    private let spool: Spool
+    /// Where the pages go; ``Snapshots/write(_:keep:spool:chain:_:)`` reads them from it.
+    let spool: Spool
     private let known: KnownPages?
     /// The addresses of the pages the file holds already (referred to, not spooled again).
     private let stored: Set<[UInt8]>

@@ -115,7 +115,7 @@ struct ForgetCommand: AsyncParsableCommand {
                 + "\(summary.rowsRewritten) projection rows rewritten, \(summary.snapshotsDropped) snapshots replaced")
         if !summary.walTruncated && !json {
             console.print(
-                "warning: another process was reading the ledger, so the erasure could not be copied over the old pages: "
+                "warning: another process was using the ledger, so the erasure could not be copied over the old pages: "
                     + "the ledger file still holds the erased values (and its -wal the new pages) until every process has closed it "
                     + "(the last to close finishes it; verify reports the erasure unfinished until then)")
         }

@@ -235,9 +235,12 @@ import PurchaseLedgerFleetTesting
         let expected = try seqs.map { try ledger.state(atSeq: $0) }
         // Format 8: a layout no version of this code reads (format 9's pages are still read);
         // with a page only such a snapshot held, which must not outlive it.
+        // Their pages damaged, each keeping its address: the retake writes them anew instead of
+        // referring to them.
         try DatabaseQueue(path: path).write { db in
             try db.execute(sql: "UPDATE snapshots SET format = 8")
             try db.execute(sql: "INSERT INTO snapshot_pages (hash, raw_size, data) VALUES (x'00112233445566778899AABBCCDDEEFF', 3, x'30616263')")
+            try db.execute(sql: "UPDATE snapshot_pages SET data = zeroblob(length(data)) WHERE raw_size != 3")
         }
         let stale = try Ledger(path: path, configuration: testConfiguration(snapshotInterval: 8))
         let before = try stale.read { db in try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots ORDER BY seq") }

@@ -14,7 +14,8 @@ public struct ErasureSummary: Sendable, Hashable {
     /// a replay without the values (and one more at the end of the log).
     public var snapshotsDropped: Int
     /// Whether the write-ahead log was checkpointed and truncated. False when another connection
-    /// was reading the ledger throughout: the new pages then wait in the `-wal` file and the main
+    /// was reading the ledger throughout, or held its write lock past the busy timeout after the
+    /// erasure committed: the new pages then wait in the `-wal` file and the main
     /// file still holds the erased values, until a later ``Ledger/checkpoint()`` succeeds, a
     /// writable open or another `forget` finishes the erasure, or the last connection closes.
     public var walTruncated: Bool
@@ -105,7 +106,9 @@ extension Ledger {
                     configuration.afterErasureCommit?()
                     // The erased bytes may still be in WAL frames: copy everything into the
                     // file and cut the WAL to zero bytes; then the erasure is finished.
-                    summary.walTruncated = try LedgerFile.finishErasure(db) != nil
+                    // Committed: a lock another process holds past the timeout leaves the WAL as
+                    // it is (walTruncated false), for a later checkpoint, forget or open to finish.
+                    summary.walTruncated = (try? LedgerFile.finishErasure(db)) != nil
                 }
                 if let erased { current = erased }
             }
@@ -214,12 +217,6 @@ extension Ledger {
         // here without the values (the write lock is held and this transaction has not touched
         // them, so both see the same rows).
         let previous = try Row.fetchAll(db, sql: "SELECT seq, personal_refs FROM snapshots ORDER BY seq").map { ($0[0] as Int64, $0[1] as Int64?) }
-        // The pages they hold, to be written again as they are where the replay makes them byte
-        // for byte again (all but those of the erased values), instead of compressed again.
-        // (A row damaged into another type is left out, as one that does not decode.)
-        let known = KnownPages(
-            try Row.fetchAll(db, sql: "SELECT raw_size, data FROM snapshot_pages WHERE typeof(raw_size) = 'integer' AND typeof(data) = 'blob'")
-                .map { ($0[0], [UInt8]($0[1] as Data)) })
         try db.execute(sql: "DELETE FROM snapshots")
         try db.execute(sql: "DELETE FROM snapshot_pages")
         let pool = self.pool
@@ -228,7 +225,7 @@ extension Ledger {
         let overlay = configuration.snapshotOverlay
         // Encoded on another thread while the replay goes on (the file holds no page now).
         let spool = Spool()
-        let encoder = SnapshotEncoder(overlay: overlay, spool: spool, known: known)
+        let encoder = SnapshotEncoder(overlay: overlay, spool: spool)
         var due = previous[...]
         var (replayed, history) = try Ledger.replayForProjections(db, evidence: &evidence) { state in
             while let (seq, _) = due.first, seq < state.seq { due = due.dropFirst() }
@@ -267,7 +264,7 @@ extension Ledger {
         let written = Set(try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages").map { [UInt8]($0) })
         let snapshot =
             configuration.snapshotInterval > 0
-            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay, known: known) { written.contains($0) } }]) : nil
+            ? Pipeline([{ @Sendable in try? SnapshotCodec.encode(state, overlay: overlay) { written.contains($0) } }]) : nil
         let rebuilt = try Projector.reconcile(state: state, history: history, stored: storedRows.take(0), db)
         releaseInBackground(consume history)
         if let snapshot {

@@ -1,4 +1,3 @@
-import Foundation
 import GRDB
 
 /// Maintenance: rebuilding the projections from the log, checkpointing the WAL.
@@ -38,11 +37,7 @@ extension Ledger {
                     let interval = Int64(max(1, configuration.snapshotInterval))
                     // Encoded on another thread while the replay goes on, as an erasure's.
                     let spool = Spool(memoryLimit: 1 << 20)
-                    let encoder =
-                        retake
-                        ? SnapshotEncoder(
-                            overlay: configuration.snapshotOverlay, spool: spool,
-                            stored: Set(try Data.fetchAll(db, sql: "SELECT hash FROM snapshot_pages").map { [UInt8]($0) })) : nil
+                    let encoder = retake ? SnapshotEncoder(overlay: configuration.snapshotOverlay, spool: spool) : nil
                     var evidence = EvidenceRows.Collector()
                     let secret = try EvidenceRows.secret(db)
                     var (state, history) = try Ledger.replayForProjections(db, progress: progress, evidence: &evidence, secret: secret) { state in

@@ -77,7 +77,7 @@ enum SnapshotCodec {
     static let maxChunks = 8
 
     /// A page to store: its address, raw size and LZ4-compressed bytes.
-    struct StoredPage: Sendable {
+    struct StoredPage {
         var address: [UInt8]
         var rawSize: Int
         var data: [UInt8]
@@ -97,10 +97,8 @@ enum SnapshotCodec {
     /// snapshot they came from, and still `stored`, are referred to, not written again.
     /// `indexedPages` false writes the paged kinds' pages as format 9 did (no record lengths):
     /// only for the tests that check those pages still load.
-    /// `known`: pages that may come out again byte for byte, not compressed again when they do.
     static func encode(
-        _ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), indexedPages: Bool = true, known: KnownPages? = nil,
-        stored: ([UInt8]) throws -> Bool
+        _ s: LedgerState, overlay limits: OverlayLimits = OverlayLimits(), indexedPages: Bool = true, stored: ([UInt8]) throws -> Bool
     ) throws -> Encoded {
         var scalars = BinaryWriter()
         scalars.varint(UInt64(s.seq))
@@ -127,7 +125,7 @@ enum SnapshotCodec {
         /// of its records not in any page, and its chunks (address, raw size, generation, records).
         func pagedKind<V>(_ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void) throws -> RecordMap<V> {
             let (pages, overlay, storedOverlay) = try paged(
-                map, write: write, limits: limits, generation: s.seq, indexed: indexedPages, known: known, stored: stored, new: &newPages)
+                map, write: write, limits: limits, generation: s.seq, indexed: indexedPages, stored: stored, new: &newPages)
             list(
                 zip(pages, storedOverlay.generations).map {
                     PageEntry(address: $0.address, rawSize: $0.rawSize, count: $0.count, firstKey: $0.firstID, generation: $1)
@@ -156,7 +154,7 @@ enum SnapshotCodec {
             default:
                 var entries: [PageEntry] = []
                 for (raw, count, firstKey) in cut(records(of: kind, s), key: \.key, write: { r, w in r.write(&w) }) {
-                    let page = try store(raw, known)
+                    let page = try store(raw)
                     newPages.append(page)
                     entries.append(PageEntry(address: page.address, rawSize: raw.count, count: count, firstKey: firstKey))
                 }
@@ -266,8 +264,7 @@ enum SnapshotCodec {
         return pages
     }
 
-    static func store(_ raw: [UInt8], _ known: KnownPages? = nil) throws -> StoredPage {
-        if let page = known?.page(for: raw) { return page }
+    static func store(_ raw: [UInt8]) throws -> StoredPage {
         let data = try LZ4.compressForStorage(raw, "a snapshot page")
         return StoredPage(address: address(of: data), rawSize: raw.count, data: data)
     }
@@ -282,7 +279,7 @@ enum SnapshotCodec {
     /// overlay is written as one chunk.
     static func paged<V>(
         _ map: RecordMap<V>, write: @escaping (String, V, inout BinaryWriter) -> Void, limits: OverlayLimits, generation: Int64, indexed: Bool = true,
-        known: KnownPages? = nil, stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
+        stored: ([UInt8]) throws -> Bool, new: inout [StoredPage]
     ) throws -> (pages: [StoredRecordPage<V>], overlay: RecordMap<V>.Overlay, stored: StoredOverlay<V>) {
         var out: [StoredRecordPage<V>] = []
         var generations: [Int64] = []
@@ -290,7 +287,7 @@ enum SnapshotCodec {
         func emit(_ records: [(key: String, value: V)]) throws {
             var offset = 0
             for (raw, count, firstKey) in cut(records, key: \.key, indexed: indexed, write: { r, w in write(r.key, r.value, &w) }) {
-                let page = try store(raw, known)
+                let page = try store(raw)
                 new.append(page)
                 out.append(
                     StoredRecordPage(
@@ -414,7 +411,7 @@ enum SnapshotCodec {
             for (key, value) in toWrite.changed { write(key, value, &raw) }
             raw.varint(UInt64(toWrite.removed.count))
             for id in toWrite.removed { raw.lengthPrefixed(id) }
-            let page = try store(raw.bytes, known)
+            let page = try store(raw.bytes)
             new.append(page)
             let index = result.chunks.count
             result.chunks.append(
@@ -424,30 +421,5 @@ enum SnapshotCodec {
             for id in toWrite.removed { result.entries[RecordKey(id)] = (index, nil) }
         }
         return (out, overlay, result)
-    }
-}
-
-/// Pages a snapshot may write again exactly as they are stored: an erasure takes every snapshot
-/// again, and all but the pages that held the erased values come out byte for byte as before.
-/// Keyed by the SHA-256 of their raw bytes, so that such a page is not compressed again (LZ4 at
-/// the storage level was most of the work of taking the snapshots again). A stored page that
-/// does not decode is left out; the address is computed again from the bytes, not taken from
-/// the file.
-final class KnownPages: Sendable {
-    private let pages: [[UInt8]: SnapshotCodec.StoredPage]
-
-    init(_ stored: [(rawSize: Int, data: [UInt8])]) {
-        var pages: [[UInt8]: SnapshotCodec.StoredPage] = [:]
-        pages.reserveCapacity(stored.count)
-        for (rawSize, data) in stored {
-            guard rawSize >= 0, let raw = try? LZ4.decompressStored(data, originalSize: rawSize, "a snapshot page") else { continue }
-            pages[Array(SHA256.hash(data: raw))] = SnapshotCodec.StoredPage(address: SnapshotCodec.address(of: data), rawSize: raw.count, data: data)
-        }
-        self.pages = pages
-    }
-
-    /// The stored page whose raw bytes are `raw`, if any.
-    func page(for raw: [UInt8]) -> SnapshotCodec.StoredPage? {
-        pages.isEmpty ? nil : pages[Array(SHA256.hash(data: raw))]
     }
 }

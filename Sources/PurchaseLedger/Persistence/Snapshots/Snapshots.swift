@@ -34,11 +34,11 @@ enum Snapshots {
     /// `stored` (beside those of `spooled`), so that it can run away from the database's thread.
     static func encode(
         _ state: LedgerState, overlay: SnapshotCodec.OverlayLimits, spooled: inout Set<[UInt8]>, spool: Spool, personalRefs: Int64?,
-        known: KnownPages? = nil, stored: ([UInt8]) throws -> Bool
+        stored: ([UInt8]) throws -> Bool
     ) throws -> (LedgerState, Pending) {
-        let alreadySpooled = spooled
-        let encoded = try SnapshotCodec.encode(state, overlay: overlay, known: known) { address in
-            try alreadySpooled.contains(address) || stored(address)
+        let known = spooled
+        let encoded = try SnapshotCodec.encode(state, overlay: overlay) { address in
+            try known.contains(address) || stored(address)
         }
         var pending = Pending(seq: state.seq, manifest: encoded.manifest, pages: [], personalRefs: personalRefs)
         for page in encoded.pages where spooled.insert(page.address).inserted {
@@ -83,7 +83,9 @@ enum Snapshots {
         // left behind: 11.4 MB of a 1,000,000-event ledger an earlier version wrote).
         let taken = Set(try Int64.fetchAll(db, sql: "SELECT seq FROM snapshots"))
         var dropped = snapshots.contains { taken.contains($0.seq) }
-        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
+        // A page written again replaces a row under its address: that row's bytes may have been
+        // damaged (`rebuild` retaking snapshots whose pages no load has checked).
+        let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO snapshot_pages (hash, raw_size, data) VALUES (?, ?, ?)")
         for snapshot in snapshots {
             for page in snapshot.pages {
                 try insert.execute(arguments: [Data(page.address), page.rawSize, Data(try spool.read(page.data))])
@@ -278,16 +280,14 @@ enum Snapshots {
 /// and goes on changing its own; at the next seq (or at ``finish(carrying:)``) it takes the
 /// encoded state back: the state it holds now, over the pages the snapshot wrote, as the serial
 /// path's state would be (`RecordMap.carrying`), so each snapshot adds only what changed since
-/// the one before. The encoder never reads the database: the pages the file held before are
-/// given as a set of addresses (an erasure and an import into an empty ledger have none).
+/// the one before. For a replay from the first event (an erasure, a rebuild, an import into an
+/// empty ledger): every page it can share is one it spooled, so the encoder never reads the
+/// database.
 final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is the queue's; `taken` and `encoded` are read by the caller only after `done`; the rest is the caller's
     private let queue = DispatchQueue(label: "purchase-ledger.snapshot-encoder", qos: .userInitiated)
     private let overlay: SnapshotCodec.OverlayLimits
     /// Where the pages go; ``Snapshots/write(_:keep:spool:chain:_:)`` reads them from it.
     let spool: Spool
-    private let known: KnownPages?
-    /// The addresses of the pages the file holds already (referred to, not spooled again).
-    private let stored: Set<[UInt8]>
     private var spooled = Set<[UInt8]>()
     private var taken: [Snapshots.Pending] = []
     /// The state last handed over, while its encoding is under way or not yet taken back.
@@ -295,13 +295,9 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
     private var encoded: Result<LedgerState, any Error>?
     private let done = DispatchSemaphore(value: 0)
 
-    /// `known`: pages the snapshots may write again as they are stored (``KnownPages``).
-    /// `stored`: the addresses of the pages the file holds, read before the replay began.
-    init(overlay: SnapshotCodec.OverlayLimits, spool: Spool, known: KnownPages? = nil, stored: Set<[UInt8]> = []) {
+    init(overlay: SnapshotCodec.OverlayLimits, spool: Spool) {
         self.overlay = overlay
         self.spool = spool
-        self.known = known
-        self.stored = stored
     }
 
     /// Starts encoding a snapshot of `state`, after taking back the one before into `state`.
@@ -312,7 +308,7 @@ final class SnapshotEncoder: @unchecked Sendable {  // unchecked: `spooled` is t
         queue.async { [self] in
             encoded = Result {
                 let (written, pending) = try Snapshots.encode(
-                    copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, known: known, stored: { stored.contains($0) })
+                    copy, overlay: overlay, spooled: &spooled, spool: spool, personalRefs: personalRefs, stored: { _ in false })
                 taken.append(pending)
                 return written
             }

@@ -147,13 +147,16 @@ func importFloor(workload: String, runs: Int, target: Double = 0.6) throws {
     let cores = ProcessInfo.processInfo.activeProcessorCount
     print("== what an import at \(target)x of raw SQLite may spend, and what it cannot avoid: \(workload), \(runs) runs, \(cores) cores")
 
-    var imports: [Double] = [], ceilings: [Double] = []
+    var imports: [Double] = [], ceilings: [Double] = [], batchedCeilings: [Double] = []
     for _ in 0..<runs {
         let (_, seconds) = try child(["import-once", workload, ledgerPath])
         imports.append(seconds)
         let raw = RawSQLite(path: "\(scratch)/raw.sqlite", synchronous: "FULL")
         let (_, rawSeconds) = time { raw.insert(payloads, transactionPerRow: false) }
         ceilings.append(rawSeconds)
+        let batched = RawSQLite(path: "\(scratch)/raw-batched.sqlite", synchronous: "FULL")
+        let (_, batchedSeconds) = time { batched.insert(payloads, rowsPerTransaction: 1000) }
+        batchedCeilings.append(batchedSeconds)
     }
     var c = LedgerConfiguration()
     c.readOnly = true
@@ -196,6 +199,9 @@ func importFloor(workload: String, runs: Int, target: Double = 0.6) throws {
     let left = cpuBudget - floor
     print("  import, whole process: \(range(imports)) for \(input.events.count) input events, \(events) stored")
     print("  raw SQLite ceiling (same runs): \(range(ceilings)); import ratio \(String(format: "%.2f", ceiling / median(imports)))x")
+    print(
+        "  raw SQLite committing every 1,000 rows (same runs): \(range(batchedCeilings)); import ratio "
+            + String(format: "%.2f", median(batchedCeilings) / median(imports)) + "x")
     print(String(format: "  budget at %.1fx: %.3f s of wall time, %.3f CPU-seconds on %d cores", target, wallBudget, cpuBudget, cores))
     print(
         String(

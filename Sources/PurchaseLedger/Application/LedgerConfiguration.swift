@@ -1,7 +1,7 @@
 import Foundation
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
-/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 15,000
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
 /// events (at most 128 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
@@ -30,16 +30,18 @@ public struct LedgerConfiguration: Sendable {
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
     /// replays at most this many events from the snapshot before; fewer snapshots keep the file
-    /// smaller. 15,000: on the shared 1,000,000-event workload the state at a random seq takes
-    /// about 8 ms (p99 16-22 ms), and the file 79.6 bytes an event (81.8 with 10,000).
-    public var snapshotInterval: Int = 15_000
+    /// smaller. 10,000: on the shared 1,000,000-event workload the file takes 78.9 bytes an event
+    /// (76.8 with 15,000, the default while 10,000 did not fit under 80), the focused CLI replay at
+    /// seq 777,777 48-50 ms (54-56 with 15,000), and `forget` retakes a third more snapshots
+    /// (2.40-2.54 s against 2.08-2.25 s). docs/performance.md has the measurements.
+    public var snapshotInterval: Int = 10_000
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
     public var maxSnapshots: Int = 128
     /// The most of the file the snapshots may take (pages and manifests, against the bytes the
     /// file holds in use). Past it the oldest-spread snapshots are dropped, never the newest, so
     /// time travel to those seqs replays further; set 1 for no bound. The shared 1,000,000-event
-    /// workload takes 17%.
+    /// workload takes 21%.
     public var maxSnapshotShare: Double = 0.25
     /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
     /// (tests set small limits to reach them with a small ledger).
@@ -66,7 +68,7 @@ public struct LedgerConfiguration: Sendable {
     /// Open without writing anything (no migration, no catch-up).
     public var readOnly: Bool = false
 
-    /// The defaults: durable commits, compressed blocks of 1,024 events, a snapshot every 15,000
+    /// The defaults: durable commits, compressed blocks of 1,024 events, a snapshot every 10,000
     /// events, writable.
     public init() {}
 }

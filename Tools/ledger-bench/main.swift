@@ -107,7 +107,7 @@ final class RawSQLite {
     var db: OpaquePointer?
 
     init(path: String, synchronous: String) {
-        for suffix in ["", "-wal", "-shm"] { remove(path + suffix) }
+        remove(path)
         sqlite3_open(path, &db)
         exec("PRAGMA journal_mode = WAL")
         exec("PRAGMA synchronous = \(synchronous)")
@@ -257,7 +257,7 @@ func run(workloads: String, sizes: [Int], runs: Int, out: String) throws {
         //    process: start, read, parse, decide, store, commit, exit), against the raw bulk-insert
         //    ceiling; the same child's peak RSS.
         //    Two ceilings: every row in one transaction, and a commit after each 1,000 rows (the
-        //    ceiling #53 states its import target against, each commit synced as the import's is).
+        //    ceiling #53 names for its import target), both with synchronous=FULL as the import.
         var imports: [Double] = [], rawBulk: [Double] = [], rawBatched: [Double] = [], peaks: [Double] = []
         for _ in 0..<runs {
             let (peak, seconds) = try child(["import-once", workload, ledgerPath])

@@ -2,7 +2,7 @@ import Foundation
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
 /// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
-/// events (at most 128 kept, sharing their unchanged pages).
+/// events (at most 192 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
     public enum Durability: String, Sendable {
@@ -29,19 +29,21 @@ public struct LedgerConfiguration: Sendable {
     /// Each block records its codec, so a ledger may mix them.
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
-    /// replays at most this many events from the snapshot before; fewer snapshots keep the file
-    /// smaller. 10,000: on the shared 1,000,000-event workload the file takes 78.9 bytes an event
-    /// (76.8 with 15,000, the default while 10,000 did not fit under 80), the focused CLI replay at
-    /// seq 777,777 48-50 ms (54-56 with 15,000), and `forget` retakes a third more snapshots
-    /// (2.40-2.54 s against 2.08-2.25 s). docs/performance.md has the measurements.
+    /// replays fewer than this many events from the snapshot before (until `maxSnapshots` or
+    /// `maxSnapshotShare` thins them); fewer snapshots keep the file smaller. 10,000: on the
+    /// shared 1,000,000-event workload the file takes 78.8 bytes an event (76.7 with 15,000, the
+    /// default from 2026-11-24 while 10,000 took it over 80), the focused CLI replay at seq 777,777
+    /// 48.1-48.5 ms (52.1-53.4 with 15,000), and `forget` retakes half as many snapshots again
+    /// (2.5-2.6 s against 2.1-2.2 s). docs/performance.md has the measurements.
     public var snapshotInterval: Int = 10_000
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
-    public var maxSnapshots: Int = 128
+    /// 192: one every `snapshotInterval` events up to 1,920,000 events, as 128 with 15,000 did.
+    public var maxSnapshots: Int = 192
     /// The most of the file the snapshots may take (pages and manifests, against the bytes the
     /// file holds in use). Past it the oldest-spread snapshots are dropped, never the newest, so
     /// time travel to those seqs replays further; set 1 for no bound. The shared 1,000,000-event
-    /// workload takes 21%.
+    /// workload takes 20%.
     public var maxSnapshotShare: Double = 0.25
     /// Which changed records a snapshot keeps in its overlay rather than rewriting their pages
     /// (tests set small limits to reach them with a small ledger).

@@ -1,7 +1,7 @@
 import Foundation
 
 /// How a ledger is opened. The defaults suit an app's audit store: every append durable
-/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,000
+/// (`synchronous=FULL` in WAL mode), compressed blocks of 1,024 events, a snapshot every 10,240
 /// events (at most 192 kept, sharing their unchanged pages).
 public struct LedgerConfiguration: Sendable {
     /// SQLite's `synchronous` setting: how hard a commit waits for the disk.
@@ -30,15 +30,19 @@ public struct LedgerConfiguration: Sendable {
     public var blockCodec: BlockCodec = .lz4Dictionary
     /// A snapshot of the reducer state is stored every this many events (0: never). Time travel
     /// replays fewer than this many events from the snapshot before (until `maxSnapshots` or
-    /// `maxSnapshotShare` thins them); fewer snapshots keep the file smaller. 10,000: on the
-    /// shared 1,000,000-event workload the file takes 78.8 bytes an event (76.7 with 15,000, the
-    /// default from 2026-11-24 while 10,000 took it over 80), the focused CLI replay at seq 777,777
-    /// 48.1-48.5 ms (52.1-53.4 with 15,000), and `forget` retakes half as many snapshots again
-    /// (2.5-2.6 s against 2.1-2.2 s). docs/performance.md has the measurements.
-    public var snapshotInterval: Int = 10_000
+    /// `maxSnapshotShare` thins them); fewer snapshots keep the file smaller. 10,240, ten blocks
+    /// of 1,024: each snapshot then ends a sealed block, whose stored link its binding to the
+    /// chain is checked against (at a seq inside a block, the block's events up to it are hashed
+    /// again, their commitments made from the values: 3.9 ms of each state loaded, and of each
+    /// snapshot written). On the shared 1,000,000-event workload: the file 78.9 bytes an event
+    /// (76.7 with 15,000, the default from 2026-11-24 while 10,000 took it over 80), the focused
+    /// CLI replay at seq 777,777 48.2-50.5 ms (50.6-50.9 with 10,000, 53.4-54.1 with 15,000),
+    /// `forget` 2.43-2.59 s (2.83-2.87, 2.30-2.33). docs/performance.md has the measurements.
+    public var snapshotInterval: Int = 10_240
     /// At most this many snapshots are kept, thinned to stay evenly spread over the log. They
     /// share unchanged pages, so each costs little more than what changed since the previous one.
-    /// 192: one every `snapshotInterval` events up to 1,920,000 events, as 128 with 15,000 did.
+    /// 192: one every `snapshotInterval` events up to about 2,000,000 events (128 with 15,000:
+    /// 1,920,000).
     public var maxSnapshots: Int = 192
     /// The most of the file the snapshots may take (pages and manifests, against the bytes the
     /// file holds in use). Past it the oldest-spread snapshots are dropped, never the newest, so
@@ -70,7 +74,7 @@ public struct LedgerConfiguration: Sendable {
     /// Open without writing anything (no migration, no catch-up).
     public var readOnly: Bool = false
 
-    /// The defaults: durable commits, compressed blocks of 1,024 events, a snapshot every 10,000
+    /// The defaults: durable commits, compressed blocks of 1,024 events, a snapshot every 10,240
     /// events, writable.
     public init() {}
 }

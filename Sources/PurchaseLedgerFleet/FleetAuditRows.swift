@@ -69,7 +69,7 @@ struct AuditTable: Sendable {
 
     /// The ref in an erased user's marker (`[erased 12]`), or nil.
     static func erasedRef(_ text: [UInt8]) -> Int64? {
-        let prefix = Array("[erased ".utf8)
+        let prefix = Array(PersonalValues.erasedPrefix.utf8)
         guard text.count > prefix.count + 1, text.starts(with: prefix), text.last == UInt8(ascii: "]") else { return nil }
         return Int64(String(decoding: text[prefix.count..<(text.count - 1)], as: UTF8.self))
     }

@@ -24,9 +24,6 @@ public enum InputLimits {
     /// The most bytes one JSON Lines line may hold: 1 MiB, refused before the rest of it is read.
     public static let lineBytes = 1 << 20
 
-    /// How every erased user's id begins (`[erased 12]`).
-    static let erasedUserPrefix = "[erased "
-
     /// The JSON keys whose values are ids.
     static let idKeys: Set<String> = [
         "transaction", "originalTransaction", "storeTransactionId", "download", "product", "content", "user", "url", "offerId", "id", "pack",
@@ -85,7 +82,7 @@ public enum InputLimits {
             // Nor is what an erased user's id reads as: taken for a user, a report, a support
             // engineer or the fleet's reconciliation (which takes any user id starting so for an
             // erased one) would read a live user as erased.
-            if refusingErasedUsers, key == "user", value.hasPrefix(erasedUserPrefix) {
+            if refusingErasedUsers, key == "user", value.hasPrefix(PersonalValues.erasedPrefix) {
                 failure = .malformed("field `\(name)` is \(value.prefix(40)), what an erased user's id reads as: only forget makes one")
                 return
             }

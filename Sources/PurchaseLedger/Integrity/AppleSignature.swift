@@ -241,12 +241,12 @@ public struct SignedTransaction: Sendable, Hashable {
 
     /// Whether `text` is what an erased value reads as.
     static func isErasedMarker(_ text: String) -> Bool {
-        text.hasPrefix("[erased ") && text.hasSuffix("]") && !text.contains(".")
+        text.hasPrefix(PersonalValues.erasedPrefix) && text.hasSuffix("]") && !text.contains(".")
     }
 
     /// Whether `text` is what an erased or redacted statement reads as.
     static func isMarker(_ text: String) -> Bool {
-        (text.hasPrefix("[erased ") || text.hasPrefix("[redacted ")) && text.hasSuffix("]") && !text.contains(".")
+        (text.hasPrefix(PersonalValues.erasedPrefix) || text.hasPrefix("[redacted ")) && text.hasSuffix("]") && !text.contains(".")
     }
 
     /// The part of `jws` that is personal (payload and signature, with the dot between them) and

@@ -114,8 +114,12 @@ package final class PersonalValues: Sendable {
     /// asks for it does not decode either (damage the load reports with its seq), the others do.
     private static let damaged: Int32 = -3
 
+    /// How every erased value begins: what an erased user id (``erased(_:)``) and any other erased
+    /// value (``erasedMarker(ref:commitment:)``) read as.
+    package static let erasedPrefix = "[erased "
+
     /// What an erased user id reads as everywhere (state, projections, reports, export).
-    package static func erased(_ ref: UInt64) -> String { "[erased \(ref)]" }
+    package static func erased(_ ref: UInt64) -> String { erasedPrefix + "\(ref)]" }
 
     // MARK: - Reading, with a cache per file
 
@@ -368,7 +372,7 @@ package final class PersonalValues: Sendable {
     /// equal, and nothing of the value.
     static func erasedMarker(ref: UInt64, commitment: [UInt8]?) -> String {
         guard let commitment else { return erased(ref) }
-        return "[erased " + Hex.encode(Array(commitment.prefix(6))) + "]"
+        return erasedPrefix + Hex.encode(Array(commitment.prefix(6))) + "]"
     }
 
 }
